@@ -1,0 +1,127 @@
+// The op interface every tier implements, and the registry that names and counts providers.
+//
+// Model code (src/model/) is written once against Backend. A tier (ref, cpu, cuda) owns
+// its activation buffers; model code only passes Buffer handles around. Shapes in the
+// comments use B (unused, batch 1), T (tokens in this forward), D, H, Hkv, Dh, F, V, L.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace arbiter {
+
+/// An activation buffer owned by a backend. `dtype` is the element type the tier stores
+/// (ref: f64, cpu: f32, cuda: bf16/f16/f32; logits are f64 on ref and f32 elsewhere).
+struct Buffer {
+  void* ptr = nullptr;
+  int64_t n = 0;  // elements
+  DType dtype = DType::F32;
+};
+
+/// Per-(op, provider) call counts and fallbacks. A fallback is a call served by a provider
+/// other than the one the tier promises for that op (e.g. a generic loop instead of the
+/// SIMD kernel); the trace header records the count and gates may refuse non-zero.
+class OpStats {
+ public:
+  void record(const std::string& op, const std::string& provider) { ++calls_[op][provider]; }
+  void record_fallback(const std::string& op, const std::string& provider) {
+    ++calls_[op][provider];
+    ++fallbacks_;
+  }
+  void reset() { calls_.clear(); fallbacks_ = 0; }
+  const std::map<std::string, std::map<std::string, int64_t>>& calls() const { return calls_; }
+  int64_t fallbacks() const { return fallbacks_; }
+  /// "op=provider:calls,..." in op order (the trace header's providers field).
+  std::string summary() const;
+  /// A human table, one line per (op, provider).
+  std::string table() const;
+
+ private:
+  std::map<std::string, std::map<std::string, int64_t>> calls_;
+  int64_t fallbacks_ = 0;
+};
+
+/// Top-k, logsumexp and target logit of one logits row, computed on the device and
+/// brought back small (the full row only when asked).
+struct LogitsSummary {
+  double lse = 0;            // log-sum-exp over the whole vocabulary
+  double target_logit = 0;   // logit of the target id (NaN when no target)
+  std::vector<int32_t> top_ids;     // K largest, descending, ties to lower id
+  std::vector<double> top_logits;
+  int64_t n_nonfinite = 0;   // NaN/Inf count in the row
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// "ref", "cpu", "cuda:0 NVIDIA H200".
+  virtual std::string device_name() const = 0;
+  /// Compute type of activations: "f64", "f32", "bf16", "f16".
+  virtual std::string compute_name() const = 0;
+
+  /// Called once per model before any op: upload or convert weights if the tier needs to.
+  virtual void prepare(const ModelConfig& cfg, const Weights& w) { (void)cfg; (void)w; }
+
+  // --- memory --------------------------------------------------------------------------
+  /// n activation elements (logits: true gives the tier's logits type).
+  virtual Buffer alloc(int64_t n, bool logits = false) = 0;
+  virtual void free(Buffer& b) = 0;
+  /// Copies elements [off, off + n) to/from the host as f64 (for capture, drift, tests).
+  virtual void read(const Buffer& b, int64_t off, int64_t n, double* dst) = 0;
+  virtual void write(Buffer& b, int64_t off, int64_t n, const double* src) = 0;
+  /// Waits for queued work (a no-op on CPU tiers).
+  virtual void sync() {}
+
+  // --- ops (each records its provider in stats()) --------------------------------------
+  /// out[T, D] = table[ids[t], :]
+  virtual void embed(const Tensor& table, const int32_t* ids, int T, Buffer& out) = 0;
+  /// out[R, N] = x[R, N] / rms(x) * w[N]; rms over N with eps inside the sqrt (HF LlamaRMSNorm).
+  /// Used for the block norms (R = T, N = D) and qwen3's per-head q/k norm (R = T*H, N = Dh).
+  virtual void rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps,
+                       Buffer& out) = 0;
+  /// out[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]). out may be a logits buffer.
+  virtual void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T,
+                      Buffer& out) = 0;
+  /// In place on x[T, nh, Dh], token t at position pos0 + t.
+  virtual void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) = 0;
+  /// Appends k, v [T, Hkv*Dh] at rows pos0.. of the layer's cache [max_ctx, Hkv*Dh].
+  virtual void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache,
+                        int T, int pos0, int kv_dim) = 0;
+  /// Causal GQA attention of q [T, H, Dh] (token t at pos0 + t) over cache rows
+  /// [0, pos0 + T); window > 0 limits a query at i to keys in (i - window, i].
+  /// out [T, H*Dh]. Scale 1/sqrt(Dh).
+  virtual void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                         int T, int pos0, int H, int Hkv, int Dh, int window, Buffer& out) = 0;
+  /// out[n] = silu(gate[n]) * up[n]
+  virtual void swiglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) = 0;
+  /// x[n] += y[n]
+  virtual void add(Buffer& x, const Buffer& y, int64_t n) = 0;
+  /// Summaries of logits rows [T, V]; targets[t] < 0 means no target.
+  virtual void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
+                         std::vector<LogitsSummary>& out) = 0;
+
+  OpStats& stats() { return stats_; }
+  const OpStats& stats() const { return stats_; }
+
+ protected:
+  OpStats stats_;
+};
+
+/// Parses "ref", "cpu", "cuda", "cuda:N" (+ dtype for cuda: "bf16", "f16", "f32") and
+/// makes the tier. threads <= 0 means all cores. Throws arbiter::Error for unknown devices
+/// or "cuda tier not built" when compiled without CUDA.
+struct DeviceSpec {
+  std::string device = "cpu";  // as given
+  std::string dtype;           // empty: the tier's default
+  int threads = 0;
+};
+std::unique_ptr<Backend> make_backend(const DeviceSpec& spec);
+
+}  // namespace arbiter

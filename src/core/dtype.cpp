@@ -1,0 +1,121 @@
+#include "core/dtype.h"
+
+#include "core/error.h"
+
+namespace arbiter {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F64: return "f64";
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::Q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+DType dtype_from_name(const std::string& name) {
+  for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::Q8_0})
+    if (name == dtype_name(t)) return t;
+  throw Error("[dtype] unknown dtype '" + name + "' (expected f64, f32, f16, bf16 or q8_0)");
+}
+
+size_t dtype_bytes(DType t, int64_t n) {
+  switch (t) {
+    case DType::F64: return size_t(n) * 8;
+    case DType::F32: return size_t(n) * 4;
+    case DType::F16:
+    case DType::BF16: return size_t(n) * 2;
+    case DType::Q8_0: return size_t(n / kQ8BlockSize) * sizeof(BlockQ8_0);
+  }
+  return 0;
+}
+
+// IEEE binary16 <-> binary32, exact widening, round-to-nearest-even narrowing.
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do { man <<= 1; ++e; } while (!(man & 0x400));
+      u = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | man << 13;
+  } else {
+    u = sign | (exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00);  // NaN
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00);  // overflow to Inf (incl. rounding)
+  if (a < 0x38800000u) {  // subnormal or zero in f16
+    if (a < 0x33000000u) return sign;  // below half the smallest subnormal
+    uint32_t man = (a & 0x7fffff) | 0x800000;
+    int shift = 126 - int(a >> 23);  // 14..24
+    uint32_t r = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1))) ++r;
+    return uint16_t(sign | r);
+  }
+  uint32_t r = a - 0x38000000u;  // rebias exponent
+  uint32_t lo = r & 0x1fff;
+  r >>= 13;
+  if (lo > 0x1000 || (lo == 0x1000 && (r & 1))) ++r;
+  return uint16_t(sign | r);
+}
+
+template <typename Out>
+static void row_widen(DType t, const void* src, Out* dst, int64_t n) {
+  switch (t) {
+    case DType::F64: {
+      auto s = static_cast<const double*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = Out(s[i]);
+      return;
+    }
+    case DType::F32: {
+      auto s = static_cast<const float*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = Out(s[i]);
+      return;
+    }
+    case DType::F16: {
+      auto s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = Out(f16_to_f32(s[i]));
+      return;
+    }
+    case DType::BF16: {
+      auto s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = Out(bf16_to_f32(s[i]));
+      return;
+    }
+    case DType::Q8_0: {
+      ARB_ASSERT(n % kQ8BlockSize == 0);
+      auto b = static_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < n / kQ8BlockSize; ++i) {
+        // Out(d) * q: exact in f64; in f32 the product of an f16 and an int8 is exact too.
+        Out d = Out(f16_to_f32(b[i].d));
+        for (int j = 0; j < kQ8BlockSize; ++j) dst[i * kQ8BlockSize + j] = d * Out(b[i].qs[j]);
+      }
+      return;
+    }
+  }
+}
+
+void row_to_f32(DType t, const void* src, float* dst, int64_t n) { row_widen(t, src, dst, n); }
+void row_to_f64(DType t, const void* src, double* dst, int64_t n) { row_widen(t, src, dst, n); }
+
+}  // namespace arbiter

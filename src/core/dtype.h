@@ -1,0 +1,49 @@
+// Storage and compute element types, and the scalar conversions every tier shares.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace arbiter {
+
+enum class DType : uint8_t { F64, F32, F16, BF16, Q8_0 };
+
+const char* dtype_name(DType t);
+/// Parses "f64", "f32", "f16", "bf16", "q8_0"; throws arbiter::Error otherwise.
+DType dtype_from_name(const std::string& name);
+
+/// Q8_0: blocks of 32 values, one f16 scale then 32 int8 (ggml's layout, 34 bytes).
+constexpr int kQ8BlockSize = 32;
+struct BlockQ8_0 {
+  uint16_t d;  // f16 scale
+  int8_t qs[kQ8BlockSize];
+};
+static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes");
+
+/// Bytes taken by n elements of type t (n must be a multiple of 32 for Q8_0).
+size_t dtype_bytes(DType t, int64_t n);
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+/// Round to nearest even, NaN kept quiet (matches torch's float->bfloat16).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+/// Widens n elements of a row stored as t into f32 (t may be any storage type).
+void row_to_f32(DType t, const void* src, float* dst, int64_t n);
+/// Widens n elements of a row stored as t into f64 (exact for every storage type).
+void row_to_f64(DType t, const void* src, double* dst, int64_t n);
+
+}  // namespace arbiter

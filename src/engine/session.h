@@ -1,0 +1,60 @@
+// A model running on one tier: KV cache, positions, forward passes, fault injection and
+// capture hooks. Prefill (many tokens) and decode (one token) use the same forward().
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/inject.h"
+#include "model/forward.h"
+#include "model/model.h"
+
+namespace arbiter {
+
+class Session {
+ public:
+  /// max_ctx: cache rows; max_T: widest single forward (prefills are split into pieces of
+  /// at most max_T tokens).
+  Session(const Model& m, Backend& be, int max_ctx, int max_T = 512);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Empties the cache (positions restart at 0).
+  void reset() { pos_ = 0; }
+  int pos() const { return pos_; }
+  int max_ctx() const { return kv_.max_ctx; }
+
+  /// Runs ids at the current position as ONE forward of width ids.size() (must be <= max_T)
+  /// and advances. Logits of those tokens stay on the device: see summarize()/logits().
+  void forward(const std::vector<int32_t>& ids);
+  /// Like forward() but splits into pieces of at most max_T tokens (untraced context).
+  void prefill(const std::vector<int32_t>& ids);
+
+  /// Summaries of the last forward's logits rows (targets[t] < 0: no target).
+  std::vector<LogitsSummary> summarize(int K, const std::vector<int32_t>& targets);
+  /// Full logits row t of the last forward, as f64 on the host.
+  std::vector<double> logits(int t);
+  int last_T() const { return last_T_; }
+
+  void set_inject(const InjectSpec& spec) { inject_ = spec; }
+  const InjectSpec& inject() const { return inject_; }
+  /// Extra hook called after each stage (after injection), e.g. capture for drift.
+  void set_capture(StageHook h) { capture_ = std::move(h); }
+
+  const Model& model() const { return m_; }
+  Backend& backend() { return be_; }
+
+ private:
+  const Model& m_;
+  Backend& be_;
+  KVCache kv_;
+  Scratch s_;
+  int pos_ = 0;
+  int last_T_ = 0;
+  InjectSpec inject_;
+  StageHook capture_;
+};
+
+}  // namespace arbiter

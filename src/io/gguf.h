@@ -1,0 +1,72 @@
+// GGUF v3 reader (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md): metadata
+// key/values and tensor views into the mapped file. Built to be fuzzed: every length,
+// count, offset and type is checked against the file size before use.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/mmap.h"
+
+namespace arbiter {
+
+/// A GGUF metadata value. Arrays hold one of the vectors; scalars are widened.
+struct GgufValue {
+  enum class Kind { U64, I64, F64, Bool, String, ArrU64, ArrI64, ArrF64, ArrBool, ArrString };
+  Kind kind = Kind::U64;
+  uint64_t u = 0;
+  int64_t i = 0;
+  double f = 0;
+  bool b = false;
+  std::string s;
+  std::vector<uint64_t> au;
+  std::vector<int64_t> ai;
+  std::vector<double> af;
+  std::vector<std::string> as;
+};
+
+class GgufFile {
+ public:
+  /// Opens and validates the file; throws arbiter::Error ("[gguf] PATH: ...") on any defect,
+  /// including unsupported tensor types (supported: F32, F16, BF16, Q8_0).
+  explicit GgufFile(const std::string& path);
+
+  const std::string& path() const { return file_->path(); }
+  uint32_t version() const { return version_; }
+  const std::map<std::string, GgufValue>& metadata() const { return kv_; }
+  bool has(const std::string& key) const { return kv_.count(key) != 0; }
+  const GgufValue* find(const std::string& key) const;
+
+  // Typed getters: throw arbiter::Error naming the key when missing or of the wrong kind.
+  std::string get_string(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;  // any integer kind
+  double get_float(const std::string& key) const;  // float or integer kinds
+  bool get_bool(const std::string& key) const;
+  const std::vector<std::string>& get_string_array(const std::string& key) const;
+  std::vector<double> get_float_array(const std::string& key) const;
+  std::vector<int64_t> get_int_array(const std::string& key) const;
+  // Getters with a default for optional keys (still throw on a wrong kind).
+  int64_t get_int(const std::string& key, int64_t dflt) const;
+  double get_float(const std::string& key, double dflt) const;
+  bool get_bool(const std::string& key, bool dflt) const;
+  std::string get_string(const std::string& key, const std::string& dflt) const;
+
+  /// Tensors in file order; shapes are reversed ggml dims ([ne1, ne0] for matrices).
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  /// nullptr when absent.
+  const Tensor* tensor(const std::string& name) const;
+  std::shared_ptr<MappedFile> file() const { return file_; }
+
+ private:
+  std::shared_ptr<MappedFile> file_;
+  uint32_t version_ = 0;
+  std::map<std::string, GgufValue> kv_;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace arbiter

@@ -1,0 +1,38 @@
+// safetensors reader (https://huggingface.co/docs/safetensors): one file or a sharded set
+// listed by model.safetensors.index.json. Tensors are views into the mapped files.
+// Built to be fuzzed: header length, JSON, dtypes and data_offsets are checked.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/mmap.h"
+
+namespace arbiter {
+
+class SafetensorsSet {
+ public:
+  /// Loads DIR/model.safetensors, or the shards named by DIR/model.safetensors.index.json.
+  /// Supported dtypes: F64, F32, F16, BF16. Throws "[safetensors] PATH: ..." on any defect.
+  static SafetensorsSet open_dir(const std::string& dir);
+  /// Loads one file.
+  static SafetensorsSet open_file(const std::string& path);
+
+  /// nullptr when absent.
+  const Tensor* tensor(const std::string& name) const;
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+  /// `__metadata__` string pairs of every file (merged).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// The weight files in sorted path order (their bytes define the model's weight sha256).
+  const std::vector<std::shared_ptr<MappedFile>>& files() const { return files_; }
+
+ private:
+  void add_file(const std::string& path);
+  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+  std::vector<std::shared_ptr<MappedFile>> files_;
+};
+
+}  // namespace arbiter

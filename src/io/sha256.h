@@ -1,0 +1,29 @@
+// SHA-256 (FIPS 180-4), our own implementation, used for weight, corpus and trace hashes.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace arbiter {
+
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, size_t n);
+  std::array<uint8_t, 32> digest();  // finalises; the object must not be updated after
+  std::string hex_digest();
+
+ private:
+  void block(const uint8_t* p);
+  uint32_t h_[8];
+  uint8_t buf_[64];
+  size_t buf_len_ = 0;
+  uint64_t total_ = 0;
+};
+
+std::string sha256_hex(const void* data, size_t n);
+/// Hash of a file's bytes; throws arbiter::Error naming the path if it cannot be read.
+std::string sha256_file(const std::string& path);
+
+}  // namespace arbiter

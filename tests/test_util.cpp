@@ -1,0 +1,72 @@
+#include "test_util.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace arbiter::test {
+
+std::string source_path(const std::string& rel) { return std::string(ARBITER_SOURCE_DIR) + "/" + rel; }
+
+std::string shared_path(const std::string& rel) {
+  std::string p = std::string(ARBITER_SHARED_DIR) + "/" + rel;
+  return std::filesystem::exists(p) ? p : "";
+}
+
+namespace {
+struct TempRoot {
+  std::string path;
+  TempRoot() {
+    char tmpl[] = "/tmp/arbiter-test-XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    path = p ? p : "/tmp";
+  }
+  ~TempRoot() {
+    std::error_code ec;
+    if (path != "/tmp") std::filesystem::remove_all(path, ec);
+  }
+};
+TempRoot& temp_root() {
+  static TempRoot root;
+  return root;
+}
+}  // namespace
+
+std::string temp_dir(const std::string& tag) {
+  static int counter = 0;
+  std::string p = temp_root().path + "/" + tag + "-" + std::to_string(counter++);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  f << data;
+}
+
+CliResult run_cli(const std::string& args) {
+  std::string dir = temp_dir("cli");
+  std::string out = dir + "/out", err = dir + "/err";
+  std::string cmd = std::string(ARBITER_CLI) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  int rc = std::system(cmd.c_str());
+  CliResult r;
+  r.exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+}  // namespace arbiter::test
