@@ -84,6 +84,7 @@ class Backend {
   virtual void embed(const Tensor& table, const int32_t* ids, int T, Buffer& out) = 0;
   /// out[R, N] = x[R, N] / rms(x) * w[N]; rms over N with eps inside the sqrt (HF LlamaRMSNorm).
   /// Used for the block norms (R = T, N = D) and qwen3's per-head q/k norm (R = T*H, N = Dh).
+  /// out may alias x (the q/k norm runs in place).
   virtual void rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps,
                        Buffer& out) = 0;
   /// out[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]). out may be a logits buffer.

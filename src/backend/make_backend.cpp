@@ -1,0 +1,37 @@
+#include <cstdlib>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda_factory.h"
+#include "backend/ref/ref_backend.h"
+#include "core/error.h"
+
+namespace arbiter {
+
+std::unique_ptr<Backend> make_backend(const DeviceSpec& spec) {
+  const std::string& d = spec.device;
+  if (d == "ref") {
+    ARB_CHECK(spec.dtype.empty() || spec.dtype == "f64",
+              "[backend] device ref computes in f64 (asked for --dtype %s)", spec.dtype.c_str());
+    return make_ref_backend();
+  }
+  if (d == "cpu") {
+    ARB_CHECK(spec.dtype.empty() || spec.dtype == "f32",
+              "[backend] device cpu computes in f32 (asked for --dtype %s)", spec.dtype.c_str());
+    return make_cpu_backend(spec.threads);
+  }
+  if (d == "cuda" || d.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (d.size() > 5) {
+      char* end = nullptr;
+      long v = std::strtol(d.c_str() + 5, &end, 10);
+      ARB_CHECK(*end == '\0' && v >= 0 && v < 1024, "[backend] bad device '%s' (cuda:N)",
+                d.c_str());
+      index = int(v);
+    }
+    return make_cuda_backend(index, spec.dtype);
+  }
+  throw Error("[backend] unknown device '" + d + "' (expected ref, cpu, cuda or cuda:N)");
+}
+
+}  // namespace arbiter

@@ -1,0 +1,208 @@
+// The f64 oracle: plain loops, f64 accumulation, one fixed sequential reduction order
+// (index 0 upward), weights widened exactly from their storage dtype. Readable first; the
+// only concession to speed is widening each weight row once per matmul call.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/ref/ref_backend.h"
+#include "core/error.h"
+#include "model/rope.h"
+
+namespace arbiter {
+
+namespace {
+
+double* f64(const Buffer& b) { return static_cast<double*>(b.ptr); }
+
+class RefBackend final : public Backend {
+ public:
+  std::string device_name() const override { return "ref"; }
+  std::string compute_name() const override { return "f64"; }
+
+  Buffer alloc(int64_t n, bool logits) override {
+    Buffer b;
+    b.ptr = new double[size_t(n)]();
+    b.n = n;
+    b.dtype = DType::F64;
+    return b;
+  }
+  void free(Buffer& b) override {
+    delete[] f64(b);
+    b = Buffer{};
+  }
+  void read(const Buffer& b, int64_t off, int64_t n, double* dst) override {
+    ARB_ASSERT(off >= 0 && off + n <= b.n);
+    std::memcpy(dst, f64(b) + off, size_t(n) * sizeof(double));
+  }
+  void write(Buffer& b, int64_t off, int64_t n, const double* src) override {
+    ARB_ASSERT(off >= 0 && off + n <= b.n);
+    std::memcpy(f64(b) + off, src, size_t(n) * sizeof(double));
+  }
+
+  void embed(const Tensor& table, const int32_t* ids, int T, Buffer& out) override {
+    stats_.record("embed", "ref.embed");
+    const int64_t D = table.cols();
+    for (int t = 0; t < T; ++t) row_to_f64(table.dtype, table.row(ids[t]), f64(out) + t * D, D);
+  }
+
+  void rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps,
+               Buffer& out) override {
+    stats_.record("rmsnorm", "ref.rmsnorm");
+    std::vector<double> wd(N);
+    row_to_f64(w.dtype, w.data, wd.data(), N);
+    for (int r = 0; r < R; ++r) {
+      const double* xr = f64(x) + int64_t(r) * N;
+      double* yr = f64(out) + int64_t(r) * N;
+      double ss = 0;
+      for (int i = 0; i < N; ++i) ss += xr[i] * xr[i];
+      double inv = 1.0 / std::sqrt(ss / N + eps);
+      for (int i = 0; i < N; ++i) yr[i] = xr[i] * inv * wd[i];
+    }
+  }
+
+  void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T,
+              Buffer& out) override {
+    stats_.record("matmul", "ref.matmul");
+    const int64_t N = W.rows(), K = W.cols();
+    std::vector<double> wrow(K), b(N, 0.0);
+    if (bias) row_to_f64(bias->dtype, bias->data, b.data(), N);
+    for (int64_t n = 0; n < N; ++n) {
+      row_to_f64(W.dtype, W.row(n), wrow.data(), K);
+      for (int t = 0; t < T; ++t) {
+        const double* xt = f64(x) + t * K;
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += xt[k] * wrow[k];
+        f64(out)[t * N + n] = acc + b[n];
+      }
+    }
+  }
+
+  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) override {
+    stats_.record("rope", "ref.rope");
+    if (inv_freq_.size() != size_t(Dh / 2) || cfg_theta_ != cfg.rope_theta) {
+      inv_freq_ = rope_inv_freq(cfg);
+      cfg_theta_ = cfg.rope_theta;
+    }
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < Dh / 2; ++i) {
+        double angle = double(pos0 + t) * inv_freq_[i];
+        double c = std::cos(angle), s = std::sin(angle);
+        for (int h = 0; h < nh; ++h) {
+          double* head = f64(x) + (int64_t(t) * nh + h) * Dh;
+          int a, b;
+          rope_pair(cfg.rope_layout, Dh, i, a, b);
+          double xa = head[a], xb = head[b];
+          head[a] = xa * c - xb * s;
+          head[b] = xb * c + xa * s;
+        }
+      }
+  }
+
+  void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache, int T,
+                int pos0, int kv_dim) override {
+    stats_.record("kv_store", "ref.kv_store");
+    ARB_ASSERT(int64_t(pos0 + T) * kv_dim <= k_cache.n);
+    std::memcpy(f64(k_cache) + int64_t(pos0) * kv_dim, f64(k), sizeof(double) * T * kv_dim);
+    std::memcpy(f64(v_cache) + int64_t(pos0) * kv_dim, f64(v), sizeof(double) * T * kv_dim);
+  }
+
+  void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
+                 int H, int Hkv, int Dh, int window, Buffer& out) override {
+    stats_.record("attention", "ref.attention");
+    const int kv_dim = Hkv * Dh, group = H / Hkv;
+    const double scale = 1.0 / std::sqrt(double(Dh));
+    std::vector<double> score(size_t(pos0 + T));
+    for (int t = 0; t < T; ++t) {
+      const int i = pos0 + t;  // query position; keys in [lo, i]
+      const int lo = window > 0 ? std::max(0, i - window + 1) : 0;
+      for (int h = 0; h < H; ++h) {
+        const double* qh = f64(q) + (int64_t(t) * H + h) * Dh;
+        const int hk = h / group;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int j = lo; j <= i; ++j) {
+          const double* kj = f64(k_cache) + int64_t(j) * kv_dim + hk * Dh;
+          double dot = 0;
+          for (int d = 0; d < Dh; ++d) dot += qh[d] * kj[d];
+          score[j] = dot * scale;
+          mx = std::max(mx, score[j]);
+        }
+        double sum = 0;
+        for (int j = lo; j <= i; ++j) {
+          score[j] = std::exp(score[j] - mx);
+          sum += score[j];
+        }
+        double* oh = f64(out) + (int64_t(t) * H + h) * Dh;
+        for (int d = 0; d < Dh; ++d) oh[d] = 0;
+        for (int j = lo; j <= i; ++j) {
+          const double* vj = f64(v_cache) + int64_t(j) * kv_dim + hk * Dh;
+          const double p = score[j] / sum;
+          for (int d = 0; d < Dh; ++d) oh[d] += p * vj[d];
+        }
+      }
+    }
+  }
+
+  void swiglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override {
+    stats_.record("swiglu", "ref.swiglu");
+    for (int64_t i = 0; i < n; ++i) {
+      double g = f64(gate)[i];
+      f64(out)[i] = g / (1.0 + std::exp(-g)) * f64(up)[i];
+    }
+  }
+
+  void add(Buffer& x, const Buffer& y, int64_t n) override {
+    stats_.record("add", "ref.add");
+    for (int64_t i = 0; i < n; ++i) f64(x)[i] += f64(y)[i];
+  }
+
+  void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
+                 std::vector<LogitsSummary>& out) override {
+    stats_.record("summarize", "ref.summarize");
+    out.resize(T);
+    for (int t = 0; t < T; ++t) summarize_row(f64(logits) + int64_t(t) * V, V, K, targets[t], out[t]);
+  }
+
+ private:
+  std::vector<double> inv_freq_;
+  double cfg_theta_ = 0;
+};
+
+}  // namespace
+
+void summarize_row(const double* row, int V, int K, int32_t target, LogitsSummary& s) {
+  s = LogitsSummary{};
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int v = 0; v < V; ++v) {
+    if (!std::isfinite(row[v])) ++s.n_nonfinite;
+    else mx = std::max(mx, row[v]);
+  }
+  if (s.n_nonfinite) {
+    s.lse = std::numeric_limits<double>::quiet_NaN();
+  } else {
+    double sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    s.lse = mx + std::log(sum);
+  }
+  s.target_logit = target >= 0 && target < V ? row[target] : std::nan("");
+  // Top-K by partial selection: descending logit, ties to the lower id. NaN sorts last.
+  std::vector<int32_t> idx(V);
+  for (int v = 0; v < V; ++v) idx[v] = v;
+  auto better = [row](int32_t a, int32_t b) {
+    double x = row[a], y = row[b];
+    bool xn = std::isnan(x), yn = std::isnan(y);
+    if (xn != yn) return yn;
+    if (x != y && !xn) return x > y;
+    return a < b;
+  };
+  std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), better);
+  s.top_ids.assign(idx.begin(), idx.begin() + K);
+  s.top_logits.resize(K);
+  for (int k = 0; k < K; ++k) s.top_logits[k] = row[s.top_ids[k]];
+}
+
+std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend>(); }
+
+}  // namespace arbiter

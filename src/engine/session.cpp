@@ -1,0 +1,66 @@
+#include "engine/session.h"
+
+#include "core/error.h"
+
+namespace arbiter {
+
+Session::Session(const Model& m, Backend& be, int max_ctx, int max_T) : m_(m), be_(be) {
+  ARB_CHECK(max_ctx >= 1 && max_T >= 1, "[session] bad sizes: max_ctx %d, max_T %d", max_ctx,
+            max_T);
+  be_.prepare(m.config, m.weights);
+  kv_cache_init(be_, m.config, max_ctx, kv_);
+  scratch_init(be_, m.config, std::min(max_T, max_ctx), s_);
+}
+
+Session::~Session() {
+  scratch_free(be_, s_);
+  kv_cache_free(be_, kv_);
+}
+
+void Session::forward(const std::vector<int32_t>& ids) {
+  int T = int(ids.size());
+  ARB_CHECK(T >= 1 && T <= s_.max_T, "[session] forward of %d tokens (widest is %d)", T, s_.max_T);
+  ARB_CHECK(pos_ + T <= kv_.max_ctx, "[session] context full: %d + %d tokens > %d", pos_, T,
+            kv_.max_ctx);
+  for (int32_t id : ids)
+    ARB_CHECK(id >= 0 && id < m_.config.vocab, "[session] token id %d outside vocabulary [0, %d)",
+              id, m_.config.vocab);
+  StageHook hook;
+  if (inject_.active || capture_) {
+    int pos0 = pos_;
+    hook = [this, pos0](Stage st, int layer, Buffer& b, int rows, int cols) {
+      if (inject_.active) inject_.apply(be_, st, layer, b, rows, cols, pos0);
+      if (capture_) capture_(st, layer, b, rows, cols);
+    };
+  }
+  arbiter::forward(m_, be_, kv_, s_, ids.data(), T, pos_, hook);
+  pos_ += T;
+  last_T_ = T;
+}
+
+void Session::prefill(const std::vector<int32_t>& ids) {
+  for (size_t i = 0; i < ids.size(); i += size_t(s_.max_T)) {
+    size_t n = std::min(ids.size() - i, size_t(s_.max_T));
+    forward(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n));
+  }
+}
+
+std::vector<LogitsSummary> Session::summarize(int K, const std::vector<int32_t>& targets) {
+  ARB_CHECK(last_T_ > 0, "[session] summarize before any forward");
+  ARB_CHECK(int(targets.size()) == last_T_, "[session] %zu targets for %d rows", targets.size(),
+            last_T_);
+  ARB_CHECK(K >= 1 && K <= m_.config.vocab, "[session] top-k %d outside [1, %d]", K,
+            m_.config.vocab);
+  std::vector<LogitsSummary> out;
+  be_.summarize(s_.logits, last_T_, m_.config.vocab, K, targets.data(), out);
+  return out;
+}
+
+std::vector<double> Session::logits(int t) {
+  ARB_CHECK(t >= 0 && t < last_T_, "[session] logits row %d of %d", t, last_T_);
+  std::vector<double> row(m_.config.vocab);
+  be_.read(s_.logits, int64_t(t) * m_.config.vocab, m_.config.vocab, row.data());
+  return row;
+}
+
+}  // namespace arbiter
