@@ -6,6 +6,8 @@ namespace arbiter {
 
 bool cuda_tier_built() { return false; }
 
+std::string cuda_build_version() { return "none"; }
+
 std::unique_ptr<Backend> make_cuda_backend(int device, const std::string& dtype) {
   throw Error("[cuda] cuda tier not built (configure with nvcc available and ARBITER_CUDA=ON)");
 }

@@ -1,0 +1,70 @@
+// arbiter trace: teacher-forced logit trace of a corpus on one tier (DESIGN.md §3).
+#include <algorithm>
+#include <cstdio>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "verify/trace_run.h"
+
+namespace arbiter::cli {
+
+static int cmd_trace(int argc, char** argv) {
+  auto vopts = model_value_opts();
+  vopts.insert(vopts.end(), {"--corpus", "--shape", "--chunk", "--chunks", "--prefill", "--start",
+                             "--topk", "-o|--out", "--full-logits"});
+  auto fopts = model_flag_opts();
+  fopts.insert(fopts.end(), {"--quiet", "-h|--help"});
+  Args a("trace", vopts, fopts);
+  a.parse(argc, argv);
+  if (a.flag("help")) {
+    std::fprintf(stderr,
+                 "usage: arbiter trace -m MODEL --corpus FILE (--shape w1|w1ctx512|w8|w256|w8ctx1536"
+                 " | --chunk W --chunks C [--prefill P] [--start S])\n"
+                 "       [--topk K] [--device ref|cpu|cuda[:N]] [--dtype D] [-t N] [--inject SPEC]"
+                 " -o OUT.tsv [--full-logits OUT.bin] [--stats] [--quiet]\n");
+    return 0;
+  }
+  verify::TraceRunOptions opt;
+  if (a.has("shape")) {
+    ARB_CHECK(!a.has("chunk") && !a.has("chunks") && !a.has("prefill") && !a.has("start"),
+              "[cli] trace: give either --shape or --chunk/--chunks/--prefill/--start, not both");
+    opt.shape = verify::named_shape(a.str("shape"));
+  } else {
+    opt.shape.name = "custom";
+    opt.shape.chunk_tokens = int(a.integer("chunk"));
+    opt.shape.max_chunks = int(a.integer("chunks"));
+    opt.shape.prefill = int(a.integer("prefill", 0));
+    opt.shape.start_token = int(a.integer("start", 0));
+    ARB_CHECK(opt.shape.chunk_tokens >= 1 && opt.shape.max_chunks >= 1 &&
+                  opt.shape.prefill >= 0 && opt.shape.start_token >= 0,
+              "[cli] trace: --chunk and --chunks must be >= 1, --prefill and --start >= 0");
+  }
+  opt.topk = int(a.integer("topk", 8));
+  opt.corpus_path = a.str("corpus");
+  opt.out_path = a.str("out");
+  opt.full_logits_path = a.str("full-logits", "");
+  opt.model_path = a.str("model");
+  opt.env = arbiter_env();
+  opt.progress = !a.flag("quiet");
+
+  ModelRun run = open_model_run(a);
+  const int bos_rows = run.model->tokenizer->bos_id() >= 0 ? 1 : 0;
+  const int W = opt.shape.chunk_tokens, ctx = opt.shape.prefill + bos_rows + W;
+  Session s(*run.model, *run.backend, ctx, std::max(W, std::min(ctx, 512)));
+  s.set_inject(run.inject);
+  verify::TraceRunResult r = verify::run_trace(s, opt);
+  std::fprintf(stderr, "[trace] wrote %s: %lld rows in %.2f s (%.0f positions/s)\n",
+               opt.out_path.c_str(), (long long)r.rows, r.elapsed_s,
+               r.elapsed_s > 0 ? r.rows / r.elapsed_s : 0.0);
+  print_stats_if_asked(run);
+  if (r.nonfinite > 0) {
+    std::fprintf(stderr, "arbiter trace: %s: %lld NaN/Inf values in logits (trace written and marked)\n",
+                 opt.out_path.c_str(), (long long)r.nonfinite);
+    return 1;
+  }
+  return 0;
+}
+
+REGISTER_COMMAND("trace", "teacher-forced logit trace of a corpus on one tier", cmd_trace);
+
+}  // namespace arbiter::cli

@@ -1,0 +1,33 @@
+// Options shared by the subcommands that run a model: -m, --device, --dtype, -t, --inject,
+// --stats. Keeps every subcommand's spelling of them identical.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/command.h"
+#include "engine/inject.h"
+#include "model/model.h"
+
+namespace arbiter::cli {
+
+/// Option specs to pass to Args for the shared options.
+std::vector<std::string> model_value_opts();
+std::vector<std::string> model_flag_opts();
+
+struct ModelRun {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+  InjectSpec inject;
+  bool stats = false;  // --stats or ARBITER_OP_STATS=1
+};
+
+/// Loads -m and makes the --device/--dtype/-t backend; parses --inject.
+ModelRun open_model_run(const Args& a);
+/// Prints the op-stats table to stderr when asked.
+void print_stats_if_asked(const ModelRun& r);
+/// "ARBITER_X=v ..." for the ARBITER_* variables set, or "none".
+std::string arbiter_env();
+
+}  // namespace arbiter::cli

@@ -1,0 +1,52 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace arbiter {
+
+static double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_max,
+                        Sampler& sampler, const std::vector<int32_t>& stop_ids,
+                        const std::function<void(int32_t)>& on_token) {
+  ARB_CHECK(!prompt.empty(), "[generate] empty prompt (and the tokenizer adds no BOS)");
+  ARB_CHECK(n_max >= 0, "[generate] -n %d must be >= 0", n_max);
+  ARB_CHECK(int(prompt.size()) + n_max <= s.max_ctx(),
+            "[generate] prompt (%zu tokens) + %d new tokens exceed the context (%d)",
+            prompt.size(), n_max, s.max_ctx());
+  GenerateResult r;
+  s.reset();
+  auto t0 = std::chrono::steady_clock::now();
+  // The prompt is prefilled in pieces of the session's widest forward; the last piece's
+  // last row gives the first new token.
+  s.prefill(prompt);
+  r.prefill_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_max; ++i) {
+    // Greedy needs only the argmax, computed where the logits live (summarize with K = 1);
+    // sampling needs the whole row.
+    int32_t next;
+    if (sampler.params().temperature == 0) {
+      std::vector<int32_t> no_targets(size_t(s.last_T()), -1);
+      next = s.summarize(1, no_targets)[size_t(s.last_T() - 1)].top_ids[0];
+    } else {
+      next = sampler.sample(s.logits(s.last_T() - 1));
+    }
+    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
+      r.stopped_on_eos = true;
+      break;
+    }
+    r.tokens.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 < n_max) s.forward({next});
+  }
+  r.decode_s = seconds_since(t0);
+  return r;
+}
+
+}  // namespace arbiter
