@@ -1,0 +1,625 @@
+#!/usr/bin/env python3
+"""hf_trace.py: write an arbiter teacher-forced logit trace (format v1) with HF transformers.
+
+Purpose: an independent reference for arbiter's `trace` output. It runs a Hugging Face
+checkpoint directory with PyTorch + transformers and writes exactly the trace format of
+docs DESIGN.md section 3, so `arbiter compare` can judge arbiter's tiers against it.
+
+    python3 tools/hf_trace.py -m models/TinyStories-656K --corpus models/corpus/stories.txt \
+        --shape w8 --dtype float64 --device cpu -o out/TinyStories-656K.w8.f64.tsv
+
+Definitions (the same as arbiter's trace writer):
+
+* Corpus: the whole file is read as UTF-8 and tokenized as ONE string with the model's
+  tokenizer.json (HF `tokenizers`, add_special_tokens=False). Call the ids corpus[0..N-1].
+* BOS: the tokenizer's BOS (tokenizer_config.json "bos_token", resolved through
+  tokenizer.json); none when it is null or absent (Qwen2/Qwen3 have none). `--bos` overrides.
+* Chunk c (0 <= c < C) feeds the W input tokens corpus[S+c*W .. S+c*W+W-1].
+  The logits at input token corpus[i] predict target corpus[i+1]; the row's abs_pos is
+  i+1, the corpus index of the target. So row (c, pos) has i = S+c*W+pos,
+  target = corpus[i+1], abs_pos = i+1. A chunk whose last target would lie past the
+  corpus end does not fit; asking for more chunks than fit is an error.
+* Context of chunk c: BOS (if any) followed by the up-to-P corpus tokens immediately
+  before the chunk start, i.e. corpus[max(0, S+c*W-P) .. S+c*W-1]. When the chunk starts
+  before token P (e.g. shape w8, start 0) the context is shorter than P: the tokens
+  before corpus[0] do not exist. BOS alone when P = 0; nothing at all when the
+  tokenizer has no BOS and P = 0.
+* Per chunk: a fresh KV cache (transformers' DynamicCache via past_key_values), one
+  untraced forward over the context, then ONE traced forward of exactly W tokens using
+  that cache. `--check-full` also runs context+chunk as one forward and reports the
+  largest |logit difference| of the last W positions on stderr.
+* Row: chunk pos abs_pos target nll target_logit lse top_ids top_logits.
+  lse = log-sum-exp over the full vocabulary; nll = lse - target_logit (nats);
+  top-k = the K largest raw logits, descending, ties broken by the lower id.
+  Floats are printed with %.9g. For --dtype float64 that is %.9g of the float64
+  value; for float32/bfloat16 the logits are rounded to float32 first, lse is computed
+  in float64 from those and rounded to float32, and nll = lse - target_logit in float32.
+* NaN/Inf logits are written as such (nan, inf) and counted; the trace is still
+  completed, and the program exits 1.
+
+float64 fidelity: transformers' "float64" is not float64 throughout. Its RMSNorm casts
+the activations to float32, the eager attention softmax runs with dtype=float32, and
+RoPE's cos/sin are computed in float32 (inv_freq too). With --dtype float64 this script
+therefore patches those three places (RMSNorm classes of llama/mistral/qwen2/qwen3, the
+softmax dtype, the rotary embedding) so the whole forward is float64; `--hf-f64-as-is`
+turns the patches off. The patch call counts are recorded in the `# providers` line as
+`f64_fixups=rmsnorm:N+softmax:N+rope:N`.
+
+Header: model path exactly as given; sha256 over the concatenation of the directory's
+*.safetensors files in sorted name order; arch = config model_type; params = number of
+distinct parameters (tied embeddings counted once). tokenizer sha256 = of tokenizer.json.
+corpus sha256 = of the file bytes, tokens = N. shape name = the named shape when every
+parameter equals it, otherwise `custom` (or --shape-name). device `hf-cpu`/`hf-cuda`,
+compute f64/f32/bf16, weights = dtype of the checkpoint tensors (f32/bf16/f16/mixed).
+
+Output goes to a temporary file beside -o and is renamed at the end; progress goes to
+stderr. Exit codes: 0 ok, 1 non-finite logits, 2 bad arguments or inputs.
+To add a named shape, add a row to SHAPES (the same table as DESIGN.md section 3).
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import struct
+import sys
+import time
+import types
+
+TRACE_VERSION = 1
+
+# name: (W chunk_tokens, C max_chunks, P prefill, S start_token)
+SHAPES = {
+    "w1": (1, 128, 0, 0),
+    "w1ctx512": (1, 128, 512, 512),
+    "w8": (8, 80, 512, 0),
+    "w256": (256, 2, 0, 0),
+    "w8ctx1536": (8, 40, 1536, 1536),
+}
+
+COMPUTE_NAMES = {"float64": "f64", "float32": "f32", "bfloat16": "bf16"}
+ST_DTYPE_NAMES = {"F64": "f64", "F32": "f32", "F16": "f16", "BF16": "bf16"}
+
+# RMSNorm classes whose forward is `w * normalize(x.float()).to(x.dtype)` (HF llama form);
+# only these are replaced in float64 mode. Others (gemma's 1+w form) are left alone.
+F64_RMSNORM_CLASSES = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
+
+
+class TraceError(Exception):
+    """An input or argument problem; printed as one line, exit code 2."""
+
+
+def log(msg):
+    print("[hf_trace] " + msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def weight_files(model_dir):
+    names = sorted(n for n in os.listdir(model_dir) if n.endswith(".safetensors"))
+    if not names:
+        raise TraceError(f"{model_dir}: no *.safetensors files")
+    return [os.path.join(model_dir, n) for n in names]
+
+
+def weights_sha256(model_dir):
+    """sha256 over the concatenated bytes of *.safetensors in sorted name order."""
+    h = hashlib.sha256()
+    for path in weight_files(model_dir):
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def safetensors_header(path):
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise TraceError(f"{path}: too short for a safetensors header")
+        (n,) = struct.unpack("<Q", raw)
+        return json.loads(f.read(n).decode("utf-8"))
+
+
+def checkpoint_dtype(model_dir):
+    """Short dtype name of the checkpoint tensors: f32, bf16, f16, f64 or mixed(a+b)."""
+    seen = set()
+    for path in weight_files(model_dir):
+        for key, meta in safetensors_header(path).items():
+            if key != "__metadata__":
+                seen.add(ST_DTYPE_NAMES.get(meta["dtype"], meta["dtype"].lower()))
+    if len(seen) == 1:
+        return seen.pop()
+    return "mixed(" + "+".join(sorted(seen)) + ")"
+
+
+def read_json(path):
+    with open(path, "r", encoding="utf-8") as f:
+        return json.load(f)
+
+
+# ------------------------------------------------------------------------- tokenizer
+
+
+def load_tokenizer(model_dir, bos_override=None):
+    """Returns (tokenizers.Tokenizer, bos_id or None, tokenizer.json path)."""
+    from tokenizers import Tokenizer
+
+    tj = os.path.join(model_dir, "tokenizer.json")
+    if not os.path.exists(tj):
+        raise TraceError(f"{model_dir}: no tokenizer.json")
+    tok = Tokenizer.from_file(tj)
+    if bos_override is not None:
+        if bos_override == "none":
+            return tok, None, tj
+        return tok, int(bos_override), tj
+    bos = None
+    tc_path = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.exists(tc_path):
+        b = read_json(tc_path).get("bos_token")
+        if isinstance(b, dict):
+            b = b.get("content")
+        if b:
+            bos = tok.token_to_id(b)
+            if bos is None:
+                raise TraceError(f"{tc_path}: bos_token {b!r} is not in tokenizer.json")
+    return tok, bos, tj
+
+
+def tokenize_text(tok, text):
+    return tok.encode(text, add_special_tokens=False).ids
+
+
+# ------------------------------------------------------------------------------ plan
+
+
+def resolve_shape(args):
+    """Returns (name, W, C, P, S)."""
+    if args.shape is not None:
+        if args.shape not in SHAPES:
+            raise TraceError(f"unknown shape {args.shape!r} (known: {', '.join(SHAPES)})")
+        w, c, p, s = SHAPES[args.shape]
+    else:
+        if args.chunk is None or args.chunks is None:
+            raise TraceError("give --shape NAME or --chunk W --chunks C [--prefill P --start S]")
+        w, c, p, s = None, None, 0, 0
+    if args.chunk is not None:
+        w = args.chunk
+    if args.chunks is not None:
+        c = args.chunks
+    if args.prefill is not None:
+        p = args.prefill
+    if args.start is not None:
+        s = args.start
+    if w < 1 or c < 1 or p < 0 or s < 0:
+        raise TraceError(f"bad shape: chunk {w} chunks {c} prefill {p} start {s}")
+    name = args.shape_name
+    if name is None:
+        name = "custom"
+        for n, v in SHAPES.items():
+            if v == (w, c, p, s):
+                name = n
+                break
+    return name, w, c, p, s
+
+
+def plan_chunks(n_tokens, w, c, p, s):
+    """List of (chunk_start, context_start) for each chunk; raises when they do not fit."""
+    fit = 0
+    if n_tokens >= 1:
+        fit = max(0, (n_tokens - 1 - s) // w)  # need s + (k+1)*w <= n_tokens - 1
+    if fit < c:
+        raise TraceError(
+            f"corpus has {n_tokens} tokens: only {fit} chunks of {w} fit from start {s} "
+            f"(the last target must be a corpus token), {c} asked")
+    return [(s + k * w, max(0, s + k * w - p)) for k in range(c)]
+
+
+# ---------------------------------------------------------------------------- model
+
+
+_SOFTMAX_STATE = {"enabled": False, "calls": 0, "orig": None}
+
+
+def _install_softmax_f64(torch):
+    """torch.nn.functional.softmax that keeps float64 inputs in float64 when a lower dtype is asked.
+
+    HF eager attention calls nn.functional.softmax(w, dim=-1, dtype=torch.float32).
+    """
+    if _SOFTMAX_STATE["orig"] is None:
+        orig = torch.nn.functional.softmax
+        _SOFTMAX_STATE["orig"] = orig
+
+        def softmax(input, dim=None, _stacklevel=3, dtype=None):
+            if (_SOFTMAX_STATE["enabled"] and dtype is not None and input.dtype == torch.float64
+                    and dtype != torch.float64):
+                _SOFTMAX_STATE["calls"] += 1
+                dtype = torch.float64
+            return orig(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+        torch.nn.functional.softmax = softmax
+    _SOFTMAX_STATE["enabled"] = True
+
+
+def set_softmax_f64(enabled):
+    _SOFTMAX_STATE["enabled"] = bool(enabled) and _SOFTMAX_STATE["orig"] is not None
+
+
+def rope_params(config):
+    """(rope_type, params dict with rope_theta, rotary dim) from a v5 or v4 style config."""
+    rp = getattr(config, "rope_parameters", None)
+    if isinstance(rp, dict) and "rope_theta" in rp:
+        params = dict(rp)
+    else:
+        params = dict(getattr(config, "rope_scaling", None) or {})
+        params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    partial = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)) or 1.0
+    return rope_type, params, int(head_dim * partial)
+
+
+def rope_inv_freq_f64(torch, config):
+    """inv_freq in float64 for rope types default and llama3 (HF modeling_rope_utils formulas)."""
+    rope_type, params, dim = rope_params(config)
+    theta = float(params["rope_theta"])
+    inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    if rope_type == "default":
+        return inv
+    if rope_type == "llama3":
+        factor = float(params["factor"])
+        low = float(params["low_freq_factor"])
+        high = float(params["high_freq_factor"])
+        old_ctx = float(params["original_max_position_embeddings"])
+        low_wavelen = old_ctx / low
+        high_wavelen = old_ctx / high
+        wavelen = 2 * math.pi / inv
+        inv_l = torch.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return torch.where(medium, smoothed, inv_l)
+    return None
+
+
+def apply_f64_patches(torch, model):
+    """Make an HF float64 model compute in float64 throughout. Returns {patch: count}."""
+    counts = {"rmsnorm": 0, "rope": 0}
+    _install_softmax_f64(torch)
+    softmax_base = _SOFTMAX_STATE["calls"]
+
+    def rmsnorm_f64(self, hidden_states):
+        dt = hidden_states.dtype
+        h = hidden_states.to(torch.float64)
+        var = h.pow(2).mean(-1, keepdim=True)
+        h = h * torch.rsqrt(var + self.variance_epsilon)
+        counts["rmsnorm"] += 1
+        return self.weight * h.to(dt)
+
+    def rope_f64(self, x, position_ids, *rest, **kw):
+        if rest or kw:
+            return self._arb_orig_forward(x, position_ids, *rest, **kw)
+        inv = self._arb_inv_freq64.to(x.device)
+        freqs = position_ids.to(torch.float64)[:, :, None] * inv[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        scale = float(getattr(self, "attention_scaling", 1.0))
+        counts["rope"] += 1
+        return (emb.cos() * scale).to(x.dtype), (emb.sin() * scale).to(x.dtype)
+
+    notes = []
+    for name, m in model.named_modules():
+        cls = type(m).__name__
+        if cls.endswith("RMSNorm"):
+            if cls in F64_RMSNORM_CLASSES and hasattr(m, "variance_epsilon"):
+                m.forward = types.MethodType(rmsnorm_f64, m)
+            else:
+                notes.append(f"{name}: {cls} left as is")
+        elif cls.endswith("RotaryEmbedding") and hasattr(m, "inv_freq"):
+            hf_inv = m.inv_freq.detach().to("cpu", torch.float64)
+            inv = rope_inv_freq_f64(torch, model.config)
+            if inv is None or inv.shape != hf_inv.shape or not torch.allclose(inv, hf_inv, rtol=1e-5, atol=0):
+                notes.append(f"{name}: own float64 inv_freq unavailable or differs; using HF's inv_freq")
+                inv = hf_inv
+            m._arb_inv_freq64 = inv
+            m._arb_orig_forward = m.forward
+            m.forward = types.MethodType(rope_f64, m)
+    for n in notes:
+        log("f64 patch note: " + n)
+
+    def softmax_calls():
+        return _SOFTMAX_STATE["calls"] - softmax_base
+
+    return counts, softmax_calls, notes
+
+
+def verify_loaded_weights(torch, model, model_dir):
+    """Check every checkpoint tensor (and __metadata__ alias) landed in the model; fix aliases.
+
+    TinyStories-656K/fp32 stores the tied embedding only as lm_head.weight, with
+    __metadata__ {"model.embed_tokens.weight": "lm_head.weight"}. Whatever transformers
+    does with that, afterwards every model tensor must equal its checkpoint tensor.
+    Returns a list of fixes; raises TraceError when a model parameter has no source.
+    """
+    from safetensors import safe_open
+
+    sd = model.state_dict()
+    pairs = []  # (model key, file path, file key)
+    for path in weight_files(model_dir):
+        with safe_open(path, framework="pt") as h:
+            keys = set(h.keys())
+            for k in keys:
+                pairs.append((k, path, k))
+            for alias, target in (h.metadata() or {}).items():
+                if target in keys and alias not in keys:
+                    pairs.append((alias, path, target))
+    fixes, covered = [], set()
+    for _pass in range(2):
+        bad = []
+        for mk, path, fk in pairs:
+            if mk not in sd:
+                continue
+            with safe_open(path, framework="pt") as h:
+                t = h.get_tensor(fk)
+            p = sd[mk]
+            t = t.to(device=p.device, dtype=p.dtype)
+            covered.add(p.data_ptr())
+            if t.shape != p.shape or not torch.equal(t, p):
+                bad.append(mk)
+                if _pass == 0 and t.shape == p.shape:
+                    with torch.no_grad():
+                        p.copy_(t)
+                    fixes.append(f"{mk} <- {fk}")
+        if not bad:
+            break
+        if _pass == 1:
+            raise TraceError(f"{model_dir}: model tensors differ from the checkpoint: {bad[:5]}")
+    missing = [k for k, v in model.named_parameters() if v.data_ptr() not in covered]
+    if missing:
+        raise TraceError(f"{model_dir}: model tensors with no checkpoint source: {missing[:5]}")
+    return fixes
+
+
+def load_model(model_dir, dtype="float64", device="cpu", attn="eager", f64_exact=True):
+    """Load an HF causal LM for tracing. Returns (model, info dict)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tdt = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=tdt, attn_implementation=attn)
+    except TypeError:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=tdt, attn_implementation=attn)
+    model = model.to(device=device, dtype=tdt).eval()
+    info = {"weight_fixes": verify_loaded_weights(torch, model, model_dir)}
+    for f in info["weight_fixes"]:
+        log(f"fixed weight after load: {f}")
+    info["f64_patches"] = None
+    if dtype == "float64" and f64_exact:
+        info["f64_patches"] = apply_f64_patches(torch, model)
+    else:
+        set_softmax_f64(False)
+    return model, info
+
+
+def fixups_field(info):
+    p = info.get("f64_patches")
+    if not p:
+        return ""
+    counts, softmax_calls, _notes = p
+    return ",f64_fixups=rmsnorm:%d+softmax:%d+rope:%d" % (
+        counts["rmsnorm"], softmax_calls(), counts["rope"])
+
+
+def count_params(model):
+    seen, n = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            n += p.numel()
+    return n
+
+
+def forward_chunk(torch, model, ctx_ids, chunk_ids, device):
+    """Logits [W, V] of the traced W-token forward behind a cached context."""
+    chunk = torch.tensor([chunk_ids], dtype=torch.long, device=device)
+    if ctx_ids:
+        ctx = torch.tensor([ctx_ids], dtype=torch.long, device=device)
+        out = model(input_ids=ctx, use_cache=True)
+        out = model(input_ids=chunk, past_key_values=out.past_key_values, use_cache=True)
+    else:
+        out = model(input_ids=chunk, use_cache=True)
+    return out.logits[0]
+
+
+def forward_full(torch, model, ids, w, device):
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    return model(input_ids=x, use_cache=False).logits[0, -w:]
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+def fmt(x):
+    return "%.9g" % x
+
+
+def rows_for_chunk(torch, logits, chunk_index, chunk_start, targets, topk, compute):
+    """Trace rows for one chunk. logits: [W, V] tensor. Returns (lines, n_nonfinite)."""
+    if compute == "float64":
+        lg = logits.detach().to("cpu", torch.float64)
+        lse = torch.logsumexp(lg, dim=-1)
+        out_dtype = None
+    else:
+        lg32 = logits.detach().to("cpu", torch.float32)
+        lg = lg32.to(torch.float64)
+        lse = torch.logsumexp(lg, dim=-1)
+        out_dtype = torch.float32
+    nonfinite = int((~torch.isfinite(lg)).sum().item())
+    order = torch.sort(lg, dim=-1, descending=True, stable=True)
+    top_ids = order.indices[:, :topk]
+    top_vals = order.values[:, :topk]
+    tgt = torch.tensor(targets, dtype=torch.long)
+    tl = lg.gather(1, tgt[:, None])[:, 0]
+    nll = lse - tl
+    if out_dtype is not None:
+        # round to float32 as an f32 engine would hold them; nll = lse - target_logit in float32
+        lse, tl, top_vals = (t.to(out_dtype) for t in (lse, tl, top_vals))
+        nll = lse - tl
+        lse, tl, nll, top_vals = (t.to(torch.float64) for t in (lse, tl, nll, top_vals))
+    lines = []
+    for pos in range(lg.shape[0]):
+        i = chunk_start + pos
+        lines.append("\t".join([
+            str(chunk_index), str(pos), str(i + 1), str(targets[pos]),
+            fmt(nll[pos].item()), fmt(tl[pos].item()), fmt(lse[pos].item()),
+            ",".join(str(v) for v in top_ids[pos].tolist()),
+            ",".join(fmt(v) for v in top_vals[pos].tolist()),
+        ]))
+    return lines, nonfinite
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", required=True, help="HF model directory (config.json, *.safetensors, tokenizer.json)")
+    ap.add_argument("--corpus", required=True, help="UTF-8 text file, tokenized as one string")
+    ap.add_argument("--shape", choices=sorted(SHAPES), help="named shape (DESIGN.md section 3)")
+    ap.add_argument("--chunk", type=int, help="W: tokens per traced forward")
+    ap.add_argument("--chunks", type=int, help="C: number of chunks")
+    ap.add_argument("--prefill", type=int, help="P: corpus tokens of context before each chunk")
+    ap.add_argument("--start", type=int, help="S: corpus index of the first chunk's first input token")
+    ap.add_argument("--shape-name", help="name written in the # shape line (default: named shape or 'custom')")
+    ap.add_argument("--topk", type=int, default=8)
+    ap.add_argument("--dtype", choices=["float64", "float32", "bfloat16"], default="float64")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--attn", default="eager", help="attn_implementation (default eager)")
+    ap.add_argument("--bos", help="override the BOS id (an integer or 'none')")
+    ap.add_argument("--hf-f64-as-is", action="store_true",
+                    help="do not patch transformers' float32 casts in float64 mode")
+    ap.add_argument("--check-full", action="store_true",
+                    help="also run context+chunk as one forward and report the largest difference")
+    ap.add_argument("-o", "--out", required=True, help="output trace path")
+    return ap.parse_args(argv)
+
+
+def run(args):
+    name, w, c, p, s = resolve_shape(args)
+    if args.topk < 1:
+        raise TraceError("--topk must be >= 1")
+    if not os.path.isdir(args.model):
+        raise TraceError(f"{args.model}: not a directory")
+    if not os.path.isfile(args.corpus):
+        raise TraceError(f"{args.corpus}: no such file")
+
+    import torch
+    import transformers
+
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    cfg = read_json(os.path.join(args.model, "config.json"))
+    tok, bos, tj = load_tokenizer(args.model, args.bos)
+    with open(args.corpus, "rb") as f:
+        corpus_bytes = f.read()
+    try:
+        text = corpus_bytes.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{args.corpus}: not UTF-8 at byte {e.start}")
+    corpus = tokenize_text(tok, text)
+    plan = plan_chunks(len(corpus), w, c, p, s)
+    log(f"corpus {args.corpus}: {len(corpus)} tokens; shape {name} W={w} C={c} P={p} S={s}; bos={bos}")
+
+    model, info = load_model(args.model, args.dtype, args.device, args.attn, not args.hf_f64_as_is)
+    vocab = model.config.vocab_size
+    if args.topk > vocab:
+        raise TraceError(f"--topk {args.topk} exceeds the vocabulary ({vocab})")
+
+    rows, nonfinite, max_full_diff = [], 0, 0.0
+    t0 = time.time()
+    with torch.inference_mode():
+        for ci, (cs, ctx_start) in enumerate(plan):
+            ctx = ([bos] if bos is not None else []) + corpus[ctx_start:cs]
+            chunk = corpus[cs:cs + w]
+            targets = corpus[cs + 1:cs + w + 1]
+            logits = forward_chunk(torch, model, ctx, chunk, args.device)
+            if args.check_full:
+                full = forward_full(torch, model, ctx + chunk, w, args.device)
+                d = (full.double() - logits.double()).abs().max().item()
+                max_full_diff = max(max_full_diff, d)
+            lines, nf = rows_for_chunk(torch, logits, ci, cs, targets, args.topk, args.dtype)
+            rows.extend(lines)
+            nonfinite += nf
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.time() - t0
+    if args.check_full:
+        log(f"check-full: max |cached - full| logit difference {max_full_diff:.3e}")
+
+    env = sorted(k for k in os.environ if k.startswith("ARBITER_"))
+    header = [
+        ("arbiter-trace", str(TRACE_VERSION)),
+        ("model", args.model, "sha256", weights_sha256(args.model), "arch", str(cfg.get("model_type")),
+         "params", str(count_params(model))),
+        ("tokenizer", "sha256", sha256_file(tj), "bos", "none" if bos is None else str(bos)),
+        ("corpus", args.corpus, "sha256", hashlib.sha256(corpus_bytes).hexdigest(), "tokens", str(len(corpus))),
+        ("shape", name, "chunk_tokens", str(w), "max_chunks", str(c), "topk", str(args.topk),
+         "prefill", str(p), "start_token", str(s)),
+        ("device", "hf-" + args.device, "compute", COMPUTE_NAMES[args.dtype],
+         "weights", checkpoint_dtype(args.model)),
+        ("providers", "transformers=" + transformers.__version__ + fixups_field(info), "fallbacks", "0"),
+        ("inject", "none"),
+        ("build", "hf_trace", "none", "python " + platform.python_version(), "torch " + torch.__version__),
+        ("env", ",".join(f"{k}={os.environ[k]}" for k in env) if env else "none"),
+        ("columns", "chunk", "pos", "abs_pos", "target", "nll", "target_logit", "lse", "top_ids", "top_logits"),
+    ]
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = os.path.join(out_dir, ".%s.tmp.%d" % (os.path.basename(args.out), os.getpid()))
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        for fields in header:
+            f.write("# " + "\t".join(fields) + "\n")
+        for line in rows:
+            f.write(line + "\n")
+        f.write("# end\trows\t%d\telapsed_s\t%.3f\n" % (len(rows), elapsed))
+    os.replace(tmp, args.out)
+    log(f"wrote {args.out}: {len(rows)} rows in {elapsed:.3f} s")
+    stats = {"rows": len(rows), "elapsed_s": elapsed, "nonfinite": nonfinite,
+             "max_full_diff": max_full_diff if args.check_full else None,
+             "f64_fixups": fixups_field(info).lstrip(",").replace("f64_fixups=", ""), "weight_fixes": info["weight_fixes"]}
+    if nonfinite:
+        log(f"ERROR: {nonfinite} non-finite logits")
+        return 1, stats
+    return 0, stats
+
+
+def run_cli(argv):
+    """(exit code, stats dict or None) for the given command-line arguments."""
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except TraceError as e:
+        print(f"[hf_trace] error: {e}", file=sys.stderr)
+        return 2, None
+
+
+def main(argv=None):
+    return run_cli(argv)[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
