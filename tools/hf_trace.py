@@ -14,15 +14,16 @@ Definitions (the same as arbiter's trace writer):
   tokenizer.json (HF `tokenizers`, add_special_tokens=False). Call the ids corpus[0..N-1].
 * BOS: the tokenizer's BOS (tokenizer_config.json "bos_token", resolved through
   tokenizer.json); none when it is null or absent (Qwen2/Qwen3 have none). `--bos` overrides.
-* Chunk c (0 <= c < C) feeds the W input tokens corpus[S+c*W .. S+c*W+W-1].
+* Chunk c (0 <= c < C) feeds the W input tokens corpus[b .. b+W-1] with
+  b = max(S, P) + c*W, so every chunk has its full P tokens of context (shape w8 has
+  start 0 and prefill 512: its first chunk begins at token 512). Same rule as arbiter's
+  runner (src/verify/trace_run.cpp, docs/trace-format.md).
   The logits at input token corpus[i] predict target corpus[i+1]; the row's abs_pos is
-  i+1, the corpus index of the target. So row (c, pos) has i = S+c*W+pos,
+  i+1, the corpus index of the target. So row (c, pos) has i = b+pos,
   target = corpus[i+1], abs_pos = i+1. A chunk whose last target would lie past the
   corpus end does not fit; asking for more chunks than fit is an error.
-* Context of chunk c: BOS (if any) followed by the up-to-P corpus tokens immediately
-  before the chunk start, i.e. corpus[max(0, S+c*W-P) .. S+c*W-1]. When the chunk starts
-  before token P (e.g. shape w8, start 0) the context is shorter than P: the tokens
-  before corpus[0] do not exist. BOS alone when P = 0; nothing at all when the
+* Context of chunk c: BOS (if any) followed by the P corpus tokens immediately before
+  the chunk start, corpus[b-P .. b-1]. BOS alone when P = 0; nothing at all when the
   tokenizer has no BOS and P = 0.
 * Per chunk: a fresh KV cache (transformers' DynamicCache via past_key_values), one
   untraced forward over the context, then ONE traced forward of exactly W tokens using
@@ -216,14 +217,15 @@ def resolve_shape(args):
 
 def plan_chunks(n_tokens, w, c, p, s):
     """List of (chunk_start, context_start) for each chunk; raises when they do not fit."""
+    b0 = max(s, p)  # first chunk start: full context for every chunk
     fit = 0
     if n_tokens >= 1:
-        fit = max(0, (n_tokens - 1 - s) // w)  # need s + (k+1)*w <= n_tokens - 1
+        fit = max(0, (n_tokens - 1 - b0) // w)  # need b0 + (k+1)*w <= n_tokens - 1
     if fit < c:
         raise TraceError(
-            f"corpus has {n_tokens} tokens: only {fit} chunks of {w} fit from start {s} "
+            f"corpus has {n_tokens} tokens: only {fit} chunks of {w} fit from token {b0} "
             f"(the last target must be a corpus token), {c} asked")
-    return [(s + k * w, max(0, s + k * w - p)) for k in range(c)]
+    return [(b0 + k * w, b0 + k * w - p) for k in range(c)]
 
 
 # ---------------------------------------------------------------------------- model
