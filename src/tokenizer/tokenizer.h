@@ -34,6 +34,9 @@ class Tokenizer {
   virtual bool is_special(int32_t id) const = 0;
   /// "spm-bpe" or "byte-bpe" (plus pre-tokenizer name), for info and trace headers.
   virtual std::string kind() const = 0;
+  /// Whether decoding drops one leading space from the text (SentencePiece's dummy-prefix
+  /// space; HF decoder Strip(" ", 1, 0)). StreamDecoder applies the same rule.
+  virtual bool strips_leading_space() const { return false; }
   /// sha256 of the source the vocabulary came from (tokenizer.json bytes, or the GGUF
   /// tokenizer.* metadata serialised canonically).
   virtual std::string sha256() const = 0;
