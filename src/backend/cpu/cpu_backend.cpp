@@ -1,150 +1,355 @@
-// Placeholder until the SIMD tier lands: f32 loops. Replaced by the cpu tier's kernels.
-#include "backend/cpu/cpu_backend.h"
+// The fast CPU tier: f32 activations, SIMD kernels (kernels.h) on a persistent thread pool.
+// This file dispatches each op to the kernel of the configured ISA and records the provider
+// that served it ("cpu.gemv_bf16_avx512", "cpu.gemm_f32_blas", "cpu.attention_avx512", ...).
+// Weights are read in their storage dtype (see kernels.h for why they are not copied).
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "model/rope.h"
 
-namespace arbiter {
+namespace arbiter::cpu {
+
+const char* gemm_impl_name(GemmImpl g) { return g == GemmImpl::Own ? "own" : "blas"; }
+
+// The own kernel is the default: its determinism rests on our code alone (one FMA chain per
+// element), not on OpenBLAS internals. bench/README.md has the own-vs-OpenBLAS numbers;
+// ARBITER_CPU_GEMM=blas selects OpenBLAS.
+GemmImpl default_gemm_impl() { return GemmImpl::Own; }
+
 namespace {
 
 float* f32(const Buffer& b) { return static_cast<float*>(b.ptr); }
 
+// Below these sizes an op runs on the calling thread: waking the pool costs more.
+constexpr int64_t kParallelElems = 1 << 15;
+constexpr int64_t kElemChunk = 1 << 14;
+
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(const CpuOptions& o) : pool_(o.threads), isa_(o.isa), gemm_(o.gemm) {
+    const auto& isas = available_isas();
+    ARB_CHECK(std::find(isas.begin(), isas.end(), isa_) != isas.end(),
+              "[cpu] ISA %s is not compiled in or not supported by this CPU", isa_name(isa_));
+    if (gemm_ == GemmImpl::Blas) blas_pin_single_thread();
+    rows_ = &row_kernels(isa_);
+    suffix_ = std::string("_") + isa_name(isa_);
+  }
+
   std::string device_name() const override { return "cpu"; }
   std::string compute_name() const override { return "f32"; }
+
   Buffer alloc(int64_t n, bool logits) override {
+    ARB_CHECK(n >= 0, "[cpu] alloc of %lld elements", (long long)n);
+    // Large buffers (KV cache, scratch) get 2 MiB alignment and transparent huge pages:
+    // streaming reads from 4 KiB pages reach about half the bandwidth on the dev machine.
+    const size_t bytes = std::max<size_t>(size_t(n) * sizeof(float), 64);
+    const size_t align = bytes >= (size_t(2) << 20) ? (size_t(2) << 20) : 64;
+    const size_t rounded = (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
+    ARB_CHECK(p != nullptr, "[cpu] out of memory allocating %zu bytes", rounded);
+    if (align > 64) madvise(p, rounded, MADV_HUGEPAGE);
+    std::memset(p, 0, rounded);
     Buffer b;
-    b.ptr = new float[size_t(n)]();
+    b.ptr = p;
     b.n = n;
     b.dtype = DType::F32;
     return b;
   }
-  void free(Buffer& b) override { delete[] f32(b); b = Buffer{}; }
+  void free(Buffer& b) override {
+    std::free(b.ptr);
+    b = Buffer{};
+  }
   void read(const Buffer& b, int64_t off, int64_t n, double* dst) override {
+    ARB_ASSERT(off >= 0 && off + n <= b.n);
     for (int64_t i = 0; i < n; ++i) dst[i] = f32(b)[off + i];
   }
   void write(Buffer& b, int64_t off, int64_t n, const double* src) override {
+    ARB_ASSERT(off >= 0 && off + n <= b.n);
     for (int64_t i = 0; i < n; ++i) f32(b)[off + i] = float(src[i]);
   }
+
   void embed(const Tensor& table, const int32_t* ids, int T, Buffer& out) override {
-    stats_.record("embed", "cpu.embed");
-    const int64_t D = table.cols();
-    for (int t = 0; t < T; ++t) row_to_f32(table.dtype, table.row(ids[t]), f32(out) + t * D, D);
-  }
-  void rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps, Buffer& out) override {
-    stats_.record("rmsnorm", "cpu.rmsnorm");
-    std::vector<float> wd(N);
-    row_to_f32(w.dtype, w.data, wd.data(), N);
-    for (int r = 0; r < R; ++r) {
-      const float* xr = f32(x) + int64_t(r) * N;
-      float* yr = f32(out) + int64_t(r) * N;
-      float ss = 0;
-      for (int i = 0; i < N; ++i) ss += xr[i] * xr[i];
-      float inv = 1.0f / std::sqrt(ss / N + float(eps));
-      for (int i = 0; i < N; ++i) yr[i] = xr[i] * inv * wd[i];
+    const int64_t V = table.rows(), D = table.cols();
+    ARB_ASSERT(out.n >= T * D);
+    for (int t = 0; t < T; ++t)
+      ARB_CHECK(ids[t] >= 0 && ids[t] < V, "[cpu] embed: token id %d out of range [0, %lld)",
+                ids[t], (long long)V);
+    WidenFn widen = widen_kernel(isa_, table.dtype);
+    if (widen) {
+      stats_.record("embed", std::string("cpu.embed_") + dtype_name(table.dtype) + suffix_);
+      for (int t = 0; t < T; ++t) widen(table.row(ids[t]), f32(out) + t * D, D);
+    } else {
+      stats_.record_fallback("embed", "cpu.embed_generic");
+      for (int t = 0; t < T; ++t) row_to_f32(table.dtype, table.row(ids[t]), f32(out) + t * D, D);
     }
   }
-  void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T, Buffer& out) override {
-    stats_.record("matmul", "cpu.matmul");
+
+  void rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps,
+               Buffer& out) override {
+    stats_.record("rmsnorm", "cpu.rmsnorm" + suffix_);
+    ARB_ASSERT(w.numel() == N && x.n >= int64_t(R) * N && out.n >= int64_t(R) * N);
+    widen_small(w, wbuf_);
+    const float* xp = f32(x);
+    float* op = f32(out);
+    const float* wp = wbuf_.data();
+    auto body = [&](int64_t r0, int64_t r1) { rows_->rmsnorm(xp, wp, r0, r1, N, eps, op); };
+    if (int64_t(R) * N >= kParallelElems) pool_.parallel_for(R, body);
+    else body(0, R);
+  }
+
+  void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T,
+              Buffer& out) override {
     const int64_t N = W.rows(), K = W.cols();
-    std::vector<float> wrow(K), b(N, 0.f);
-    if (bias) row_to_f32(bias->dtype, bias->data, b.data(), N);
-    for (int64_t n = 0; n < N; ++n) {
-      row_to_f32(W.dtype, W.row(n), wrow.data(), K);
-      for (int t = 0; t < T; ++t) {
-        const float* xt = f32(x) + t * K;
-        float acc = 0;
-        for (int64_t k = 0; k < K; ++k) acc += xt[k] * wrow[k];
-        f32(out)[t * N + n] = acc + b[n];
-      }
+    ARB_ASSERT(x.n >= T * K && out.n >= T * N && x.ptr != out.ptr);
+    ARB_CHECK(W.dtype != DType::Q8_0 || K % kQ8BlockSize == 0,
+              "[cpu] matmul: q8_0 tensor '%s' has %lld columns (expected a multiple of 32)",
+              W.name.c_str(), (long long)K);
+    const float* bp = nullptr;
+    if (bias) {
+      ARB_ASSERT(bias->numel() == N);
+      widen_small(*bias, bias_buf_);
+      bp = bias_buf_.data();
+    }
+    const std::string dt = dtype_name(W.dtype);
+    GemvFn gemv = gemv_kernel(isa_, W.dtype);
+    if (!gemv) return matmul_generic(x, W, bp, T, out);
+    if (T == 1) {
+      stats_.record("matmul", "cpu.gemv_" + dt + suffix_);
+      const float* xp = f32(x);
+      float* yp = f32(out);
+      auto body = [&](int64_t n0, int64_t n1) {
+        gemv(W.data, K, xp, yp, n0, n1);
+        if (bp)
+          for (int64_t n = n0; n < n1; ++n) yp[n] += bp[n];
+      };
+      if (N * K >= kParallelElems) pool_.parallel_for(N, body);
+      else body(0, N);
+      return;
+    }
+    GemmProblem p;
+    p.x = f32(x);
+    p.W = W.data;
+    p.wtype = W.dtype;
+    p.bias = bp;
+    p.out = f32(out);
+    p.T = T;
+    p.N = N;
+    p.K = K;
+    if (gemm_ == GemmImpl::Blas) {
+      stats_.record("matmul", "cpu.gemm_" + dt + "_blas");
+      gemm_blas(isa_, p, pool_);
+    } else {
+      stats_.record("matmul", "cpu.gemm_" + dt + suffix_);
+      gemm_own(isa_, p, pool_);
     }
   }
+
   void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) override {
     stats_.record("rope", "cpu.rope");
+    ARB_ASSERT(Dh % 2 == 0 && x.n >= int64_t(T) * nh * Dh);
+    const int half = Dh / 2;
     std::vector<double> inv = rope_inv_freq(cfg);
-    for (int t = 0; t < T; ++t)
-      for (int i = 0; i < Dh / 2; ++i) {
-        double angle = double(pos0 + t) * inv[i];
-        float c = float(std::cos(angle)), s = float(std::sin(angle));
+    ARB_CHECK(int(inv.size()) == half, "[cpu] rope: head_dim %d in config, op asked for %d",
+              cfg.head_dim, Dh);
+    // cos/sin per (position, i) computed once in f64 and rounded to f32; q and k of one
+    // layer ask for the same table, so it is kept until the positions or frequencies change.
+    if (rope_pos0_ != pos0 || rope_T_ < T || rope_inv_ != inv) {
+      rope_cos_.resize(size_t(T) * half);
+      rope_sin_.resize(size_t(T) * half);
+      for (int t = 0; t < T; ++t)
+        for (int i = 0; i < half; ++i) {
+          const double angle = double(pos0 + t) * inv[size_t(i)];
+          rope_cos_[size_t(t) * half + i] = float(std::cos(angle));
+          rope_sin_[size_t(t) * half + i] = float(std::sin(angle));
+        }
+      rope_pos0_ = pos0;
+      rope_T_ = T;
+      rope_inv_ = std::move(inv);
+    }
+    float* xp = f32(x);
+    const bool adjacent = cfg.rope_layout == RopeLayout::Adjacent;
+    auto body = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* c = rope_cos_.data() + t * half;
+        const float* s = rope_sin_.data() + t * half;
         for (int h = 0; h < nh; ++h) {
-          float* head = f32(x) + (int64_t(t) * nh + h) * Dh;
-          int a, b;
-          rope_pair(cfg.rope_layout, Dh, i, a, b);
-          float xa = head[a], xb = head[b];
-          head[a] = xa * c - xb * s;
-          head[b] = xb * c + xa * s;
+          float* head = xp + (t * nh + h) * Dh;
+          if (adjacent) {
+            for (int i = 0; i < half; ++i) {
+              const float xa = head[2 * i], xb = head[2 * i + 1];
+              head[2 * i] = xa * c[i] - xb * s[i];
+              head[2 * i + 1] = xb * c[i] + xa * s[i];
+            }
+          } else {
+            float* a = head;
+            float* b = head + half;
+            for (int i = 0; i < half; ++i) {
+              const float xa = a[i], xb = b[i];
+              a[i] = xa * c[i] - xb * s[i];
+              b[i] = xb * c[i] + xa * s[i];
+            }
+          }
         }
       }
+    };
+    if (int64_t(T) * nh * Dh >= kParallelElems) pool_.parallel_for(T, body);
+    else body(0, T);
   }
-  void kv_store(const Buffer& k, const Buffer& v, Buffer& kc, Buffer& vc, int T, int pos0,
-                int kv_dim) override {
+
+  void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache, int T,
+                int pos0, int kv_dim) override {
     stats_.record("kv_store", "cpu.kv_store");
-    std::memcpy(f32(kc) + int64_t(pos0) * kv_dim, f32(k), sizeof(float) * T * kv_dim);
-    std::memcpy(f32(vc) + int64_t(pos0) * kv_dim, f32(v), sizeof(float) * T * kv_dim);
+    const int64_t n = int64_t(T) * kv_dim, off = int64_t(pos0) * kv_dim;
+    ARB_ASSERT(off + n <= k_cache.n && off + n <= v_cache.n && k.n >= n && v.n >= n);
+    std::memcpy(f32(k_cache) + off, f32(k), sizeof(float) * size_t(n));
+    std::memcpy(f32(v_cache) + off, f32(v), sizeof(float) * size_t(n));
   }
-  void attention(const Buffer& q, const Buffer& kc, const Buffer& vc, int T, int pos0, int H,
-                 int Hkv, int Dh, int window, Buffer& out) override {
-    stats_.record("attention", "cpu.attention");
-    const int kv_dim = Hkv * Dh, group = H / Hkv;
-    const float scale = 1.0f / std::sqrt(float(Dh));
-    std::vector<float> score(size_t(pos0 + T));
-    for (int t = 0; t < T; ++t) {
-      const int i = pos0 + t, lo = window > 0 ? std::max(0, i - window + 1) : 0;
-      for (int h = 0; h < H; ++h) {
-        const float* qh = f32(q) + (int64_t(t) * H + h) * Dh;
-        const int hk = h / group;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int j = lo; j <= i; ++j) {
-          const float* kj = f32(kc) + int64_t(j) * kv_dim + hk * Dh;
-          float dot = 0;
-          for (int d = 0; d < Dh; ++d) dot += qh[d] * kj[d];
-          score[j] = dot * scale;
-          mx = std::max(mx, score[j]);
-        }
-        float sum = 0;
-        for (int j = lo; j <= i; ++j) { score[j] = std::exp(score[j] - mx); sum += score[j]; }
-        float* oh = f32(out) + (int64_t(t) * H + h) * Dh;
-        for (int d = 0; d < Dh; ++d) oh[d] = 0;
-        for (int j = lo; j <= i; ++j) {
-          const float* vj = f32(vc) + int64_t(j) * kv_dim + hk * Dh;
-          for (int d = 0; d < Dh; ++d) oh[d] += score[j] / sum * vj[d];
-        }
-      }
-    }
+
+  void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
+                 int H, int Hkv, int Dh, int window, Buffer& out) override {
+    stats_.record("attention", "cpu.attention" + suffix_);
+    ARB_ASSERT(Hkv > 0 && H % Hkv == 0);
+    ARB_ASSERT(int64_t(pos0 + T) * Hkv * Dh <= k_cache.n && q.n >= int64_t(T) * H * Dh &&
+               out.n >= int64_t(T) * H * Dh);
+    AttentionArgs a;
+    a.q = f32(q);
+    a.k_cache = f32(k_cache);
+    a.v_cache = f32(v_cache);
+    a.out = f32(out);
+    a.T = T;
+    a.pos0 = pos0;
+    a.H = H;
+    a.Hkv = Hkv;
+    a.Dh = Dh;
+    a.window = window;
+    // Units are (head, token) with the head outermost, so static chunks split the heads and
+    // each thread gets the same mix of short (early) and long (late) causal rows.
+    pool_.parallel_for(int64_t(H) * T, [&](int64_t u0, int64_t u1) { rows_->attention(a, u0, u1); });
   }
+
   void swiglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override {
-    stats_.record("swiglu", "cpu.swiglu");
-    for (int64_t i = 0; i < n; ++i) {
-      float g = f32(gate)[i];
-      f32(out)[i] = g / (1.0f + std::exp(-g)) * f32(up)[i];
-    }
+    stats_.record("swiglu", "cpu.swiglu" + suffix_);
+    ARB_ASSERT(gate.n >= n && up.n >= n && out.n >= n);
+    const float *g = f32(gate), *u = f32(up);
+    float* o = f32(out);
+    elementwise(n, [&](int64_t i0, int64_t i1) { rows_->swiglu(g, u, i0, i1, o); });
   }
+
   void add(Buffer& x, const Buffer& y, int64_t n) override {
-    stats_.record("add", "cpu.add");
-    for (int64_t i = 0; i < n; ++i) f32(x)[i] += f32(y)[i];
+    stats_.record("add", "cpu.add" + suffix_);
+    ARB_ASSERT(x.n >= n && y.n >= n);
+    float* xp = f32(x);
+    const float* yp = f32(y);
+    elementwise(n, [&](int64_t i0, int64_t i1) { rows_->add(xp, yp, i0, i1); });
   }
+
   void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
                  std::vector<LogitsSummary>& out) override {
     stats_.record("summarize", "cpu.summarize");
-    out.resize(T);
-    std::vector<double> row(V);
-    for (int t = 0; t < T; ++t) {
-      read(logits, int64_t(t) * V, V, row.data());
-      summarize_row(row.data(), V, K, targets[t], out[t]);
+    ARB_ASSERT(logits.n >= int64_t(T) * V && K <= V);
+    out.resize(size_t(T));
+    const float* lp = f32(logits);
+    // Each row widened exactly to f64, then the ref tier's summarize_row: the summary is a
+    // function of the f32 logits only, identical to what ref computes from the same values.
+    pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+      thread_local std::vector<double> row;
+      row.resize(size_t(V));
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* src = lp + t * V;
+        for (int v = 0; v < V; ++v) row[size_t(v)] = src[v];
+        summarize_row(row.data(), V, K, targets[t], out[size_t(t)]);
+      }
+    });
+  }
+
+ private:
+  // Small vectors (norm weights, biases) widened per call: N floats, not a model copy.
+  static void widen_small(const Tensor& t, std::vector<float>& dst) {
+    dst.resize(size_t(t.numel()));
+    row_to_f32(t.dtype, t.data, dst.data(), t.numel());
+  }
+
+  template <class F>
+  void elementwise(int64_t n, F&& body) {
+    if (n >= kParallelElems) {
+      const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
+      pool_.parallel_for(chunks, [&](int64_t c0, int64_t c1) {
+        body(c0 * kElemChunk, std::min(n, c1 * kElemChunk));
+      });
+    } else {
+      body(0, n);
     }
   }
+
+  // Weights with no SIMD kernel (f64): widen each row, scalar dot products.
+  void matmul_generic(const Buffer& x, const Tensor& W, const float* bias, int T, Buffer& out) {
+    stats_.record_fallback("matmul", "cpu.matmul_generic");
+    const int64_t N = W.rows(), K = W.cols();
+    const float* xp = f32(x);
+    float* yp = f32(out);
+    pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
+      std::vector<float> row(static_cast<size_t>(K));
+      for (int64_t n = n0; n < n1; ++n) {
+        row_to_f32(W.dtype, W.row(n), row.data(), K);
+        for (int t = 0; t < T; ++t) {
+          float acc = 0;
+          for (int64_t k = 0; k < K; ++k) acc += xp[t * K + k] * row[size_t(k)];
+          yp[t * N + n] = acc + (bias ? bias[n] : 0.f);
+        }
+      }
+    });
+  }
+
+  ThreadPool pool_;
+  Isa isa_;
+  GemmImpl gemm_;
+  const RowKernels* rows_ = nullptr;
+  std::string suffix_;
+  std::vector<float> wbuf_, bias_buf_;
+  std::vector<float> rope_cos_, rope_sin_;
+  std::vector<double> rope_inv_;
+  int rope_pos0_ = -1, rope_T_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& opts) {
+  return std::make_unique<CpuBackend>(opts);
+}
+
+}  // namespace arbiter::cpu
+
+namespace arbiter {
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  cpu::CpuOptions o;
+  o.threads = threads;
+  if (const char* e = std::getenv("ARBITER_CPU_ISA"); e && *e) {
+    const std::string v = e;
+    bool found = false;
+    for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512})
+      if (v == cpu::isa_name(isa)) {
+        o.isa = isa;
+        found = true;
+      }
+    ARB_CHECK(found, "[cpu] ARBITER_CPU_ISA=%s (expected scalar, avx2 or avx512)", e);
+  }
+  if (const char* e = std::getenv("ARBITER_CPU_GEMM"); e && *e) {
+    const std::string v = e;
+    ARB_CHECK(v == "own" || v == "blas", "[cpu] ARBITER_CPU_GEMM=%s (expected own or blas)", e);
+    o.gemm = v == "own" ? cpu::GemmImpl::Own : cpu::GemmImpl::Blas;
+  }
+  return cpu::make_cpu_backend(o);
+}
 
 }  // namespace arbiter

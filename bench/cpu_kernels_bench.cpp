@@ -1,0 +1,197 @@
+// CPU-tier kernel benchmarks and the physical limits they are judged against, in one binary:
+//   stream_read   streaming read bandwidth (the decode limit), 1 GiB, huge or 4 KiB pages
+//   fma_peak      f32 FMA throughput with independent zmm/ymm chains (the compute limit)
+//   sgemm_openblas  OpenBLAS sgemm 2048^3 with its own threads (the "measured GEMM peak")
+//   gemv/...      our GEMV per dtype and ISA at llama-3.2-1B shapes, over a 1 GiB set of
+//                 weight copies so that every call streams from DRAM (bytes/s)
+//   gemm/...      T = 512 GEMM, own kernel vs OpenBLAS on widened panels (FLOP/s)
+// Run: build-<name>/bench/arbiter_bench --benchmark_filter=... (see bench/README.md).
+// The dev machine is shared and noisy: use --benchmark_repetitions and read medians.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "bench_util.h"
+#include "core/thread_pool.h"
+
+namespace arbiter::bench {
+namespace {
+
+using cpu::GemmImpl;
+using cpu::Isa;
+
+constexpr size_t kGiB = size_t(1) << 30;
+
+ThreadPool& pool(int threads) {
+  static ThreadPool p1(1), p2(2);
+  return threads == 1 ? p1 : p2;
+}
+
+// ---------------------------------------------------------------------------------------------
+void stream_read(benchmark::State& state, int threads, bool huge) {
+  HugeBuffer buf(kGiB, huge);
+  const int64_t n = int64_t(buf.bytes / sizeof(float));
+  const float* p = buf.as<float>();
+  std::vector<float> sink(64);
+  for (auto _ : state) {
+    pool(threads).parallel_for(threads, [&](int64_t b, int64_t) {
+      const int64_t lo = n * b / threads, hi = n * (b + 1) / threads;
+#ifdef __AVX512F__
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = lo; i + 64 <= hi; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+      }
+      sink[size_t(b)] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#else
+      float s = 0;
+      for (int64_t i = lo; i < hi; ++i) s += p[i];
+      sink[size_t(b)] = s;
+#endif
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(buf.bytes));
+}
+
+// 16 independent FMA chains per thread (latency 4 x 2 pipes x 2 for headroom).
+void fma_peak(benchmark::State& state, int threads) {
+  constexpr int64_t kIters = 1 << 22;
+  std::vector<float> sink(64);
+  for (auto _ : state) {
+    pool(threads).parallel_for(threads, [&](int64_t b, int64_t) {
+#ifdef __AVX512F__
+      __m512 acc[16];
+      for (auto& a : acc) a = _mm512_set1_ps(float(b));
+      const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+      for (int64_t i = 0; i < kIters; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
+      __m512 s = acc[0];
+      for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+      sink[size_t(b)] = _mm512_reduce_add_ps(s);
+#endif
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(double(threads) * kIters * 16 * 16 * 2,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void sgemm_openblas(benchmark::State& state, int threads) {
+  const int n = 2048;
+  HugeBuffer a(size_t(n) * n * 4), b(size_t(n) * n * 4), c(size_t(n) * n * 4);
+  fill_random(DType::F32, a.ptr, int64_t(n) * n, 1, 1);
+  fill_random(DType::F32, b.ptr, int64_t(n) * n, 2, 1);
+  openblas_set_num_threads(threads);
+  for (auto _ : state)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.f, a.as<float>(), n,
+                b.as<float>(), n, 0.f, c.as<float>(), n);
+  openblas_set_num_threads(1);
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * n * n * n,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---------------------------------------------------------------------------------------------
+void gemv(benchmark::State& state, DType dt, Isa isa, int threads, int64_t N, int64_t K) {
+  const size_t mat_bytes = dtype_bytes(dt, N * K);
+  const int copies = int(std::max<size_t>(1, kGiB / mat_bytes));
+  HugeBuffer w(mat_bytes * size_t(copies));
+  fill_random(dt, w.ptr, N * K * copies, 3, 0.05f);
+  std::vector<float> x(static_cast<size_t>(K), 0.01f), y(static_cast<size_t>(N));
+  const cpu::GemvFn fn = cpu::gemv_kernel(isa, dt);
+  int c = 0;
+  for (auto _ : state) {
+    const uint8_t* wc = w.as<uint8_t>() + mat_bytes * size_t(c);
+    pool(threads).parallel_for(N, [&](int64_t n0, int64_t n1) {
+      fn(wc, K, x.data(), y.data(), n0, n1);
+    });
+    c = (c + 1) % copies;
+  }
+  benchmark::DoNotOptimize(y.data());
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(mat_bytes));
+}
+
+void gemm(benchmark::State& state, GemmImpl impl, DType dt, Isa isa, int threads, int64_t T,
+          int64_t N, int64_t K) {
+  HugeBuffer w(dtype_bytes(dt, N * K)), x(size_t(T * K) * 4), out(size_t(T * N) * 4);
+  fill_random(dt, w.ptr, N * K, 4, 0.05f);
+  fill_random(DType::F32, x.ptr, T * K, 5, 1);
+  cpu::GemmProblem p;
+  p.x = x.as<float>();
+  p.W = w.ptr;
+  p.wtype = dt;
+  p.out = out.as<float>();
+  p.T = T;
+  p.N = N;
+  p.K = K;
+  for (auto _ : state) {
+    if (impl == GemmImpl::Own) cpu::gemm_own(isa, p, pool(threads));
+    else cpu::gemm_blas(isa, p, pool(threads));
+  }
+  benchmark::DoNotOptimize(out.ptr);
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * T * N * K,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// llama-3.2-1B: D 2048, F 8192, Hkv*Dh 512.
+struct Shape {
+  int64_t N, K;
+};
+const Shape kShapes[] = {{2048, 8192}, {8192, 2048}, {512, 2048}};
+
+void register_all() {
+  for (int th : {1, 2}) {
+    for (bool huge : {true, false})
+      benchmark::RegisterBenchmark(
+          ("stream_read/" + std::string(huge ? "huge" : "4k") + "/threads:" + std::to_string(th)).c_str(),
+          [=](benchmark::State& s) { stream_read(s, th, huge); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("fma_peak/threads:" + std::to_string(th)).c_str(),
+                                 [=](benchmark::State& s) { fma_peak(s, th); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("sgemm_openblas/2048/threads:" + std::to_string(th)).c_str(),
+                                 [=](benchmark::State& s) { sgemm_openblas(s, th); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (DType dt : {DType::BF16, DType::F32, DType::F16, DType::Q8_0})
+    for (Isa isa : cpu::available_isas())
+      for (int th : {1, 2})
+        for (const Shape& sh : kShapes) {
+          std::string name = std::string("gemv/") + dtype_name(dt) + "/" + cpu::isa_name(isa) +
+                             "/threads:" + std::to_string(th) + "/N:" + std::to_string(sh.N) +
+                             "/K:" + std::to_string(sh.K);
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+            gemv(s, dt, isa, th, sh.N, sh.K);
+          })->UseRealTime()->Unit(benchmark::kMicrosecond);
+        }
+  for (GemmImpl impl : {GemmImpl::Own, GemmImpl::Blas})
+    for (DType dt : {DType::F32, DType::BF16, DType::Q8_0})
+      for (Isa isa : cpu::available_isas())
+        for (int th : {1, 2})
+          for (const Shape& sh : kShapes) {
+            std::string name = std::string("gemm/") + cpu::gemm_impl_name(impl) + "/" +
+                               dtype_name(dt) + "/" + cpu::isa_name(isa) + "/threads:" +
+                               std::to_string(th) + "/T:512/N:" + std::to_string(sh.N) +
+                               "/K:" + std::to_string(sh.K);
+            benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+              gemm(s, impl, dt, isa, th, 512, sh.N, sh.K);
+            })->UseRealTime()->Unit(benchmark::kMillisecond);
+          }
+}
+
+const bool registered = (register_all(), true);
+
+}  // namespace
+}  // namespace arbiter::bench
+
+BENCHMARK_MAIN();

@@ -1,0 +1,219 @@
+// GEMV (the T == 1 matmul of decode) and exact row widening, per weight dtype and ISA.
+//
+// Decode reads every weight once per token, so these kernels are bound by memory bandwidth:
+// each weight is loaded in its storage dtype and widened in registers (bf16: a 16-bit shift;
+// f16: vcvtph2ps; q8_0: int8 -> f32 times the block scale). Four rows share each load of x,
+// and each row keeps two accumulators (independent FMA chains hide the FMA latency).
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/simd.h"
+#include "core/error.h"
+
+namespace arbiter::cpu {
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+const std::vector<Isa>& available_isas() {
+  static const std::vector<Isa> isas = [] {
+    std::vector<Isa> v{Isa::Scalar};
+    __builtin_cpu_init();
+#ifdef ARBITER_CPU_AVX2
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v.push_back(Isa::Avx2);
+#endif
+#ifdef ARBITER_CPU_AVX512
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      v.push_back(Isa::Avx512);
+#endif
+    return v;
+  }();
+  return isas;
+}
+
+Isa best_isa() { return available_isas().back(); }
+
+namespace {
+
+// Loaders of dense weight rows: element type E, full vector and partial (n < W) loads.
+template <class V>
+struct LoadF32 {
+  using E = float;
+  static typename V::R load(const E* p) { return V::load(p); }
+  static typename V::R load_n(const E* p, int n) { return V::load_n(p, n); }
+};
+template <class V>
+struct LoadBf16 {
+  using E = uint16_t;
+  static typename V::R load(const E* p) { return V::load_bf16(p); }
+  static typename V::R load_n(const E* p, int n) { return V::load_bf16_n(p, n); }
+};
+template <class V>
+struct LoadF16 {
+  using E = uint16_t;
+  static typename V::R load(const E* p) { return V::load_f16(p); }
+  static typename V::R load_n(const E* p, int n) { return V::load_f16_n(p, n); }
+};
+
+// RR rows at once. Per row: accumulator 0 takes even vector steps, accumulator 1 odd steps
+// and the partial tail, then acc0 + acc1 and a fixed-order horizontal sum. The per-row
+// sequence does not depend on RR, so a row gives the same bits in a group of 4 or alone.
+template <class V, class L, int RR>
+inline void gemv_dense_rows(const typename L::E* const* rows, int64_t K, const float* x,
+                            float* y) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  R acc[RR][2];
+  for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = V::zero();
+  int64_t k = 0;
+  for (; k + 2 * W <= K; k += 2 * W) {
+    const R x0 = V::load(x + k), x1 = V::load(x + k + W);
+    for (int r = 0; r < RR; ++r) {
+      acc[r][0] = V::fma(L::load(rows[r] + k), x0, acc[r][0]);
+      acc[r][1] = V::fma(L::load(rows[r] + k + W), x1, acc[r][1]);
+    }
+  }
+  if (k + W <= K) {
+    const R x0 = V::load(x + k);
+    for (int r = 0; r < RR; ++r) acc[r][0] = V::fma(L::load(rows[r] + k), x0, acc[r][0]);
+    k += W;
+  }
+  if (k < K) {
+    const int n = int(K - k);
+    const R x1 = V::load_n(x + k, n);
+    for (int r = 0; r < RR; ++r) acc[r][1] = V::fma(L::load_n(rows[r] + k, n), x1, acc[r][1]);
+  }
+  for (int r = 0; r < RR; ++r) y[r] = V::reduce_add(V::add(acc[r][0], acc[r][1]));
+}
+
+template <class V, template <class> class LT>
+void gemv_dense(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, int64_t n1) {
+  using L = LT<V>;
+  const auto* W = static_cast<const typename L::E*>(Wv);
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const typename L::E* rows[4] = {W + n * K, W + (n + 1) * K, W + (n + 2) * K,
+                                    W + (n + 3) * K};
+    gemv_dense_rows<V, L, 4>(rows, K, x, y + n);
+  }
+  for (; n < n1; ++n) {
+    const typename L::E* rows[1] = {W + n * K};
+    gemv_dense_rows<V, L, 1>(rows, K, x, y + n);
+  }
+}
+
+// q8_0: per block, t = sum of q * x over its 32 values in f32, then acc += d * t (the scale
+// applied once per block, as ggml does). Accumulators alternate by block parity.
+template <class V, int RR>
+inline void gemv_q8_rows(const BlockQ8_0* const* rows, int64_t nb, const float* x, float* y) {
+  using R = typename V::R;
+  constexpr int S = kQ8BlockSize / V::W;
+  R acc[RR][2];
+  for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = V::zero();
+  for (int64_t b = 0; b < nb; ++b) {
+    R xv[S];
+    for (int s = 0; s < S; ++s) xv[s] = V::load(x + b * kQ8BlockSize + s * V::W);
+    for (int r = 0; r < RR; ++r) {
+      const BlockQ8_0& blk = rows[r][b];
+      R t = V::mul(V::load_i8(blk.qs), xv[0]);
+      for (int s = 1; s < S; ++s) t = V::fma(V::load_i8(blk.qs + s * V::W), xv[s], t);
+      acc[r][b & 1] = V::fma(V::set1(V::f16_scalar(blk.d)), t, acc[r][b & 1]);
+    }
+  }
+  for (int r = 0; r < RR; ++r) y[r] = V::reduce_add(V::add(acc[r][0], acc[r][1]));
+}
+
+template <class V>
+void gemv_q8(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, int64_t n1) {
+  const auto* W = static_cast<const BlockQ8_0*>(Wv);
+  const int64_t nb = K / kQ8BlockSize;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const BlockQ8_0* rows[4] = {W + n * nb, W + (n + 1) * nb, W + (n + 2) * nb,
+                                W + (n + 3) * nb};
+    gemv_q8_rows<V, 4>(rows, nb, x, y + n);
+  }
+  for (; n < n1; ++n) {
+    const BlockQ8_0* rows[1] = {W + n * nb};
+    gemv_q8_rows<V, 1>(rows, nb, x, y + n);
+  }
+}
+
+template <class V, template <class> class LT>
+void widen_dense(const void* src, float* dst, int64_t n) {
+  using L = LT<V>;
+  const auto* s = static_cast<const typename L::E*>(src);
+  int64_t k = 0;
+  for (; k + V::W <= n; k += V::W) V::store(dst + k, L::load(s + k));
+  if (k < n) V::store_n(dst + k, L::load_n(s + k, int(n - k)), int(n - k));
+}
+
+// d * q is exact in f32 (an 11-bit f16 significand times an 8-bit integer), as in row_to_f32.
+template <class V>
+void widen_q8(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQ8BlockSize; ++i) {
+    const typename V::R d = V::set1(V::f16_scalar(b[i].d));
+    for (int s = 0; s < kQ8BlockSize; s += V::W)
+      V::store(dst + i * kQ8BlockSize + s, V::mul(d, V::load_i8(b[i].qs + s)));
+  }
+}
+
+template <class V>
+GemvFn gemv_for(DType t) {
+  switch (t) {
+    case DType::F32: return gemv_dense<V, LoadF32>;
+    case DType::F16: return gemv_dense<V, LoadF16>;
+    case DType::BF16: return gemv_dense<V, LoadBf16>;
+    case DType::Q8_0: return gemv_q8<V>;
+    default: return nullptr;
+  }
+}
+
+template <class V>
+WidenFn widen_for(DType t) {
+  switch (t) {
+    case DType::F32: return widen_dense<V, LoadF32>;
+    case DType::F16: return widen_dense<V, LoadF16>;
+    case DType::BF16: return widen_dense<V, LoadBf16>;
+    case DType::Q8_0: return widen_q8<V>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+GemvFn gemv_kernel(Isa isa, DType dtype) {
+  switch (isa) {
+    case Isa::Scalar: return gemv_for<VScalar>(dtype);
+#ifdef ARBITER_CPU_AVX2
+    case Isa::Avx2: return gemv_for<VAvx2>(dtype);
+#endif
+#ifdef ARBITER_CPU_AVX512
+    case Isa::Avx512: return gemv_for<VAvx512>(dtype);
+#endif
+    default: return nullptr;
+  }
+}
+
+WidenFn widen_kernel(Isa isa, DType dtype) {
+  switch (isa) {
+    case Isa::Scalar: return widen_for<VScalar>(dtype);
+#ifdef ARBITER_CPU_AVX2
+    case Isa::Avx2: return widen_for<VAvx2>(dtype);
+#endif
+#ifdef ARBITER_CPU_AVX512
+    case Isa::Avx512: return widen_for<VAvx512>(dtype);
+#endif
+    default: return nullptr;
+  }
+}
+
+}  // namespace arbiter::cpu

@@ -1,0 +1,98 @@
+// The CPU tier's kernel variants, exposed so that tests and benchmarks can run EVERY compiled
+// path (scalar twin, AVX2, AVX-512; own GEMM and OpenBLAS), not only the one the backend
+// picks. Internal to the cpu tier: model code only sees Backend.
+//
+// Weights stay in their storage dtype (f32, f16, bf16, q8_0) and are widened to f32 inside
+// the kernels, never copied at load: decode is memory-bandwidth bound (every weight byte is
+// read once per token), so a bf16 row read as bf16 costs half the bytes of an f32 copy, and a
+// load-time copy would also double the resident memory of the model.
+//
+// Shapes: x [T, K] f32 activations; W [N, K] in its storage dtype; out [T, N] f32.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+
+namespace arbiter {
+class ThreadPool;
+}
+
+namespace arbiter::cpu {
+
+enum class Isa { Scalar, Avx2, Avx512 };
+const char* isa_name(Isa isa);
+/// ISAs compiled into this binary and supported by the running CPU, scalar first, best last.
+const std::vector<Isa>& available_isas();
+Isa best_isa();
+
+enum class GemmImpl { Own, Blas };
+const char* gemm_impl_name(GemmImpl g);
+/// The GEMM used when nothing is forced (the faster one in bench/, see cpu_backend.cpp).
+GemmImpl default_gemm_impl();
+
+/// y[n] = dot(W[n, :], x) for n in [n0, n1); W rows of K elements of the variant's dtype,
+/// contiguous. Each row's arithmetic is the same wherever it falls in [n0, n1) (a fixed
+/// reduction order), so any split of the rows gives bit-identical y.
+using GemvFn = void (*)(const void* W, int64_t K, const float* x, float* y, int64_t n0,
+                        int64_t n1);
+/// nullptr when no kernel exists for (isa, dtype) (f64 weights).
+GemvFn gemv_kernel(Isa isa, DType dtype);
+
+/// dst[n] = src[n] widened exactly to f32 (q8_0: n a multiple of 32).
+using WidenFn = void (*)(const void* src, float* dst, int64_t n);
+WidenFn widen_kernel(Isa isa, DType dtype);
+
+/// One T > 1 matmul: out[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]).
+struct GemmProblem {
+  const float* x = nullptr;
+  const void* W = nullptr;
+  DType wtype = DType::F32;
+  const float* bias = nullptr;  // f32 [N] or nullptr
+  float* out = nullptr;
+  int64_t T = 0, N = 0, K = 0;
+};
+/// Runs the problem on the pool. Work is split over fixed blocks of output columns (N) whose
+/// boundaries do not depend on the thread count, and every out element is one f32 FMA chain
+/// over k = 0..K-1 (own kernel), so results are identical for any number of threads.
+void gemm_own(Isa isa, const GemmProblem& p, ThreadPool& pool);
+/// Same contract with OpenBLAS's sgemm (pinned to 1 thread) on weight panels widened to f32.
+void gemm_blas(Isa isa, const GemmProblem& p, ThreadPool& pool);
+/// Calls openblas_set_num_threads(1) once: our pool parallelises, two pools on two cores fight.
+void blas_pin_single_thread();
+
+/// Element-wise and row ops of one ISA. All buffers f32.
+struct AttentionArgs {
+  const float* q = nullptr;        // [T, H, Dh]
+  const float* k_cache = nullptr;  // [ctx, Hkv*Dh]
+  const float* v_cache = nullptr;  // [ctx, Hkv*Dh]
+  float* out = nullptr;            // [T, H*Dh]
+  int T = 0, pos0 = 0, H = 0, Hkv = 0, Dh = 0, window = 0;
+};
+struct RowKernels {
+  /// out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w for r in [r0, r1); out may alias x.
+  void (*rmsnorm)(const float* x, const float* w, int64_t r0, int64_t r1, int N, double eps,
+                  float* out);
+  /// out[i] = silu(gate[i]) * up[i] for i in [i0, i1).
+  void (*swiglu)(const float* gate, const float* up, int64_t i0, int64_t i1, float* out);
+  /// x[i] += y[i] for i in [i0, i1).
+  void (*add)(float* x, const float* y, int64_t i0, int64_t i1);
+  /// Attention for work units [u0, u1), unit u = (head h = u / T, token t = u % T): two-pass
+  /// softmax over one row of scores per thread (no [T, T] matrix).
+  void (*attention)(const AttentionArgs& a, int64_t u0, int64_t u1);
+};
+const RowKernels& row_kernels(Isa isa);
+
+/// What a CPU backend runs; the defaults are the fastest compiled paths. ARBITER_CPU_ISA
+/// (scalar|avx2|avx512) and ARBITER_CPU_GEMM (own|blas) override them in make_cpu_backend.
+struct CpuOptions {
+  int threads = 0;  // <= 0: all cores
+  Isa isa = best_isa();
+  GemmImpl gemm = default_gemm_impl();
+};
+std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& opts);
+
+}  // namespace arbiter::cpu

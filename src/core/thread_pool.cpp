@@ -1,0 +1,90 @@
+#include "core/thread_pool.h"
+
+#include <immintrin.h>
+
+namespace arbiter {
+
+namespace {
+// Set while a thread runs a chunk: nested parallel_for calls then run inline.
+thread_local bool tl_in_chunk = false;
+
+// About 50-100 microseconds of pause instructions before a thread falls back to a futex
+// wait: long enough to bridge the gap between two ops of one decode step.
+constexpr int kSpinIterations = 1 << 15;
+
+// Returns the first value of a for which done(value) holds.
+template <class T, class Pred>
+T spin_then_wait(const std::atomic<T>& a, Pred done) {
+  for (int i = 0; i < kSpinIterations; ++i) {
+    T v = a.load(std::memory_order_acquire);
+    if (done(v)) return v;
+    _mm_pause();
+  }
+  for (;;) {
+    T v = a.load(std::memory_order_acquire);
+    if (done(v)) return v;
+    a.wait(v, std::memory_order_acquire);  // futex: sleeps while a still equals v
+  }
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) threads = int(std::thread::hardware_concurrency());
+  n_threads_ = threads < 1 ? 1 : threads;
+  workers_.reserve(size_t(n_threads_ - 1));
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run_chunk(int index) {
+  const int64_t b = n_ * index / parts_, e = n_ * (index + 1) / parts_;
+  if (b >= e) return;
+  tl_in_chunk = true;
+  try {
+    tramp_(ctx_, b, e);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_) error_ = std::current_exception();
+  }
+  tl_in_chunk = false;
+}
+
+void ThreadPool::worker_main(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    seen = spin_then_wait(generation_, [&](uint64_t g) { return g != seen; });
+    if (stop_.load(std::memory_order_acquire)) return;
+    if (index < parts_) run_chunk(index);
+    // Every worker acknowledges every job (not only the ones with a chunk), so the caller
+    // never rewrites the job fields while a worker still reads them.
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+  }
+}
+
+void ThreadPool::run(int64_t n, Trampoline tramp, void* ctx) {
+  if (n <= 0) return;
+  if (tl_in_chunk || n_threads_ == 1 || n == 1) {
+    tramp(ctx, 0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> call_lock(call_mutex_);
+  tramp_ = tramp;
+  ctx_ = ctx;
+  n_ = n;
+  parts_ = int(n < n_threads_ ? n : n_threads_);
+  error_ = nullptr;
+  pending_.store(n_threads_ - 1, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);  // publishes the job
+  generation_.notify_all();
+  run_chunk(0);
+  spin_then_wait(pending_, [](int v) { return v == 0; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace arbiter

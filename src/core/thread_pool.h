@@ -1,0 +1,66 @@
+// A persistent thread pool with static chunking, for the CPU tier's kernels.
+//
+// Determinism contract: parallel_for only decides WHICH thread runs a range of work items;
+// it never splits one item's arithmetic across threads. Kernels that compute each output
+// element inside one item with a fixed reduction order therefore give bit-identical results
+// for any thread count (tests/backend/thread_pool_test.cpp, determinism_test.cpp check this).
+//
+// Latency matters more than throughput here: a decode step issues ~10 parallel ops per layer,
+// each a few tens of microseconds long, so workers spin briefly before they sleep (a futex
+// wake-up costs about as much as a small op).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace arbiter {
+
+class ThreadPool {
+ public:
+  /// threads <= 0: std::thread::hardware_concurrency(). The caller's thread is one of them,
+  /// so size() - 1 workers are started.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  /// Number of threads that run chunks (the caller included).
+  int size() const { return n_threads_; }
+
+  /// Calls fn(begin, end) on P = min(size(), n) disjoint chunks covering [0, n): chunk i is
+  /// [n*i/P, n*(i+1)/P) and runs on thread i (the caller runs chunk 0). Returns when all are
+  /// done; rethrows the first exception a chunk threw. A call from inside a chunk (nested)
+  /// runs fn(0, n) inline. Calls from different outside threads are serialised.
+  template <class F>
+  void parallel_for(int64_t n, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    run(n, [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+ private:
+  using Trampoline = void (*)(void* ctx, int64_t begin, int64_t end);
+  void run(int64_t n, Trampoline tramp, void* ctx);
+  void worker_main(int index);
+  void run_chunk(int index);
+
+  int n_threads_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex call_mutex_;  // one parallel_for at a time
+
+  // The current job, published by bumping generation_.
+  Trampoline tramp_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t n_ = 0;
+  int parts_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};  // workers still running the current job
+  std::atomic<bool> stop_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+}  // namespace arbiter
