@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -25,24 +26,28 @@ namespace arbiter::cpu {
 
 namespace {
 
-constexpr int64_t kKC = 256;  // k-block: Bp is KC x NR f32 = 32 KiB at NR = 32 (fits L1d)
+// k-block: Bp is KC x NR f32 = 32 KiB at NR = 32 (L1d is 48 KiB on the dev machine). Tile
+// shapes 12x32, 14x32, 8x48, 6x64 and KC 128..512 were tried with bench/ (gemm/own, T = 512):
+// all within noise of each other on the dev machine, 12x32 / 256 at least as fast as any.
+constexpr int64_t kKC = 256;
 
+// Register tile: MR tokens x NV vectors of output columns (NR = NV * W).
 template <class V>
 struct Tile;
 template <>
 struct Tile<VScalar> {
-  static constexpr int MR = 4;
+  static constexpr int MR = 4, NV = 2;
 };
 #ifdef ARBITER_CPU_AVX2
 template <>
 struct Tile<VAvx2> {
-  static constexpr int MR = 6;  // 12 ymm accumulators + 2 weight vectors + 1 broadcast of 16
+  static constexpr int MR = 6, NV = 2;  // 12 ymm accumulators + 2 weight vectors + 1 broadcast
 };
 #endif
 #ifdef ARBITER_CPU_AVX512
 template <>
 struct Tile<VAvx512> {
-  static constexpr int MR = 12;  // 24 zmm accumulators + 2 weight vectors of 32 registers
+  static constexpr int MR = 12, NV = 2;  // 24 zmm accumulators + 2 weight vectors of 32
 };
 #endif
 
@@ -63,45 +68,96 @@ void pack_x(const float* x, int64_t T, int64_t K, float* xp, int64_t tb0, int64_
   }
 }
 
+// bp[k][NR] = w[r][k] for r < NR, k < kc (w: NR widened rows of stride ld; rows past the
+// matrix are zero-filled by the caller). Scalar transpose; AVX-512 overrides below.
+template <class V, int NR>
+inline void pack_b(const float* w, int64_t ld, int64_t kc, float* bp) {
+  for (int r = 0; r < NR; ++r)
+    for (int64_t k = 0; k < kc; ++k) bp[k * NR + r] = w[r * ld + k];
+}
+
+#ifdef ARBITER_CPU_AVX512
+// 16 x 16 transpose in registers: unpack ps, unpack pd, then two 128-bit lane shuffles.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  // u[4g + j], 128-bit lane L = rows 4g..4g+3 of column 4L + j.
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+    r[8 + j] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+  }
+}
+
+template <int NR>
+inline void pack_b_avx512(const float* w, int64_t ld, int64_t kc, float* bp) {
+  static_assert(NR % 16 == 0);
+  int64_t k = 0;
+  for (; k + 16 <= kc; k += 16)
+    for (int h = 0; h < NR; h += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(w + (h + i) * ld + k);
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(bp + (k + i) * NR + h, r[i]);
+    }
+  for (; k < kc; ++k)
+    for (int r = 0; r < NR; ++r) bp[k * NR + r] = w[r * ld + k];
+}
+#endif
+
 // c[MR x NR] (+)= ap[kc][MR] * bp[kc][NR]; only the first mr rows and nr columns of c exist.
-template <class V, int MR>
+template <class V, int MR, int NV>
 inline void micro_kernel(const float* ap, const float* bp, int64_t kc, float* c, int64_t ldc,
                          int mr, int nr, bool accumulate) {
   using R = typename V::R;
-  constexpr int W = V::W;
-  R c0[MR], c1[MR];
+  constexpr int W = V::W, NR = NV * W;
+  R acc[MR][NV];
 #pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m) c0[m] = c1[m] = V::zero();
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[m][v] = V::zero();
   if (accumulate) {
-    for (int m = 0; m < mr; ++m) {
-      const float* cm = c + m * ldc;
-      c0[m] = nr >= W ? V::load(cm) : V::load_n(cm, nr);
-      if (nr >= 2 * W) c1[m] = V::load(cm + W);
-      else if (nr > W) c1[m] = V::load_n(cm + W, nr - W);
-    }
+    for (int m = 0; m < mr; ++m)
+      for (int v = 0; v < NV; ++v) {
+        const int n = nr - v * W;  // columns left in this vector
+        if (n >= W) acc[m][v] = V::load(c + m * ldc + v * W);
+        else if (n > 0) acc[m][v] = V::load_n(c + m * ldc + v * W, n);
+      }
   }
   for (int64_t k = 0; k < kc; ++k) {
-    const R b0 = V::load(bp + k * 2 * W), b1 = V::load(bp + k * 2 * W + W);
+    R b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = V::load(bp + k * NR + v * W);
     const float* a = ap + k * MR;
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const R am = V::set1(a[m]);
-      c0[m] = V::fma(am, b0, c0[m]);
-      c1[m] = V::fma(am, b1, c1[m]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[m][v] = V::fma(am, b[v], acc[m][v]);
     }
   }
-  for (int m = 0; m < mr; ++m) {
-    float* cm = c + m * ldc;
-    if (nr >= 2 * W) {
-      V::store(cm, c0[m]);
-      V::store(cm + W, c1[m]);
-    } else if (nr > W) {
-      V::store(cm, c0[m]);
-      V::store_n(cm + W, c1[m], nr - W);
-    } else {
-      V::store_n(cm, c0[m], nr);
+  for (int m = 0; m < mr; ++m)
+    for (int v = 0; v < NV; ++v) {
+      const int n = nr - v * W;
+      if (n >= W) V::store(c + m * ldc + v * W, acc[m][v]);
+      else if (n > 0) V::store_n(c + m * ldc + v * W, acc[m][v], n);
     }
-  }
 }
 
 // The packed-x buffer of the calling thread (reused across calls).
@@ -112,7 +168,7 @@ std::vector<float>& xp_buffer() {
 
 template <class V>
 void gemm_own_impl(Isa isa, const GemmProblem& p, ThreadPool& pool) {
-  constexpr int MR = Tile<V>::MR, NR = 2 * V::W;
+  constexpr int MR = Tile<V>::MR, NV = Tile<V>::NV, NR = NV * V::W;
   const int64_t T = p.T, N = p.N, K = p.K;
   const int64_t n_tb = (T + MR - 1) / MR, n_strips = (N + NR - 1) / NR;
   const WidenFn widen = widen_kernel(isa, p.wtype);
@@ -123,9 +179,12 @@ void gemm_own_impl(Isa isa, const GemmProblem& p, ThreadPool& pool) {
   pool.parallel_for(n_tb, [&](int64_t b, int64_t e) { pack_x<MR>(p.x, T, K, xpp, b, e); });
 
   pool.parallel_for(n_strips, [&](int64_t s0, int64_t s1) {
-    thread_local std::vector<float> bp, wrow;
+    // wrows: NR widened rows of one k-block (row stride kKC + 16 floats, so the 16 rows a
+    // transpose reads do not all map to the same L1 set); bp: the packed strip.
+    constexpr int64_t ld = kKC + 16;
+    thread_local std::vector<float> bp, wrows;
     bp.resize(size_t(kKC * NR));
-    wrow.resize(size_t(kKC));
+    wrows.resize(size_t(ld * NR));
     const auto* wbase = static_cast<const uint8_t*>(p.W);
     const size_t row_bytes = dtype_bytes(p.wtype, K);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
@@ -134,19 +193,38 @@ void gemm_own_impl(Isa isa, const GemmProblem& p, ThreadPool& pool) {
       for (int64_t s = s0; s < s1; ++s) {
         const int64_t n0 = s * NR;
         const int nr = int(std::min<int64_t>(NR, N - n0));
-        // Widen each weight row's k-block, then transpose it into column r of Bp.
-        for (int r = 0; r < NR; ++r) {
-          if (r < nr) {
-            widen(wbase + size_t(n0 + r) * row_bytes + k_off, wrow.data(), kc);
-            for (int64_t k = 0; k < kc; ++k) bp[size_t(k * NR + r)] = wrow[size_t(k)];
-          } else {
-            for (int64_t k = 0; k < kc; ++k) bp[size_t(k * NR + r)] = 0.f;
+        // f32 weights of a full strip are transposed straight from W; other dtypes (and the
+        // zero-padded last strip) are widened into wrows first.
+        const float* src = wrows.data();
+        int64_t src_ld = ld;
+        if (p.wtype == DType::F32 && nr == NR) {
+          src = reinterpret_cast<const float*>(wbase + size_t(n0) * row_bytes + k_off);
+          src_ld = K;
+        } else {
+          for (int r = 0; r < NR; ++r) {
+            float* dst = wrows.data() + r * ld;
+            if (r < nr) widen(wbase + size_t(n0 + r) * row_bytes + k_off, dst, kc);
+            else std::fill(dst, dst + kc, 0.f);
           }
         }
+#ifdef ARBITER_CPU_AVX512
+        if constexpr (std::is_same_v<V, VAvx512>) pack_b_avx512<NR>(src, src_ld, kc, bp.data());
+        else pack_b<V, NR>(src, src_ld, kc, bp.data());
+#else
+        pack_b<V, NR>(src, src_ld, kc, bp.data());
+#endif
         for (int64_t tb = 0; tb < n_tb; ++tb) {
           const int mr = int(std::min<int64_t>(MR, T - tb * MR));
-          micro_kernel<V, MR>(xpp + (tb * K + k0) * MR, bp.data(), kc,
-                              p.out + tb * MR * N + n0, N, mr, nr, k0 > 0);
+          // The next tile of out: its rows are N floats apart, so no hardware prefetcher
+          // sees them coming; fetched now, they arrive while this tile computes.
+          if (tb + 1 < n_tb) {
+            const float* cn = p.out + (tb + 1) * MR * N + n0;
+            const int mr_next = int(std::min<int64_t>(MR, T - (tb + 1) * MR));
+            for (int m = 0; m < mr_next; ++m)
+              for (int v = 0; v < nr; v += 16) _mm_prefetch(reinterpret_cast<const char*>(cn + m * N + v), _MM_HINT_T0);
+          }
+          micro_kernel<V, MR, NV>(xpp + (tb * K + k0) * MR, bp.data(), kc,
+                                  p.out + tb * MR * N + n0, N, mr, nr, k0 > 0);
         }
       }
     }
