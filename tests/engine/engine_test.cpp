@@ -43,10 +43,10 @@ TEST(Sampler, TopPKeepsSmallestPrefix) {
 TEST(Sampler, BadParamsRefused) {
   SamplerParams p;
   p.temperature = -1;
-  EXPECT_THROW(Sampler{p}, Error);
+  EXPECT_THROW(Sampler s(p), arbiter::Error);
   p = SamplerParams{};
   p.top_p = 0;
-  EXPECT_THROW(Sampler{p}, Error);
+  EXPECT_THROW(Sampler s(p), arbiter::Error);
 }
 
 TEST(Inject, ParsesAndRefuses) {
@@ -57,10 +57,10 @@ TEST(Inject, ParsesAndRefuses) {
   EXPECT_DOUBLE_EQ(s.scale, 1.02);
   EXPECT_EQ(s.text, "op=down,layer=1,scale=1.02");
   EXPECT_FALSE(InjectSpec::parse("none").active);
-  EXPECT_THROW(InjectSpec::parse("op=nosuch,scale=2"), Error);
-  EXPECT_THROW(InjectSpec::parse("op=down"), Error);           // no effect
-  EXPECT_THROW(InjectSpec::parse("layer=1,scale=2"), Error);   // no op
-  EXPECT_THROW(InjectSpec::parse("op=down,scale=abc"), Error);
-  EXPECT_THROW(InjectSpec::parse("op=down,layer=-1,bias=1"), Error);
-  EXPECT_THROW(InjectSpec::parse("op=down,colour=red"), Error);
+  EXPECT_THROW(InjectSpec::parse("op=nosuch,scale=2"), arbiter::Error);
+  EXPECT_THROW(InjectSpec::parse("op=down"), arbiter::Error);           // no effect
+  EXPECT_THROW(InjectSpec::parse("layer=1,scale=2"), arbiter::Error);   // no op
+  EXPECT_THROW(InjectSpec::parse("op=down,scale=abc"), arbiter::Error);
+  EXPECT_THROW(InjectSpec::parse("op=down,layer=-1,bias=1"), arbiter::Error);
+  EXPECT_THROW(InjectSpec::parse("op=down,colour=red"), arbiter::Error);
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "engine/generate.h"
 #include "engine/session.h"
 #include "model/model.h"
@@ -149,7 +150,7 @@ TEST(Session, PromptLongerThanContextIsRefused) {
   Session s(*m, *be, 8);
   Sampler sampler(SamplerParams{});
   std::vector<int32_t> prompt(9, 1);
-  EXPECT_THROW(generate(s, prompt, 1, sampler, {}, nullptr), Error);
-  EXPECT_THROW(s.forward(prompt), Error);
-  EXPECT_THROW(s.forward({100000}), Error);  // outside the vocabulary
+  EXPECT_THROW(generate(s, prompt, 1, sampler, {}, nullptr), arbiter::Error);
+  EXPECT_THROW(s.forward(prompt), arbiter::Error);
+  EXPECT_THROW(s.forward(std::vector<int32_t>{100000}), arbiter::Error);  // outside the vocabulary
 }
