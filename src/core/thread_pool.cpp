@@ -2,23 +2,29 @@
 
 #include <immintrin.h>
 
+#include <chrono>
+
 namespace arbiter {
 
 namespace {
 // Set while a thread runs a chunk: nested parallel_for calls then run inline.
 thread_local bool tl_in_chunk = false;
 
-// About 50-100 microseconds of pause instructions before a thread falls back to a futex
-// wait: long enough to bridge the gap between two ops of one decode step.
-constexpr int kSpinIterations = 1 << 15;
+// How long a waiting thread spins (pause instructions) before it sleeps in a futex wait:
+// long enough to bridge the gap between two ops of one decode step (a few microseconds of
+// single-threaded work), short enough not to burn a shared core for long when idle.
+// Measured in time, not iterations: pause takes ~10 cycles on some cores and ~140 on others.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
 
 // Returns the first value of a for which done(value) holds.
 template <class T, class Pred>
 T spin_then_wait(const std::atomic<T>& a, Pred done) {
-  for (int i = 0; i < kSpinIterations; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 1;; ++i) {
     T v = a.load(std::memory_order_acquire);
     if (done(v)) return v;
     _mm_pause();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
   }
   for (;;) {
     T v = a.load(std::memory_order_acquire);
