@@ -15,10 +15,16 @@
 
 namespace arbiter {
 
-/// A GGUF metadata value. Arrays hold one of the vectors; scalars are widened.
+/// A GGUF metadata value. Scalars are widened: unsigned ints to u, signed ints to i, floats
+/// to f (a FLOAT32 scalar becomes the shortest decimal that rounds back to it, e.g. 1e-5, not
+/// 9.99999975e-06; arrays of FLOAT32 are widened exactly). Arrays hold one of the vectors (ArrBool keeps 0/1 in au). `type` and `elem_type`
+/// keep the file's own gguf_type codes (0 UINT8 .. 12 FLOAT64; elem_type for arrays only),
+/// so a reader that must reproduce the file's exact encoding can.
 struct GgufValue {
   enum class Kind { U64, I64, F64, Bool, String, ArrU64, ArrI64, ArrF64, ArrBool, ArrString };
   Kind kind = Kind::U64;
+  uint32_t type = 0;
+  uint32_t elem_type = 0;
   uint64_t u = 0;
   int64_t i = 0;
   double f = 0;
@@ -38,6 +44,9 @@ class GgufFile {
 
   const std::string& path() const { return file_->path(); }
   uint32_t version() const { return version_; }
+  /// general.alignment (default 32) and the absolute file offset of the tensor data.
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
   const std::map<std::string, GgufValue>& metadata() const { return kv_; }
   bool has(const std::string& key) const { return kv_.count(key) != 0; }
   const GgufValue* find(const std::string& key) const;
@@ -65,8 +74,14 @@ class GgufFile {
  private:
   std::shared_ptr<MappedFile> file_;
   uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::map<std::string, GgufValue> kv_;
   std::vector<Tensor> tensors_;
+  std::map<std::string, size_t> tensor_index_;
 };
+
+/// ggml type code -> name ("F32", "Q4_K", ...; "type N" when unknown), for messages.
+std::string ggml_type_name(uint32_t type);
 
 }  // namespace arbiter

@@ -4,6 +4,7 @@
 // runs at a few hundred MB/s. Tests run both paths on the NIST vectors.
 #include "io/sha256.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>

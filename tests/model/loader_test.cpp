@@ -1,0 +1,462 @@
+// load_model on the shipped checkpoints (config values from models/README.md, weight hashes
+// from models/SHA256SUMS, parameter counts summed by hand from the documented shapes), the
+// fp32 tied-as-lm_head quirk, tiny synthetic GGUFs for the qwen2/qwen3/llama3-rope paths
+// (tokenizer metadata copied from stories260K.gguf), and refusals that must name the tensor.
+// Add a case: build a GGUF with make_gguf(...) or edit a copy of an HF dir, then load_model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/io_test_util.h"
+#include "io/sha256.h"
+#include "model/model.h"
+
+using namespace arbiter;
+using test::GgufWriter;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string published_sha(const std::string& rel) {
+  std::string sums = test::shared_path("models/SHA256SUMS");
+  std::ifstream f(sums);
+  std::string line;
+  while (std::getline(f, line))
+    if (line.size() > 66 && line.substr(66) == "./" + rel) return line.substr(0, 64);
+  return "";
+}
+
+std::string error_of(const std::string& path) {
+  try {
+    load_model(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<float> floats(const Tensor& t) {
+  std::vector<float> v(size_t(t.numel()));
+  row_to_f32(t.dtype, t.data, v.data(), t.numel());
+  return v;
+}
+
+}  // namespace
+
+// ---- shipped models ---------------------------------------------------------------------
+
+TEST(Loader, Stories260kGguf) {
+  std::string path = test::stories260k_gguf();
+  if (path.empty()) GTEST_SKIP() << "stories260K.gguf not found";
+  auto m = load_model(path);
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(m->format, "gguf");
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_EQ(c.d_model, 64);
+  EXPECT_EQ(c.n_layer, 5);
+  EXPECT_EQ(c.n_head, 8);
+  EXPECT_EQ(c.n_head_kv, 4);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.d_ff, 172);
+  EXPECT_EQ(c.vocab, 512);
+  EXPECT_EQ(c.max_pos, 2048);  // the converter's default, not the trained 512 (README)
+  EXPECT_EQ(c.norm_eps, 1e-5);  // stored as f32; read back as the decimal it was written from
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::None);
+  EXPECT_EQ(c.rope_layout, RopeLayout::Adjacent);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_TRUE(c.tied_embeddings);  // output.weight is an exact copy of token_embd.weight
+  EXPECT_EQ(c.sliding_window, 0);
+  // output.weight is stored separately: a distinct view, equal values.
+  EXPECT_NE(m->weights.lm_head.data, m->weights.embed.data);
+  EXPECT_EQ(floats(m->weights.lm_head), floats(m->weights.embed));
+  // 260,032 trainable + 32,768 for the stored output copy = 292,800 floats (README).
+  EXPECT_EQ(m->n_params, 292800);
+  EXPECT_EQ(m->weight_dtype, DType::F32);
+  ASSERT_EQ(m->weights.layers.size(), 5u);
+  EXPECT_EQ(m->weights.layers[4].wk.shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(m->weights.layers[4].w_down.shape, (std::vector<int64_t>{64, 172}));
+  EXPECT_TRUE(m->weights.layers[0].bq.empty());
+  EXPECT_EQ(m->eos_ids, (std::vector<int32_t>{2}));
+  std::string sha = published_sha("stories260K/stories260K.gguf");
+  if (!sha.empty()) EXPECT_EQ(m->weights_sha256, sha);
+  ASSERT_NE(m->tokenizer, nullptr);
+  EXPECT_EQ(m->tokenizer->vocab_size(), 512);
+}
+
+TEST(Loader, TinyStories656kBf16) {
+  std::string dir = test::tinystories656k_dir();
+  if (dir.empty()) GTEST_SKIP() << "TinyStories-656K not found";
+  auto m = load_model(dir);
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(m->format, "hf");
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_EQ(c.d_model, 128);
+  EXPECT_EQ(c.n_layer, 2);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rope_layout, RopeLayout::Half);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(m->weights.lm_head.data, m->weights.embed.data);
+  EXPECT_EQ(m->weight_dtype, DType::BF16);
+  // embed 2048*128 + 2 layers * (128 + 128*128 + 2*64*128 + 128*128 + 128 + 3*384*128) + 128.
+  EXPECT_EQ(m->n_params, 2048 * 128 + 2 * (128 + 16384 + 2 * 8192 + 16384 + 128 + 3 * 49152) + 128);
+  EXPECT_EQ(m->n_params, 656000);
+  EXPECT_EQ(m->eos_ids, (std::vector<int32_t>{2}));
+  std::string sha = published_sha("TinyStories-656K/model.safetensors");
+  if (!sha.empty()) EXPECT_EQ(m->weights_sha256, sha);
+  EXPECT_EQ(m->weights.layers[1].wk.shape, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(m->weights.layers[1].wk.name, "model.layers.1.self_attn.k_proj.weight");
+}
+
+TEST(Loader, TinyStories656kFp32TiedStoredAsLmHead) {
+  std::string dir = test::tinystories656k_dir();
+  if (dir.empty()) GTEST_SKIP() << "TinyStories-656K not found";
+  auto m = load_model(dir + "/fp32");
+  auto ref = load_model(dir);
+  // Only lm_head.weight is stored; the embedding must be that same matrix.
+  EXPECT_EQ(m->weights.embed.data, m->weights.lm_head.data);
+  EXPECT_EQ(m->weights.embed.dtype, DType::F32);
+  EXPECT_EQ(m->weights.embed.shape, (std::vector<int64_t>{2048, 128}));
+  EXPECT_EQ(floats(m->weights.embed), floats(ref->weights.embed));  // F32 = BF16 widened (README)
+  EXPECT_EQ(m->n_params, 656000);
+  EXPECT_EQ(m->weight_dtype, DType::F32);
+  std::string sha = published_sha("TinyStories-656K/fp32/model.safetensors");
+  if (!sha.empty()) EXPECT_EQ(m->weights_sha256, sha);
+}
+
+TEST(Loader, TinyFixturesOnePerArch) {
+  // tests/fixtures/models (tests/fixtures/README.md gives the parameter counts).
+  struct Case {
+    const char* name;
+    const char* arch;
+    int64_t params;
+    DType dtype;
+    bool tied, bias, qk_norm;
+    int window, head_dim;
+  };
+  const Case cases[] = {{"tiny-llama", "llama", 229696, DType::BF16, true, false, false, 0, 16},
+                        {"tiny-mistral", "mistral", 356672, DType::F32, false, false, false, 32, 16},
+                        {"tiny-qwen2", "qwen2", 229952, DType::F32, false, true, false, 0, 16},
+                        {"tiny-qwen3", "qwen3", 188864, DType::F32, true, false, true, 0, 32}};
+  for (const Case& k : cases) {
+    std::string dir = test::source_path(std::string("tests/fixtures/models/") + k.name);
+    if (!fs::exists(dir + "/model.safetensors")) GTEST_SKIP() << dir << " not found";
+    auto m = load_model(dir);
+    const ModelConfig& c = m->config;
+    EXPECT_EQ(c.arch, k.arch) << k.name;
+    EXPECT_EQ(m->n_params, k.params) << k.name;
+    EXPECT_EQ(m->weight_dtype, k.dtype) << k.name;
+    EXPECT_EQ(c.tied_embeddings, k.tied) << k.name;
+    EXPECT_EQ(m->weights.lm_head.data == m->weights.embed.data, k.tied) << k.name;
+    EXPECT_EQ(c.qkv_bias, k.bias) << k.name;
+    EXPECT_EQ(!m->weights.layers[1].bv.empty(), k.bias) << k.name;
+    EXPECT_EQ(c.qk_norm, k.qk_norm) << k.name;
+    EXPECT_EQ(!m->weights.layers[1].k_norm.empty(), k.qk_norm) << k.name;
+    EXPECT_EQ(c.sliding_window, k.window) << k.name;
+    EXPECT_EQ(c.head_dim, k.head_dim) << k.name;
+    EXPECT_EQ(c.d_model, 64) << k.name;
+    EXPECT_EQ(c.d_ff, 192) << k.name;
+    EXPECT_EQ(c.n_layer, 2) << k.name;
+    EXPECT_EQ(c.rope_layout, RopeLayout::Half) << k.name;
+    EXPECT_EQ(m->weights_sha256, sha256_file(dir + "/model.safetensors")) << k.name;
+  }
+}
+
+// ---- HF refusals: a copy of TinyStories with one thing broken ------------------------------
+
+namespace {
+
+// Copies the TinyStories dir's small files; writes model.safetensors from `header`/the
+// original data buffer (callers edit the header JSON).
+struct HfCopy {
+  std::string dir;
+  nlohmann::json header;
+  std::string data;
+  explicit HfCopy(const std::string& src) {
+    dir = test::temp_dir("hfcopy");
+    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                          "special_tokens_map.json"})
+      if (fs::exists(src + "/" + f)) fs::copy_file(src + "/" + f, dir + "/" + f);
+    std::string b = test::read_file(src + "/model.safetensors");
+    uint64_t n;
+    std::memcpy(&n, b.data(), 8);
+    header = nlohmann::json::parse(b.substr(8, n));
+    data = b.substr(8 + n);
+  }
+  void write() const { test::write_file(dir + "/model.safetensors", test::safetensors_bytes(header.dump(), data)); }
+  void edit_config(const std::function<void(nlohmann::json&)>& f) const {
+    nlohmann::json c = nlohmann::json::parse(test::read_file(dir + "/config.json"));
+    f(c);
+    test::write_file(dir + "/config.json", c.dump());
+  }
+};
+
+}  // namespace
+
+TEST(LoaderRefuse, HfMissingExtraAndMisshapenTensors) {
+  std::string src = test::tinystories656k_dir();
+  if (src.empty()) GTEST_SKIP() << "TinyStories-656K not found";
+  {
+    HfCopy c(src);
+    c.header.erase("model.norm.weight");
+    c.write();
+    std::string e = error_of(c.dir);
+    EXPECT_NE(e.find("missing tensor 'model.norm.weight' (expected shape [128])"), std::string::npos) << e;
+  }
+  {
+    HfCopy c(src);
+    c.write();
+    c.edit_config([](nlohmann::json& j) { j["intermediate_size"] = 383; });
+    std::string e = error_of(c.dir);
+    EXPECT_NE(e.find("tensor 'model.layers.0.mlp.gate_proj.weight' has shape [384, 128] (expected [383, 128])"),
+              std::string::npos)
+        << e;
+  }
+  {
+    HfCopy c(src);
+    size_t at = c.data.size();
+    c.data += std::string(256, '\0');
+    c.header["model.layers.0.self_attn.o_proj.bias"] = {
+        {"dtype", "BF16"}, {"shape", {128}}, {"data_offsets", {at, at + 256}}};
+    c.write();
+    std::string e = error_of(c.dir);
+    EXPECT_NE(e.find("tensor 'model.layers.0.self_attn.o_proj.bias' is not used"), std::string::npos) << e;
+    // ...but an old checkpoint's rotary_emb.inv_freq buffer is ignored.
+    c.header.erase("model.layers.0.self_attn.o_proj.bias");
+    c.header["model.layers.0.self_attn.rotary_emb.inv_freq"] = {
+        {"dtype", "F32"}, {"shape", {8}}, {"data_offsets", {at, at + 32}}};
+    c.write();
+    EXPECT_NO_THROW(load_model(c.dir));
+  }
+  {
+    HfCopy c(src);
+    c.write();
+    c.edit_config([](nlohmann::json& j) { j["architectures"] = {"PhiForCausalLM"}; });
+    std::string e = error_of(c.dir);
+    EXPECT_NE(e.find("PhiForCausalLM"), std::string::npos) << e;
+    EXPECT_NE(e.find(kSupportedArchs), std::string::npos) << e;
+  }
+  {
+    HfCopy c(src);  // untied config: lm_head.weight is now required
+    c.write();
+    c.edit_config([](nlohmann::json& j) { j["tie_word_embeddings"] = false; });
+    std::string e = error_of(c.dir);
+    EXPECT_NE(e.find("missing tensor 'lm_head.weight'"), std::string::npos) << e;
+  }
+}
+
+TEST(LoaderRefuse, Paths) {
+  EXPECT_NE(error_of("/nonexistent/arbiter-model").find("/nonexistent/arbiter-model"), std::string::npos);
+  std::string dir = test::temp_dir("empty");
+  EXPECT_NE(error_of(dir).find("no config.json"), std::string::npos);
+  test::write_file(dir + "/notes.txt", "hello");
+  EXPECT_NE(error_of(dir + "/notes.txt").find("not a GGUF file"), std::string::npos);
+}
+
+// ---- synthetic GGUFs ----------------------------------------------------------------------
+
+namespace {
+
+struct Dims {
+  int D = 32, L = 1, H = 2, Hkv = 1, Dh = 32, F = 64, V = 512;
+  float theta = 1000000.0f;
+};
+
+// f32 values for a tensor with ggml dims ne (seeded, small).
+std::vector<float> randn(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.f, 0.1f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Q8_0 blocks for rows of ne0 (multiple of 32) values: f16 scale 2^-7 (0x2000), random int8.
+std::string q8_bytes(size_t numel, std::mt19937& rng) {
+  std::string s;
+  for (size_t b = 0; b < numel / 32; ++b) {
+    test::put<uint16_t>(s, 0x2000);
+    for (int j = 0; j < 32; ++j) test::put<int8_t>(s, int8_t(rng()));
+  }
+  return s;
+}
+
+// A tiny model GGUF: tokenizer metadata copied from stories260K (V = 512).
+GgufWriter make_gguf(const std::string& arch, const Dims& d, bool q8_matrices, bool biases, bool qk_norm,
+                     bool with_output) {
+  GgufFile src(test::stories260k_gguf());
+  GgufWriter w;
+  w.kv_string("general.architecture", arch);
+  const std::string p = arch + ".";
+  w.kv_u32(p + "embedding_length", d.D);
+  w.kv_u32(p + "block_count", d.L);
+  w.kv_u32(p + "attention.head_count", d.H);
+  w.kv_u32(p + "attention.head_count_kv", d.Hkv);
+  w.kv_u32(p + "attention.key_length", d.Dh);
+  w.kv_u32(p + "attention.value_length", d.Dh);
+  w.kv_u32(p + "feed_forward_length", d.F);
+  w.kv_u32(p + "context_length", 4096);
+  w.kv_f32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
+  w.kv_f32(p + "rope.freq_base", d.theta);
+  for (const auto& [k, v] : src.metadata())
+    if (k.rfind("tokenizer.", 0) == 0) w.kv_copy(k, v);
+  std::mt19937 rng(42);
+  auto mat = [&](const std::string& n, uint64_t in, uint64_t out) {
+    if (q8_matrices) w.add_tensor(n, {in, out}, 8, q8_bytes(in * out, rng));
+    else w.add_f32(n, {in, out}, randn(in * out, rng));
+  };
+  auto vec = [&](const std::string& n, uint64_t len) { w.add_f32(n, {len}, randn(len, rng)); };
+  const uint64_t D = d.D, Q = uint64_t(d.H) * d.Dh, K = uint64_t(d.Hkv) * d.Dh, F = d.F, V = d.V;
+  w.add_f32("token_embd.weight", {D, V}, randn(D * V, rng));
+  vec("output_norm.weight", D);
+  if (with_output) w.add_f32("output.weight", {D, V}, randn(D * V, rng));
+  for (int l = 0; l < d.L; ++l) {
+    std::string b = "blk." + std::to_string(l) + ".";
+    vec(b + "attn_norm.weight", D);
+    mat(b + "attn_q.weight", D, Q);
+    mat(b + "attn_k.weight", D, K);
+    mat(b + "attn_v.weight", D, K);
+    mat(b + "attn_output.weight", Q, D);
+    if (biases) {
+      vec(b + "attn_q.bias", Q);
+      vec(b + "attn_k.bias", K);
+      vec(b + "attn_v.bias", K);
+    }
+    if (qk_norm) {
+      vec(b + "attn_q_norm.weight", d.Dh);
+      vec(b + "attn_k_norm.weight", d.Dh);
+    }
+    vec(b + "ffn_norm.weight", D);
+    mat(b + "ffn_gate.weight", D, F);
+    mat(b + "ffn_up.weight", D, F);
+    mat(b + "ffn_down.weight", F, D);
+  }
+  return w;
+}
+
+std::string write_gguf(const GgufWriter& w) {
+  std::string p = test::temp_dir("synth") + "/m.gguf";
+  test::write_file(p, w.build());
+  return p;
+}
+
+}  // namespace
+
+TEST(LoaderGguf, Qwen3Q8TiedWithHeadDimNotDOverH) {
+  if (test::stories260k_gguf().empty()) GTEST_SKIP() << "stories260K.gguf (tokenizer source) not found";
+  Dims d;  // D 32, H 2, Dh 32 (!= D/H = 16)
+  auto m = load_model(write_gguf(make_gguf("qwen3", d, true, false, true, false)));
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, "qwen3");
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.rope_layout, RopeLayout::Half);  // NEOX rope, rows not permuted
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.norm_eps, 1e-6);
+  EXPECT_EQ(c.max_pos, 4096);
+  EXPECT_EQ(c.vocab, 512);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(m->weights.lm_head.data, m->weights.embed.data);
+  EXPECT_EQ(m->weight_dtype, DType::Q8_0);
+  EXPECT_EQ(m->weights.layers[0].wq.shape, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(m->weights.layers[0].wo.shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(m->weights.layers[0].q_norm.shape, (std::vector<int64_t>{32}));
+  // embed 512*32 (once, tied) + out_norm 32 + attn_norm, q_norm, k_norm, ffn_norm 4*32
+  // + wq 64*32 + wk 32*32 + wv 32*32 + wo 32*64 + gate/up/down 3 * 64*32.
+  EXPECT_EQ(m->n_params, 512 * 32 + 32 + 4 * 32 + 2048 + 1024 + 1024 + 2048 + 3 * 2048);
+  // Whole-file hash for GGUF.
+  EXPECT_EQ(m->weights_sha256, sha256_file(m->path));
+}
+
+TEST(LoaderGguf, Qwen2BiasesAndUntiedOutput) {
+  if (test::stories260k_gguf().empty()) GTEST_SKIP() << "stories260K.gguf (tokenizer source) not found";
+  Dims d;
+  d.Dh = 16;
+  d.L = 2;
+  auto m = load_model(write_gguf(make_gguf("qwen2", d, false, true, false, true)));
+  EXPECT_TRUE(m->config.qkv_bias);
+  EXPECT_FALSE(m->config.tied_embeddings);  // output.weight holds different values
+  EXPECT_EQ(m->weights.layers[1].bk.shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(m->config.rope_layout, RopeLayout::Half);
+  EXPECT_EQ(m->weight_dtype, DType::F32);
+  // qwen2 without biases is refused.
+  std::string e = error_of(write_gguf(make_gguf("qwen2", d, false, false, false, true)));
+  EXPECT_NE(e.find("attn_q.bias"), std::string::npos) << e;
+}
+
+TEST(LoaderGguf, Llama3RopeFreqsRecognised) {
+  if (test::stories260k_gguf().empty()) GTEST_SKIP() << "stories260K.gguf (tokenizer source) not found";
+  Dims d;
+  d.Dh = 128;  // Llama-3's head size, so the 64 frequencies span all three llama3 regions
+  d.H = 1;
+  d.Hkv = 1;
+  d.theta = 500000.0f;
+  // transformers' _compute_llama3_parameters, written out: factor 8, low 1, high 4, 8192.
+  const double theta = d.theta, factor = 8, lo = 1, hi = 4, orig = 8192;
+  std::vector<float> rf;
+  int n_mid = 0;
+  for (int i = 0; i < d.Dh / 2; ++i) {
+    double freq = std::pow(theta, -2.0 * i / d.Dh), wl = 2 * M_PI / freq;
+    if (wl < orig / hi) rf.push_back(1.0f);
+    else if (wl > orig / lo) rf.push_back(float(factor));
+    else {
+      double s = (orig / wl - lo) / (hi - lo);
+      rf.push_back(float(1.0 / ((1 - s) / factor + s)));
+      ++n_mid;
+    }
+  }
+  ASSERT_GT(n_mid, 0);
+  GgufWriter good = make_gguf("llama", d, false, false, false, true);
+  good.add_f32("rope_freqs.weight", {uint64_t(d.Dh / 2)}, rf);
+  auto m = load_model(write_gguf(good));
+  EXPECT_EQ(m->config.rope_scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_EQ(m->config.rope_scaling.factor, 8.0);
+  EXPECT_EQ(m->config.rope_scaling.original_max_pos, 8192);
+  EXPECT_EQ(m->config.rope_layout, RopeLayout::Adjacent);
+  // A factor table that is not llama3's is refused.
+  rf[d.Dh / 4] *= 1.5f;
+  GgufWriter bad = make_gguf("llama", d, false, false, false, true);
+  bad.add_f32("rope_freqs.weight", {uint64_t(d.Dh / 2)}, rf);
+  std::string e = error_of(write_gguf(bad));
+  EXPECT_NE(e.find("rope_freqs.weight"), std::string::npos) << e;
+}
+
+TEST(LoaderGguf, Refusals) {
+  if (test::stories260k_gguf().empty()) GTEST_SKIP() << "stories260K.gguf (tokenizer source) not found";
+  Dims d;
+  std::string e = error_of(write_gguf(make_gguf("gemma", d, false, false, false, true)));
+  EXPECT_NE(e.find("unsupported architecture 'gemma'"), std::string::npos) << e;
+  EXPECT_NE(e.find(kSupportedArchs), std::string::npos) << e;
+  // An extra per-layer tensor the architecture does not read.
+  GgufWriter w = make_gguf("llama", d, false, false, false, true);
+  w.add_f32("blk.0.attn_output.bias", {32}, std::vector<float>(32, 0.f));
+  e = error_of(write_gguf(w));
+  EXPECT_NE(e.find("tensor 'blk.0.attn_output.bias' is not used"), std::string::npos) << e;
+  // Wrong head_count_kv for the stored K matrix: named with both shapes.
+  GgufWriter k = make_gguf("llama", d, false, false, false, true);
+  k.kv_u32("llama.attention.head_count_kv", 2);  // duplicate key -> the reader refuses
+  e = error_of(write_gguf(k));
+  EXPECT_NE(e.find("duplicate metadata key"), std::string::npos) << e;
+  Dims d2 = d;
+  d2.Hkv = 2;  // writes K/V for 2 kv heads...
+  GgufWriter k2 = make_gguf("llama", d2, false, false, false, true);
+  std::string bytes = k2.build();
+  // ...then patch head_count_kv back to 1 in place (u32 right after its key).
+  std::string key = "llama.attention.head_count_kv";
+  size_t at = bytes.find(key) + key.size() + 4;
+  uint32_t one = 1;
+  std::memcpy(&bytes[at], &one, 4);
+  std::string p = test::temp_dir("synth") + "/kv.gguf";
+  test::write_file(p, bytes);
+  e = error_of(p);
+  EXPECT_NE(e.find("tensor 'blk.0.attn_k.weight' has shape [64, 32] (expected [32, 32])"), std::string::npos) << e;
+}
