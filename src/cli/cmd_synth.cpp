@@ -1,0 +1,56 @@
+// arbiter synth: a complete HF checkpoint with a real model's shapes and seeded random
+// weights, for speed measurements only (src/engine/synth.h).
+#include <cstdio>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "engine/synth.h"
+
+namespace arbiter::cli {
+
+static int cmd_synth(int argc, char** argv) {
+  Args a("synth", {"--preset", "--dtype", "--seed", "--layers", "-o|--out", "-t|--threads"},
+         {"--force", "--list", "-h|--help"});
+  a.parse(argc, argv);
+  if (a.flag("help") || a.flag("list")) {
+    std::fprintf(stderr,
+                 "usage: arbiter synth --preset NAME --dtype bf16|f16|f32 [--seed N] [--layers N] -o DIR "
+                 "[--force] [-t THREADS]\n"
+                 "Writes an HF checkpoint with the preset's shapes and seeded random weights: for speed "
+                 "measurements only, never for correctness.\npresets:\n");
+    for (const SynthPreset& p : synth_presets()) {
+      const ModelConfig& c = p.config;
+      std::fprintf(stderr, "  %-13s %-26s L %d, D %d, H %d/%d, Dh %d, F %d, V %d%s\n", p.name.c_str(),
+                   p.hf_id.c_str(), c.n_layer, c.d_model, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab,
+                   c.tied_embeddings ? ", tied" : "");
+    }
+    return 0;
+  }
+  ARB_CHECK(a.positional().empty(), "[cli] synth: unexpected argument '%s'", a.positional()[0].c_str());
+  SynthOptions o;
+  o.preset = a.str("preset");
+  o.dtype = dtype_from_name(a.str("dtype", "bf16"));
+  const int64_t seed = a.integer("seed", 0);
+  ARB_CHECK(seed >= 0, "[cli] synth: --seed must be >= 0");
+  o.seed = uint64_t(seed);
+  o.layers = int(a.integer("layers", 0));
+  ARB_CHECK(!a.has("layers") || o.layers >= 1, "[cli] synth: --layers must be >= 1");
+  o.out_dir = a.str("out");
+  o.force = a.flag("force");
+  o.threads = int(a.integer("threads", 0));
+  o.progress = [](const std::string& s) { std::fprintf(stderr, "[synth] %s\n", s.c_str()); };
+  SynthResult plan = synth_plan(o);  // validates preset, dtype and layers before any work
+  if (plan.weight_bytes > 8'000'000'000ull)
+    std::fprintf(stderr, "[synth] warning: this checkpoint is %.1f GB; writing it takes minutes and that much disk\n",
+                 plan.weight_bytes / 1e9);
+  SynthResult r = synth_checkpoint(o);
+  std::fprintf(stderr, "[synth] wrote %s: %s shape, %lld params, %.3f GB of %s weights (random: speed only)\n",
+               o.out_dir.c_str(), o.preset.c_str(), (long long)r.n_params, r.weight_bytes / 1e9,
+               dtype_name(o.dtype));
+  std::printf("%s\n", o.out_dir.c_str());
+  return 0;
+}
+
+REGISTER_COMMAND("synth", "write a random-weight HF checkpoint of a real model's shape (speed only)", cmd_synth);
+
+}  // namespace arbiter::cli

@@ -1,0 +1,618 @@
+// arbiter bench: see bench.h for the method.
+#include "engine/bench.h"
+
+#include <cblas.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "core/error.h"
+#include "engine/session.h"
+
+namespace arbiter {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+int resolve_threads(int t) { return t > 0 ? t : int(std::max(1u, std::thread::hardware_concurrency())); }
+
+// --- memory high-water mark ------------------------------------------------------------
+
+// VmHWM of this process in bytes (-1 when /proc is unavailable).
+int64_t read_vm_hwm() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return int64_t(std::atoll(line.c_str() + 6)) * 1024;
+  return -1;
+}
+
+// Resets VmHWM to the current RSS (Linux >= 4.0: "5" > /proc/PID/clear_refs), so the
+// probe buffers, freed before this call, do not count as the model's memory.
+bool reset_vm_hwm() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return bool(f);
+}
+
+// --- host bandwidth ----------------------------------------------------------------------
+
+// Reads [p, p + n) (n a multiple of 256 bytes) and folds it into a value the compiler must
+// keep. Several independent accumulators keep enough loads in flight.
+uint64_t read_sweep(const uint8_t* p, size_t n) {
+#if defined(__AVX512F__)
+  __m512i a0 = _mm512_set1_epi64(0), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < n; i += 256) {
+    a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + i));
+    a1 = _mm512_xor_si512(a1, _mm512_load_si512(p + i + 64));
+    a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + i + 128));
+    a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + i + 192));
+  }
+  a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+  alignas(64) uint64_t v[8];
+  _mm512_store_si512(v, a0);
+  return v[0] ^ v[1] ^ v[2] ^ v[3] ^ v[4] ^ v[5] ^ v[6] ^ v[7];
+#elif defined(__AVX2__)
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < n; i += 128) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  alignas(32) uint64_t v[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(v), a0);
+  return v[0] ^ v[1] ^ v[2] ^ v[3];
+#else
+  const uint64_t* q = reinterpret_cast<const uint64_t*>(p);
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  for (size_t i = 0; i < n / 8; i += 4) {
+    a0 ^= q[i];
+    a1 ^= q[i + 1];
+    a2 ^= q[i + 2];
+    a3 ^= q[i + 3];
+  }
+  return a0 ^ a1 ^ a2 ^ a3;
+#endif
+}
+
+std::atomic<uint64_t> g_sink{0};
+
+// Runs fn(k) on k = 0..threads-1, all released together; returns the wall time from the
+// release to the last one finishing.
+double run_together(int threads, const std::function<void(int)>& fn) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> th;
+  for (int k = 1; k < threads; ++k)
+    th.emplace_back([&, k] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      fn(k);
+    });
+  while (ready.load() < threads - 1) {
+  }
+  const auto t0 = Clock::now();
+  go.store(true, std::memory_order_release);
+  fn(0);
+  for (auto& t : th) t.join();
+  return secs(t0, Clock::now());
+}
+
+// --- tier probes (non-host devices) -----------------------------------------------------
+
+// The tier's add op over two buffers of 256 MiB-worth of elements: 3 n elem bytes moved.
+std::vector<double> tier_add_bandwidth(Backend& be, int passes) {
+  Buffer probe = be.alloc(1);
+  const size_t elem = dtype_bytes(probe.dtype, 1);
+  be.free(probe);
+  const int64_t n = int64_t((size_t(256) << 20) / elem);
+  Buffer x = be.alloc(n), y = be.alloc(n);
+  std::vector<double> out;
+  try {
+    be.add(x, y, n);  // warm-up (and first touch)
+    be.sync();
+    for (int p = 0; p < passes; ++p) {
+      const int k = 4;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < k; ++i) be.add(x, y, n);
+      be.sync();
+      out.push_back(3.0 * double(n) * double(elem) * k / secs(t0, Clock::now()) / 1e9);
+    }
+  } catch (...) {
+    be.free(x);
+    be.free(y);
+    throw;
+  }
+  be.free(x);
+  be.free(y);
+  return out;
+}
+
+// The tier's matmul on every distinct weight shape of one layer plus the output matrix, at
+// M = T rows, weighted by how often a forward runs each: GFLOP/s over a forward's matmuls.
+double tier_matmul_gflops(const Model& m, Backend& be, int T) {
+  const LayerWeights& L = m.weights.layers.at(0);
+  std::vector<const Tensor*> per_layer = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+  int64_t max_k = 0, max_n = 0;
+  for (const Tensor* t : per_layer) {
+    max_k = std::max(max_k, t->cols());
+    max_n = std::max(max_n, t->rows());
+  }
+  max_k = std::max<int64_t>(max_k, m.weights.lm_head.cols());
+  Buffer x = be.alloc(int64_t(T) * max_k), y = be.alloc(int64_t(T) * max_n);
+  Buffer lg = be.alloc(int64_t(T) * m.weights.lm_head.rows(), true);
+  double flops = 0, time = 0;
+  try {
+    std::vector<double> init(size_t(T) * size_t(max_k));
+    for (size_t i = 0; i < init.size(); ++i) init[i] = 0.01 * double(int(i % 17) - 8);
+    be.write(x, 0, int64_t(init.size()), init.data());
+    auto one = [&](const Tensor& w, Buffer& out, double count) {
+      be.matmul(x, w, nullptr, T, out);  // warm-up
+      be.sync();
+      const int k = 3;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < k; ++i) be.matmul(x, w, nullptr, T, out);
+      be.sync();
+      time += secs(t0, Clock::now()) / k * count;
+      flops += 2.0 * T * double(w.rows()) * double(w.cols()) * count;
+    };
+    for (const Tensor* t : per_layer) one(*t, y, m.config.n_layer);
+    one(m.weights.lm_head, lg, 1);
+  } catch (...) {
+    be.free(x);
+    be.free(y);
+    be.free(lg);
+    throw;
+  }
+  be.free(x);
+  be.free(y);
+  be.free(lg);
+  return flops / time / 1e9;
+}
+
+// --- host facts ---------------------------------------------------------------------------
+
+std::string host_cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      size_t c = line.find(':');
+      if (c != std::string::npos) {
+        std::string s = line.substr(c + 1);
+        s.erase(0, s.find_first_not_of(" \t"));
+        return s;
+      }
+    }
+  return "unknown";
+}
+
+uint64_t model_weight_bytes(const Model& m) {
+  std::vector<const void*> seen;
+  uint64_t n = 0;
+  auto add = [&](const Tensor& t) {
+    if (t.empty() || std::find(seen.begin(), seen.end(), t.data) != seen.end()) return;
+    seen.push_back(t.data);
+    n += t.nbytes();
+  };
+  add(m.weights.embed);
+  add(m.weights.out_norm);
+  add(m.weights.lm_head);
+  for (const LayerWeights& l : m.weights.layers)
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
+                            &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+      add(*t);
+  return n;
+}
+
+// Deterministic token ids in [0, V) for prompts (their values do not change the work).
+std::vector<int32_t> bench_ids(uint64_t seed, int n, int vocab) {
+  std::vector<int32_t> ids(size_t(std::max(n, 0)));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int32_t& id : ids) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    id = int32_t(x % uint64_t(vocab));
+  }
+  return ids;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+void bench_note_peak_rss(BenchReport& r) { r.peak_rss_bytes = std::max(r.peak_rss_bytes, read_vm_hwm()); }
+
+BenchStat bench_stat(const std::vector<double>& xs) {
+  BenchStat s;
+  s.samples = xs;
+  if (xs.empty()) return s;
+  std::vector<double> v = xs;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.min = v.front();
+  s.max = v.back();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / double(n);
+  if (n >= 2) {
+    double ss = 0;
+    for (double x : v) ss += (x - s.mean) * (x - s.mean);
+    s.sd = std::sqrt(ss / double(n - 1));
+  }
+  return s;
+}
+
+std::vector<double> measure_host_read_bandwidth(size_t bytes, int threads, int passes) {
+  threads = resolve_threads(threads);
+  const size_t slice_align = 4096;
+  bytes -= bytes % (slice_align * size_t(threads));
+  ARB_CHECK(bytes > 0 && passes >= 1, "[bench] bandwidth probe: bad size %zu or passes %d", bytes, passes);
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ARB_CHECK(mem != MAP_FAILED, "[bench] bandwidth probe: cannot map %zu bytes (%s)", bytes, std::strerror(errno));
+  // Transparent huge pages: with 4 KiB pages the same read runs at about half the speed
+  // here (MEASUREMENTS.md), and weights worth streaming are kept in such memory.
+  ::madvise(mem, bytes, MADV_HUGEPAGE);
+  auto* p = static_cast<uint8_t*>(mem);
+  const size_t slice = bytes / size_t(threads);
+  std::vector<double> out;
+  // First touch by the thread that later reads the slice (NUMA locality where it matters).
+  run_together(threads, [&](int k) { std::memset(p + size_t(k) * slice, k + 1, slice); });
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<uint64_t> sink(static_cast<size_t>(threads), 0);
+    const double t = run_together(threads, [&](int k) { sink[size_t(k)] = read_sweep(p + size_t(k) * slice, slice); });
+    for (uint64_t v : sink) g_sink.fetch_xor(v, std::memory_order_relaxed);
+    out.push_back(double(bytes) / t / 1e9);
+  }
+  ::munmap(mem, bytes);
+  return out;
+}
+
+std::vector<double> measure_sgemm_gflops(int n, int threads, int passes) {
+  threads = resolve_threads(threads);
+  ARB_CHECK(n >= 1 && passes >= 1, "[bench] sgemm probe: bad n %d or passes %d", n, passes);
+  std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = float(int(i % 13) - 6) * 0.01f;
+    b[i] = float(int(i % 7) - 3) * 0.01f;
+  }
+  const int saved = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
+  std::vector<double> out;
+  auto gemm = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  gemm();  // warm-up: thread start, page faults
+  for (int p = 0; p < passes; ++p) {
+    const auto t0 = Clock::now();
+    gemm();
+    out.push_back(2.0 * double(n) * n * n / secs(t0, Clock::now()) / 1e9);
+  }
+  openblas_set_num_threads(saved);
+  return out;
+}
+
+double decode_bytes_per_token(const Model& m, double ctx, int kv_elem_bytes, double* weights) {
+  double w = 0;
+  for (const LayerWeights& l : m.weights.layers)
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
+                            &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+      if (!t->empty()) w += double(t->nbytes());
+  w += double(m.weights.out_norm.nbytes()) + double(m.weights.lm_head.nbytes());
+  const Tensor& e = m.weights.embed;
+  if (e.rows() > 0) w += double(e.nbytes()) / double(e.rows());  // one embedding row
+  const ModelConfig& c = m.config;
+  const double window_ctx = c.sliding_window > 0 ? std::min<double>(ctx, c.sliding_window) : ctx;
+  const double kv = 2.0 * c.n_layer * window_ctx * double(c.n_head_kv) * c.head_dim * kv_elem_bytes;
+  if (weights) *weights = w;
+  return w + kv;
+}
+
+double forward_flops_per_token(const ModelConfig& c, int T, int pos0) {
+  const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim, Hk = double(c.n_head_kv) * c.head_dim;
+  const double per_layer = D * Hq + 2 * D * Hk + Hq * D + 3 * D * F;
+  const double matmul = 2.0 * (c.n_layer * per_layer + double(c.vocab) * D);
+  double ctx_sum = 0;  // keys attended, summed over the T tokens
+  for (int t = 0; t < T; ++t) {
+    double ctx = double(pos0) + t + 1;
+    if (c.sliding_window > 0) ctx = std::min<double>(ctx, c.sliding_window);
+    ctx_sum += ctx;
+  }
+  const double attn = 4.0 * c.n_layer * Hq * ctx_sum / std::max(T, 1);  // QK^T and PV
+  return matmul + attn;
+}
+
+BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
+  ARB_CHECK(opt.n_prompt >= 1 && opt.n_gen >= 1, "[bench] -p %d and -n %d must be >= 1", opt.n_prompt, opt.n_gen);
+  ARB_CHECK(opt.reps >= 1, "[bench] -r %d must be >= 1", opt.reps);
+  ARB_CHECK(opt.depth >= 0, "[bench] --depth %d must be >= 0", opt.depth);
+    auto say = [&](const std::string& s) {
+    if (opt.progress) opt.progress(s);
+  };
+  const ModelConfig& c = m.config;
+  BenchReport r;
+  r.opt = opt;
+  r.model_path = opt.model_path.empty() ? m.path : opt.model_path;
+  r.arch = c.arch;
+  r.format = m.format;
+  r.weight_dtype = dtype_name(m.weight_dtype);
+  r.n_layer = c.n_layer;
+  r.d_model = c.d_model;
+  r.vocab = c.vocab;
+  r.n_params = m.n_params;
+  r.weight_bytes = model_weight_bytes(m);
+  r.device = be.device_name();
+  r.compute = be.compute_name();
+  r.threads = resolve_threads(opt.threads);
+  r.host_cpu = host_cpu_name();
+  r.host_cores = int(std::thread::hardware_concurrency());
+  r.build = std::string(ARBITER_VERSION) + " " + ARBITER_GIT_COMMIT;
+
+  const int P = opt.n_prompt, N = opt.n_gen, Dp = opt.depth;
+  const bool host_tier = r.device.rfind("cpu", 0) == 0 || r.device.rfind("ref", 0) == 0;
+  Session s(m, be, Dp + std::max(P, N) + 1, std::min(P, 512));
+  Buffer kvp = be.alloc(1);
+  const int kv_elem = int(dtype_bytes(kvp.dtype, 1));
+  be.free(kvp);
+  const std::vector<int32_t> prompt = bench_ids(opt.seed, P, c.vocab);
+  const std::vector<int32_t> context = bench_ids(opt.seed + 1, Dp, c.vocab);
+
+  bool hwm_resettable = true;
+  int64_t hwm = -1;
+  auto note_hwm = [&] { hwm = std::max(hwm, read_vm_hwm()); };
+  auto after_probe = [&] {
+    if (!reset_vm_hwm()) hwm_resettable = false;
+  };
+  auto with_context = [&] {
+    s.reset();
+    if (Dp > 0) s.prefill(context);
+    be.sync();
+  };
+  auto run_pp = [&](double& tok_s, double& ttft_ms) {
+    // One untimed decode step first: after a probe the tier's workers may be parked, and
+    // waking them would be charged to this prefill.
+    s.reset();
+    s.forward({prompt[0]});
+    (void)s.summarize(1, {-1});
+    with_context();
+    const auto t0 = Clock::now();
+    s.prefill(prompt);
+    be.sync();
+    const auto t1 = Clock::now();
+    std::vector<int32_t> none(size_t(s.last_T()), -1);
+    (void)s.summarize(1, none);  // the argmax that picks the first new token
+    const auto t2 = Clock::now();
+    tok_s = P / secs(t0, t1);
+    ttft_ms = 1e3 * secs(t0, t2);
+  };
+  auto run_tg = [&](int n) {
+    with_context();
+    int32_t tok = prompt[0];
+    const auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) {
+      s.forward({tok});
+      tok = s.summarize(1, {-1})[0].top_ids[0];
+    }
+    return n / secs(t0, Clock::now());
+  };
+  std::vector<double> bw, mm, pp, tg, ttft;
+  auto probe = [&] {
+    if (!opt.probes) return;
+    if (host_tier) {
+      auto g = measure_sgemm_gflops(2048, r.threads, 2);
+      mm.insert(mm.end(), g.begin(), g.end());
+      // OpenBLAS's workers spin for a while after a call; on a 2-core host they would
+      // steal the next measurement's cores. Let them park first.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      auto b = measure_host_read_bandwidth(size_t(1) << 30, r.threads, 3);
+      bw.insert(bw.end(), b.begin(), b.end());
+    } else {
+      auto b = tier_add_bandwidth(be, 3);
+      bw.insert(bw.end(), b.begin(), b.end());
+      mm.push_back(tier_matmul_gflops(m, be, P));
+    }
+    after_probe();
+  };
+
+  say(strformat("warm-up: pp%d, tg%d", P, std::min(N, 8)));
+  {
+    double a, b;
+    run_pp(a, b);
+    (void)run_tg(std::min(N, 8));
+    note_hwm();
+  }
+  for (int rep = 0; rep < opt.reps; ++rep) {
+    probe();
+    double t, f;
+    run_pp(t, f);
+    pp.push_back(t);
+    ttft.push_back(f);
+    note_hwm();
+    tg.push_back(run_tg(N));
+    note_hwm();
+    say(strformat("rep %d/%d: pp%d %.2f tok/s, tg%d %.2f tok/s%s", rep + 1, opt.reps, P, t, N, tg.back(),
+                  bw.empty() ? "" : strformat(", bandwidth %.1f GB/s", bw.back()).c_str()));
+  }
+  r.pp_tok_s = bench_stat(pp);
+  r.tg_tok_s = bench_stat(tg);
+  r.ttft_ms = bench_stat(ttft);
+  r.bandwidth_gbs = bench_stat(bw);
+  r.matmul_gflops = bench_stat(mm);
+  if (opt.probes) {
+    if (host_tier) {
+      r.bandwidth_source = strformat("host streaming read of 1 GiB (MADV_HUGEPAGE), %d threads, 3 passes per rep",
+                                     r.threads);
+      r.matmul_source = strformat("OpenBLAS cblas_sgemm 2048^3 f32, %d threads, 2 calls per rep", r.threads);
+    } else {
+      r.bandwidth_source = "the tier's add op over 2 x 256 MiB buffers (3 bytes moved per byte added; lower bound)";
+      r.matmul_source = strformat("the tier's matmul on the model's weight shapes at M = %d, weighted per forward", P);
+    }
+  }
+
+  // Limits.
+  double wbytes = 0;
+  r.decode_bytes_per_token = decode_bytes_per_token(m, Dp + (N + 1) / 2.0, kv_elem, &wbytes);
+  r.decode_weight_bytes = wbytes;
+  r.decode_kv_bytes = r.decode_bytes_per_token - wbytes;
+  r.decode_achieved_gbs = r.tg_tok_s.median * r.decode_bytes_per_token / 1e9;
+  r.prefill_flops_per_token = forward_flops_per_token(c, P, Dp);
+  r.prefill_achieved_gflops = r.pp_tok_s.median * r.prefill_flops_per_token / 1e9;
+  if (!r.bandwidth_gbs.empty()) {
+    r.decode_limit_tok_s = r.bandwidth_gbs.median * 1e9 / r.decode_bytes_per_token;
+    r.decode_fraction = r.tg_tok_s.median / r.decode_limit_tok_s;
+  }
+  if (!r.matmul_gflops.empty()) {
+    r.prefill_limit_tok_s = r.matmul_gflops.median * 1e9 / r.prefill_flops_per_token;
+    r.prefill_fraction = r.pp_tok_s.median / r.prefill_limit_tok_s;
+  }
+
+  note_hwm();
+  r.peak_rss_bytes = hwm;
+  r.peak_rss_includes_probes = opt.probes && !hwm_resettable;
+  return r;
+}
+
+// --- output ------------------------------------------------------------------------------
+
+namespace {
+
+std::string pm(const BenchStat& s, const char* fmt) {
+  if (s.empty()) return "-";
+  return strformat(fmt, s.mean) + " ± " + strformat(fmt, s.sd);
+}
+
+nlohmann::ordered_json stat_json(const BenchStat& s) {
+  nlohmann::ordered_json j;
+  j["mean"] = s.mean;
+  j["sd"] = s.sd;
+  j["median"] = s.median;
+  j["min"] = s.min;
+  j["max"] = s.max;
+  j["samples"] = s.samples;
+  return j;
+}
+
+}  // namespace
+
+std::string bench_report_text(const BenchReport& r) {
+  const BenchOptions& o = r.opt;
+  std::ostringstream s;
+  s << strformat("model   %s (%s, %s, %.3f G params, %.3f GB of weights in %s)\n", r.model_path.c_str(),
+                 r.arch.c_str(), r.format.c_str(), r.n_params / 1e9, r.weight_bytes / 1e9, r.weight_dtype.c_str());
+  s << strformat("device  %s (compute %s), %d probe threads; host %s, %d cores; build %s\n", r.device.c_str(),
+                 r.compute.c_str(), r.threads, r.host_cpu.c_str(), r.host_cores, r.build.c_str());
+  s << strformat("method  %d repetitions after 1 warm-up, interleaved with the limit probes; limits from medians\n\n",
+                 o.reps);
+  const std::string dsuf = o.depth > 0 ? strformat(" @ d%d", o.depth) : "";
+  s << "| test           |                  mean ± sd |     median |      limit | fraction |\n";
+  s << "|----------------|----------------------------|------------|------------|----------|\n";
+  auto row = [&](const std::string& name, const BenchStat& st, const char* unit, double limit, double frac) {
+    const std::string v = pm(st, "%.2f");
+    const int width = st.empty() ? 22 : 23;  // "±" is two bytes wide in UTF-8, one column on screen
+    s << strformat("| %-14s | %*s %3s | %10.2f | %10s | %8s |\n", name.c_str(), width, v.c_str(), unit,
+                   st.median, limit > 0 ? strformat("%.2f", limit).c_str() : "-",
+                   frac > 0 ? strformat("%.3f", frac).c_str() : "-");
+  };
+  row(strformat("pp%d", o.n_prompt) + dsuf, r.pp_tok_s, "t/s", r.prefill_limit_tok_s, r.prefill_fraction);
+  row(strformat("tg%d", o.n_gen) + dsuf, r.tg_tok_s, "t/s", r.decode_limit_tok_s, r.decode_fraction);
+  row("first token", r.ttft_ms, "ms", 0, 0);
+  for (const BenchTrace& t : r.traces) {
+    if (!t.error.empty())
+      s << strformat("| trace %-8s | %s\n", t.shape.c_str(), t.error.c_str());
+    else
+      s << strformat("| trace %-8s | %20.1f pos/s | %lld rows in %.2f s\n", t.shape.c_str(), t.positions_per_s,
+                     (long long)t.rows, t.elapsed_s);
+  }
+  s << "\nlimits measured in this run\n";
+  if (!r.bandwidth_gbs.empty()) {
+    s << strformat("  read bandwidth  %.2f GB/s median (min %.2f, max %.2f, %zu samples): %s\n",
+                   r.bandwidth_gbs.median, r.bandwidth_gbs.min, r.bandwidth_gbs.max, r.bandwidth_gbs.samples.size(),
+                   r.bandwidth_source.c_str());
+    s << strformat("  matmul peak     %.1f GFLOP/s median (min %.1f, max %.1f): %s\n", r.matmul_gflops.median,
+                   r.matmul_gflops.min, r.matmul_gflops.max, r.matmul_source.c_str());
+  } else {
+    s << "  (probes off)\n";
+  }
+  s << strformat("  decode   %.4f GB read per token (weights %.4f + KV cache %.4f at mean context %.1f)", r.decode_bytes_per_token / 1e9,
+                 r.decode_weight_bytes / 1e9, r.decode_kv_bytes / 1e9, o.depth + (o.n_gen + 1) / 2.0);
+  if (r.decode_limit_tok_s > 0)
+    s << strformat(" -> limit %.2f tok/s; achieved %.2f tok/s = %.2f GB/s = %.3f of the limit\n", r.decode_limit_tok_s,
+                   r.tg_tok_s.median, r.decode_achieved_gbs, r.decode_fraction);
+  else
+    s << strformat("; achieved %.2f GB/s\n", r.decode_achieved_gbs);
+  s << strformat("  prefill  %.4f GFLOP per token (matmuls incl. every position's logits + attention)",
+                 r.prefill_flops_per_token / 1e9);
+  if (r.prefill_limit_tok_s > 0)
+    s << strformat(" -> limit %.2f tok/s; achieved %.2f tok/s = %.1f GFLOP/s = %.3f of the peak\n", r.prefill_limit_tok_s,
+                   r.pp_tok_s.median, r.prefill_achieved_gflops, r.prefill_fraction);
+  else
+    s << strformat("; achieved %.1f GFLOP/s\n", r.prefill_achieved_gflops);
+  if (r.peak_rss_bytes >= 0)
+    s << strformat("memory  peak RSS %.3f GB (VmHWM%s); device memory: not reported\n", r.peak_rss_bytes / 1e9,
+                   r.peak_rss_includes_probes ? ", INCLUDES the 1 GiB bandwidth probe buffer" : ", probes excluded");
+  return s.str();
+}
+
+std::string bench_report_json(const BenchReport& r) {
+  using json = nlohmann::ordered_json;
+  const BenchOptions& o = r.opt;
+  json j;
+  j["arbiter_bench"] = 1;
+  j["build"] = r.build;
+  j["model"] = {{"path", r.model_path}, {"arch", r.arch},           {"format", r.format},
+                {"weight_dtype", r.weight_dtype}, {"params", r.n_params}, {"weight_bytes", r.weight_bytes},
+                {"n_layer", r.n_layer}, {"d_model", r.d_model},    {"vocab", r.vocab}};
+  j["device"] = {{"name", r.device}, {"compute", r.compute}, {"threads", r.threads},
+                 {"host_cpu", r.host_cpu}, {"host_cores", r.host_cores}};
+  j["params"] = {{"n_prompt", o.n_prompt}, {"n_gen", o.n_gen}, {"reps", o.reps}, {"depth", o.depth}, {"warmup", 1}};
+  j["pp"] = {{"tokens", o.n_prompt}, {"tok_s", stat_json(r.pp_tok_s)}};
+  j["tg"] = {{"tokens", o.n_gen}, {"tok_s", stat_json(r.tg_tok_s)}};
+  j["first_token_ms"] = stat_json(r.ttft_ms);
+  j["memory"] = {{"peak_rss_bytes", r.peak_rss_bytes},
+                 {"peak_rss_includes_probes", r.peak_rss_includes_probes},
+                 {"device_bytes", nullptr}};
+  json lim;
+  lim["bandwidth_gbs"] = r.bandwidth_gbs.empty() ? json(nullptr) : stat_json(r.bandwidth_gbs);
+  lim["bandwidth_source"] = r.bandwidth_source;
+  lim["matmul_gflops"] = r.matmul_gflops.empty() ? json(nullptr) : stat_json(r.matmul_gflops);
+  lim["matmul_source"] = r.matmul_source;
+  lim["decode"] = {{"bytes_per_token", r.decode_bytes_per_token}, {"weight_bytes_per_token", r.decode_weight_bytes},
+                   {"kv_bytes_per_token", r.decode_kv_bytes},    {"limit_tok_s", r.decode_limit_tok_s},
+                   {"achieved_gbs", r.decode_achieved_gbs},     {"fraction", r.decode_fraction}};
+  lim["prefill"] = {{"flops_per_token", r.prefill_flops_per_token}, {"limit_tok_s", r.prefill_limit_tok_s},
+                    {"achieved_gflops", r.prefill_achieved_gflops}, {"fraction", r.prefill_fraction}};
+  j["limits"] = lim;
+  json tr = json::array();
+  for (const BenchTrace& t : r.traces) {
+    json x = {{"shape", t.shape}, {"rows", t.rows}, {"elapsed_s", t.elapsed_s}, {"positions_per_s", t.positions_per_s}};
+    if (!t.error.empty()) x["error"] = t.error;
+    tr.push_back(x);
+  }
+  j["traces"] = tr;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace arbiter

@@ -1,0 +1,123 @@
+// The measurement library behind `arbiter bench` (in the spirit of llama-bench): prompt
+// processing and token generation throughput, first-token latency, peak memory and trace
+// throughput, each next to a physical limit measured IN THE SAME RUN (memory read
+// bandwidth and matmul peak), so every speed is also a fraction of what the machine can do.
+//
+// Method (docs/performance.md has the long form):
+//   pp  one prefill of P tokens from an empty cache (after --depth D untimed tokens);
+//       tok/s = P / time. A forward produces logits for every position (what a trace needs).
+//   tg  N decode steps of one token each after D tokens of context, each step followed by
+//       the greedy argmax the generation loop does; tok/s = N / time.
+//   ttft  prefill of P tokens + the argmax that picks the first new token, in ms.
+//   Repetitions are interleaved with the limit probes (the host is noisy); one warm-up of
+//   each test runs first and is not counted. Means, sds and medians over repetitions.
+//   decode limit = bytes read per token (every weight the step reads in its storage dtype,
+//       plus the KV cache rows it attends over) / measured read bandwidth.
+//   prefill limit = FLOPs per token (2 x matmul parameters incl. the output matrix, plus
+//       causal attention 4 H Dh ctx per layer) / measured matmul peak.
+//   CPU tiers (cpu, ref): bandwidth = multi-threaded streaming read of a 1 GiB buffer
+//       with transparent huge pages; peak = OpenBLAS sgemm 2048^3 on the same threads.
+//   Other tiers (cuda): bandwidth = the tier's own add op over large buffers (reads 2,
+//       writes 1: a lower bound of the device's bandwidth); peak = the tier's own matmul
+//       on the model's weight shapes at M = P tokens.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace arbiter {
+
+/// Summary of repeated measurements.
+struct BenchStat {
+  std::vector<double> samples;
+  double mean = 0, sd = 0, median = 0, min = 0, max = 0;  // sd: sample sd (n - 1); 0 if n < 2
+  bool empty() const { return samples.empty(); }
+};
+BenchStat bench_stat(const std::vector<double>& samples);
+
+/// One streaming read of `bytes` (rounded down to 4 KiB) with `threads` threads over memory
+/// advised MADV_HUGEPAGE and touched first; returns GB/s (1e9 bytes/s) of each of `passes`
+/// timed passes. The buffer is unmapped before returning. Throws if it cannot be mapped.
+std::vector<double> measure_host_read_bandwidth(size_t bytes, int threads, int passes);
+
+/// OpenBLAS cblas_sgemm of n x n x n with `threads` BLAS threads (restored afterwards):
+/// GFLOP/s (2 n^3 / time) of each of `passes` timed calls after one untimed call.
+std::vector<double> measure_sgemm_gflops(int n, int threads, int passes);
+
+struct BenchOptions {
+  int n_prompt = 512;   // P
+  int n_gen = 128;      // N
+  int reps = 5;
+  int depth = 0;        // D
+  int threads = 0;      // probe threads (<= 0: all cores); the tier got its own setting
+  std::vector<std::string> shapes;  // trace shapes (timed by the caller: see BenchTrace)
+  std::string corpus_path;
+  std::string model_path;           // as given
+  bool probes = true;               // measure the limits (off: report throughput only)
+  uint64_t seed = 1;                // prompt token ids
+  std::function<void(const std::string&)> progress;  // stderr lines for the CLI; may be empty
+};
+
+/// Throughput of one teacher-forced trace (verify::run_trace) of a named shape.
+struct BenchTrace {
+  std::string shape;
+  int64_t rows = 0;
+  double elapsed_s = 0;
+  double positions_per_s = 0;
+  std::string error;  // non-empty: the shape could not run (e.g. corpus too short)
+};
+
+struct BenchReport {
+  BenchOptions opt;
+  // What ran.
+  std::string model_path, arch, format, weight_dtype;
+  int n_layer = 0, d_model = 0, vocab = 0;
+  int64_t n_params = 0;
+  uint64_t weight_bytes = 0;  // all tensor bytes the model holds (storage dtype)
+  std::string device, compute;
+  int threads = 0;
+  std::string host_cpu;       // /proc/cpuinfo model name
+  int host_cores = 0;
+  std::string build;          // version + commit
+  // Throughput.
+  BenchStat pp_tok_s, tg_tok_s, ttft_ms;
+  // Memory.
+  int64_t peak_rss_bytes = -1;       // VmHWM over the model phases, -1 if unknown
+  bool peak_rss_includes_probes = false;
+  // Limits (0 when not measured).
+  BenchStat bandwidth_gbs;           // 1e9 bytes/s
+  std::string bandwidth_source;
+  BenchStat matmul_gflops;
+  std::string matmul_source;
+  double decode_bytes_per_token = 0, decode_weight_bytes = 0, decode_kv_bytes = 0;
+  double decode_limit_tok_s = 0, decode_fraction = 0, decode_achieved_gbs = 0;
+  double prefill_flops_per_token = 0, prefill_limit_tok_s = 0, prefill_fraction = 0;
+  double prefill_achieved_gflops = 0;
+  std::vector<BenchTrace> traces;
+};
+
+/// Bytes one decode step at context ctx reads: weights (every matrix, bias and norm the
+/// step uses, the output matrix once even when tied, one embedding row) and the K/V rows
+/// attended over, at kv_elem_bytes per cached element. weight part in *weights if given.
+double decode_bytes_per_token(const Model& m, double ctx, int kv_elem_bytes, double* weights = nullptr);
+/// Mean FLOPs per token of a causal forward of T tokens after pos0 cached ones:
+/// 2 x (matmul weights incl. the output matrix) + 4 H Dh min(ctx, window) per layer.
+double forward_flops_per_token(const ModelConfig& c, int T, int pos0);
+
+/// Runs pp, tg and the limit probes on a loaded model and a tier. Throws arbiter::Error on
+/// bad options (P or N < 1, reps < 1, depth < 0). Trace timing lives above the engine
+/// layer (src/cli/cmd_bench.cpp runs verify::run_trace per shape and fills r.traces).
+BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt);
+/// Raises r.peak_rss_bytes to the process's current VmHWM (after extra phases).
+void bench_note_peak_rss(BenchReport& r);
+
+/// A human table (llama-bench style) plus the limits, for stdout.
+std::string bench_report_text(const BenchReport& r);
+/// The same as one JSON object (schema "arbiter-bench" 1; docs/performance.md).
+std::string bench_report_json(const BenchReport& r);
+
+}  // namespace arbiter

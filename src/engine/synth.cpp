@@ -1,0 +1,663 @@
+// Synthetic checkpoints (see synth.h). Layout of what is written:
+//   config.json              the preset's HF config (+ an "arbiter_synth" provenance block)
+//   model.safetensors        tensors in name order; matrices and biases N(0, 0.02), norms 1
+//   tokenizer.json           byte-level BPE: 256 byte tokens, synthetic merges, specials
+//   tokenizer_config.json    bos/eos names, add_bos_token
+//   generation_config.json   bos/eos ids
+//   README.md                what this is, and that it is for speed only
+#include "engine/synth.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "io/safetensors_write.h"
+
+namespace arbiter {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------
+// Presets. Every number below is the value in that model's official config.json on the
+// Hugging Face Hub (repository named in hf_id), read 2026-11; docs/performance.md repeats
+// the table. tiny is ours: a 2-layer llama for fast tests.
+
+namespace {
+
+ModelConfig cfg(const char* arch, int L, int D, int H, int Hkv, int Dh, int F, int V, int max_pos,
+                double eps, double theta, bool tied) {
+  ModelConfig c;
+  c.arch = arch;
+  c.n_layer = L;
+  c.d_model = D;
+  c.n_head = H;
+  c.n_head_kv = Hkv;
+  c.head_dim = Dh;
+  c.d_ff = F;
+  c.vocab = V;
+  c.max_pos = max_pos;
+  c.norm_eps = eps;
+  c.rope_theta = theta;
+  c.tied_embeddings = tied;
+  c.rope_layout = RopeLayout::Half;
+  c.qk_norm = std::string(arch) == "qwen3";
+  c.qkv_bias = std::string(arch) == "qwen2";
+  return c;
+}
+
+std::vector<SynthPreset> make_presets() {
+  std::vector<SynthPreset> p;
+  {
+    SynthPreset s;
+    s.name = "qwen3-0.6b";
+    s.hf_id = "Qwen/Qwen3-0.6B";
+    s.hf_class = "Qwen3ForCausalLM";
+    s.source = "huggingface.co/Qwen/Qwen3-0.6B config.json (transformers 4.51.0)";
+    s.config = cfg("qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1e-6, 1000000.0, true);
+    s.specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    s.eos = 2;  // Qwen3 config: eos_token_id 151645 = <|im_end|>
+    p.push_back(s);
+  }
+  {
+    SynthPreset s;
+    s.name = "qwen3-8b";
+    s.hf_id = "Qwen/Qwen3-8B";
+    s.hf_class = "Qwen3ForCausalLM";
+    s.source = "huggingface.co/Qwen/Qwen3-8B config.json (transformers 4.51.0)";
+    s.config = cfg("qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1e-6, 1000000.0, false);
+    s.specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    s.eos = 2;
+    p.push_back(s);
+  }
+  {
+    SynthPreset s;
+    s.name = "qwen2.5-0.5b";
+    s.hf_id = "Qwen/Qwen2.5-0.5B";
+    s.hf_class = "Qwen2ForCausalLM";
+    s.source = "huggingface.co/Qwen/Qwen2.5-0.5B config.json";
+    s.config = cfg("qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1e-6, 1000000.0, true);
+    s.specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    s.eos = 0;  // base model: eos_token_id 151643 = <|endoftext|>
+    p.push_back(s);
+  }
+  {
+    SynthPreset s;
+    s.name = "llama-3.2-1b";
+    s.hf_id = "meta-llama/Llama-3.2-1B";
+    s.hf_class = "LlamaForCausalLM";
+    s.source = "huggingface.co/meta-llama/Llama-3.2-1B config.json (transformers 4.45)";
+    s.config = cfg("llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1e-5, 500000.0, true);
+    s.config.rope_scaling.kind = RopeScaling::Kind::Llama3;
+    s.config.rope_scaling.factor = 32.0;
+    s.config.rope_scaling.low_freq_factor = 1.0;
+    s.config.rope_scaling.high_freq_factor = 4.0;
+    s.config.rope_scaling.original_max_pos = 8192;
+    s.specials = {"<|begin_of_text|>", "<|end_of_text|>"};
+    s.bos = 0;
+    s.eos = 1;
+    s.add_bos = true;
+    p.push_back(s);
+  }
+  {
+    SynthPreset s;
+    s.name = "mistral-7b";
+    s.hf_id = "mistralai/Mistral-7B-v0.1";
+    s.hf_class = "MistralForCausalLM";
+    s.source = "huggingface.co/mistralai/Mistral-7B-v0.1 config.json (transformers 4.34)";
+    s.config = cfg("mistral", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1e-5, 10000.0, false);
+    s.config.sliding_window = 4096;
+    s.specials = {"<s>", "</s>"};
+    s.bos = 0;
+    s.eos = 1;
+    s.add_bos = true;
+    p.push_back(s);
+  }
+  {
+    SynthPreset s;
+    s.name = "tiny";
+    s.hf_id = "none (arbiter test shape)";
+    s.hf_class = "LlamaForCausalLM";
+    s.source = "arbiter: a 2-layer llama small enough for unit tests";
+    s.config = cfg("llama", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-5, 10000.0, false);
+    s.specials = {"<s>", "</s>"};
+    s.bos = 0;
+    s.eos = 1;
+    s.add_bos = true;
+    p.push_back(s);
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------
+// Deterministic random numbers.
+
+uint64_t mix64(uint64_t x) {  // SplitMix64's finalizer (Steele, Lea, Flood 2014)
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+constexpr double kLn2 = 0.6931471805599453094;
+constexpr double kHalfPi = 1.5707963267948966192;
+
+// 1 / n! as a compile-time constant (each step an IEEE division, the same everywhere).
+constexpr double inv_fact(int n) {
+  double r = 1.0;
+  for (int i = 2; i <= n; ++i) r /= i;
+  return r;
+}
+
+// log(x) for x in (0, 1]: x = m 2^e with m in [1/sqrt2, sqrt2), log m = 2 atanh(t),
+// t = (m - 1) / (m + 1), |t| <= 0.172; the atanh series to t^23 is below 1e-17.
+double det_log(double x) {
+  int e = 0;
+  double m = std::frexp(x, &e);  // exact
+  if (m < 0.70710678118654752) {
+    m *= 2;  // exact
+    e -= 1;
+  }
+  const double t = (m - 1) / (m + 1);
+  const double t2 = t * t;
+  constexpr double kInvOdd[12] = {1.0,      1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,  1.0 / 11,
+                                  1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19, 1.0 / 21, 1.0 / 23};
+  double p = kInvOdd[11];
+  for (int k = 10; k >= 0; --k) p = std::fma(p, t2, kInvOdd[k]);
+  return std::fma(2 * t, p, double(e) * kLn2);
+}
+
+// Taylor coefficients (-1)^k / (2k+1)! and (-1)^k / (2k)!, k = 0..11, fixed at compile time.
+struct SinCosCoeffs {
+  double s[12], c[12];
+};
+constexpr SinCosCoeffs make_sincos_coeffs() {
+  SinCosCoeffs t{};
+  for (int k = 0; k < 12; ++k) {
+    const double sgn = (k % 2) ? -1.0 : 1.0;
+    t.s[k] = sgn * inv_fact(2 * k + 1);
+    t.c[k] = sgn * inv_fact(2 * k);
+  }
+  return t;
+}
+constexpr SinCosCoeffs kSinCos = make_sincos_coeffs();
+
+// sin and cos of a in [0, pi/2) by Taylor series (terms to a^23 / 23!, error < 1e-17).
+void det_sincos(double a, double& s, double& c) {
+  const double a2 = a * a;
+  double ps = kSinCos.s[11], pc = kSinCos.c[11];
+  for (int k = 10; k >= 0; --k) {
+    ps = std::fma(ps, a2, kSinCos.s[k]);
+    pc = std::fma(pc, a2, kSinCos.c[k]);
+  }
+  s = a * ps;
+  c = pc;
+}
+
+// Two N(0, 1) values from one 64-bit draw (Box-Muller).
+void box_muller(uint64_t r, double& z0, double& z1) {
+  const uint32_t hi = uint32_t(r >> 32), lo = uint32_t(r);
+  const double u1 = (double(hi) + 1.0) * 0x1p-32;  // (0, 1]: log is finite
+  const double rad = std::sqrt(-2.0 * det_log(u1));
+  // The angle 2 pi u2: top two bits pick the quadrant, the other 30 the angle inside it.
+  const double a = double(lo & 0x3fffffffu) * 0x1p-30 * kHalfPi;
+  double s, c;
+  det_sincos(a, s, c);
+  switch (lo >> 30) {
+    case 0: z0 = c; z1 = s; break;
+    case 1: z0 = -s; z1 = c; break;
+    case 2: z0 = -c; z1 = -s; break;
+    default: z0 = s; z1 = -c; break;
+  }
+  z0 *= rad;
+  z1 *= rad;
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensors.
+
+struct SynthTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool ones = false;  // norm weights
+};
+
+std::vector<SynthTensor> tensor_list(const ModelConfig& c) {
+  const int64_t D = c.d_model, F = c.d_ff, V = c.vocab, Dh = c.head_dim;
+  const int64_t Hq = int64_t(c.n_head) * Dh, Hk = int64_t(c.n_head_kv) * Dh;
+  std::vector<SynthTensor> t;
+  t.push_back({"model.embed_tokens.weight", {V, D}, false});
+  t.push_back({"model.norm.weight", {D}, true});
+  if (!c.tied_embeddings) t.push_back({"lm_head.weight", {V, D}, false});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", {D}, true});
+    t.push_back({p + "post_attention_layernorm.weight", {D}, true});
+    t.push_back({p + "self_attn.q_proj.weight", {Hq, D}, false});
+    t.push_back({p + "self_attn.k_proj.weight", {Hk, D}, false});
+    t.push_back({p + "self_attn.v_proj.weight", {Hk, D}, false});
+    t.push_back({p + "self_attn.o_proj.weight", {D, Hq}, false});
+    if (c.qkv_bias) {
+      t.push_back({p + "self_attn.q_proj.bias", {Hq}, false});
+      t.push_back({p + "self_attn.k_proj.bias", {Hk}, false});
+      t.push_back({p + "self_attn.v_proj.bias", {Hk}, false});
+    }
+    if (c.qk_norm) {
+      t.push_back({p + "self_attn.q_norm.weight", {Dh}, true});
+      t.push_back({p + "self_attn.k_norm.weight", {Dh}, true});
+    }
+    t.push_back({p + "mlp.gate_proj.weight", {F, D}, false});
+    t.push_back({p + "mlp.up_proj.weight", {F, D}, false});
+    t.push_back({p + "mlp.down_proj.weight", {D, F}, false});
+  }
+  std::sort(t.begin(), t.end(), [](const SynthTensor& a, const SynthTensor& b) { return a.name < b.name; });
+  return t;
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// Writes n f32 values as dtype t.
+void store(DType t, const float* src, int64_t n, void* dst) {
+  if (t == DType::F32) {
+    std::memcpy(dst, src, size_t(n) * 4);
+  } else if (t == DType::BF16) {
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+  } else {
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tokenizer: byte-level BPE with synthetic merges.
+
+// The merge alphabet in a rough English-frequency order (space first), as raw bytes.
+std::vector<uint8_t> merge_alphabet() {
+  const std::string first = " etaoinshrdlcumwfgypbvkjxqzETAOINSHRDLCUMWFGYPBVKJXQZ0123456789.,'-\"!?;:()\n";
+  std::vector<uint8_t> a(first.begin(), first.end());
+  for (int b = 33; b < 127; ++b)
+    if (first.find(char(b)) == std::string::npos) a.push_back(uint8_t(b));
+  return a;
+}
+
+// Merges (left, right) in rank order: first all pairs of alphabet characters, then a pair
+// token followed by one character, each level walked by anti-diagonals (i + j) so that
+// pairs of frequent characters come first. Left-deep merges make every result string
+// distinct. Returns exactly n merges (throws if n is more than the scheme can make).
+std::vector<std::pair<std::string, std::string>> synthetic_merges(int64_t n) {
+  std::vector<uint8_t> A = merge_alphabet();
+  std::vector<std::string> ch;
+  for (uint8_t b : A) ch.push_back(byte_level_char(b));
+  const int64_t na = int64_t(ch.size());
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<std::string> level1;
+  auto walk = [&](int64_t rows, const std::function<std::string(int64_t)>& left) {
+    for (int64_t s = 0; s <= rows + na - 2 && int64_t(out.size()) < n; ++s)
+      for (int64_t i = std::max<int64_t>(0, s - na + 1); i <= std::min(s, rows - 1) && int64_t(out.size()) < n; ++i)
+        out.emplace_back(left(i), ch[size_t(s - i)]);
+  };
+  walk(na, [&](int64_t i) { return ch[size_t(i)]; });
+  for (const auto& m : out) level1.push_back(m.first + m.second);
+  if (int64_t(out.size()) < n) walk(int64_t(level1.size()), [&](int64_t i) { return level1[size_t(i)]; });
+  ARB_CHECK(int64_t(out.size()) == n, "[synth] vocabulary needs %lld merges, the synthetic scheme makes at most %zu",
+            (long long)n, out.size());
+  return out;
+}
+
+std::string tokenizer_json(const SynthPreset& p, const ModelConfig& c) {
+  using json = nlohmann::ordered_json;
+  const int64_t V = c.vocab, n_special = int64_t(p.specials.size());
+  const int64_t n_merges = V - 256 - n_special;
+  ARB_CHECK(n_merges >= 0, "[synth] vocabulary %lld too small for 256 byte tokens + %lld specials", (long long)V,
+            (long long)n_special);
+  // The vocabulary is written by hand in id order: ordered_json's object is a vector with
+  // linear lookup, far too slow for 150k keys, and json's std::map would sort by text.
+  std::string vocab = "{";
+  auto vocab_add = [&](const std::string& text, int64_t id) {
+    vocab += (id ? ",\n  " : "\n  ") + json(text).dump() + ": " + std::to_string(id);
+  };
+  for (int b = 0; b < 256; ++b) vocab_add(byte_level_char(uint8_t(b)), b);
+  json merges = json::array();
+  int64_t id = 256;
+  for (const auto& [l, r] : synthetic_merges(n_merges)) {
+    vocab_add(l + r, id++);
+    merges.push_back(l + " " + r);
+  }
+  vocab += "\n }";
+  json added = json::array();
+  for (int64_t k = 0; k < n_special; ++k)
+    added.push_back({{"id", V - n_special + k}, {"content", p.specials[size_t(k)]}, {"single_word", false},
+                     {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
+  json t = json::object();
+  t["version"] = "1.0";
+  t["truncation"] = nullptr;
+  t["padding"] = nullptr;
+  t["added_tokens"] = added;
+  t["normalizer"] = nullptr;
+  t["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  if (p.bos >= 0 && p.add_bos) {
+    // How Llama 3's tokenizer.json adds BOS: a template with the special token first.
+    const std::string& bos = p.specials[size_t(p.bos)];
+    const int64_t bos_id = V - n_special + p.bos;
+    json single = json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}});
+    json pair = single;
+    pair.push_back({{"SpecialToken", {{"id", bos}, {"type_id", 1}}}});
+    pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+    t["post_processor"] = {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair},
+                           {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
+  } else {
+    t["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  }
+  t["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  t["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
+                {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+                {"vocab", "@VOCAB@"}, {"merges", merges}};
+  std::string text = t.dump(1) + "\n";
+  const std::string mark = "\"@VOCAB@\"";
+  text.replace(text.find(mark), mark.size(), vocab);
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------
+// JSON side files.
+
+const char* torch_dtype(DType t) {
+  return t == DType::BF16 ? "bfloat16" : t == DType::F16 ? "float16" : "float32";
+}
+
+std::string config_json(const SynthPreset& p, const ModelConfig& c, const SynthOptions& o) {
+  using json = nlohmann::json;  // sorted keys, as transformers writes them
+  const int64_t n_special = int64_t(p.specials.size());
+  auto special_id = [&](int k) { return int64_t(c.vocab) - n_special + k; };
+  json j;
+  j["architectures"] = {p.hf_class};
+  j["model_type"] = c.arch;
+  j["hidden_size"] = c.d_model;
+  j["intermediate_size"] = c.d_ff;
+  j["num_hidden_layers"] = c.n_layer;
+  j["num_attention_heads"] = c.n_head;
+  j["num_key_value_heads"] = c.n_head_kv;
+  j["head_dim"] = c.head_dim;
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_pos;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", c.rope_scaling.factor},
+                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", c.rope_scaling.original_max_pos}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["vocab_size"] = c.vocab;
+  j["torch_dtype"] = torch_dtype(o.dtype);
+  j["initializer_range"] = 0.02;
+  j["attention_dropout"] = 0.0;
+  j["use_cache"] = true;
+  j["bos_token_id"] = special_id(p.bos >= 0 ? p.bos : 0);
+  j["eos_token_id"] = special_id(p.eos);
+  if (c.arch == "llama") {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  } else if (c.arch == "qwen3" || c.arch == "qwen2") {
+    if (c.arch == "qwen3") j["attention_bias"] = false;
+    j["max_window_layers"] = c.n_layer;
+    j["sliding_window"] = nullptr;
+    j["use_sliding_window"] = false;
+  } else if (c.arch == "mistral") {
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  }
+  j["arbiter_synth"] = {{"preset", p.name},
+                        {"shape_of", p.hf_id},
+                        {"seed", o.seed},
+                        {"layers_override", o.layers > 0},
+                        {"note", "random weights: for speed measurements only, never for correctness"}};
+  return j.dump(2) + "\n";
+}
+
+std::string tokenizer_config_json(const SynthPreset& p, const ModelConfig& c) {
+  using json = nlohmann::json;
+  const int64_t n_special = int64_t(p.specials.size());
+  json j;
+  j["tokenizer_class"] = "PreTrainedTokenizerFast";
+  j["add_bos_token"] = p.add_bos;
+  j["add_eos_token"] = false;
+  j["bos_token"] = p.bos >= 0 ? json(p.specials[size_t(p.bos)]) : json(nullptr);
+  j["eos_token"] = p.specials[size_t(p.eos)];
+  j["pad_token"] = nullptr;
+  j["model_max_length"] = c.max_pos;
+  j["clean_up_tokenization_spaces"] = false;
+  json dec = json::object();
+  for (int64_t k = 0; k < n_special; ++k)
+    dec[std::to_string(int64_t(c.vocab) - n_special + k)] = {
+        {"content", p.specials[size_t(k)]}, {"lstrip", false}, {"normalized", false},
+        {"rstrip", false},                  {"single_word", false}, {"special", true}};
+  j["added_tokens_decoder"] = dec;
+  return j.dump(2) + "\n";
+}
+
+std::string generation_config_json(const SynthPreset& p, const ModelConfig& c) {
+  using json = nlohmann::json;
+  const int64_t n_special = int64_t(p.specials.size());
+  json j;
+  if (p.bos >= 0) j["bos_token_id"] = int64_t(c.vocab) - n_special + p.bos;
+  j["eos_token_id"] = int64_t(c.vocab) - n_special + p.eos;
+  j["do_sample"] = false;
+  return j.dump(2) + "\n";
+}
+
+std::string readme(const SynthPreset& p, const ModelConfig& c, const SynthOptions& o, const SynthResult& r) {
+  std::string s;
+  s += "# Synthetic checkpoint: " + p.name + " shape, RANDOM WEIGHTS\n\n";
+  s += "Written by `arbiter synth --preset " + p.name + " --dtype " + dtype_name(o.dtype) + " --seed " +
+       std::to_string(o.seed) + (o.layers > 0 ? " --layers " + std::to_string(o.layers) : "") + "`.\n\n";
+  s += "**For speed measurements only, never for correctness.** The weights are seeded noise\n"
+       "(N(0, 0.02) matrices and biases, norm weights 1) and the tokenizer is a synthetic\n"
+       "byte-level BPE (256 byte tokens, generated merges, special tokens at the end of the\n"
+       "vocabulary): the model computes nothing meaningful. Only the shapes are real.\n\n";
+  s += "Shapes of " + p.hf_id + " (source: " + p.source + ")" +
+       (o.layers > 0 ? ", with the layer count overridden" : "") + ":\n\n";
+  s += strformat("| layers | hidden | heads | kv heads | head dim | intermediate | vocab | tied | params | weight bytes |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|\n"
+                 "| %d | %d | %d | %d | %d | %d | %d | %s | %lld | %llu |\n",
+                 c.n_layer, c.d_model, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab,
+                 c.tied_embeddings ? "yes" : "no", (long long)r.n_params, (unsigned long long)r.weight_bytes);
+  return s;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw Error("[synth] " + path + ": cannot open for writing");
+  f << text;
+  f.flush();
+  if (!f) throw Error("[synth] " + path + ": write failed");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+std::string byte_level_char(uint8_t b) {
+  // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68
+  // bytes map to U+0100.. in byte order.
+  auto printable = [](int x) { return (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255); };
+  uint32_t cp = b;
+  if (!printable(b)) {
+    int k = 0;
+    for (int x = 0; x < b; ++x)
+      if (!printable(x)) ++k;
+    cp = 256 + uint32_t(k);
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s.push_back(char(cp));
+  } else {
+    s.push_back(char(0xC0 | (cp >> 6)));
+    s.push_back(char(0x80 | (cp & 0x3F)));
+  }
+  return s;
+}
+
+void synth_normals(uint64_t key, int64_t begin, int64_t n, double std, float* out) {
+  int64_t i = begin;
+  const int64_t end = begin + n;
+  while (i < end) {
+    double z0, z1;
+    box_muller(mix64(key + uint64_t(i / 2) * 0x9E3779B97F4A7C15ull), z0, z1);
+    if (i % 2 == 0) {
+      out[i - begin] = float(std * z0);
+      if (i + 1 < end) out[i + 1 - begin] = float(std * z1);
+      i += 2;
+    } else {
+      out[i - begin] = float(std * z1);
+      i += 1;
+    }
+  }
+}
+
+const std::vector<SynthPreset>& synth_presets() {
+  static const std::vector<SynthPreset> presets = make_presets();
+  return presets;
+}
+
+const SynthPreset& synth_preset(const std::string& name) {
+  std::string names;
+  for (const SynthPreset& p : synth_presets()) {
+    if (p.name == name) return p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  throw Error("[synth] unknown preset '" + name + "' (presets: " + names + ")");
+}
+
+SynthResult synth_plan(const SynthOptions& opt) {
+  const SynthPreset& p = synth_preset(opt.preset);
+  ARB_CHECK(opt.dtype == DType::BF16 || opt.dtype == DType::F16 || opt.dtype == DType::F32,
+            "[synth] dtype %s not supported (expected bf16, f16 or f32)", dtype_name(opt.dtype));
+  ARB_CHECK(opt.layers >= 0 && opt.layers <= 1000, "[synth] --layers %d outside [1, 1000]", opt.layers);
+  SynthResult r;
+  r.config = p.config;
+  if (opt.layers > 0) r.config.n_layer = opt.layers;
+  for (const SynthTensor& t : tensor_list(r.config)) {
+    r.n_params += numel(t.shape);
+    r.weight_bytes += dtype_bytes(opt.dtype, numel(t.shape));
+  }
+  return r;
+}
+
+std::string synth_config_json(const SynthOptions& opt) {
+  return config_json(synth_preset(opt.preset), synth_plan(opt).config, opt);
+}
+
+SynthResult synth_checkpoint(const SynthOptions& opt) {
+  const SynthPreset& p = synth_preset(opt.preset);
+  SynthResult r = synth_plan(opt);
+  const ModelConfig& c = r.config;
+  ARB_CHECK(!opt.out_dir.empty(), "[synth] no output directory given");
+  fs::path out = fs::absolute(fs::path(opt.out_dir)).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();
+  std::error_code ec;
+  if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)) && !opt.force)
+    throw Error("[synth] " + out.string() + ": exists and is not empty (pass --force to replace it)");
+  fs::path parent = out.parent_path();
+  fs::create_directories(parent, ec);
+  if (ec) throw Error("[synth] " + parent.string() + ": cannot create (" + ec.message() + ")");
+  fs::space_info sp = fs::space(parent, ec);
+  const uint64_t need = r.weight_bytes + (64u << 20);
+  if (!ec && sp.available < need)
+    throw Error(strformat("[synth] %s: %.2f GB free, the checkpoint needs %.2f GB", parent.string().c_str(),
+                          sp.available / 1e9, need / 1e9));
+
+  const fs::path tmp = parent / ("." + out.filename().string() + ".synth-tmp-" + std::to_string(::getpid()));
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) throw Error("[synth] " + tmp.string() + ": cannot create (" + ec.message() + ")");
+  auto say = [&](const std::string& s) {
+    if (opt.progress) opt.progress(s);
+  };
+  try {
+    const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+    std::vector<SafetensorsEntry> entries;
+    const std::vector<SynthTensor> list = tensor_list(c);
+    for (const SynthTensor& t : list) {
+      SafetensorsEntry e;
+      e.name = t.name;
+      e.dtype = opt.dtype;
+      e.shape = t.shape;
+      const uint64_t key = mix64(opt.seed ^ mix64(fnv1a(t.name)));
+      const bool ones = t.ones;
+      const DType dt = opt.dtype;
+      e.fill = [key, ones, dt, n_threads](int64_t begin, int64_t n, void* dst) {
+        std::vector<float> f(size_t(n), 1.0f);
+        if (!ones) {
+          // Each element depends only on (key, index): the split across threads cannot
+          // change a byte.
+          const int64_t per = (n + n_threads - 1) / n_threads;
+          std::vector<std::thread> th;
+          for (int k = 0; k < n_threads; ++k) {
+            const int64_t b = k * per, m = std::min(per, n - b);
+            if (m <= 0) break;
+            th.emplace_back([&, b, m] { synth_normals(key, begin + b, m, 0.02, f.data() + b); });
+          }
+          for (auto& x : th) x.join();
+        }
+        store(dt, f.data(), n, dst);
+      };
+      entries.push_back(std::move(e));
+    }
+    say(strformat("writing model.safetensors (%zu tensors, %.2f GB)", entries.size(), r.weight_bytes / 1e9));
+    write_safetensors((tmp / "model.safetensors").string(), entries,
+                      {{"format", "pt"}, {"arbiter_synth", p.name + " seed " + std::to_string(opt.seed)}});
+    say("writing tokenizer.json (" + std::to_string(c.vocab) + " tokens)");
+    write_text((tmp / "tokenizer.json").string(), tokenizer_json(p, c));
+    write_text((tmp / "config.json").string(), config_json(p, c, opt));
+    write_text((tmp / "tokenizer_config.json").string(), tokenizer_config_json(p, c));
+    write_text((tmp / "generation_config.json").string(), generation_config_json(p, c));
+    write_text((tmp / "README.md").string(), readme(p, c, opt, r));
+
+    // Swap into place: an existing directory (only with force) is moved aside first and
+    // removed after the rename, so out never holds a half-written checkpoint.
+    fs::path old;
+    if (fs::exists(out, ec)) {
+      old = parent / ("." + out.filename().string() + ".synth-old-" + std::to_string(::getpid()));
+      fs::remove_all(old, ec);
+      fs::rename(out, old, ec);
+      if (ec) throw Error("[synth] " + out.string() + ": cannot move the old directory aside (" + ec.message() + ")");
+    }
+    fs::rename(tmp, out, ec);
+    if (ec) throw Error("[synth] " + out.string() + ": rename from " + tmp.string() + " failed (" + ec.message() + ")");
+    if (!old.empty()) fs::remove_all(old, ec);
+  } catch (...) {
+    std::error_code ec2;
+    fs::remove_all(tmp, ec2);
+    throw;
+  }
+  return r;
+}
+
+}  // namespace arbiter

@@ -1,0 +1,77 @@
+// Synthetic checkpoints for speed measurements: a complete Hugging Face model directory
+// (config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+// generation_config.json, README.md) with the exact shapes of a real model and seeded
+// random weights. The weights are noise: such a checkpoint is for timing only, never for
+// any correctness claim.
+//
+// Presets copy the dimensions from each model's official config.json (the source is named
+// in SynthPreset::source and in docs/performance.md). To add one, append a row to the
+// table in synth.cpp and a shape test in tests/bench/synth_test.cpp.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace arbiter {
+
+struct SynthPreset {
+  std::string name;        // "qwen3-0.6b"
+  std::string hf_id;       // "Qwen/Qwen3-0.6B": the model whose shapes these are
+  std::string hf_class;    // "Qwen3ForCausalLM"
+  std::string source;      // where the numbers come from
+  ModelConfig config;      // arch, dims, RoPE, norm eps, tied, bias, qk norm, window
+  // Special tokens, appended after the byte and merge tokens (ids vocab - n .. vocab - 1).
+  std::vector<std::string> specials;
+  int bos = -1;            // index into specials, -1: the tokenizer adds no BOS
+  int eos = 0;             // index into specials
+  bool add_bos = false;    // whether encoding prepends BOS (Llama/Mistral yes, Qwen no)
+};
+
+/// All presets, in a fixed order.
+const std::vector<SynthPreset>& synth_presets();
+/// Throws arbiter::Error listing the preset names when name is unknown.
+const SynthPreset& synth_preset(const std::string& name);
+
+struct SynthOptions {
+  std::string preset;
+  DType dtype = DType::BF16;  // F32, F16 or BF16
+  uint64_t seed = 0;
+  int layers = 0;             // > 0 overrides the preset's layer count (quick tests)
+  std::string out_dir;
+  bool force = false;         // replace an existing out_dir
+  int threads = 0;            // weight generation threads; <= 0: all cores
+  /// Progress lines ("writing model.safetensors ...") for the CLI; may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+struct SynthResult {
+  ModelConfig config;         // as written to config.json
+  int64_t n_params = 0;       // distinct stored parameters (tied embedding counted once)
+  uint64_t weight_bytes = 0;  // size of the tensor data in model.safetensors
+};
+
+/// The config a synth run would write (preset + layer override), and its size.
+SynthResult synth_plan(const SynthOptions& opt);
+
+/// The config.json text a synth run writes (for tests and dry runs).
+std::string synth_config_json(const SynthOptions& opt);
+
+/// Writes the checkpoint atomically: everything goes to a temporary directory beside
+/// out_dir, renamed into place at the end. Refuses an existing non-empty out_dir unless
+/// force, an unsupported dtype, and a disk without room. Throws arbiter::Error.
+SynthResult synth_checkpoint(const SynthOptions& opt);
+
+/// n standard-normal-ish values of stream `key` starting at element `begin`, times std.
+/// Deterministic on every machine: a counter-based SplitMix64 hash feeds Box-Muller whose
+/// log/sin/cos are evaluated here with IEEE +, *, /, sqrt and explicit fma only, so libm
+/// differences cannot change a byte. Element i depends only on (key, i).
+void synth_normals(uint64_t key, int64_t begin, int64_t n, double std, float* out);
+
+/// The byte-level (GPT-2) alphabet: byte b as the UTF-8 of its printable stand-in.
+std::string byte_level_char(uint8_t b);
+
+}  // namespace arbiter

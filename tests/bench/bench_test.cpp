@@ -1,0 +1,148 @@
+// Tests of the measurement library (src/engine/bench.h) and a smoke test of `arbiter bench`.
+// No timing assertions: a test only checks that numbers exist, are finite and positive,
+// and that the work counts (bytes and FLOPs per token) match hand-derived values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/bench.h"
+#include "engine/synth.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace arbiter {
+namespace {
+
+using json = nlohmann::json;
+
+TEST(BenchStat, MeanSdMedian) {
+  BenchStat s = bench_stat({4, 1, 3, 2});
+  EXPECT_DOUBLE_EQ(s.mean, 2.5);
+  EXPECT_DOUBLE_EQ(s.median, 2.5);
+  EXPECT_NEAR(s.sd, std::sqrt(5.0 / 3.0), 1e-12);  // sum of squares 5, n - 1 = 3
+  EXPECT_EQ(s.min, 1);
+  EXPECT_EQ(s.max, 4);
+  BenchStat one = bench_stat({7});
+  EXPECT_EQ(one.median, 7);
+  EXPECT_EQ(one.sd, 0);
+  EXPECT_TRUE(bench_stat({}).empty());
+}
+
+TEST(BenchWork, FlopsPerTokenByHand) {
+  ModelConfig c;  // the tiny preset: L 2, D 64, H 4, Hkv 2, Dh 16, F 192, V 512
+  c.n_layer = 2, c.d_model = 64, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.d_ff = 192, c.vocab = 512;
+  // Matmuls: per layer q 64*64 + k,v 2*32*64 + o 64*64 + MLP 3*64*192 = 49,152; x2 layers
+  // + output 512*64 = 131,072 MACs = 262,144 FLOPs. Attention, T = 4 from position 0: keys
+  // 1+2+3+4 = 10, 4 FLOPs per (query, key, head dim) over H*Dh = 64: 4*2*64*10/4 = 1,280.
+  EXPECT_DOUBLE_EQ(forward_flops_per_token(c, 4, 0), 262144.0 + 1280.0);
+  // From position 10: keys 11..14 = 50 -> 4*2*64*50/4 = 6,400.
+  EXPECT_DOUBLE_EQ(forward_flops_per_token(c, 4, 10), 262144.0 + 6400.0);
+  // A sliding window of 2 caps keys at 2: 1+2+2+2 = 7 -> 896.
+  c.sliding_window = 2;
+  EXPECT_DOUBLE_EQ(forward_flops_per_token(c, 4, 0), 262144.0 + 896.0);
+}
+
+TEST(BenchWork, DecodeBytesPerTokenByHand) {
+  const std::string dir = test::temp_dir("bench-bytes") + "/m";
+  SynthOptions o;
+  o.preset = "tiny";
+  o.out_dir = dir;
+  synth_checkpoint(o);
+  auto m = load_model(dir);
+  // bf16 elements read by one step: 2 layers x (2 norms 128 + q 4096 + k,v 4096 + o 4096
+  // + MLP 36864 = 49,280) + final norm 64 + output 32,768 + one embedding row 64 = 131,456.
+  double w = 0;
+  const double total = decode_bytes_per_token(*m, 10, 4, &w);
+  EXPECT_DOUBLE_EQ(w, 131456.0 * 2);
+  // K and V, 2 layers, 10 positions, Hkv*Dh = 32, 4 bytes: 2*2*10*32*4 = 5,120.
+  EXPECT_DOUBLE_EQ(total - w, 5120.0);
+}
+
+TEST(BenchProbes, ReturnPositiveNumbers) {
+  auto bw = measure_host_read_bandwidth(size_t(64) << 20, 2, 2);
+  ASSERT_EQ(bw.size(), 2u);
+  for (double x : bw) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+  auto g = measure_sgemm_gflops(256, 1, 2);
+  ASSERT_EQ(g.size(), 2u);
+  for (double x : g) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+}
+
+void expect_positive(const json& j, const std::string& what) {
+  ASSERT_TRUE(j.is_number()) << what << " is " << j.dump();
+  EXPECT_TRUE(std::isfinite(j.get<double>()) && j.get<double>() > 0) << what << " = " << j.dump();
+}
+
+void expect_stat(const json& j, const std::string& what, size_t n) {
+  ASSERT_TRUE(j.is_object()) << what;
+  for (const char* k : {"mean", "median", "min", "max"}) expect_positive(j[k], what + "." + k);
+  ASSERT_TRUE(j["samples"].is_array()) << what;
+  EXPECT_EQ(j["samples"].size(), n) << what;
+}
+
+TEST(BenchCli, SmokeJsonOnStories260K) {
+  const std::string model = test::shared_path("models/stories260K/stories260K.gguf");
+  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K/stories260K.gguf is absent";
+  auto r = test::run_cli("bench -m " + model + " -p 16 -n 8 -r 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["arbiter_bench"], 1);
+  EXPECT_EQ(j["model"]["arch"], "llama");
+  expect_positive(j["model"]["params"], "model.params");
+  expect_positive(j["model"]["weight_bytes"], "model.weight_bytes");
+  EXPECT_EQ(j["device"]["name"], "cpu");
+  EXPECT_EQ(j["params"]["n_prompt"], 16);
+  EXPECT_EQ(j["params"]["n_gen"], 8);
+  EXPECT_EQ(j["params"]["reps"], 2);
+  expect_stat(j["pp"]["tok_s"], "pp.tok_s", 2);
+  expect_stat(j["tg"]["tok_s"], "tg.tok_s", 2);
+  expect_stat(j["first_token_ms"], "first_token_ms", 2);
+  expect_positive(j["memory"]["peak_rss_bytes"], "memory.peak_rss_bytes");
+  expect_stat(j["limits"]["bandwidth_gbs"], "limits.bandwidth_gbs", 6);  // 3 passes per rep
+  expect_stat(j["limits"]["matmul_gflops"], "limits.matmul_gflops", 4);  // 2 calls per rep
+  for (const char* k : {"bytes_per_token", "weight_bytes_per_token", "limit_tok_s", "achieved_gbs", "fraction"})
+    expect_positive(j["limits"]["decode"][k], std::string("limits.decode.") + k);
+  for (const char* k : {"flops_per_token", "limit_tok_s", "achieved_gflops", "fraction"})
+    expect_positive(j["limits"]["prefill"][k], std::string("limits.prefill.") + k);
+}
+
+TEST(BenchCli, TextTableAndTraceShapes) {
+  const std::string model = test::shared_path("models/stories260K/stories260K.gguf");
+  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K/stories260K.gguf is absent";
+  std::string text;
+  for (int i = 0; i < 60; ++i)
+    text += "Once upon a time, a little girl named Lily found a shiny stone in the park. She was happy. ";
+  const std::string corpus = test::temp_dir("bench-corpus") + "/corpus.txt";
+  test::write_file(corpus, text);
+  auto r = test::run_cli("bench -m " + model + " -p 8 -n 4 -r 1 --no-probes --shapes w1,w256 --corpus " + corpus +
+                         " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["traces"].size(), 2u);
+  for (const json& t : j["traces"]) {
+    EXPECT_FALSE(t.contains("error")) << t.dump();
+    expect_positive(t["positions_per_s"], "positions_per_s");
+  }
+  EXPECT_EQ(j["traces"][0]["rows"], 128);  // w1: 128 chunks of 1
+  EXPECT_EQ(j["traces"][1]["rows"], 512);  // w256: 2 chunks of 256
+  EXPECT_TRUE(j["limits"]["bandwidth_gbs"].is_null());
+
+  auto t = test::run_cli("bench -m " + model + " -p 8 -n 4 -r 1 --no-probes");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("| pp8"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("| tg4"), std::string::npos) << t.out;
+}
+
+TEST(BenchCli, RefusesBadArguments) {
+  const std::string model = test::shared_path("models/stories260K/stories260K.gguf");
+  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K/stories260K.gguf is absent";
+  EXPECT_NE(test::run_cli("bench -m " + model + " -p 0").exit_code, 0);
+  EXPECT_NE(test::run_cli("bench -m " + model + " -r 0").exit_code, 0);
+  EXPECT_NE(test::run_cli("bench -m " + model + " --shapes w1").exit_code, 0);  // no corpus
+  EXPECT_NE(test::run_cli("bench -m " + model + " --shapes w7 --corpus /dev/null").exit_code, 0);
+  EXPECT_NE(test::run_cli("bench -m /no/such/model").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace arbiter

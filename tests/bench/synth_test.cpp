@@ -1,0 +1,362 @@
+// Tests of `arbiter synth` (src/engine/synth.h) and the safetensors writer it uses.
+// Expected dimensions come from each model's official config.json on the Hugging Face Hub
+// (repository named next to each case), not from synth.cpp's table; expected parameter
+// counts are worked out by hand from those dimensions. To add a preset, add its official
+// values to kOfficial below.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/synth.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "io/safetensors_write.h"
+#include "io/sha256.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace arbiter {
+namespace {
+
+using test::read_file;
+using test::run_cli;
+using test::temp_dir;
+
+struct Official {
+  const char* preset;
+  const char* arch;
+  int L, D, H, Hkv, Dh, F, V;
+  bool tied;
+  double theta, eps;
+  int window;
+};
+
+// Values as published in config.json of: Qwen/Qwen3-0.6B, Qwen/Qwen3-8B, Qwen/Qwen2.5-0.5B,
+// meta-llama/Llama-3.2-1B, mistralai/Mistral-7B-v0.1.
+const Official kOfficial[] = {
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, true, 1000000.0, 1e-6, 0},
+    {"qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, false, 1000000.0, 1e-6, 0},
+    {"qwen2.5-0.5b", "qwen2", 24, 896, 14, 2, 64, 4864, 151936, true, 1000000.0, 1e-6, 0},
+    {"llama-3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, true, 500000.0, 1e-5, 0},
+    {"mistral-7b", "mistral", 32, 4096, 32, 8, 128, 14336, 32000, false, 10000.0, 1e-5, 4096},
+};
+
+// Hand count: embedding (+ output matrix when untied) + final norm + per layer two norms,
+// q/k/v/o, three MLP matrices, qwen2 biases, qwen3 q/k norms.
+int64_t hand_params(const Official& o, int layers) {
+  const int64_t D = o.D, Hq = int64_t(o.H) * o.Dh, Hk = int64_t(o.Hkv) * o.Dh, F = o.F, V = o.V;
+  int64_t per = 2 * D + D * Hq + 2 * D * Hk + Hq * D + 3 * D * F;
+  if (std::string(o.arch) == "qwen2") per += Hq + 2 * Hk;
+  if (std::string(o.arch) == "qwen3") per += 2 * o.Dh;
+  return V * D * (o.tied ? 1 : 2) + D + per * layers;
+}
+
+std::string file_sha(const std::string& path) {
+  std::string b = read_file(path);
+  return sha256_hex(b.data(), b.size());
+}
+
+SynthOptions opts(const std::string& preset, const std::string& dir, uint64_t seed = 1, int layers = 0,
+                  DType dt = DType::BF16) {
+  SynthOptions o;
+  o.preset = preset;
+  o.out_dir = dir;
+  o.seed = seed;
+  o.layers = layers;
+  o.dtype = dt;
+  return o;
+}
+
+// --- the safetensors writer ------------------------------------------------------------
+
+TEST(SafetensorsWrite, RoundTripsThroughTheReader) {
+  const std::string dir = temp_dir("stw");
+  const std::string path = dir + "/t.safetensors";
+  std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -8.5f};  // [2, 3]
+  std::vector<uint16_t> b = {f32_to_bf16(1.0f), f32_to_bf16(-0.5f), f32_to_bf16(2.0f)};
+  SafetensorsEntry ea{"a", DType::F32, {2, 3}, nullptr, a.data()};
+  SafetensorsEntry eb{"b.weight", DType::BF16, {3}, nullptr, nullptr};
+  eb.fill = [&](int64_t begin, int64_t n, void* dst) { std::memcpy(dst, b.data() + begin, size_t(n) * 2); };
+  write_safetensors(path, {ea, eb}, {{"format", "pt"}});
+
+  std::string bytes = read_file(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
+  EXPECT_EQ((8 + n) % 64, 0u) << "data should start 64-byte aligned";
+  EXPECT_EQ(bytes.size(), 8 + n + 6 * 4 + 3 * 2);
+
+  SafetensorsSet st = SafetensorsSet::open_file(path);
+  const Tensor* ta = st.tensor("a");
+  const Tensor* tb = st.tensor("b.weight");
+  ASSERT_TRUE(ta && tb);
+  EXPECT_EQ(ta->dtype, DType::F32);
+  EXPECT_EQ(ta->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::memcmp(ta->data, a.data(), 24), 0);
+  EXPECT_EQ(tb->dtype, DType::BF16);
+  EXPECT_EQ(std::memcmp(tb->data, b.data(), 6), 0);
+  EXPECT_EQ(st.metadata().at("format"), "pt");
+}
+
+TEST(SafetensorsWrite, RefusesDuplicatesAndBadDtypes) {
+  const std::string dir = temp_dir("stw-bad");
+  float x = 1;
+  SafetensorsEntry e{"x", DType::F32, {1}, nullptr, &x};
+  EXPECT_THROW(write_safetensors(dir + "/d.safetensors", {e, e}), Error);
+  SafetensorsEntry q{"q", DType::Q8_0, {32}, nullptr, &x};
+  EXPECT_THROW(write_safetensors(dir + "/q.safetensors", {q}), Error);
+  SafetensorsEntry none{"n", DType::F32, {1}, nullptr, nullptr};
+  EXPECT_THROW(write_safetensors(dir + "/n.safetensors", {none}), Error);
+}
+
+// --- random numbers ----------------------------------------------------------------------
+
+TEST(SynthNormals, HaveTheMomentsOfANormal) {
+  const int64_t n = 400000;
+  std::vector<float> z(static_cast<size_t>(n));
+  synth_normals(12345, 0, n, 1.0, z.data());
+  double sum = 0, sq = 0, within1 = 0, within2 = 0;
+  for (float v : z) {
+    ASSERT_TRUE(std::isfinite(v));
+    sum += v;
+    sq += double(v) * v;
+    within1 += std::fabs(v) < 1.0;
+    within2 += std::fabs(v) < 2.0;
+  }
+  const double mean = sum / n, var = sq / n - mean * mean;
+  // N(0, 1): mean 0 (SE 1/sqrt(n) = 0.0016), variance 1 (SE sqrt(2/n) = 0.0022),
+  // P(|z| < 1) = 0.682689, P(|z| < 2) = 0.954500 (SE <= 0.0008). Bounds are ~5 SE.
+  EXPECT_NEAR(mean, 0.0, 0.008);
+  EXPECT_NEAR(var, 1.0, 0.011);
+  EXPECT_NEAR(within1 / n, 0.682689, 0.004);
+  EXPECT_NEAR(within2 / n, 0.954500, 0.002);
+}
+
+TEST(SynthNormals, DependOnlyOnKeyAndIndex) {
+  std::vector<float> whole(1001), a(500), b(501);
+  synth_normals(7, 0, 1001, 0.02, whole.data());
+  synth_normals(7, 0, 500, 0.02, a.data());
+  synth_normals(7, 500, 501, 0.02, b.data());  // starts at an even index
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(whole[size_t(i)], a[size_t(i)]) << i;
+  for (int i = 0; i < 501; ++i) ASSERT_EQ(whole[size_t(500 + i)], b[size_t(i)]) << i;
+  std::vector<float> odd(10);
+  synth_normals(7, 333, 10, 0.02, odd.data());  // starts at an odd index
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(whole[size_t(333 + i)], odd[size_t(i)]) << i;
+  std::vector<float> other(1001);
+  synth_normals(8, 0, 1001, 0.02, other.data());
+  int same = 0;
+  for (int i = 0; i < 1001; ++i) same += whole[size_t(i)] == other[size_t(i)];
+  EXPECT_LT(same, 5) << "another key must give another stream";
+}
+
+TEST(SynthTokenizer, ByteLevelAlphabetIsGpt2s) {
+  // GPT-2 bytes_to_unicode: printable bytes map to themselves; space (0x20) is the 33rd
+  // non-printable byte (0x00..0x20), so U+0100 + 32 = U+0120 'Ġ'; newline (0x0A) is U+010A 'Ċ'.
+  EXPECT_EQ(byte_level_char('a'), "a");
+  EXPECT_EQ(byte_level_char(' '), "\xC4\xA0");
+  EXPECT_EQ(byte_level_char('\n'), "\xC4\x8A");
+  EXPECT_EQ(byte_level_char(0), "\xC4\x80");
+  EXPECT_EQ(byte_level_char(0xAD), "\xC5\x83");  // soft hyphen: the 68th remapped byte, U+0143
+  EXPECT_EQ(byte_level_char(0xFF), "\xC3\xBF");
+}
+
+// --- presets and config.json -------------------------------------------------------------
+
+TEST(SynthPresets, ConfigJsonCarriesTheOfficialValues) {
+  for (const Official& o : kOfficial) {
+    SCOPED_TRACE(o.preset);
+    SynthOptions so = opts(o.preset, "unused");
+    ModelConfig c = parse_hf_config(synth_config_json(so), "config.json");
+    EXPECT_EQ(c.arch, o.arch);
+    EXPECT_EQ(c.n_layer, o.L);
+    EXPECT_EQ(c.d_model, o.D);
+    EXPECT_EQ(c.n_head, o.H);
+    EXPECT_EQ(c.n_head_kv, o.Hkv);
+    EXPECT_EQ(c.head_dim, o.Dh);
+    EXPECT_EQ(c.d_ff, o.F);
+    EXPECT_EQ(c.vocab, o.V);
+    EXPECT_EQ(c.tied_embeddings, o.tied);
+    EXPECT_EQ(c.rope_theta, o.theta);
+    EXPECT_EQ(c.norm_eps, o.eps);
+    EXPECT_EQ(c.sliding_window, o.window);
+    EXPECT_EQ(synth_plan(so).n_params, hand_params(o, o.L));
+  }
+  // Llama 3.2's RoPE scaling (config.json rope_scaling): llama3, factor 32, low 1, high 4,
+  // original_max_position_embeddings 8192.
+  ModelConfig c = parse_hf_config(synth_config_json(opts("llama-3.2-1b", "unused")), "config.json");
+  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_pos, 8192);
+  // Totals: Llama-3.2-1B's published 1,235,814,400 (1.24B); Qwen3-0.6B by hand from the
+  // dimensions, 596,049,920, of which 440,467,456 non-embedding (model card: 0.6B, 0.44B).
+  EXPECT_EQ(synth_plan(opts("qwen3-0.6b", "unused")).n_params, 596049920);
+  EXPECT_EQ(synth_plan(opts("llama-3.2-1b", "unused")).n_params, 1235814400);
+  // The layer override changes only the layer count.
+  SynthOptions one = opts("qwen3-0.6b", "unused", 1, 3);
+  EXPECT_EQ(parse_hf_config(synth_config_json(one), "config.json").n_layer, 3);
+}
+
+TEST(SynthPresets, RefusesUnknownPresetsAndBadArguments) {
+  const std::string dir = temp_dir("synth-bad");
+  EXPECT_THROW(synth_preset("gpt-5"), Error);
+  EXPECT_THROW(synth_checkpoint(opts("no-such-model", dir + "/a")), Error);
+  EXPECT_THROW(synth_checkpoint(opts("tiny", dir + "/b", 1, 0, DType::Q8_0)), Error);
+  EXPECT_THROW(synth_checkpoint(opts("tiny", dir + "/c", 1, 0, DType::F64)), Error);
+  EXPECT_THROW(synth_checkpoint(opts("tiny", dir + "/d", 1, -1)), Error);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/a") || std::filesystem::exists(dir + "/b"));
+
+  auto r = run_cli("synth --preset gpt-5 -o " + dir + "/e");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("qwen3-0.6b"), std::string::npos) << "the error should list the presets: " << r.err;
+  r = run_cli("synth --preset tiny --dtype q4 -o " + dir + "/f");
+  EXPECT_NE(r.exit_code, 0);
+  r = run_cli("synth --preset tiny --layers 0 -o " + dir + "/g");
+  EXPECT_NE(r.exit_code, 0);
+  r = run_cli("synth --preset tiny --seed x -o " + dir + "/h");
+  EXPECT_NE(r.exit_code, 0);
+  r = run_cli("synth --preset tiny");  // no -o
+  EXPECT_NE(r.exit_code, 0);
+  r = run_cli("synth --preset tiny --bogus 1 -o " + dir + "/i");
+  EXPECT_NE(r.exit_code, 0);
+}
+
+TEST(SynthPresets, RefusesToOverwriteWithoutForce) {
+  const std::string dir = temp_dir("synth-force") + "/m";
+  synth_checkpoint(opts("tiny", dir, 1));
+  const std::string before = file_sha(dir + "/model.safetensors");
+  EXPECT_THROW(synth_checkpoint(opts("tiny", dir, 2)), Error);
+  EXPECT_EQ(file_sha(dir + "/model.safetensors"), before);
+  SynthOptions f = opts("tiny", dir, 2);
+  f.force = true;
+  synth_checkpoint(f);
+  EXPECT_NE(file_sha(dir + "/model.safetensors"), before);
+  // No temporary directories are left beside it.
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(dir).parent_path()))
+    EXPECT_EQ(e.path().filename().string().find(".synth-"), std::string::npos) << e.path();
+}
+
+// --- written checkpoints load with the preset's shapes -------------------------------------
+
+TEST(SynthCheckpoint, TinyLoadsWithItsShapes) {
+  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const std::string dir = temp_dir("synth-tiny") + "/m";
+    SynthResult res = synth_checkpoint(opts("tiny", dir, 1, 0, dt));
+    auto m = load_model(dir);
+    const ModelConfig& c = m->config;
+    EXPECT_EQ(c.arch, "llama");
+    EXPECT_EQ(c.n_layer, 2);
+    EXPECT_EQ(c.d_model, 64);
+    EXPECT_EQ(c.vocab, 512);
+    EXPECT_FALSE(c.tied_embeddings);
+    EXPECT_EQ(m->weight_dtype, dt);
+    const LayerWeights& l = m->weights.layers.at(1);
+    EXPECT_EQ(l.wq.shape, (std::vector<int64_t>{64, 64}));
+    EXPECT_EQ(l.wk.shape, (std::vector<int64_t>{32, 64}));
+    EXPECT_EQ(l.w_gate.shape, (std::vector<int64_t>{192, 64}));
+    EXPECT_EQ(l.w_down.shape, (std::vector<int64_t>{64, 192}));
+    EXPECT_NE(m->weights.lm_head.data, m->weights.embed.data);
+    // 512*64*2 + 64 + 2 * (2*64 + 64*64 + 2*32*64 + 64*64 + 3*64*192) = 164,160.
+    EXPECT_EQ(m->n_params, 164160);
+    EXPECT_EQ(res.n_params, 164160);
+    EXPECT_EQ(res.weight_bytes, uint64_t(164160) * dtype_bytes(dt, 1));
+    // Norms are exactly 1; matrices look like N(0, 0.02).
+    std::vector<double> row(64);
+    row_to_f64(l.attn_norm.dtype, l.attn_norm.data, row.data(), 64);
+    for (double v : row) EXPECT_EQ(v, 1.0);
+    const int64_t n = l.w_gate.numel();
+    std::vector<double> w(static_cast<size_t>(n));
+    row_to_f64(l.w_gate.dtype, l.w_gate.data, w.data(), n);
+    double sq = 0;
+    for (double v : w) sq += v * v;
+    EXPECT_NEAR(std::sqrt(sq / n), 0.02, 0.001);  // n = 12288: SE of the sd ~ 0.00013
+    // Tokenizer: 512 ids, BOS prepended, text round-trips.
+    EXPECT_EQ(m->tokenizer->vocab_size(), 512);
+    EXPECT_EQ(m->tokenizer->bos_id(), 510);
+    const std::string text = "Hello, world! The theme: tea at three.\n\tÜnïcödé 你好 🙂";
+    std::vector<int32_t> ids = m->tokenizer->encode(text, true, false);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids[0], 510);
+    EXPECT_EQ(m->tokenizer->decode(ids, true), text);
+    EXPECT_EQ(m->eos_ids, std::vector<int32_t>{511});
+  }
+}
+
+TEST(SynthCheckpoint, Qwen3OneLayerLoadsWithTheOfficialShapes) {
+  const std::string dir = temp_dir("synth-qwen3") + "/m";
+  synth_checkpoint(opts("qwen3-0.6b", dir, 1, 1));
+  auto m = load_model(dir);
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, "qwen3");
+  EXPECT_EQ(c.n_layer, 1);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(m->weights.embed.shape, (std::vector<int64_t>{151936, 1024}));
+  EXPECT_EQ(m->weights.lm_head.data, m->weights.embed.data);
+  const LayerWeights& l = m->weights.layers.at(0);
+  EXPECT_EQ(l.wq.shape, (std::vector<int64_t>{16 * 128, 1024}));
+  EXPECT_EQ(l.wk.shape, (std::vector<int64_t>{8 * 128, 1024}));
+  EXPECT_EQ(l.wo.shape, (std::vector<int64_t>{1024, 16 * 128}));
+  EXPECT_EQ(l.q_norm.shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(l.w_up.shape, (std::vector<int64_t>{3072, 1024}));
+  EXPECT_EQ(m->weight_dtype, DType::BF16);
+  const Official& o = kOfficial[0];
+  EXPECT_EQ(m->n_params, hand_params(o, 1));
+  // Qwen tokenizers add no BOS; synthetic merges make English text shorter than its bytes.
+  EXPECT_EQ(m->tokenizer->bos_id(), -1);
+  EXPECT_EQ(m->tokenizer->vocab_size(), 151936);
+  const std::string text = "the quick brown fox jumps over the lazy dog, then rests in the shade";
+  std::vector<int32_t> ids = m->tokenizer->encode(text, true, false);
+  EXPECT_LT(ids.size() * 2, text.size());
+  EXPECT_EQ(m->tokenizer->decode(ids, false), text);
+  EXPECT_EQ(m->tokenizer->encode("<|im_end|>", false, true), std::vector<int32_t>{151935});
+  // The same tokenizer.json through HF tokenizers 0.23.2 (transformers 5.17 AutoTokenizer,
+  // run on the GPU machine, 2026-11-29) gave these ids; ours must agree.
+  const std::vector<int32_t> hf = {72,  335, 387, 44,  376, 351, 498, 33,  662, 309, 259, 309, 390, 58,
+                                   259, 267, 9514, 259, 417, 260, 46, 10,  9,   195, 156, 110, 195, 175,
+                                   99,  195, 182, 100, 195, 169, 32,  228, 189, 160, 229, 165, 189};
+  EXPECT_EQ(m->tokenizer->encode("Hello, world! The theme: tea at three.\n\t\u00dcn\u00efc\u00f6d\u00e9 \u4f60\u597d",
+                                 true, false),
+            hf);
+}
+
+TEST(SynthCheckpoint, Qwen25OneLayerHasBiases) {
+  const std::string dir = temp_dir("synth-qwen25") + "/m";
+  synth_checkpoint(opts("qwen2.5-0.5b", dir, 1, 1));
+  auto m = load_model(dir);
+  EXPECT_EQ(m->config.arch, "qwen2");
+  EXPECT_TRUE(m->config.qkv_bias);
+  const LayerWeights& l = m->weights.layers.at(0);
+  EXPECT_EQ(l.bq.shape, (std::vector<int64_t>{14 * 64}));
+  EXPECT_EQ(l.bk.shape, (std::vector<int64_t>{2 * 64}));
+  EXPECT_EQ(l.w_gate.shape, (std::vector<int64_t>{4864, 896}));
+  EXPECT_EQ(m->n_params, hand_params(kOfficial[2], 1));
+}
+
+// --- reproducibility ---------------------------------------------------------------------
+
+TEST(SynthCheckpoint, SameSeedSameBytesOtherSeedOtherBytes) {
+  const std::string root = temp_dir("synth-seed");
+  synth_checkpoint(opts("tiny", root + "/a", 42));
+  SynthOptions b = opts("tiny", root + "/b", 42);
+  b.threads = 1;  // the thread count must not matter
+  synth_checkpoint(b);
+  synth_checkpoint(opts("tiny", root + "/c", 43));
+  for (const char* f : {"model.safetensors", "tokenizer.json", "config.json", "tokenizer_config.json",
+                        "generation_config.json"})
+    EXPECT_EQ(file_sha(root + "/a/" + f), file_sha(root + "/b/" + f)) << f;
+  EXPECT_NE(file_sha(root + "/a/model.safetensors"), file_sha(root + "/c/model.safetensors"));
+  EXPECT_EQ(file_sha(root + "/a/tokenizer.json"), file_sha(root + "/c/tokenizer.json"));
+  // The CLI writes the same bytes as the library.
+  auto r = run_cli("synth --preset tiny --dtype bf16 --seed 42 -o " + root + "/d");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(file_sha(root + "/a/model.safetensors"), file_sha(root + "/d/model.safetensors"));
+  EXPECT_NE(read_file(root + "/d/README.md").find("never for correctness"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace arbiter
