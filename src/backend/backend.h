@@ -122,6 +122,9 @@ struct DeviceSpec {
   std::string device = "cpu";  // as given
   std::string dtype;           // empty: the tier's default
   int threads = 0;
+  /// --mix ablation (backend/mix.h): "family=dtype,..." or empty. Only the cuda tier may
+  /// accept it; make_backend refuses it elsewhere rather than ignore it.
+  std::string mix;
 };
 std::unique_ptr<Backend> make_backend(const DeviceSpec& spec);
 

@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda_factory.h"
+#include "backend/mix.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
 
@@ -10,6 +11,15 @@ namespace arbiter {
 
 std::unique_ptr<Backend> make_backend(const DeviceSpec& spec) {
   const std::string& d = spec.device;
+  // --mix is validated first so a typo is named even where it would be refused anyway.
+  const MixSpec mix = parse_mix(spec.mix);
+  const bool is_cuda = d == "cuda" || d.rfind("cuda:", 0) == 0;
+  ARB_CHECK(mix.empty() || is_cuda,
+            "[backend] --mix %s: per-family precision exists only on the cuda tier (device '%s')",
+            mix.text().c_str(), d.c_str());
+  // Until the CUDA tier honours DeviceSpec::mix, refuse instead of silently running uniform.
+  ARB_CHECK(mix.empty(), "[backend] --mix %s: not implemented by the cuda tier yet",
+            mix.text().c_str());
   if (d == "ref") {
     ARB_CHECK(spec.dtype.empty() || spec.dtype == "f64",
               "[backend] device ref computes in f64 (asked for --dtype %s)", spec.dtype.c_str());

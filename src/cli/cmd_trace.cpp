@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "backend/mix.h"
 #include "cli/common.h"
 #include "core/error.h"
 #include "verify/trace_run.h"
@@ -21,7 +22,7 @@ static int cmd_trace(int argc, char** argv) {
                  "usage: arbiter trace -m MODEL --corpus FILE (--shape w1|w1ctx512|w8|w256|w8ctx1536"
                  " | --chunk W --chunks C [--prefill P] [--start S])\n"
                  "       [--topk K] [--device ref|cpu|cuda[:N]] [--dtype D] [-t N] [--inject SPEC]"
-                 " -o OUT.tsv [--full-logits OUT.bin] [--stats] [--quiet]\n");
+                 " [--mix SPEC] -o OUT.tsv [--full-logits OUT.bin] [--stats] [--quiet]\n");
     return 0;
   }
   verify::TraceRunOptions opt;
@@ -46,6 +47,8 @@ static int cmd_trace(int argc, char** argv) {
   opt.model_path = a.str("model");
   opt.env = arbiter_env();
   opt.progress = !a.flag("quiet");
+  // A --mix ablation is part of what was measured: record it (`# mix` header line).
+  if (a.has("mix")) opt.extra_header.emplace_back("mix", parse_mix(a.str("mix")).text());
 
   ModelRun run = open_model_run(a);
   const int bos_rows = run.model->tokenizer->bos_id() >= 0 ? 1 : 0;

@@ -11,7 +11,7 @@ extern char** environ;
 namespace arbiter::cli {
 
 std::vector<std::string> model_value_opts() {
-  return {"-m|--model", "--device", "--dtype", "-t|--threads", "--inject"};
+  return {"-m|--model", "--device", "--dtype", "-t|--threads", "--inject", "--mix"};
 }
 std::vector<std::string> model_flag_opts() { return {"--stats"}; }
 
@@ -21,6 +21,7 @@ ModelRun open_model_run(const Args& a) {
   spec.device = a.str("device", "cpu");
   spec.dtype = a.str("dtype", "");
   spec.threads = int(a.integer("threads", 0));
+  spec.mix = a.str("mix", "");
   if (spec.threads < 0) throw Error("[cli] --threads must be >= 0");
   r.inject = InjectSpec::parse(a.str("inject", "none"));
   const char* env = std::getenv("ARBITER_OP_STATS");

@@ -1,5 +1,5 @@
 // Options shared by the subcommands that run a model: -m, --device, --dtype, -t, --inject,
-// --stats. Keeps every subcommand's spelling of them identical.
+// --mix, --stats. Keeps every subcommand's spelling of them identical.
 #pragma once
 #include <memory>
 #include <string>

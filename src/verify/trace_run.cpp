@@ -80,6 +80,7 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt) {
   for (char& ch : h.build_compiler)
     if (ch == ' ') ch = '-';
   h.build_cuda = cuda_build_version();
+  for (const auto& e : opt.extra_header) h.extra.push_back(e);
   if (opt.env != "none") {
     std::istringstream es(opt.env);
     for (std::string v; es >> v;) h.env.push_back(v);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/session.h"
@@ -20,6 +21,8 @@ struct TraceRunOptions {
   std::string model_path;        // as the user gave it (header)
   std::string env = "none";      // ARBITER_* variables (header)
   bool progress = true;          // progress bar on stderr
+  /// Extra `# key<TAB>value` header lines (e.g. {"mix", "attn=f32"} for a --mix ablation).
+  std::vector<std::pair<std::string, std::string>> extra_header;
 };
 
 struct TraceRunResult {

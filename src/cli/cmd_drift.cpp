@@ -1,0 +1,114 @@
+// arbiter drift: where in the forward do two tiers part? (verify/drift.h, docs/localize.md)
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "verify/drift.h"
+#include "verify/svg.h"
+
+namespace arbiter::cli {
+
+static const char* kDriftUsage =
+    "usage: arbiter drift -m MODEL --corpus FILE --a SIDE --b SIDE [--positions N] [--width W]\n"
+    "                     [--tsv OUT] [--svg OUT] [--json] [--inject SPEC] [--mix SPEC] [-t N]\n"
+    "  --a, --b        sides (DEVICE[:INDEX][:DTYPE][+inject=SPEC][+mix=SPEC]); a is the\n"
+    "                  reference, b is checked (e.g. --a ref --b cuda:bf16)\n"
+    "  --positions N   BOS + the first N-1 corpus tokens (default 64)\n"
+    "  --width W       tokens per forward (default: all N in one forward; 1 = decode path)\n"
+    "  --inject SPEC   fault on side b (same as --b DEVICE+inject=SPEC)\n"
+    "  --mix SPEC      ablation on the cuda side(s)\n"
+    "  --tsv / --svg   per-stage table as TSV / error-by-layer plot\n"
+    "  --json          one JSON object on stdout instead of the table\n"
+    "exit: 0 when no stage's local error exceeds its bound, 1 when one does (or on error)\n";
+
+/// BOS + the first n-1 tokens of the corpus (whole file, no special tokens).
+std::vector<int32_t> corpus_positions(const Model& m, const std::string& path, int n,
+                                      const char* who) {
+  std::ifstream f(path, std::ios::binary);
+  ARB_CHECK(f.good(), "[%s] %s: cannot open corpus", who, path.c_str());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::vector<int32_t> ids;
+  if (m.tokenizer->bos_id() >= 0) ids.push_back(m.tokenizer->bos_id());
+  std::vector<int32_t> body = m.tokenizer->encode(ss.str(), false, false);
+  ARB_CHECK(int64_t(ids.size() + body.size()) >= n, "[%s] %s: %zu tokens, --positions %d needs %d",
+            who, path.c_str(), body.size(), n, n - int(ids.size()));
+  ids.insert(ids.end(), body.begin(), body.begin() + (n - int(ids.size())));
+  return ids;
+}
+
+static int cmd_drift(int argc, char** argv) {
+  Args a("drift",
+         {"-m|--model", "--corpus", "--a", "--b", "--positions", "--width", "--tsv", "--svg",
+          "--inject", "--mix", "-t|--threads", "--device", "--dtype"},
+         {"--json", "-h|--help"});
+  a.parse(argc, argv);
+  if (a.flag("help")) {
+    std::fprintf(stderr, "%s", kDriftUsage);
+    return 0;
+  }
+  ARB_CHECK(!a.has("device") && !a.has("dtype"),
+            "[cli] drift: name the tiers with --a and --b (e.g. --a ref --b cuda:bf16)");
+  verify::Side sa = verify::parse_side(a.str("a")), sb = verify::parse_side(a.str("b"));
+  if (a.has("inject")) {
+    ARB_CHECK(!sb.inject.active, "[cli] drift: --b %s already has +inject; --inject given too",
+              sb.label.c_str());
+    sb.inject = InjectSpec::parse(a.str("inject"));
+  }
+  if (a.has("mix")) {
+    bool any = false;
+    for (verify::Side* s : {&sa, &sb})
+      if (s->spec.device.rfind("cuda", 0) == 0 && s->spec.mix.empty())
+        s->spec.mix = a.str("mix"), any = true;
+    ARB_CHECK(any, "[cli] drift: --mix applies to a cuda side and neither --a nor --b is one");
+  }
+  const int positions = int(a.integer("positions", 64));
+  ARB_CHECK(positions >= 1, "[cli] drift: --positions must be >= 1");
+  const int width = int(a.integer("width", positions));
+  ARB_CHECK(width >= 1, "[cli] drift: --width must be >= 1");
+  const int threads = int(a.integer("threads", 0));
+  ARB_CHECK(threads >= 0, "[cli] drift: --threads must be >= 0");
+
+  std::unique_ptr<Model> m = load_model(a.str("model"));
+  const std::string corpus = a.str("corpus");
+  std::vector<int32_t> ids = corpus_positions(*m, corpus, positions, "drift");
+  auto be_a = verify::make_side_backend(sa, threads);
+  auto be_b = verify::make_side_backend(sb, threads);
+  const int wmax = std::min(width, positions);
+  Session s_a(*m, *be_a, positions, wmax), s_b(*m, *be_b, positions, wmax);
+  s_a.set_inject(sa.inject);
+  s_b.set_inject(sb.inject);
+  std::fprintf(stderr, "[drift] capturing %d positions on %s and %s\n", positions, sa.label.c_str(),
+               sb.label.c_str());
+  verify::Capture ca = verify::capture_forwards(s_a, ids, wmax);
+  verify::Capture cb = verify::capture_forwards(s_b, ids, wmax);
+  verify::StageReplayer rep(*m, *be_b, sb.inject);
+  verify::Roundoff u = verify::coarser(verify::roundoff_of(be_a->compute_name()),
+                                       verify::roundoff_of(be_b->compute_name()));
+  std::fprintf(stderr, "[drift] replaying every stage on %s from %s's inputs\n", sb.label.c_str(),
+               sa.label.c_str());
+  verify::DriftReport r = verify::drift_compare(*m, ca, cb, rep, u);
+  r.model_path = a.str("model");
+  r.corpus_path = corpus;
+  r.a_label = sa.label, r.b_label = sb.label;
+  r.a_device = be_a->device_name(), r.b_device = be_b->device_name();
+  r.a_compute = be_a->compute_name(), r.b_compute = be_b->compute_name();
+  r.a_inject = sa.inject.text, r.b_inject = sb.inject.text;
+
+  if (a.has("tsv")) verify::write_text_file(a.str("tsv"), verify::drift_tsv(r));
+  if (a.has("svg")) verify::write_text_file(a.str("svg"), verify::drift_svg(r));
+  if (a.flag("json"))
+    std::printf("%s\n", verify::drift_json(r)
+                            .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                            .c_str());
+  else
+    std::printf("%s", verify::drift_text(r).c_str());
+  return r.n_flagged > 0 ? 1 : 0;
+}
+
+REGISTER_COMMAND("drift", "per-stage error between two tiers, accumulated and local", cmd_drift);
+
+}  // namespace arbiter::cli

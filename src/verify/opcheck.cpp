@@ -1,0 +1,268 @@
+#include "verify/opcheck.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "backend/ref/ref_backend.h"
+#include "core/error.h"
+
+namespace arbiter::verify {
+
+namespace {
+
+double dtype_roundoff(DType t) {
+  switch (t) {
+    case DType::F64:
+      return std::ldexp(1.0, -53);
+    case DType::F32:
+      return std::ldexp(1.0, -24);
+    case DType::BF16:
+      return std::ldexp(1.0, -8);
+    case DType::F16:
+      return std::ldexp(1.0, -11);
+    default:
+      return std::ldexp(1.0, -8);
+  }
+}
+
+// The tier's summarize() on exactly ref's logits, against the same summary on the host.
+SummarizeCheck check_summarize(const Model& m, const Capture& cap, Backend& be, const Roundoff& u) {
+  SummarizeCheck s;
+  const int V = m.config.vocab, K = std::min(8, V);
+  Buffer lb{};
+  DType logits_dtype = DType::F32;
+  double max_logit = 0;
+  std::vector<std::pair<double, int>> gaps_lse;  // (ref top-1/top-2 gap, top-1 flipped) per row
+  for (size_t f = 0; f < cap.size(); ++f) {
+    const CapturedForward& cf = cap[f];
+    const std::vector<double>& logits = cf.at({Stage::Logits, -1});
+    if (lb.ptr == nullptr || lb.n < int64_t(cf.T) * V) {
+      if (lb.ptr) be.free(lb);
+      lb = be.alloc(int64_t(cf.T) * V, /*logits=*/true);
+      logits_dtype = lb.dtype;
+    }
+    be.write(lb, 0, int64_t(cf.T) * V, logits.data());
+    std::vector<int32_t> targets(size_t(cf.T), -1);
+    for (int t = 0; t < cf.T; ++t) {
+      // The next token is the target when the capture holds it (as in a trace).
+      if (t + 1 < cf.T)
+        targets[size_t(t)] = cf.ids[size_t(t) + 1];
+      else if (f + 1 < cap.size())
+        targets[size_t(t)] = cap[f + 1].ids[0];
+    }
+    std::vector<LogitsSummary> got;
+    be.summarize(lb, cf.T, V, K, targets.data(), got);
+    for (int t = 0; t < cf.T; ++t) {
+      LogitsSummary want;
+      const double* row = logits.data() + size_t(t) * V;
+      summarize_row(row, V, K, targets[size_t(t)], want);
+      for (int v = 0; v < V; ++v) max_logit = std::max(max_logit, std::fabs(row[v]));
+      const LogitsSummary& g = got[size_t(t)];
+      s.nonfinite += g.n_nonfinite;
+      double le = std::fabs(g.lse - want.lse);
+      s.max_lse_err = std::isfinite(le) ? std::max(s.max_lse_err, le) : INFINITY;
+      if (targets[size_t(t)] >= 0) {
+        double te = std::fabs(g.target_logit - want.target_logit);
+        s.max_target_err = std::isfinite(te) ? std::max(s.max_target_err, te) : INFINITY;
+      }
+      double gap = want.top_logits.size() > 1 ? want.top_logits[0] - want.top_logits[1] : INFINITY;
+      gaps_lse.emplace_back(gap, 0);
+      if (g.top_ids.empty() || g.top_ids[0] != want.top_ids[0]) {
+        // A flip is excusable only when rounding the logits to the buffer type can close
+        // ref's gap (checked below, once max|logit| is known).
+        gaps_lse.back().second = 1;
+      }
+      ++s.rows;
+    }
+  }
+  if (lb.ptr) be.free(lb);
+  const double ul = dtype_roundoff(logits_dtype);  // rounding ref's logits into the buffer
+  s.lse_bound = kBoundSafety * (ul * max_logit + u.accum * std::sqrt(double(V)));
+  for (const auto& [gap, flip] : gaps_lse)
+    if (flip && gap > 2 * ul * max_logit) ++s.top1_mismatch;
+  s.flagged = s.nonfinite > 0 || !(s.max_lse_err <= s.lse_bound) ||
+              !(s.max_target_err <= s.lse_bound) || s.top1_mismatch > 0;
+  return s;
+}
+
+}  // namespace
+
+OpcheckReport run_opcheck(const Model& m, const Capture& ref_cap, StageReplayer& replay,
+                          const Roundoff& u) {
+  const ModelConfig& c = m.config;
+  OpcheckReport r;
+  r.u = u;
+  r.forwards = int(ref_cap.size());
+  int64_t ctx = 0;
+  for (const CapturedForward& f : ref_cap) {
+    r.positions += f.T;
+    r.width = std::max(r.width, f.T);
+    ctx = std::max<int64_t>(ctx, int64_t(f.pos0) + f.T);
+  }
+  for (const StageId& id : forward_stages(c)) {
+    OpcheckRow row;
+    row.id = id;
+    row.op = stage_op(id.stage);
+    for (size_t f = 0; f < ref_cap.size(); ++f) {
+      const std::vector<double>& want = ref_cap[f].at(id);
+      std::vector<double> got = replay.replay(ref_cap, f, id);
+      row.err.add(want.data(), got.data(), int64_t(want.size()));
+      row.rows += ref_cap[f].T;
+      row.cols = ref_cap[f].cols.at(id);
+    }
+    double S = id.stage == Stage::Attn ? attention_score_scale(ref_cap, id.layer, c) : 0.0;
+    row.bound = stage_bound(id, c, ctx, S, u);
+    row.flagged = !(row.err.rel_l2() <= row.bound.value);
+    r.n_flagged += row.flagged;
+    auto it = std::find_if(r.ops.begin(), r.ops.end(),
+                           [&](const OpcheckOp& o) { return o.op == row.op; });
+    if (it == r.ops.end()) {
+      r.ops.push_back(OpcheckOp{row.op, 0, 0, -1, id, 0});
+      it = r.ops.end() - 1;
+    }
+    ++it->checks;
+    it->flagged += row.flagged;
+    double ratio = row.err.rel_l2() / row.bound.value;
+    if (!(ratio <= it->worst_ratio)) {
+      it->worst_ratio = ratio;
+      it->worst = id;
+      it->worst_nmse = row.err.nmse();
+    }
+    r.rows.push_back(row);
+  }
+  r.summarize = check_summarize(m, ref_cap, replay.backend(), u);
+  r.n_flagged += r.summarize.flagged;
+  return r;
+}
+
+std::string opcheck_text(const OpcheckReport& r) {
+  std::string o;
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "opcheck: %s (compute %s, inject %s) vs ref (f64) on ref's captured inputs\n"
+                "inputs: %d positions (BOS + text) in %d forward(s) of up to %d\n"
+                "bound on rel_l2 = %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)), u_s = %s, "
+                "u_a = %s; NMSE bound = bound^2\n\n",
+                r.device.c_str(), r.compute.c_str(), r.inject.c_str(), r.positions, r.forwards,
+                r.width, kBoundSafety, fmt_g(r.u.storage).c_str(), fmt_g(r.u.accum).c_str());
+  o += b;
+  std::snprintf(b, sizeof b, "%-10s %-5s %-10s %11s %9s %9s %9s %9s %9s %6s  %s\n", "op", "layer",
+                "stage", "shape", "max_abs", "mean_abs", "nmse", "rel_l2", "bound", "n", "flag");
+  o += b;
+  for (const OpcheckRow& w : r.rows) {
+    std::string shape = std::to_string(w.rows) + "x" + std::to_string(w.cols);
+    std::string flag;
+    if (w.flagged)
+      flag = "OUT OF LINE x" + fmt_g(w.err.rel_l2() / w.bound.value) +
+             (w.err.nonfinite ? " (" + std::to_string(w.err.nonfinite) + " NaN/Inf)" : "");
+    std::snprintf(b, sizeof b, "%-10s %-5s %-10s %11s %9s %9s %9s %9s %9s %6lld  %s\n",
+                  w.op.c_str(), w.id.layer >= 0 ? std::to_string(w.id.layer).c_str() : "-",
+                  stage_name(w.id.stage), shape.c_str(), fmt_g(w.err.max_abs).c_str(),
+                  fmt_g(w.err.mean_abs()).c_str(), fmt_g(w.err.nmse()).c_str(),
+                  fmt_g(w.err.rel_l2()).c_str(), fmt_g(w.bound.value).c_str(),
+                  (long long)w.bound.reduction, flag.c_str());
+    o += b;
+  }
+  o += "\nper op (worst error / bound over all its uses):\n";
+  std::snprintf(b, sizeof b, "%-10s %7s %8s %12s %12s  %s\n", "op", "checks", "flagged",
+                "worst_ratio", "worst_nmse", "worst_at");
+  o += b;
+  for (const OpcheckOp& op : r.ops) {
+    std::snprintf(b, sizeof b, "%-10s %7d %8d %12s %12s  %s\n", op.op.c_str(), op.checks,
+                  op.flagged, fmt_g(op.worst_ratio).c_str(), fmt_g(op.worst_nmse).c_str(),
+                  stage_id_name(op.worst).c_str());
+    o += b;
+  }
+  const SummarizeCheck& s = r.summarize;
+  std::snprintf(b, sizeof b,
+                "%-10s %7d %8d  lse err %s, target-logit err %s (bound %s), top-1 flips "
+                "beyond rounding %d, NaN/Inf %lld\n",
+                "summarize", s.rows, int(s.flagged), fmt_g(s.max_lse_err).c_str(),
+                fmt_g(s.max_target_err).c_str(), fmt_g(s.lse_bound).c_str(), s.top1_mismatch,
+                (long long)s.nonfinite);
+  o += b;
+  o += "\n";
+  if (r.n_flagged == 0) {
+    o += "OPCHECK: pass (every op within its bound)\n";
+  } else {
+    std::string first;
+    for (const OpcheckRow& w : r.rows)
+      if (w.flagged) {
+        first = w.op + " (" + stage_id_name(w.id) + ")";
+        break;
+      }
+    if (first.empty()) first = "summarize";
+    o += "OPCHECK: fail (" + std::to_string(r.n_flagged) +
+         " check(s) out of line; first: " + first + ")\n";
+  }
+  return o;
+}
+
+std::string opcheck_tsv(const OpcheckReport& r) {
+  std::string o =
+      "op\tstage\tlayer\trows\tcols\tmax_abs\tmean_abs\tnmse\trel_l2\tbound_rel_l2\t"
+      "reduction\tnonfinite\tflagged\n";
+  char b[64];
+  auto g = [&](double v) {
+    if (!std::isfinite(v)) return fmt_g(v);
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return std::string(b);
+  };
+  for (const OpcheckRow& w : r.rows)
+    o += w.op + "\t" + stage_name(w.id.stage) + "\t" + std::to_string(w.id.layer) + "\t" +
+         std::to_string(w.rows) + "\t" + std::to_string(w.cols) + "\t" + g(w.err.max_abs) + "\t" +
+         g(w.err.mean_abs()) + "\t" + g(w.err.nmse()) + "\t" + g(w.err.rel_l2()) + "\t" +
+         g(w.bound.value) + "\t" + std::to_string(w.bound.reduction) + "\t" +
+         std::to_string(w.err.nonfinite) + "\t" + (w.flagged ? "yes" : "no") + "\n";
+  return o;
+}
+
+nlohmann::json opcheck_json(const OpcheckReport& r) {
+  auto num = [](double v) -> nlohmann::json {
+    if (std::isfinite(v)) return v;
+    return fmt_g(v);
+  };
+  nlohmann::json j;
+  j["model"] = r.model_path;
+  j["device"] = r.device;
+  j["compute"] = r.compute;
+  j["inject"] = r.inject;
+  j["positions"] = r.positions;
+  j["forwards"] = r.forwards;
+  j["roundoff"] = {{"storage", r.u.storage}, {"accum", r.u.accum}, {"safety", kBoundSafety}};
+  j["checks"] = nlohmann::json::array();
+  for (const OpcheckRow& w : r.rows)
+    j["checks"].push_back({{"op", w.op},
+                           {"stage", stage_name(w.id.stage)},
+                           {"layer", w.id.layer},
+                           {"rows", w.rows},
+                           {"cols", w.cols},
+                           {"max_abs", num(w.err.max_abs)},
+                           {"mean_abs", num(w.err.mean_abs())},
+                           {"nmse", num(w.err.nmse())},
+                           {"rel_l2", num(w.err.rel_l2())},
+                           {"bound", num(w.bound.value)},
+                           {"nonfinite", w.err.nonfinite},
+                           {"flagged", w.flagged}});
+  j["ops"] = nlohmann::json::array();
+  for (const OpcheckOp& op : r.ops)
+    j["ops"].push_back({{"op", op.op},
+                        {"checks", op.checks},
+                        {"flagged", op.flagged},
+                        {"worst_ratio", num(op.worst_ratio)},
+                        {"worst_at", stage_id_name(op.worst)}});
+  const SummarizeCheck& s = r.summarize;
+  j["summarize"] = {{"rows", s.rows},
+                    {"max_lse_err", num(s.max_lse_err)},
+                    {"max_target_err", num(s.max_target_err)},
+                    {"lse_bound", num(s.lse_bound)},
+                    {"top1_mismatch", s.top1_mismatch},
+                    {"nonfinite", s.nonfinite},
+                    {"flagged", s.flagged}};
+  j["n_flagged"] = r.n_flagged;
+  j["verdict"] = r.n_flagged == 0 ? "pass" : "fail";
+  return j;
+}
+
+}  // namespace arbiter::verify
