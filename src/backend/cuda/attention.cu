@@ -1,0 +1,315 @@
+// Causal GQA attention with an online softmax (flash-attention style), for prefill (T > 1)
+// and the decode step (T == 1, key range split across blocks).
+//
+// A block takes 16 (query, head) rows that share one KV head (GQA: the query heads of a
+// group read the same K/V tile once), walks the keys in tiles of 32 staged in shared memory
+// as f32, and keeps per row the running max m, sum l and output o in registers (4 warps x 4
+// rows; lanes own keys for the scores and head dimensions for P @ V). No [T, T] score matrix
+// exists anywhere. Scores, exponentials and sums are f32; the output is rounded once.
+// With n_splits > 1 each block covers one slice of the key range and writes (o, m, l) to a
+// workspace; attn_combine merges the slices in split order (deterministic).
+// The query position is read through PosRef, so a captured decode graph replays at any
+// position; n_splits depends only on shapes and the cache size, never on the position.
+#include "backend/cuda/device_common.cuh"
+
+namespace arbiter::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRows = kWarps * kRowsPerWarp;  // (query, head) rows per block
+constexpr int kTile = 32;                     // keys per shared-memory tile (one per lane)
+
+size_t attn_smem_bytes(int Dh) {
+  return sizeof(float) * (size_t(kRows) * Dh + 2 * size_t(kTile) * (Dh + 1));
+}
+
+/// Stages keys [k0, min(k0 + kTile, ke)) of one KV head into k_s / v_s as f32 (rows past ke
+/// are zero). Each thread issues kBatch 16-byte loads of K and of V before it converts and
+/// stores any of them, so a tile costs about one memory latency, not one per element.
+template <class T>
+__device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int ke, int kv_dim,
+                                          int hk, int Dh, float* k_s, float* v_s) {
+  constexpr int V = Vec16<T>::N, kBatch = 4, kThreads = kWarps * 32;
+  const int ldk = Dh + 1;
+  if (Dh % V == 0) {
+    const int cpr = Dh / V, n = kTile * cpr;  // 16-byte chunks per row, per tile
+    for (int base = 0; base < n; base += kThreads * kBatch) {
+      uint4 kb[kBatch], vb[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int c = base + b * kThreads + int(threadIdx.x);
+        const int j = c / cpr, d = (c % cpr) * V, key = k0 + j;
+        if (c < n && key < ke) {
+          const int64_t off = int64_t(key) * kv_dim + int64_t(hk) * Dh + d;
+          kb[b] = __ldg(reinterpret_cast<const uint4*>(kc + off));
+          vb[b] = __ldg(reinterpret_cast<const uint4*>(vc + off));
+        } else {
+          kb[b] = vb[b] = make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int c = base + b * kThreads + int(threadIdx.x);
+        if (c >= n) continue;
+        const int j = c / cpr, d = (c % cpr) * V;
+        const T* ke_ = reinterpret_cast<const T*>(&kb[b]);
+        const T* ve_ = reinterpret_cast<const T*>(&vb[b]);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          k_s[j * ldk + d + e] = to_f(ke_[e]);
+          v_s[j * ldk + d + e] = to_f(ve_[e]);
+        }
+      }
+    }
+  } else {  // head size not a multiple of 16 bytes: element loads
+    for (int idx = threadIdx.x; idx < kTile * Dh; idx += kThreads) {
+      const int j = idx / Dh, d = idx % Dh, key = k0 + j;
+      float kv = 0.f, vv = 0.f;
+      if (key < ke) {
+        const int64_t off = int64_t(key) * kv_dim + int64_t(hk) * Dh + d;
+        kv = to_f(kc[off]);
+        vv = to_f(vc[off]);
+      }
+      k_s[j * ldk + d] = kv;
+      v_s[j * ldk + d] = vv;
+    }
+  }
+}
+
+/// Stages the block's kRows query rows (zeros past the last row) into q_s [kRows][Dh] as f32,
+/// with batched 16-byte loads like load_tile.
+template <class T>
+__device__ __forceinline__ void load_queries(const T* q, int row0, int rows_head, int group,
+                                             int hk, int H, int Dh, float* q_s) {
+  constexpr int V = Vec16<T>::N, kBatch = 4, kThreads = kWarps * 32;
+  if (Dh % V == 0) {
+    const int cpr = Dh / V, n = kRows * cpr;
+    for (int base = 0; base < n; base += kThreads * kBatch) {
+      uint4 qb[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int c = base + b * kThreads + int(threadIdx.x);
+        const int r = c / cpr, d = (c % cpr) * V, row = row0 + r;
+        if (c < n && row < rows_head) {
+          const int t = row / group, h = hk * group + row % group;
+          qb[b] = __ldg(reinterpret_cast<const uint4*>(q + (int64_t(t) * H + h) * Dh + d));
+        } else {
+          qb[b] = make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int c = base + b * kThreads + int(threadIdx.x);
+        if (c >= n) continue;
+        const int r = c / cpr, d = (c % cpr) * V;
+        const T* e_ = reinterpret_cast<const T*>(&qb[b]);
+#pragma unroll
+        for (int e = 0; e < V; ++e) q_s[r * Dh + d + e] = to_f(e_[e]);
+      }
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < kRows * Dh; idx += kThreads) {
+      const int r = idx / Dh, d = idx % Dh, row = row0 + r;
+      float val = 0.f;
+      if (row < rows_head) {
+        const int t = row / group, h = hk * group + row % group;
+        val = to_f(q[(int64_t(t) * H + h) * Dh + d]);
+      }
+      q_s[idx] = val;
+    }
+  }
+}
+
+template <class T, int DCH>
+__global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
+  extern __shared__ float smem[];
+  const int Dh = a.Dh, H = a.H, group = a.H / a.Hkv, kv_dim = a.Hkv * a.Dh, ldk = a.Dh + 1;
+  const int hk = blockIdx.y, split = blockIdx.z;
+  const int rows_head = a.T * group;  // rows of this KV head: row -> (t = row / group, g)
+  const int row0 = blockIdx.x * kRows;
+  const int pos0 = pos_of(a.pos);
+  const T* q = static_cast<const T*>(a.q);
+  const T* kc = static_cast<const T*>(a.k_cache);
+  const T* vc = static_cast<const T*>(a.v_cache);
+  float* q_s = smem;                 // [kRows][Dh]
+  float* k_s = q_s + kRows * Dh;     // [kTile][Dh + 1] (padded: lane-per-key reads)
+  float* v_s = k_s + kTile * ldk;    // [kTile][Dh + 1]
+
+  // Keys any row of this block can see: [lo, hi]; this split's slice: [ks, ke).
+  const int last = min(row0 + kRows, rows_head) - 1;
+  const int t_first = row0 / group, t_last = last / group;
+  const int hi = pos0 + t_last;
+  const int lo = a.window > 0 ? max(0, pos0 + t_first - a.window + 1) : 0;
+  int chunk = (hi - lo + 1 + a.n_splits - 1) / a.n_splits;
+  chunk = (chunk + kTile - 1) / kTile * kTile;
+  const int ks = lo + split * chunk;
+  const int ke = min(hi + 1, ks + chunk);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int qi[kRowsPerWarp], qlo[kRowsPerWarp], orow[kRowsPerWarp];
+  bool live[kRowsPerWarp];
+  float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DCH];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int row = row0 + warp * kRowsPerWarp + i;
+    live[i] = row < rows_head;
+    const int t = row / group, h = hk * group + row % group;
+    qi[i] = pos0 + t;
+    qlo[i] = a.window > 0 ? max(0, qi[i] - a.window + 1) : 0;
+    orow[i] = t * H + h;
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < DCH; ++c) o[i][c] = 0.f;
+  }
+
+  if (ks < ke) {  // block-uniform: empty slices only write (m = -inf, l = 0)
+    load_queries<T>(q, row0, rows_head, group, hk, H, Dh, q_s);
+    for (int k0 = ks; k0 < ke; k0 += kTile) {
+      __syncthreads();  // the previous tile is consumed (and q_s is written, first time)
+      load_tile<T>(kc, vc, k0, ke, kv_dim, hk, Dh, k_s, v_s);
+      __syncthreads();
+
+      // Scores: lane j owns key k0 + j, all rows of this warp at once.
+      float s[kRowsPerWarp];
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) s[i] = 0.f;
+      const float* kr = k_s + lane * ldk;
+      const float* qw = q_s + warp * kRowsPerWarp * Dh;
+#pragma unroll 4
+      for (int d = 0; d < Dh; ++d) {
+        const float kv = kr[d];
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) s[i] = fmaf(qw[i * Dh + d], kv, s[i]);
+      }
+      const int key = k0 + lane;
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const bool ok = live[i] && key < ke && key >= qlo[i] && key <= qi[i];
+        const float sc = ok ? s[i] * a.scale : -INFINITY;
+        const float mt = warp_max(sc);
+        if (mt == -INFINITY) continue;  // warp-uniform: nothing visible in this tile
+        const float mn = fmaxf(m[i], mt);
+        const float corr = expf(m[i] - mn);  // 0 on the first visible tile (m = -inf)
+        const float p = ok ? expf(sc - mn) : 0.f;
+        l[i] = l[i] * corr + warp_sum(p);
+#pragma unroll
+        for (int c = 0; c < DCH; ++c) o[i][c] *= corr;
+        for (int j = 0; j < kTile; ++j) {
+          const float pj = __shfl_sync(0xffffffffu, p, j);
+          if (pj == 0.f) continue;  // uniform across the warp
+          const float* vr = v_s + j * ldk;
+#pragma unroll
+          for (int c = 0; c < DCH; ++c) {
+            const int d = lane + 32 * c;
+            if (d < Dh) o[i][c] = fmaf(pj, vr[d], o[i][c]);
+          }
+        }
+        m[i] = mn;
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    if (!live[i]) continue;
+    if (a.n_splits == 1) {
+      T* out = static_cast<T*>(a.out) + int64_t(orow[i]) * Dh;
+#pragma unroll
+      for (int c = 0; c < DCH; ++c) {
+        const int d = lane + 32 * c;
+        if (d < Dh) out[d] = from_f<T>(o[i][c] / l[i]);
+      }
+    } else {
+      float* pr = a.part + (int64_t(orow[i]) * a.n_splits + split) * (Dh + 2);
+#pragma unroll
+      for (int c = 0; c < DCH; ++c) {
+        const int d = lane + 32 * c;
+        if (d < Dh) pr[d] = o[i][c];
+      }
+      if (lane == 0) {
+        pr[Dh] = m[i];
+        pr[Dh + 1] = l[i];
+      }
+    }
+  }
+}
+
+/// out[row, :] = sum_s o_s * e^(m_s - M) / sum_s l_s * e^(m_s - M), splits in order.
+template <class T>
+__global__ void attn_combine_kernel(const float* part, int rows, int n_splits, int Dh, T* out) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int stride = Dh + 2;
+  const float* pr = part + int64_t(row) * n_splits * stride;
+  float M = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, pr[s * stride + Dh]);
+  float L = 0.f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float ms = pr[s * stride + Dh];
+    if (ms != -INFINITY) L += pr[s * stride + Dh + 1] * expf(ms - M);
+  }
+  for (int d = lane; d < Dh; d += 32) {
+    float acc = 0.f;
+    for (int s = 0; s < n_splits; ++s) {
+      const float ms = pr[s * stride + Dh];
+      if (ms != -INFINITY) acc += pr[s * stride + d] * expf(ms - M);
+    }
+    out[int64_t(row) * Dh + d] = from_f<T>(acc / L);
+  }
+}
+
+template <class T, int DCH>
+void attn_launch(const AttnArgs& a, cudaStream_t s) {
+  const int group = a.H / a.Hkv;
+  dim3 grid(unsigned((a.T * group + kRows - 1) / kRows), unsigned(a.Hkv), unsigned(a.n_splits));
+  attn_kernel<T, DCH><<<grid, kWarps * 32, attn_smem_bytes(a.Dh), s>>>(a);
+  ARB_LAUNCHED("attn_kernel", s);
+  if (a.n_splits > 1) {
+    const int rows = a.T * a.H, per_block = 8;
+    attn_combine_kernel<T><<<(rows + per_block - 1) / per_block, per_block * 32, 0, s>>>(
+        a.part, rows, a.n_splits, a.Dh, static_cast<T*>(a.out));
+    ARB_LAUNCHED("attn_combine_kernel", s);
+  }
+}
+
+template <class T>
+void attn_dispatch(const AttnArgs& a, cudaStream_t s) {
+  if (a.Dh <= 32) attn_launch<T, 1>(a, s);
+  else if (a.Dh <= 64) attn_launch<T, 2>(a, s);
+  else if (a.Dh <= 128) attn_launch<T, 4>(a, s);
+  else attn_launch<T, 8>(a, s);
+}
+
+template <class T>
+void attn_init_type() {
+  ARB_CUDA(cudaFuncSetAttribute(attn_kernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(attn_smem_bytes(32))));
+  ARB_CUDA(cudaFuncSetAttribute(attn_kernel<T, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(attn_smem_bytes(64))));
+  ARB_CUDA(cudaFuncSetAttribute(attn_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(attn_smem_bytes(128))));
+  ARB_CUDA(cudaFuncSetAttribute(attn_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(attn_smem_bytes(256))));
+}
+
+}  // namespace
+
+void attention_init() {
+  attn_init_type<float>();
+  attn_init_type<__half>();
+  attn_init_type<__nv_bfloat16>();
+}
+
+int attention_blocks(int T, int H, int Hkv) {
+  return (T * (H / Hkv) + kRows - 1) / kRows * Hkv;
+}
+
+void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s) {
+  ARB_DISPATCH_CTYPE(ct, T, attn_dispatch<T>(a, s));
+}
+
+}  // namespace arbiter::cuda

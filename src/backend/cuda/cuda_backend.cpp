@@ -1,0 +1,858 @@
+// The CUDA tier: activations in bf16/f16/f32 on one device, f32 accumulation everywhere,
+// logits in f32. Weights are uploaded once in the compute dtype (Q8_0 dequantised on the
+// device at upload), keyed by the host tensor; the KV cache lives on the device; only token
+// ids and positions go up, and only summaries (or logits asked for by read()) come back.
+//
+// Decode steps (T == 1) are replayed as CUDA graphs. The model calls ops one by one, so the
+// graph is built here: an embed of one token opens a "step"; its ops are queued (each as a
+// launch closure plus a signature of everything it launches with except the position and
+// the token id) until something needs the results on the host (summarize, read, write, sync,
+// free, the next embed). Then the queue runs: as a replay of a graph captured earlier for
+// the same signature, as a fresh capture when the same signature was seen on the previous
+// step, or op by op. In a step, position-dependent kernels (RoPE, KV store, attention) and
+// the embedding gather read the position and the token id from a small device array that is
+// written before the queue runs, so one graph serves every position. A replay runs exactly
+// the kernels the op-by-op path runs, with the same arguments: results are byte-identical.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda_factory.h"
+#include "core/error.h"
+#include "model/rope.h"
+
+namespace arbiter {
+
+namespace {
+
+using cuda::CType;
+using cuda::PosRef;
+using cuda::SType;
+
+bool env_on(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  return std::strcmp(v, "0") != 0;
+}
+
+DType dtype_of(CType t) {
+  return t == CType::F32 ? DType::F32 : t == CType::F16 ? DType::F16 : DType::BF16;
+}
+const char* ctype_name(CType t) {
+  return t == CType::F32 ? "f32" : t == CType::F16 ? "f16" : "bf16";
+}
+size_t elem_size(DType t) { return t == DType::F32 ? 4 : 2; }
+
+/// A device allocation that grows; growing frees the old block (callers flush first).
+struct DevBuf {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+/// Identity of a host weight tensor: its address, size, dtype and a sample of its bytes
+/// (so a different model mapped at the same address is not mistaken for the old one).
+struct WeightKey {
+  const void* data;
+  int64_t numel;
+  DType dt;
+  uint64_t sample;
+  bool operator==(const WeightKey& o) const {
+    return data == o.data && numel == o.numel && dt == o.dt && sample == o.sample;
+  }
+};
+struct WeightKeyHash {
+  size_t operator()(const WeightKey& k) const {
+    return std::hash<const void*>()(k.data) ^ (k.sample * 0x9e3779b97f4a7c15ull) ^
+           size_t(k.numel);
+  }
+};
+
+WeightKey weight_key(const Tensor& t) {
+  const size_t n = t.nbytes();
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over 4 samples of up to 16 bytes
+  const size_t offs[4] = {0, n / 3, 2 * n / 3, n >= 16 ? n - 16 : 0};
+  for (size_t off : offs)
+    for (size_t i = off; i < std::min(n, off + 16); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return WeightKey{t.data, t.numel(), t.dtype, h};
+}
+
+/// Weight matrix on the device in the compute dtype, rows padded to a 16-byte stride.
+struct DevMat {
+  void* ptr = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+};
+/// 1-D weight (norm scale, bias) on the device in f32.
+struct DevVec {
+  float* ptr = nullptr;
+  int64_t n = 0;
+};
+
+/// Arguments of a queued launch that vary per step (the rest are in the closure).
+struct StepCtx {
+  const int* pos_dev;     // device position, or nullptr: use the op's host position
+  const int32_t* ids_dev; // device token ids for the embedding gather
+};
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, CType ct) : device_(device), ct_(ct) {
+    ARB_CUDA(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    ARB_CUDA(cudaGetDeviceProperties(&prop, device));
+    name_ = strformat("cuda:%d %s", device, prop.name);
+    sm_count_ = prop.multiProcessorCount;
+    ARB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ARB_CUDA(cudaEventCreateWithFlags(&step_ev_, cudaEventDisableTiming));
+    ARB_CUDA(cudaMallocHost(&h_step_, 2 * sizeof(int)));
+    ARB_CUDA(cudaMalloc(&d_step_, 2 * sizeof(int)));
+    ARB_CUBLAS(cublasLtCreate(&lt_));
+    ARB_CUDA(cudaMalloc(&lt_ws_, kLtWorkspace));
+    cuda::attention_init();
+    tuning_.gemv = env_on("ARBITER_CUDA_GEMV", true);
+    tuning_.graphs = env_on("ARBITER_CUDA_GRAPH", true) && !cuda::sync_after_launch();
+  }
+
+  ~CudaBackend() override {
+    try {
+      flush();
+    } catch (...) {
+    }
+    cudaStreamSynchronize(stream_);
+    for (auto& g : graphs_) cudaGraphExecDestroy(g.exec);
+    for (auto& [k, p] : plans_) {
+      cublasLtMatmulDescDestroy(p.op);
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.c);
+    }
+    for (auto& [k, m] : mats_) cudaFree(m.ptr);
+    for (auto& [k, v] : vecs_) cudaFree(v.ptr);
+    for (DevBuf* b :
+         {&staging_, &ids_, &part_, &acc_, &rope_cs_, &sum_out_, &sum_scratch_, &targets_})
+      cudaFree(b->ptr);
+    cudaFree(lt_ws_);
+    cublasLtDestroy(lt_);
+    cudaFree(d_step_);
+    cudaFreeHost(h_step_);
+    cudaEventDestroy(step_ev_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string device_name() const override { return name_; }
+  std::string compute_name() const override { return ctype_name(ct_); }
+
+  // --- weights ----------------------------------------------------------------------------
+  void prepare(const ModelConfig& cfg, const Weights& w) override {
+    flush();
+    // Keep only this model's weights: a previous model's copies would hold device memory.
+    std::vector<const Tensor*> mats = {&w.embed, &w.lm_head}, vecs = {&w.out_norm};
+    for (const LayerWeights& l : w.layers) {
+      for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        mats.push_back(t);
+      for (const Tensor* t : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm,
+                              &l.k_norm})
+        vecs.push_back(t);
+    }
+    std::unordered_map<WeightKey, bool, WeightKeyHash> keep;
+    for (const Tensor* t : mats)
+      if (!t->empty()) keep[weight_key(*t)] = true;
+    for (const Tensor* t : vecs)
+      if (!t->empty()) keep[weight_key(*t)] = true;
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    for (auto it = mats_.begin(); it != mats_.end();)
+      if (keep.count(it->first)) ++it;
+      else {
+        cudaFree(it->second.ptr);
+        it = mats_.erase(it);
+      }
+    for (auto it = vecs_.begin(); it != vecs_.end();)
+      if (keep.count(it->first)) ++it;
+      else {
+        cudaFree(it->second.ptr);
+        it = vecs_.erase(it);
+      }
+    for (const Tensor* t : mats)
+      if (!t->empty()) device_matrix(*t);
+    for (const Tensor* t : vecs)
+      if (!t->empty()) device_vector(*t);
+    ensure_rope_table(cfg, std::min(std::max(cfg.max_pos, 1), 4096));
+    // The staging block is as large as the largest weight; give it back.
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    ARB_CUDA(cudaFree(staging_.ptr));
+    staging_ = DevBuf{};
+  }
+
+  // --- memory -----------------------------------------------------------------------------
+  Buffer alloc(int64_t n, bool logits) override {
+    ARB_CHECK(n >= 0, "[cuda] alloc of %lld elements", (long long)n);
+    Buffer b;
+    b.n = n;
+    b.dtype = logits ? DType::F32 : dtype_of(ct_);
+    ARB_CUDA(cudaMalloc(&b.ptr, std::max<size_t>(1, size_t(n) * elem_size(b.dtype))));
+    return b;
+  }
+
+  void free(Buffer& b) override {
+    // Called from destructors (Session): never throws.
+    try {
+      flush();
+    } catch (...) {
+    }
+    if (b.ptr) {
+      cudaStreamSynchronize(stream_);
+      cudaFree(b.ptr);
+    }
+    b = Buffer{};
+  }
+
+  void read(const Buffer& b, int64_t off, int64_t n, double* dst) override {
+    ARB_CHECK(off >= 0 && n >= 0 && off + n <= b.n, "[cuda] read [%lld, %lld) of a %lld-element buffer",
+              (long long)off, (long long)(off + n), (long long)b.n);
+    flush();
+    const size_t es = elem_size(b.dtype);
+    std::vector<uint8_t> host(size_t(n) * es);
+    ARB_CUDA(cudaMemcpyAsync(host.data(), static_cast<const uint8_t*>(b.ptr) + size_t(off) * es,
+                             host.size(), cudaMemcpyDeviceToHost, stream_));
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    row_to_f64(b.dtype, host.data(), dst, n);
+  }
+
+  void write(Buffer& b, int64_t off, int64_t n, const double* src) override {
+    ARB_CHECK(off >= 0 && n >= 0 && off + n <= b.n, "[cuda] write [%lld, %lld) of a %lld-element buffer",
+              (long long)off, (long long)(off + n), (long long)b.n);
+    flush();
+    const size_t es = elem_size(b.dtype);
+    std::vector<uint8_t> host(size_t(n) * es);
+    for (int64_t i = 0; i < n; ++i) {
+      const float f = float(src[i]);
+      if (b.dtype == DType::F32) std::memcpy(host.data() + i * 4, &f, 4);
+      else {
+        const uint16_t h = b.dtype == DType::BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+        std::memcpy(host.data() + i * 2, &h, 2);
+      }
+    }
+    ARB_CUDA(cudaMemcpyAsync(static_cast<uint8_t*>(b.ptr) + size_t(off) * es, host.data(),
+                             host.size(), cudaMemcpyHostToDevice, stream_));
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  void sync() override {
+    flush();
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  // --- ops --------------------------------------------------------------------------------
+  void embed(const Tensor& table, const int32_t* ids, int T, Buffer& out) override {
+    stats_.record("embed", "cuda.embed");
+    flush();  // an embed starts a new forward
+    const DevMat& m = device_matrix(table);
+    check_act(out, int64_t(T) * m.cols, "embed out");
+    for (int t = 0; t < T; ++t)
+      ARB_CHECK(ids[t] >= 0 && ids[t] < m.rows, "[cuda] embed: token id %d outside [0, %lld)",
+                ids[t], (long long)m.rows);
+    if (T == 1 && tuning_.graphs) {
+      step_open_ = true;
+      step_pos_set_ = false;
+      step_pos_uniform_ = true;
+      step_pos_ = 0;
+      step_id_ = ids[0];
+    } else {
+      ensure(ids_, size_t(T) * sizeof(int32_t));
+      ARB_CUDA(cudaMemcpyAsync(ids_.ptr, ids, size_t(T) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+    }
+    const void* tp = m.ptr;
+    const int64_t ld = m.ld, D = m.cols;
+    void* op = out.ptr;
+    submit({1, int64_t(tp), ld, D, T, int64_t(op)}, false, 0, [=, this](const StepCtx& c) {
+      cuda::launch_embed(ct_, tp, ld, D, c.ids_dev, T, op, stream_);
+    });
+  }
+
+  void rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps, Buffer& out) override {
+    stats_.record("rmsnorm", "cuda.rmsnorm_warp");
+    check_act(x, int64_t(R) * N, "rmsnorm x");
+    check_act(out, int64_t(R) * N, "rmsnorm out");
+    const DevVec& v = device_vector(w);
+    ARB_CHECK(v.n == N, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
+              w.name.c_str(), (long long)v.n, N);
+    const void* xp = x.ptr;
+    void* op = out.ptr;
+    const float* wp = v.ptr;
+    const float e = float(eps);
+    int64_t ebits;
+    {
+      double d = eps;
+      std::memcpy(&ebits, &d, 8);
+    }
+    submit({2, int64_t(xp), int64_t(wp), R, N, ebits, int64_t(op)}, false, 0,
+           [=, this](const StepCtx&) { cuda::launch_rmsnorm(ct_, xp, wp, R, N, e, op, stream_); });
+  }
+
+  void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T, Buffer& out) override {
+    const DevMat& m = device_matrix(W);
+    const int N = int(m.rows), K = int(m.cols);
+    check_act(x, int64_t(T) * K, "matmul x");
+    ARB_CHECK(out.dtype == DType::F32 || out.dtype == dtype_of(ct_),
+              "[cuda] matmul: output buffer of dtype %s", dtype_name(out.dtype));
+    ARB_CHECK(out.n >= int64_t(T) * N, "[cuda] matmul: output holds %lld elements, needs %lld",
+              (long long)out.n, (long long)T * N);
+    const float* bp = nullptr;
+    if (bias) {
+      const DevVec& bv = device_vector(*bias);
+      ARB_CHECK(bv.n == N, "[cuda] matmul: bias '%s' has %lld elements, output has %d",
+                bias->name.c_str(), (long long)bv.n, N);
+      bp = bv.ptr;
+    }
+    const CType ot = out.dtype == DType::F32 ? CType::F32 : ct_;
+    const void* xp = x.ptr;
+    const void* wp = m.ptr;
+    const int64_t ld = m.ld;
+    void* op = out.ptr;
+    if (T == 1 && tuning_.gemv) {
+      stats_.record("matmul", std::string("cuda.gemv_") + ctype_name(ct_));
+      submit({3, int64_t(xp), int64_t(wp), ld, int64_t(bp), N, K, int(ot), int64_t(op)}, false, 0,
+             [=, this](const StepCtx&) {
+               cuda::launch_gemv(ct_, xp, wp, ld, bp, N, K, ot, op, stream_);
+             });
+      return;
+    }
+    stats_.record("matmul", std::string("cublaslt.gemm_") + ctype_name(ct_));
+    // With a bias: f32 product into a workspace, then bias + one rounding (no bf16 epilogue
+    // type questions, and the bias is added before the output is rounded).
+    const CType gemm_out = bp ? CType::F32 : ot;
+    const GemmPlan& plan = gemm_plan(T, N, K, ld, gemm_out);
+    void* gp = op;
+    if (bp) {
+      ensure(acc_, size_t(T) * N * sizeof(float));
+      gp = acc_.ptr;
+    }
+    const GemmPlan* pp = &plan;
+    submit({4, int64_t(xp), int64_t(wp), ld, int64_t(bp), N, K, T, int(ot), int64_t(op),
+            int64_t(gp), int64_t(pp)},
+           false, 0, [=, this](const StepCtx&) {
+             static const float alpha = 1.f, beta = 0.f;
+             ARB_CUBLAS(cublasLtMatmul(lt_, pp->op, &alpha, wp, pp->a, xp, pp->b, &beta, gp, pp->c,
+                                       gp, pp->c, &pp->algo, lt_ws_, kLtWorkspace, stream_));
+             if (bp) cuda::launch_bias_out(static_cast<const float*>(gp), bp, T, N, ot, op, stream_);
+           });
+  }
+
+  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) override {
+    stats_.record("rope", "cuda.rope_table");
+    check_act(x, int64_t(T) * nh * Dh, "rope x");
+    ARB_CHECK(Dh == cfg.head_dim && Dh % 2 == 0, "[cuda] rope: head size %d (config %d)", Dh,
+              cfg.head_dim);
+    ARB_CHECK(pos0 >= 0, "[cuda] rope: position %d", pos0);
+    ensure_rope_table(cfg, pos0 + T);
+    void* xp = x.ptr;
+    const float2* cs = static_cast<const float2*>(rope_cs_.ptr);
+    const bool adj = cfg.rope_layout == RopeLayout::Adjacent;
+    submit({5, int64_t(xp), T, nh, Dh, int64_t(cs), adj}, true, pos0,
+           [=, this](const StepCtx& c) {
+             cuda::launch_rope(ct_, xp, T, nh, Dh, PosRef{c.pos_dev, pos0}, cs, adj, stream_);
+           });
+  }
+
+  void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache, int T,
+                int pos0, int kv_dim) override {
+    stats_.record("kv_store", "cuda.kv_store");
+    check_act(k, int64_t(T) * kv_dim, "kv_store k");
+    check_act(v, int64_t(T) * kv_dim, "kv_store v");
+    ARB_CHECK(pos0 >= 0 && int64_t(pos0 + T) * kv_dim <= std::min(k_cache.n, v_cache.n),
+              "[cuda] kv_store: rows [%d, %d) outside the cache (%lld rows)", pos0, pos0 + T,
+              (long long)(k_cache.n / std::max(kv_dim, 1)));
+    check_act(k_cache, 0, "k cache");
+    check_act(v_cache, 0, "v cache");
+    const void *kp = k.ptr, *vp = v.ptr;
+    void *kc = k_cache.ptr, *vc = v_cache.ptr;
+    submit({6, int64_t(kp), int64_t(vp), int64_t(kc), int64_t(vc), T, kv_dim}, true, pos0,
+           [=, this](const StepCtx& c) {
+             cuda::launch_kv_store(ct_, kp, vp, kc, vc, T, PosRef{c.pos_dev, pos0}, kv_dim,
+                                   stream_);
+           });
+  }
+
+  void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
+                 int H, int Hkv, int Dh, int window, Buffer& out) override {
+    stats_.record("attention", T == 1 ? "cuda.attn_decode" : "cuda.flash_attn_prefill");
+    ARB_CHECK(Hkv > 0 && H % Hkv == 0 && Dh > 0 && Dh <= cuda::kMaxHeadDim,
+              "[cuda] attention: H %d, Hkv %d, Dh %d (H must be a multiple of Hkv, Dh <= %d)", H,
+              Hkv, Dh, cuda::kMaxHeadDim);
+    const int kv_dim = Hkv * Dh;
+    const int cap = int(std::min(k_cache.n, v_cache.n) / kv_dim);  // cache rows
+    ARB_CHECK(pos0 >= 0 && pos0 + T <= cap, "[cuda] attention: positions [%d, %d) outside the cache (%d rows)",
+              pos0, pos0 + T, cap);
+    check_act(q, int64_t(T) * H * Dh, "attention q");
+    check_act(out, int64_t(T) * H * Dh, "attention out");
+    check_act(k_cache, 0, "k cache");
+    check_act(v_cache, 0, "v cache");
+    // Split the key range so the grid fills the device. A single-token step uses the cache
+    // size instead of the position, so its launch shape (and graph) is position-independent.
+    const int base = cuda::attention_blocks(T, H, Hkv);
+    int keys = T == 1 ? cap : pos0 + T;
+    if (window > 0) keys = std::min(keys, window + T);
+    const int want = (2 * sm_count_ + base - 1) / base;
+    const int n_splits = std::clamp(std::min(want, keys / (T == 1 ? 32 : 64)), 1, 64);
+    float* part = nullptr;
+    if (n_splits > 1) {
+      ensure(part_, size_t(T) * H * n_splits * (Dh + 2) * sizeof(float));
+      part = static_cast<float*>(part_.ptr);
+    }
+    cuda::AttnArgs a;
+    a.q = q.ptr;
+    a.k_cache = k_cache.ptr;
+    a.v_cache = v_cache.ptr;
+    a.out = out.ptr;
+    a.part = part;
+    a.T = T;
+    a.H = H;
+    a.Hkv = Hkv;
+    a.Dh = Dh;
+    a.window = window;
+    a.n_splits = n_splits;
+    a.scale = float(1.0 / std::sqrt(double(Dh)));
+    submit({7, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out),
+            int64_t(part), T, H, Hkv, Dh, window, n_splits},
+           true, pos0, [=, this](const StepCtx& c) {
+             cuda::AttnArgs b = a;
+             b.pos = PosRef{c.pos_dev, pos0};
+             cuda::launch_attention(ct_, b, stream_);
+           });
+  }
+
+  void swiglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override {
+    stats_.record("swiglu", "cuda.swiglu");
+    check_act(gate, n, "swiglu gate");
+    check_act(up, n, "swiglu up");
+    check_act(out, n, "swiglu out");
+    const void *gp = gate.ptr, *up_p = up.ptr;
+    void* op = out.ptr;
+    submit({8, int64_t(gp), int64_t(up_p), n, int64_t(op)}, false, 0,
+           [=, this](const StepCtx&) { cuda::launch_swiglu(ct_, gp, up_p, n, op, stream_); });
+  }
+
+  void add(Buffer& x, const Buffer& y, int64_t n) override {
+    stats_.record("add", "cuda.add");
+    check_act(x, n, "add x");
+    check_act(y, n, "add y");
+    void* xp = x.ptr;
+    const void* yp = y.ptr;
+    submit({9, int64_t(xp), int64_t(yp), n}, false, 0,
+           [=, this](const StepCtx&) { cuda::launch_add(ct_, xp, yp, n, stream_); });
+  }
+
+  void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
+                 std::vector<LogitsSummary>& out) override {
+    stats_.record("summarize", "cuda.summarize_radix");
+    ARB_CHECK(logits.dtype == DType::F32 && logits.n >= int64_t(T) * V,
+              "[cuda] summarize: logits buffer of %lld %s elements for [%d, %d]",
+              (long long)logits.n, dtype_name(logits.dtype), T, V);
+    ARB_CHECK(K >= 1 && K <= V && K <= cuda::kMaxTopK, "[cuda] summarize: top-k %d outside [1, %d]",
+              K, std::min(V, cuda::kMaxTopK));
+    flush();
+    out.assign(size_t(T), LogitsSummary{});
+    if (T <= 0) return;
+    // One device block of results: lse f64[T], nonfinite u64[T], target f32[T],
+    // top ids i32[T*K], top values f32[T*K].
+    const size_t n_lse = size_t(T) * 8, n_nf = size_t(T) * 8, n_tg = size_t(T) * 4,
+                 n_ids = size_t(T) * K * 4, n_vals = size_t(T) * K * 4;
+    const size_t total = n_lse + n_nf + n_tg + n_ids + n_vals;
+    ensure(sum_out_, total);
+    ensure(targets_, size_t(T) * sizeof(int32_t));
+    const int S = cuda::summarize_slices(T, V, sm_count_);
+    ensure(sum_scratch_, size_t(T) * S * 32);
+    ARB_CUDA(cudaMemcpyAsync(targets_.ptr, targets, size_t(T) * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream_));
+    auto* base = static_cast<uint8_t*>(sum_out_.ptr);
+    cuda::SummaryOut o;
+    o.lse = reinterpret_cast<double*>(base);
+    o.nonfinite = reinterpret_cast<unsigned long long*>(base + n_lse);
+    o.target = reinterpret_cast<float*>(base + n_lse + n_nf);
+    o.top_ids = reinterpret_cast<int32_t*>(base + n_lse + n_nf + n_tg);
+    o.top_vals = reinterpret_cast<float*>(base + n_lse + n_nf + n_tg + n_ids);
+    auto* sb = static_cast<uint8_t*>(sum_scratch_.ptr);
+    const size_t n_part = size_t(T) * S;
+    cuda::SummaryScratch w;
+    w.nonfinite = reinterpret_cast<unsigned long long*>(sb);
+    w.best = reinterpret_cast<unsigned long long*>(sb + n_part * 8);
+    w.sum = reinterpret_cast<double*>(sb + n_part * 16);
+    w.max = reinterpret_cast<float*>(sb + n_part * 24);
+    cuda::launch_summarize(static_cast<const float*>(logits.ptr), T, V, K,
+                           static_cast<const int32_t*>(targets_.ptr), S, w, o, stream_);
+    std::vector<uint8_t> host(total);
+    ARB_CUDA(cudaMemcpyAsync(host.data(), base, total, cudaMemcpyDeviceToHost, stream_));
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    const uint8_t* h = host.data();
+    for (int t = 0; t < T; ++t) {
+      LogitsSummary& s = out[t];
+      double lse;
+      unsigned long long nf;
+      float tg;
+      std::memcpy(&lse, h + size_t(t) * 8, 8);
+      std::memcpy(&nf, h + n_lse + size_t(t) * 8, 8);
+      std::memcpy(&tg, h + n_lse + n_nf + size_t(t) * 4, 4);
+      s.lse = lse;
+      s.n_nonfinite = int64_t(nf);
+      s.target_logit = targets[t] >= 0 && targets[t] < V ? double(tg) : std::nan("");
+      s.top_ids.resize(K);
+      s.top_logits.resize(K);
+      for (int k = 0; k < K; ++k) {
+        float v;
+        std::memcpy(&s.top_ids[k], h + n_lse + n_nf + n_tg + (size_t(t) * K + k) * 4, 4);
+        std::memcpy(&v, h + n_lse + n_nf + n_tg + n_ids + (size_t(t) * K + k) * 4, 4);
+        s.top_logits[k] = v;
+      }
+    }
+  }
+
+  // --- tuning and counters (cuda_backend.h) -----------------------------------------------
+  CudaGraphStats graph_stats() const { return gstats_; }
+  CudaTuning tuning() const { return tuning_; }
+  void set_tuning(const CudaTuning& t) {
+    flush();
+    tuning_ = t;
+    if (cuda::sync_after_launch()) tuning_.graphs = false;
+  }
+
+ private:
+  static constexpr size_t kLtWorkspace = size_t(32) << 20;
+  static constexpr size_t kMaxGraphs = 4;
+
+  struct Queued {
+    std::vector<int64_t> sig;
+    std::function<void(const StepCtx&)> run;
+  };
+  struct CachedGraph {
+    std::vector<int64_t> sig;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  void check_act(const Buffer& b, int64_t n, const char* what) const {
+    ARB_CHECK(b.ptr != nullptr && b.n >= n, "[cuda] %s: buffer holds %lld elements, needs %lld",
+              what, (long long)b.n, (long long)n);
+    ARB_CHECK(b.dtype == dtype_of(ct_), "[cuda] %s: buffer dtype %s, the tier computes in %s",
+              what, dtype_name(b.dtype), ctype_name(ct_));
+  }
+
+  /// Grows a workspace. Queued launches may point at the old block: run them first.
+  void ensure(DevBuf& b, size_t bytes) {
+    if (b.bytes >= bytes) return;
+    flush();
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    const size_t want = std::max(bytes, b.bytes * 2);
+    ARB_CUDA(cudaFree(b.ptr));
+    b = DevBuf{};
+    ARB_CUDA(cudaMalloc(&b.ptr, want));
+    b.bytes = want;
+  }
+
+  /// Runs a launch now, or queues it while a single-token step is open. sig identifies the
+  /// launch (all arguments but the position); pos_dep marks launches that read pos0.
+  void submit(std::vector<int64_t> sig, bool pos_dep, int pos0,
+              std::function<void(const StepCtx&)> run) {
+    if (!step_open_) {
+      run(StepCtx{nullptr, static_cast<const int32_t*>(ids_.ptr)});
+      return;
+    }
+    if (pos_dep) {
+      if (!step_pos_set_) {
+        step_pos_ = pos0;
+        step_pos_set_ = true;
+      } else if (pos0 != step_pos_) {
+        step_pos_uniform_ = false;
+      }
+    }
+    sig.insert(sig.begin(), int64_t(sig.size()));
+    queue_.push_back(Queued{std::move(sig), std::move(run)});
+  }
+
+  /// Runs the queued single-token step (graph replay, capture, or op by op).
+  void flush() {
+    if (!step_open_) return;
+    step_open_ = false;
+    std::vector<Queued> ops;
+    ops.swap(queue_);
+    if (ops.empty()) return;
+    // The previous step's upload of (pos, id) must have been consumed before we rewrite it.
+    ARB_CUDA(cudaEventSynchronize(step_ev_));
+    h_step_[0] = step_pos_;
+    h_step_[1] = step_id_;
+    ARB_CUDA(cudaMemcpyAsync(d_step_, h_step_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    ARB_CUDA(cudaEventRecord(step_ev_, stream_));
+    const StepCtx ctx{step_pos_uniform_ ? d_step_ : nullptr, d_step_ + 1};
+    if (!step_pos_uniform_) {
+      for (Queued& q : ops) q.run(ctx);
+      ++gstats_.eager_steps;
+      return;
+    }
+    std::vector<int64_t> sig;
+    for (const Queued& q : ops) sig.insert(sig.end(), q.sig.begin(), q.sig.end());
+    for (CachedGraph& g : graphs_)
+      if (g.sig == sig) {
+        ARB_CUDA(cudaGraphLaunch(g.exec, stream_));
+        ++gstats_.replays;
+        return;
+      }
+    if (sig != last_sig_) {
+      for (Queued& q : ops) q.run(ctx);
+      ++gstats_.eager_steps;
+      last_sig_ = std::move(sig);
+      return;
+    }
+    // Second sighting of this step: capture it once, then replay.
+    cudaGraph_t graph = nullptr;
+    ARB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      for (Queued& q : ops) q.run(ctx);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    ARB_CUDA(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    ARB_CUDA(e);
+    if (graphs_.size() >= kMaxGraphs) {
+      ARB_CUDA(cudaStreamSynchronize(stream_));
+      cudaGraphExecDestroy(graphs_.front().exec);
+      graphs_.pop_front();
+    }
+    graphs_.push_back(CachedGraph{std::move(sig), exec});
+    ARB_CUDA(cudaGraphLaunch(exec, stream_));
+    ++gstats_.captures;
+  }
+
+  const DevMat& device_matrix(const Tensor& t) {
+    const WeightKey key = weight_key(t);
+    auto it = mats_.find(key);
+    if (it != mats_.end()) return it->second;
+    ARB_CHECK(!t.empty() && t.shape.size() <= 2, "[cuda] weight '%s': expected a matrix",
+              t.name.c_str());
+    DevMat m;
+    m.rows = t.rows();
+    m.cols = t.cols();
+    const int64_t align = int64_t(16 / cuda::ctype_size(ct_));
+    m.ld = (m.cols + align - 1) / align * align;
+    SType st;
+    const void* src = upload_raw(t, st);
+    ARB_CUDA(cudaMalloc(&m.ptr, size_t(m.rows * m.ld) * cuda::ctype_size(ct_)));
+    cuda::launch_convert_matrix(st, src, m.rows, m.cols, ct_, m.ptr, m.ld, stream_);
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    return mats_.emplace(key, m).first->second;
+  }
+
+  const DevVec& device_vector(const Tensor& t) {
+    const WeightKey key = weight_key(t);
+    auto it = vecs_.find(key);
+    if (it != vecs_.end()) return it->second;
+    ARB_CHECK(!t.empty(), "[cuda] weight '%s' is missing", t.name.c_str());
+    DevVec v;
+    v.n = t.numel();
+    SType st;
+    const void* src = upload_raw(t, st);
+    ARB_CUDA(cudaMalloc(&v.ptr, size_t(v.n) * sizeof(float)));
+    cuda::launch_convert_vector(st, src, v.n, v.ptr, stream_);
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    return vecs_.emplace(key, v).first->second;
+  }
+
+  /// Copies a weight's bytes to the staging block (f64 is widened to f32 on the host first;
+  /// every other storage type is converted on the device).
+  const void* upload_raw(const Tensor& t, SType& st) {
+    std::vector<float> widened;
+    const void* src = t.data;
+    size_t bytes = t.nbytes();
+    switch (t.dtype) {
+      case DType::F32: st = SType::F32; break;
+      case DType::F16: st = SType::F16; break;
+      case DType::BF16: st = SType::BF16; break;
+      case DType::Q8_0:
+        ARB_CHECK(t.cols() % kQ8BlockSize == 0,
+                  "[cuda] weight '%s': Q8_0 rows of %lld values (need a multiple of 32)",
+                  t.name.c_str(), (long long)t.cols());
+        st = SType::Q8_0;
+        break;
+      case DType::F64:
+        widened.resize(size_t(t.numel()));
+        row_to_f32(DType::F64, t.data, widened.data(), t.numel());
+        src = widened.data();
+        bytes = widened.size() * sizeof(float);
+        st = SType::F32;
+        break;
+    }
+    if (staging_.bytes < bytes) {
+      ARB_CUDA(cudaStreamSynchronize(stream_));
+      ARB_CUDA(cudaFree(staging_.ptr));
+      staging_ = DevBuf{};
+      ARB_CUDA(cudaMalloc(&staging_.ptr, bytes));
+      staging_.bytes = bytes;
+    }
+    ARB_CUDA(cudaMemcpyAsync(staging_.ptr, src, bytes, cudaMemcpyHostToDevice, stream_));
+    ARB_CUDA(cudaStreamSynchronize(stream_));  // widened (if any) dies at return
+    return staging_.ptr;
+  }
+
+  /// (cos, sin) of pos * inv_freq[i] for positions [0, P): angles and their cos/sin in f64
+  /// on the host (the oracle's own angles), rounded once to f32. Computing pos * inv_freq in
+  /// f32 on the device instead would put an angle error of up to pos * 2^-24 rad into every
+  /// rotation (0.1 mrad at position 4096), far above f32 rounding of cos and sin.
+  void ensure_rope_table(const ModelConfig& cfg, int positions) {
+    const auto key = std::make_tuple(cfg.head_dim, cfg.rope_theta, int(cfg.rope_scaling.kind),
+                                     cfg.rope_scaling.factor, cfg.rope_scaling.low_freq_factor,
+                                     cfg.rope_scaling.high_freq_factor,
+                                     cfg.rope_scaling.original_max_pos);
+    if (key == rope_key_ && positions <= rope_positions_) return;
+    int P = key == rope_key_ ? rope_positions_ : 0;
+    P = std::max({positions, 2 * P, 1024});
+    const std::vector<double> inv = rope_inv_freq(cfg);
+    const int half = int(inv.size());
+    std::vector<float> cs(size_t(P) * half * 2);
+    for (int p = 0; p < P; ++p)
+      for (int i = 0; i < half; ++i) {
+        const double angle = double(p) * inv[i];
+        cs[(size_t(p) * half + i) * 2] = float(std::cos(angle));
+        cs[(size_t(p) * half + i) * 2 + 1] = float(std::sin(angle));
+      }
+    flush();
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    ARB_CUDA(cudaFree(rope_cs_.ptr));
+    rope_cs_ = DevBuf{};
+    ARB_CUDA(cudaMalloc(&rope_cs_.ptr, cs.size() * sizeof(float)));
+    rope_cs_.bytes = cs.size() * sizeof(float);
+    ARB_CUDA(cudaMemcpyAsync(rope_cs_.ptr, cs.data(), rope_cs_.bytes, cudaMemcpyHostToDevice,
+                             stream_));
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    rope_key_ = key;
+    rope_positions_ = P;
+  }
+
+  /// cuBLASLt plan for out[T, N] = x[T, K] @ W[N, K]^T, in column-major terms
+  /// D[N, T] = op(A = W stored K x N, ld)^T @ B (= x, K x T). Compute type CUBLAS_COMPUTE_32F
+  /// (true f32 for f32 inputs: no TF32), f32 scale; split-K reductions only in f32.
+  const GemmPlan& gemm_plan(int T, int N, int K, int64_t ld, CType out_t) {
+    const auto key = std::make_tuple(T, N, K, ld, int(out_t));
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    auto cuda_t = [](CType t) {
+      return t == CType::F32 ? CUDA_R_32F : t == CType::F16 ? CUDA_R_16F : CUDA_R_16BF;
+    };
+    GemmPlan p;
+    ARB_CUBLAS(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    ARB_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    ARB_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    ARB_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, cuda_t(ct_), uint64_t(K), uint64_t(N), ld));
+    ARB_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, cuda_t(ct_), uint64_t(K), uint64_t(T), K));
+    ARB_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, cuda_t(out_t), uint64_t(N), uint64_t(T), N));
+    cublasLtMatmulPreference_t pref = nullptr;
+    ARB_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = kLtWorkspace;
+    const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;  // NONE always allowed
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    try {
+      ARB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+      ARB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction));
+      ARB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res,
+                                                &found));
+    } catch (...) {
+      cublasLtMatmulPreferenceDestroy(pref);
+      throw;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    ARB_CHECK(found > 0, "[cuda] cuBLASLt has no algorithm for [%d, %d] x [%d, %d]^T (%s -> %s)",
+              T, K, N, K, ctype_name(ct_), ctype_name(out_t));
+    p.algo = res.algo;
+    return plans_.emplace(key, p).first->second;
+  }
+
+  int device_;
+  CType ct_;
+  std::string name_;
+  int sm_count_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_ws_ = nullptr;
+  CudaTuning tuning_;
+  CudaGraphStats gstats_;
+
+  std::unordered_map<WeightKey, DevMat, WeightKeyHash> mats_;
+  std::unordered_map<WeightKey, DevVec, WeightKeyHash> vecs_;
+  std::map<std::tuple<int, int, int, int64_t, int>, GemmPlan> plans_;
+  DevBuf staging_, ids_, part_, acc_, rope_cs_, sum_out_, sum_scratch_, targets_;
+  std::tuple<int, double, int, double, double, double, int64_t> rope_key_{-1, 0, 0, 0, 0, 0, 0};
+  int rope_positions_ = 0;
+
+  // single-token step state
+  bool step_open_ = false, step_pos_set_ = false, step_pos_uniform_ = true;
+  int step_pos_ = 0, step_id_ = 0;
+  std::vector<Queued> queue_;
+  std::vector<int64_t> last_sig_;
+  std::deque<CachedGraph> graphs_;
+  int* h_step_ = nullptr;  // pinned (pos, id)
+  int* d_step_ = nullptr;
+  cudaEvent_t step_ev_ = nullptr;
+};
+
+CudaBackend& as_cuda(const Backend& be) {
+  auto* c = dynamic_cast<const CudaBackend*>(&be);
+  ARB_CHECK(c != nullptr, "[cuda] %s is not the CUDA tier", be.device_name().c_str());
+  return const_cast<CudaBackend&>(*c);
+}
+
+}  // namespace
+
+bool cuda_tier_built() { return true; }
+
+std::string cuda_build_version() {
+  return strformat("cuda-%d.%d", CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device, const std::string& dtype) {
+  CType ct;
+  if (dtype.empty() || dtype == "bf16") ct = CType::BF16;
+  else if (dtype == "f16") ct = CType::F16;
+  else if (dtype == "f32") ct = CType::F32;
+  else throw Error("[cuda] unknown --dtype '" + dtype + "' (expected bf16, f16 or f32)");
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw Error(strformat("[cuda] no CUDA device (cudaGetDeviceCount: %s)",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
+  }
+  ARB_CHECK(device >= 0 && device < count, "[cuda] device cuda:%d does not exist (%d device%s)",
+            device, count, count == 1 ? "" : "s");
+  return std::make_unique<CudaBackend>(device, ct);
+}
+
+CudaGraphStats cuda_graph_stats(const Backend& be) { return as_cuda(be).graph_stats(); }
+CudaTuning cuda_tuning(const Backend& be) { return as_cuda(be).tuning(); }
+void cuda_set_tuning(Backend& be, const CudaTuning& t) { as_cuda(be).set_tuning(t); }
+
+}  // namespace arbiter

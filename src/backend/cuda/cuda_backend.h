@@ -1,0 +1,31 @@
+// Extra controls of the CUDA tier for tests and benchmarks (the Backend interface covers
+// everything else). Declared always; defined only when the CUDA tier is built
+// (ARBITER_HAVE_CUDA), so callers guard their use with that macro.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace arbiter {
+
+/// How single-token forwards were executed: replays of a captured CUDA graph, captures
+/// (each also runs the step once) and steps run op by op (first sight of an op sequence,
+/// or a step cut short by a host read such as a capture hook or fault injection).
+struct CudaGraphStats {
+  int64_t replays = 0;
+  int64_t captures = 0;
+  int64_t eager_steps = 0;
+};
+
+/// Kernel choices (defaults from ARBITER_CUDA_GEMV / ARBITER_CUDA_GRAPH, both on unless "0").
+struct CudaTuning {
+  bool gemv = true;    // T == 1 matmuls by the hand-written GEMV (else cuBLASLt)
+  bool graphs = true;  // capture and replay single-token forwards
+};
+
+/// Throws arbiter::Error when be is not the CUDA tier.
+CudaGraphStats cuda_graph_stats(const Backend& be);
+CudaTuning cuda_tuning(const Backend& be);
+void cuda_set_tuning(Backend& be, const CudaTuning& t);
+
+}  // namespace arbiter

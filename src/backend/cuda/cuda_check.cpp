@@ -1,0 +1,46 @@
+#include "backend/cuda/cuda_check.h"
+
+#include <cublasLt.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace arbiter::cuda {
+
+bool sync_after_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("ARBITER_CUDA_SYNC");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so later calls report their own
+  throw Error(strformat("[cuda] %s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
+                        cudaGetErrorString(e), file, line));
+}
+
+void check_cublas(int status, const char* call, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(strformat("[cuda] %s failed: %s (status %d) at %s:%d", call,
+                        cublasLtGetStatusString(cublasStatus_t(status)), status, file, line));
+}
+
+void check_launch(const char* kernel, cudaStream_t s, const char* file, int line) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw Error(strformat("[cuda] launch of %s failed: %s (%s) at %s:%d", kernel,
+                          cudaGetErrorName(e), cudaGetErrorString(e), file, line));
+  if (sync_after_launch()) {
+    e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess)
+      throw Error(strformat("[cuda] %s faulted (ARBITER_CUDA_SYNC=1): %s (%s) at %s:%d", kernel,
+                            cudaGetErrorName(e), cudaGetErrorString(e), file, line));
+  }
+}
+
+}  // namespace arbiter::cuda

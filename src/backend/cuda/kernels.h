@@ -1,0 +1,115 @@
+// Launchers of the CUDA tier's kernels (defined in the .cu files next to this header, called
+// by cuda_backend.cpp). Plain C++ types only, so the host side compiles without nvcc flags.
+// Every launcher queues work on stream s and checks the launch (ARB_LAUNCHED).
+//
+// Element types: activations and weight matrices are in the compute type (CType); norm
+// weights and biases are kept in f32 (they are tiny, and f32 keeps them exact for every
+// storage dtype); logits rows are f32. All arithmetic is f32 (f64 for the logsumexp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace arbiter::cuda {
+
+enum class CType : int { F32 = 0, F16 = 1, BF16 = 2 };
+inline size_t ctype_size(CType t) { return t == CType::F32 ? 4 : 2; }
+
+/// Storage type of a weight being uploaded (arbiter::DType minus F64, which the host widens).
+enum class SType : int { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3 };
+
+/// A position either passed by value (eager launches) or read on the device from a scalar
+/// that is written before each replay of a captured decode graph (dev != nullptr).
+struct PosRef {
+  const int* dev = nullptr;
+  int host = 0;
+};
+
+// --- weights and gathers ------------------------------------------------------------------
+/// dst[r, c] (row stride ld >= cols, pad columns zeroed) = src[r, c] converted to ct.
+/// Q8_0 rows are cols/32 blocks of 34 bytes.
+void launch_convert_matrix(SType st, const void* src, int64_t rows, int64_t cols, CType ct,
+                           void* dst, int64_t ld, cudaStream_t s);
+/// dst[n] (f32) = src[n] widened.
+void launch_convert_vector(SType st, const void* src, int64_t n, float* dst, cudaStream_t s);
+/// out[t, :D] = table[ids[t], :D] (table row stride ld); ids on the device.
+void launch_embed(CType ct, const void* table, int64_t ld, int64_t D, const int32_t* ids, int T,
+                  void* out, cudaStream_t s);
+
+// --- elementwise and row ops --------------------------------------------------------------
+/// out[R, N] = x / sqrt(mean(x^2) + eps) * w; out may alias x. One warp per row.
+void launch_rmsnorm(CType ct, const void* x, const float* w, int R, int N, float eps, void* out,
+                    cudaStream_t s);
+/// In place on x[T, nh, Dh]: rotates pairs (a, b) of each head by the angle of position
+/// pos + t and frequency i, read from cs[(pos + t) * Dh/2 + i] = (cos, sin).
+void launch_rope(CType ct, void* x, int T, int nh, int Dh, PosRef pos, const float2* cs,
+                 bool adjacent, cudaStream_t s);
+/// k_cache[(pos + t) * kv_dim + j] = k[t * kv_dim + j], same for v.
+void launch_kv_store(CType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
+                     PosRef pos, int kv_dim, cudaStream_t s);
+/// out[n] = silu(gate[n]) * up[n]
+void launch_swiglu(CType ct, const void* gate, const void* up, int64_t n, void* out,
+                   cudaStream_t s);
+/// x[n] += y[n]
+void launch_add(CType ct, void* x, const void* y, int64_t n, cudaStream_t s);
+/// out[T, N] (type ot) = acc[T, N] (f32) + bias[N] (f32): one rounding after the bias.
+void launch_bias_out(const float* acc, const float* bias, int T, int N, CType ot, void* out,
+                     cudaStream_t s);
+
+// --- matrix-vector (T == 1) ---------------------------------------------------------------
+/// out[N] (type ot) = W[N, K] (row stride ld, 16-byte aligned rows) @ x[K] (+ bias[N]).
+/// One warp per row, 16-byte loads, f32 accumulation.
+void launch_gemv(CType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
+                 int K, CType ot, void* out, cudaStream_t s);
+
+// --- attention ----------------------------------------------------------------------------
+struct AttnArgs {
+  const void* q = nullptr;        // [T, H, Dh]
+  const void* k_cache = nullptr;  // [ctx, Hkv * Dh]
+  const void* v_cache = nullptr;
+  void* out = nullptr;            // [T, H * Dh]
+  float* part = nullptr;          // n_splits > 1: [T * H, n_splits, Dh + 2] (o..., m, l)
+  int T = 0, H = 0, Hkv = 0, Dh = 0, window = 0, n_splits = 1;
+  PosRef pos;
+  float scale = 1.f;
+};
+/// Largest head size the attention kernels take.
+constexpr int kMaxHeadDim = 256;
+/// Sets the dynamic shared-memory limits of the attention kernels (once per device).
+void attention_init();
+/// Flash-style causal GQA attention: blocks of 16 (query, head) rows of one KV head, tiles
+/// of 32 keys in shared memory, online softmax in f32; never materialises a [T, T] matrix.
+/// With n_splits > 1 the key range is split across blocks and a combine kernel merges the
+/// partial (max, sum, output) triples in a fixed order.
+void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s);
+/// Number of blocks the attention grid has before splitting (for choosing n_splits).
+int attention_blocks(int T, int H, int Hkv);
+
+// --- logits summary -----------------------------------------------------------------------
+struct SummaryOut {
+  double* lse = nullptr;           // [T]
+  float* target = nullptr;         // [T] (NaN when no target)
+  unsigned long long* nonfinite = nullptr;  // [T]
+  int32_t* top_ids = nullptr;      // [T, K]
+  float* top_vals = nullptr;       // [T, K]
+};
+/// Per-slice partials of summarize: [T * S] each.
+struct SummaryScratch {
+  unsigned long long* nonfinite = nullptr;
+  unsigned long long* best = nullptr;  // (order key << 32) | ~id of the slice's largest logit
+  float* max = nullptr;                // largest finite logit of the slice
+  double* sum = nullptr;               // sum of exp(x - row max) over the slice
+};
+/// Largest K summarize takes, and most slices per row.
+constexpr int kMaxTopK = 1024;
+constexpr int kMaxSlices = 128;
+/// Slices per row so that T x S blocks fill the device.
+int summarize_slices(int T, int V, int sm_count);
+/// Per row of logits [T, V] (f32): non-finite count, f64 logsumexp (NaN when any non-finite),
+/// target logit, top-K by radix select (descending, ties to the lower id, NaN last).
+/// w holds T * S partials of each kind.
+void launch_summarize(const float* logits, int T, int V, int K, const int32_t* targets, int S,
+                      const SummaryScratch& w, const SummaryOut& o, cudaStream_t s);
+
+}  // namespace arbiter::cuda

@@ -1,0 +1,392 @@
+// Each CUDA op against the f64 ref tier, on seeded random inputs of real model shapes
+// (Qwen3-0.6B, Llama-3.2-1B, stories260K) and odd sizes, for bf16, f16 and f32.
+// Outputs are poisoned with NaN before each op; every check prints one "NMSE" line with the
+// case, the seed, the NMSE, its bound (cuda_test_util.h's table) and the largest error.
+// To add a case: append a row to the op's case list; the bound follows from dtype and the
+// reduction length, never from a hand-picked number.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cuda/cuda_test_util.h"
+#include "model/config.h"
+
+#if ARBITER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace arbiter::test {
+namespace {
+
+/// A buffer freed with its backend.
+struct Buf {
+  Backend* be = nullptr;
+  Buffer b;
+  Buf(Backend& backend, int64_t n, bool logits = false) : be(&backend), b(backend.alloc(n, logits)) {}
+  Buf(Backend& backend, const std::vector<double>& v, bool logits = false)
+      : Buf(backend, int64_t(v.size()), logits) {
+    be->write(b, 0, b.n, v.data());
+  }
+  ~Buf() { be->free(b); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+void check_close(const char* op, const std::string& dt, const std::string& what, uint64_t seed,
+                 const std::vector<double>& cuda, const std::vector<double>& ref, double bound) {
+  const Compare c = compare(cuda, ref);
+  std::printf("NMSE %-10s %-5s %-44s seed=%-6llu nmse=%.3e bound=%.3e max_abs=%.3e\n", op,
+              dt.c_str(), what.c_str(), (unsigned long long)seed, c.nmse, bound, c.max_abs);
+  EXPECT_EQ(c.nan, 0) << op << " " << dt << " " << what << " seed " << seed
+                      << ": non-finite or unwritten (poisoned) outputs";
+  EXPECT_LE(c.nmse, bound) << op << " " << dt << " " << what << " seed " << seed
+                           << ": worst element " << c.worst << " cuda " << cuda[c.worst]
+                           << " ref " << ref[c.worst];
+}
+
+class CudaOps : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaOps, Embed) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  struct Case { int V, D; std::vector<int32_t> ids; };
+  const std::vector<Case> cases = {{512, 64, {1, 0, 511, 7, 7}}, {4096, 1024, {4095, 17, 2}},
+                                   {517, 33, {516, 3}}};
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    ++seed;
+    std::vector<double> vals;
+    auto tab = make_tensor("embed", {c.V, c.D}, random_values(int64_t(c.V) * c.D, seed, 1.0, dt),
+                           storage_of(dt), &vals);
+    const int T = int(c.ids.size());
+    Buf out_c(*cu, int64_t(T) * c.D), out_r(*ref, int64_t(T) * c.D);
+    poison(*cu, out_c.b);
+    cu->embed(tab->t, c.ids.data(), T, out_c.b);
+    ref->embed(tab->t, c.ids.data(), T, out_r.b);
+    // A gather is exact: bound 0.
+    check_close("embed", dt, strformat("V=%d D=%d T=%d", c.V, c.D, T), seed,
+                read_all(*cu, out_c.b, out_c.b.n), read_all(*ref, out_r.b, out_r.b.n), 0.0);
+  }
+}
+
+TEST_P(CudaOps, RmsNorm) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  struct Case { int R, N; bool in_place; };
+  const std::vector<Case> cases = {{7, 1024, false}, {1, 2048, false}, {5 * 16, 128, true},
+                                   {3, 33, false},   {1, 64, false},   {9, 8, true}};
+  uint64_t seed = 200;
+  for (const Case& c : cases) {
+    ++seed;
+    const auto x = random_values(int64_t(c.R) * c.N, seed, 1.5, dt);
+    std::vector<double> wv = random_values(c.N, seed + 1000, 0.1, dt);
+    for (double& w : wv) w = round_to(dt, 1.0 + w);
+    auto w = make_tensor("norm", {c.N}, wv, storage_of(dt));
+    Buf xc(*cu, x), xr(*ref, x), oc(*cu, x.size()), orf(*ref, x.size());
+    poison(*cu, oc.b);
+    Buffer& out_c = c.in_place ? xc.b : oc.b;
+    Buffer& out_r = c.in_place ? xr.b : orf.b;
+    cu->rmsnorm(xc.b, w->t, c.R, c.N, 1e-6, out_c);
+    ref->rmsnorm(xr.b, w->t, c.R, c.N, 1e-6, out_r);
+    check_close("rmsnorm", dt, strformat("R=%d N=%d%s", c.R, c.N, c.in_place ? " in-place" : ""),
+                seed, read_all(*cu, out_c, x.size()), read_all(*ref, out_r, x.size()),
+                nmse_bound(dt, c.N));
+  }
+}
+
+struct MatmulCase {
+  int T, N, K;
+  bool bias, logits;
+};
+
+void run_matmul(Backend& cu, Backend& ref, const std::string& dt, const MatmulCase& c,
+                uint64_t seed, DType storage, double extra_u2, const char* label) {
+  std::vector<double> wexact;
+  auto W = make_tensor("W", {c.N, c.K}, random_values(int64_t(c.N) * c.K, seed, 0.05, "f32"),
+                       storage, &wexact);
+  // The ref sees the stored weights; for a storage narrower than f32 the values are already
+  // representable in the compute dtype unless extra_u2 says the upload rounds them.
+  std::unique_ptr<HostTensor> B;
+  if (c.bias) B = make_tensor("b", {c.N}, random_values(c.N, seed + 7, 0.5, dt), storage_of(dt));
+  const auto x = random_values(int64_t(c.T) * c.K, seed + 3, 1.0, dt);
+  Buf xc(cu, x), xr(ref, x);
+  Buf oc(cu, int64_t(c.T) * c.N, c.logits), orf(ref, int64_t(c.T) * c.N, c.logits);
+  poison(cu, oc.b);
+  cu.matmul(xc.b, W->t, B ? &B->t : nullptr, c.T, oc.b);
+  ref.matmul(xr.b, W->t, B ? &B->t : nullptr, c.T, orf.b);
+  const std::string out_dt = c.logits ? "f32" : dt;
+  const double u = unit_roundoff(dt);
+  check_close(label, dt,
+              strformat("T=%d N=%d K=%d%s%s %s", c.T, c.N, c.K, c.bias ? " +bias" : "",
+                        c.logits ? " logits" : "", dtype_name(storage)),
+              seed, read_all(cu, oc.b, oc.b.n), read_all(ref, orf.b, orf.b.n),
+              nmse_bound(out_dt, c.K) + kSafety * extra_u2 * u * u);
+}
+
+const std::vector<MatmulCase>& matmul_cases() {
+  static const std::vector<MatmulCase> cases = {
+      {1, 3072, 1024, false, false},  // qwen3-0.6B gate/up, decode
+      {1, 1024, 3072, false, false},  // down, decode
+      {8, 3072, 1024, false, false},  // verify-sized
+      {64, 2048, 2048, false, false}, // llama-3.2-1B q/o, prefill
+      {1, 172, 64, false, false},     // stories260K ffn
+      {3, 64, 172, false, false},     // stories260K down (K not a multiple of 8)
+      {1, 33, 31, false, false},      // odd
+      {5, 31, 33, false, false},      // odd
+      {1, 1024, 1024, true, false},   // qwen2-style bias, decode
+      {6, 512, 1024, true, false},    // bias, prefill
+      {1, 50257, 1024, false, true},  // logits (f32 out), decode
+      {4, 50257, 512, false, true},   // logits, several rows
+  };
+  return cases;
+}
+
+TEST_P(CudaOps, MatmulGemvAndCublasLt) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  uint64_t seed = 300;
+  for (const MatmulCase& c : matmul_cases()) {
+    ++seed;
+    // Weights stored in the compute dtype's own storage: exact on upload.
+    run_matmul(*cu, *ref, dt, c, seed, storage_of(dt), 0.0,
+               c.T == 1 ? "matmul.gemv" : "matmul.lt");
+  }
+#if ARBITER_HAVE_CUDA
+  // The same single-row cases through cuBLASLt (the path ARBITER_CUDA_GEMV=0 selects).
+  CudaTuning t = cuda_tuning(*cu);
+  t.gemv = false;
+  cuda_set_tuning(*cu, t);
+  for (const MatmulCase& c : matmul_cases())
+    if (c.T == 1) run_matmul(*cu, *ref, dt, c, ++seed, storage_of(dt), 0.0, "matmul.lt1");
+  EXPECT_GT(cu->stats().calls().at("matmul").count(std::string("cuda.gemv_") + dt), 0u);
+  EXPECT_GT(cu->stats().calls().at("matmul").count(std::string("cublaslt.gemm_") + dt), 0u);
+#endif
+}
+
+TEST_P(CudaOps, WeightUploadFromOtherStorage) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  // Q8_0 dequantises exactly in f32 (d * q has at most 19 significant bits); in bf16/f16 the
+  // upload rounds each weight once more: one more u^2 in the bound. Same for f32 storage.
+  const double extra = dt == "f32" ? 0.0 : 1.0;
+  uint64_t seed = 400;
+  for (DType st : {DType::Q8_0, DType::F32})
+    for (const MatmulCase& c : {MatmulCase{1, 1024, 1024, false, false},
+                                MatmulCase{7, 768, 256, false, false}})
+      run_matmul(*cu, *ref, dt, c, ++seed, st, extra, "matmul.upld");
+}
+
+TEST_P(CudaOps, Rope) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  struct Case { int T, nh, Dh, pos0; RopeLayout layout; double theta; bool llama3; };
+  const std::vector<Case> cases = {
+      {5, 16, 128, 0, RopeLayout::Half, 1e6, false},      // qwen3 q
+      {1, 8, 64, 3000, RopeLayout::Half, 5e5, true},      // llama3 scaling, table growth
+      {7, 4, 8, 20, RopeLayout::Adjacent, 1e4, false},    // stories260K (GGUF layout)
+      {3, 8, 16, 509, RopeLayout::Half, 1e4, false},      // TinyStories-656K
+      {2, 3, 96, 7000, RopeLayout::Adjacent, 1e4, false}, // odd head count, far position
+  };
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    ++seed;
+    ModelConfig cfg;
+    cfg.head_dim = c.Dh;
+    cfg.rope_theta = c.theta;
+    cfg.rope_layout = c.layout;
+    if (c.llama3) {
+      cfg.rope_scaling.kind = RopeScaling::Kind::Llama3;
+      cfg.rope_scaling.factor = 32;
+      cfg.rope_scaling.original_max_pos = 8192;
+    }
+    const auto x = random_values(int64_t(c.T) * c.nh * c.Dh, seed, 1.0, dt);
+    Buf xc(*cu, x), xr(*ref, x);
+    cu->rope(xc.b, c.T, c.nh, c.Dh, c.pos0, cfg);
+    ref->rope(xr.b, c.T, c.nh, c.Dh, c.pos0, cfg);
+    check_close("rope", dt,
+                strformat("T=%d nh=%d Dh=%d pos0=%d %s", c.T, c.nh, c.Dh, c.pos0,
+                          c.layout == RopeLayout::Half ? "half" : "adjacent"),
+                seed, read_all(*cu, xc.b, x.size()), read_all(*ref, xr.b, x.size()),
+                nmse_bound(dt, 0));
+  }
+}
+
+TEST_P(CudaOps, KvStore) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  const int ctx = 50, kv_dim = 4 * 32, T = 5, pos0 = 17;
+  const uint64_t seed = 600;
+  const auto k = random_values(int64_t(T) * kv_dim, seed, 1.0, dt);
+  const auto v = random_values(int64_t(T) * kv_dim, seed + 1, 1.0, dt);
+  Buf kc(*cu, k), vc(*cu, v), kcache(*cu, int64_t(ctx) * kv_dim), vcache(*cu, int64_t(ctx) * kv_dim);
+  poison(*cu, kcache.b);
+  poison(*cu, vcache.b);
+  cu->kv_store(kc.b, vc.b, kcache.b, vcache.b, T, pos0, kv_dim);
+  const auto kr = read_all(*cu, kcache.b, kcache.b.n), vr = read_all(*cu, vcache.b, vcache.b.n);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < int64_t(ctx) * kv_dim; ++i) {
+    const int64_t row = i / kv_dim;
+    if (row >= pos0 && row < pos0 + T) {
+      bad += kr[i] != k[i - int64_t(pos0) * kv_dim] || vr[i] != v[i - int64_t(pos0) * kv_dim];
+    } else {
+      bad += !std::isnan(kr[i]) || !std::isnan(vr[i]);  // rows outside must stay untouched
+    }
+  }
+  std::printf("NMSE %-10s %-5s %-44s seed=%-6llu mismatches=%lld (exact copy expected)\n",
+              "kv_store", dt.c_str(), "ctx=50 kv_dim=128 T=5 pos0=17", (unsigned long long)seed,
+              (long long)bad);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST_P(CudaOps, Attention) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  struct Case { int T, pos0, H, Hkv, Dh, window; };
+  const std::vector<Case> cases = {
+      {64, 0, 16, 8, 128, 0},      // qwen3-0.6B prefill
+      {37, 100, 8, 4, 64, 0},      // prefill behind context
+      {1, 700, 16, 8, 128, 0},     // decode, key range split across blocks
+      {1, 0, 8, 4, 8, 0},          // stories260K first token
+      {20, 30, 12, 4, 16, 16},     // sliding window, group of 3
+      {1, 1500, 32, 8, 64, 1024},  // decode past a 1024 window (llama-3.2-1B heads)
+      {9, 1530, 16, 16, 256, 1024},// Dh 256, MHA, w8ctx1536-like
+      {5, 3, 4, 1, 96, 0},         // Dh not a multiple of 32, all heads share one KV head
+      {200, 0, 8, 2, 128, 0},      // longer prefill
+  };
+  uint64_t seed = 700;
+  for (const Case& c : cases) {
+    ++seed;
+    const int kv_dim = c.Hkv * c.Dh, end = c.pos0 + c.T;
+    const int cap = end + 13;  // cache rows past the last position stay poisoned
+    const int lo_min = c.window > 0 ? std::max(0, c.pos0 - c.window + 1) : 0;
+    const auto q = random_values(int64_t(c.T) * c.H * c.Dh, seed, 1.0, dt);
+    auto kcv = random_values(int64_t(cap) * kv_dim, seed + 1, 1.0, dt);
+    auto vcv = random_values(int64_t(cap) * kv_dim, seed + 2, 1.0, dt);
+    Buf qr(*ref, q), kr(*ref, kcv), vr(*ref, vcv), orf(*ref, q.size());
+    // Rows no query may see are NaN in the CUDA cache: reading one would poison the output.
+    for (int64_t i = 0; i < int64_t(cap) * kv_dim; ++i) {
+      const int64_t row = i / kv_dim;
+      if (row < lo_min || row >= end) kcv[i] = vcv[i] = std::nan("");
+    }
+    Buf qc(*cu, q), kc(*cu, kcv), vc(*cu, vcv), oc(*cu, q.size());
+    poison(*cu, oc.b);
+    cu->attention(qc.b, kc.b, vc.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, oc.b);
+    ref->attention(qr.b, kr.b, vr.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, orf.b);
+    const int keys = c.window > 0 ? std::min(end, c.window) : end;
+    check_close(c.T == 1 ? "attn.dec" : "attn.pre", dt,
+                strformat("T=%d pos0=%d H=%d Hkv=%d Dh=%d win=%d", c.T, c.pos0, c.H, c.Hkv, c.Dh,
+                          c.window),
+                seed, read_all(*cu, oc.b, q.size()), read_all(*ref, orf.b, q.size()),
+                nmse_bound(dt, c.Dh + keys));
+  }
+}
+
+TEST_P(CudaOps, SwigluAndAdd) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  uint64_t seed = 800;
+  for (int64_t n : {int64_t(3072) * 3 + 7, int64_t(172), int64_t(1)}) {
+    ++seed;
+    const auto g = random_values(n, seed, 2.0, dt), u = random_values(n, seed + 1, 1.0, dt);
+    Buf gc(*cu, g), uc(*cu, u), oc(*cu, n), gr(*ref, g), ur(*ref, u), orf(*ref, n);
+    poison(*cu, oc.b);
+    cu->swiglu(gc.b, uc.b, n, oc.b);
+    ref->swiglu(gr.b, ur.b, n, orf.b);
+    check_close("swiglu", dt, strformat("n=%lld", (long long)n), seed, read_all(*cu, oc.b, n),
+                read_all(*ref, orf.b, n), nmse_bound(dt, 0));
+    cu->add(gc.b, uc.b, n);
+    ref->add(gr.b, ur.b, n);
+    check_close("add", dt, strformat("n=%lld", (long long)n), seed, read_all(*cu, gc.b, n),
+                read_all(*ref, gr.b, n), nmse_bound(dt, 0));
+  }
+}
+
+TEST_P(CudaOps, Summarize) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  // special: 0 random, 1 ties, 2 non-finite, 3 signed zeros. Long rows with few rows are
+  // split into many slices (K = 1 then comes from the slices' partials).
+  struct Case { int T, V, K; int special; };
+  const std::vector<Case> cases = {{2, 151936, 8, 0}, {3, 512, 64, 0}, {1, 33, 33, 0},
+                                   {2, 2048, 16, 1},  {2, 1000, 10, 2}, {1, 128, 5, 3},
+                                   {1, 32000, 1, 0},  {2, 2048, 1, 1},  {2, 1000, 1, 2},
+                                   {1, 128, 1, 3},    {1, 50000, 1, 2}, {1, 50000, 4, 1},
+                                   {3, 151936, 1, 0}};
+  uint64_t seed = 900;
+  for (const Case& c : cases) {
+    ++seed;
+    auto v = random_values(int64_t(c.T) * c.V, seed, 3.0, "f32");
+    std::mt19937_64 rng(seed);
+    if (c.special == 1)  // few distinct values: long runs of ties, broken by the lower id
+      for (double& x : v) x = double(int(rng() % 7)) - 3.0;
+    if (c.special == 2) {
+      v[5] = std::nan("");
+      v[17] = INFINITY;
+      v[40] = -INFINITY;
+      if (c.T > 1) v[c.V + 3] = std::nan("");  // second row: NaN only
+    }
+    if (c.special == 3)
+      for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 3 == 0) ? -0.0 : (i % 3 == 1 ? 0.0 : -1.0);
+    std::vector<int32_t> targets(size_t(c.T));
+    for (int t = 0; t < c.T; ++t) targets[t] = t == 0 ? -1 : int32_t(rng() % uint64_t(c.V));
+    Buf lc(*cu, v, true), lr(*ref, v, true);
+    std::vector<LogitsSummary> sc, sr;
+    cu->summarize(lc.b, c.T, c.V, c.K, targets.data(), sc);
+    ref->summarize(lr.b, c.T, c.V, c.K, targets.data(), sr);
+    ASSERT_EQ(sc.size(), size_t(c.T));
+    double worst_lse = 0;
+    for (int t = 0; t < c.T; ++t) {
+      const std::string where = strformat("T=%d V=%d K=%d special=%d row %d seed %llu", c.T, c.V,
+                                          c.K, c.special, t, (unsigned long long)seed);
+      EXPECT_EQ(sc[t].n_nonfinite, sr[t].n_nonfinite) << where;
+      EXPECT_EQ(sc[t].top_ids, sr[t].top_ids) << where;
+      for (int k = 0; k < c.K; ++k) {
+        const double a = sc[t].top_logits[k], b = sr[t].top_logits[k];
+        EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << where << " k " << k;
+      }
+      const double ta = sc[t].target_logit, tb = sr[t].target_logit;
+      EXPECT_TRUE(ta == tb || (std::isnan(ta) && std::isnan(tb))) << where;
+      if (std::isnan(sr[t].lse)) {
+        EXPECT_TRUE(std::isnan(sc[t].lse)) << where;
+      } else {
+        // Both in f64; only the summation order and exp() implementations differ.
+        const double err = std::fabs(sc[t].lse - sr[t].lse);
+        worst_lse = std::max(worst_lse, err);
+        EXPECT_LE(err, 1e-10 * std::max(1.0, std::fabs(sr[t].lse))) << where;
+      }
+    }
+    std::printf("NMSE %-10s %-5s %-44s seed=%-6llu lse_abs_err=%.3e topk/target exact\n",
+                "summarize", dt.c_str(),
+                strformat("T=%d V=%d K=%d special=%d", c.T, c.V, c.K, c.special).c_str(),
+                (unsigned long long)seed, worst_lse);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOps, ::testing::Values("bf16", "f16", "f32"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(CudaTier, ReportsBuildAndRefusesBadDtype) {
+  if (!cuda_tier_built()) {
+    EXPECT_EQ(cuda_build_version(), "none");
+    EXPECT_THROW(make_cuda_backend(0, "f32"), Error);
+    if (require_cuda()) FAIL() << "ARBITER_REQUIRE_CUDA=1 but the CUDA tier is not built";
+    GTEST_SKIP() << "SKIP: no CUDA device (cuda tier not built)";
+  }
+  EXPECT_EQ(cuda_build_version().rfind("cuda-", 0), 0u) << cuda_build_version();
+  EXPECT_THROW(make_cuda_backend(0, "f64"), Error);
+  ARB_CUDA_OR_SKIP(cu, "bf16");
+  EXPECT_EQ(cu->compute_name(), "bf16");
+  EXPECT_EQ(cu->device_name().rfind("cuda:0 ", 0), 0u) << cu->device_name();
+  EXPECT_THROW(make_cuda_backend(999, "bf16"), Error);
+}
+
+}  // namespace
+}  // namespace arbiter::test
