@@ -1,0 +1,79 @@
+// arbiter compare REF CAND: judge a candidate trace against a reference (docs/compare.md).
+// Exit code = verdict: 0 pass, 1 fail, 2 inconclusive, 3 incomparable, 4 unreadable. Any
+// error that prevents a verdict (a file that cannot be read, bad arguments) exits 4 with
+// one line on stderr, so that a script never mistakes it for a pass or a fail.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "verify/compare.h"
+
+namespace arbiter::cli {
+
+// Invalid UTF-8 in a label must not make the JSON dump throw.
+static constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+
+static const char* kCompareUsage =
+    "usage: arbiter compare REF CAND [--decided 2.0] [--json] [--force] [--topk-only]\n"
+    "                       [--ref-logits FILE --cand-logits FILE]\n"
+    "  REF, CAND   traces (arbiter format v1, or another engine's 6-column logit_trace TSV)\n"
+    "  --decided   a position is decided when the reference's top-1 logit exceeds its top-2\n"
+    "              by at least this (default 2.0); the gate is disagreement there\n"
+    "  --json      one JSON object on stdout instead of the report\n"
+    "  --force     judge even when model/corpus/tokenizer/shape/targets differ (report says so)\n"
+    "  --topk-only ignore full-logits files (KL is then estimated from top-k + lse)\n"
+    "  full-logits files default to REF.logits and CAND.logits when both exist\n"
+    "exit: 0 pass, 1 fail, 2 inconclusive, 3 incomparable, 4 unreadable\n";
+
+static int cmd_compare(int argc, char** argv) {
+  using namespace verify;
+  try {
+    Args a("compare", {"--decided", "--ref-logits", "--cand-logits"},
+           {"--json", "--force", "--topk-only", "-h|--help"});
+    a.parse(argc, argv);
+    if (a.flag("help")) {
+      std::fputs(kCompareUsage, stdout);
+      return 0;
+    }
+    ARB_CHECK(a.positional().size() == 2, "[cli] compare: expected REF and CAND, got %zu paths",
+              a.positional().size());
+    CompareOptions opt;
+    opt.decided = a.number("decided", 2.0);
+    ARB_CHECK(opt.decided > 0, "[cli] compare: --decided must be > 0 (got %g)", opt.decided);
+    opt.force = a.flag("force");
+    const std::string& ref_path = a.positional()[0];
+    const std::string& cand_path = a.positional()[1];
+    if (!a.flag("topk-only")) {
+      ARB_CHECK(a.has("ref-logits") == a.has("cand-logits"),
+                "[cli] compare: give both --ref-logits and --cand-logits, or neither");
+      if (a.has("ref-logits")) {
+        opt.ref_logits = a.str("ref-logits");
+        opt.cand_logits = a.str("cand-logits");
+      } else {
+        // Side files by convention; with only one present the KL is estimated and the
+        // report says so.
+        std::string lr = logits_path_for(ref_path), lc = logits_path_for(cand_path);
+        if (std::filesystem::exists(lr)) opt.ref_logits = lr;
+        if (std::filesystem::exists(lc)) opt.cand_logits = lc;
+      }
+    }
+    Trace ref = read_trace(ref_path);
+    Trace cand = read_trace(cand_path);
+    CompareResult r = compare_traces(ref, cand, opt);
+    if (a.flag("json")) std::printf("%s\n", to_json(r).dump(2, ' ', false, kReplace).c_str());
+    else std::fputs(format_report(r).c_str(), stdout);
+    return int(r.verdict);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "arbiter compare: unreadable: %s\n", e.what());
+    return int(verify::Verdict::Unreadable);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arbiter compare: unreadable: %s\n", e.what());
+    return int(verify::Verdict::Unreadable);
+  }
+}
+
+REGISTER_COMMAND("compare", "judge a candidate trace against a reference (exit = verdict)",
+                 cmd_compare);
+
+}  // namespace arbiter::cli

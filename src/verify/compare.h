@@ -1,0 +1,152 @@
+// Judging a candidate trace against a reference trace (DESIGN.md §4, docs/compare.md):
+// top-1 agreement on decided positions, threshold-free numbers (largest reference gap at
+// any disagreement, gap buckets, rank histogram, sweep), logit deltas, perplexity and the
+// paired NLL shift with chunk-respecting standard errors, the spread statistic, KL(ref||cand)
+// and NaN/Inf counts; then one verdict with its exit code.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "verify/trace.h"
+
+namespace arbiter::verify {
+
+/// Verdicts; the value is the exit code of `arbiter compare`.
+enum class Verdict { Pass = 0, Fail = 1, Inconclusive = 2, Incomparable = 3, Unreadable = 4 };
+
+/// "pass", "fail", "inconclusive", "incomparable", "unreadable".
+const char* verdict_name(Verdict v);
+/// The worse of two verdicts, by severity pass < inconclusive < fail < incomparable <
+/// unreadable (a fail outranks "no evidence"; anything that stopped a comparison outranks
+/// a fail, because it may hide one).
+Verdict worse_verdict(Verdict a, Verdict b);
+
+struct CompareOptions {
+  double decided = 2.0;                          // decided: ref top1 - top2 logit >= this
+  std::vector<double> sweep = {0.5, 1.0, 2.0, 5.0};  // `decided` is added if missing
+  bool force = false;                            // judge even when identity fields differ
+  std::string ref_logits, cand_logits;           // full-logits files; both or KL is estimated
+  std::string ref_label, cand_label;             // names in the report (default: trace paths)
+};
+
+/// Mean of per-position values with two standard errors: iid (sd/sqrt(n)) and chunk
+/// batch means (clusters = chunks; see docs/compare.md), and the t values mean/SE.
+struct MeanSe {
+  int64_t n = 0, chunks = 0;
+  double mean = std::numeric_limits<double>::quiet_NaN();
+  double sd = std::numeric_limits<double>::quiet_NaN();
+  double se_iid = std::numeric_limits<double>::quiet_NaN();
+  double se_chunk = std::numeric_limits<double>::quiet_NaN();
+  double t_iid = std::numeric_limits<double>::quiet_NaN();
+  double t_chunk = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// values[i] belongs to cluster[i] (a chunk index). se_chunk needs >= 2 clusters.
+MeanSe mean_se(const std::vector<double>& values, const std::vector<int64_t>& cluster);
+
+/// Nearest-rank percentiles (p-th value = sorted[ceil(p*n) - 1]).
+struct Quantiles {
+  int64_t n = 0;
+  double p50 = std::numeric_limits<double>::quiet_NaN();
+  double p90 = std::numeric_limits<double>::quiet_NaN();
+  double p99 = std::numeric_limits<double>::quiet_NaN();
+  double max = std::numeric_limits<double>::quiet_NaN();
+};
+Quantiles quantiles(std::vector<double> values);
+
+/// An identity field that differs between the two traces ("model", "corpus", "tokenizer",
+/// "shape", "targets", "rows").
+struct Mismatch {
+  std::string field, detail;
+};
+
+struct SweepPoint {
+  double threshold = 0;
+  int64_t decided = 0, disagree = 0;
+};
+
+struct GapBucket {
+  double lo = 0, hi = 0;  // [lo, hi) of the reference top1 - top2 logit gap
+  int64_t positions = 0, disagree = 0;
+};
+
+/// One top-1 disagreement, for the report's list (largest reference gap first).
+struct Disagreement {
+  int chunk = 0, pos = 0;
+  int64_t abs_pos = -1;
+  int32_t target = 0, ref_top1 = 0, cand_top1 = 0;
+  double ref_gap = 0;
+  int cand_rank = 0;  // rank of ref top-1 in the candidate's top-k; 0 = beyond top-k
+};
+
+struct CompareResult {
+  std::string ref_label, cand_label;
+  Verdict verdict = Verdict::Inconclusive;
+  std::vector<std::string> reasons;     // why this verdict, one line each
+  bool forced = false;                  // --force overrode mismatches
+  std::vector<Mismatch> mismatches;     // identity differences (incomparable unless forced)
+  std::vector<std::string> unchecked;   // identity fields unknown on one side
+  std::vector<std::string> notes;       // anything else a reader must know
+
+  std::string ref_device, cand_device;  // "device compute weights", "" unknown
+  int64_t ref_rows = 0, cand_rows = 0, positions = 0, chunks = 0;
+  int64_t topk_ref = 0, topk_cand = 0;
+
+  // Top-1 agreement.
+  int64_t disagree = 0;
+  double decided_threshold = 2.0;
+  int64_t decided = 0, decided_disagree = 0;
+  int64_t gap_unknown = 0;                  // positions without a ref top-2 (K < 2 or NaN)
+  std::vector<SweepPoint> sweep;
+  double max_gap_at_disagreement = std::numeric_limits<double>::quiet_NaN();  // NaN: none
+  std::vector<GapBucket> gap_buckets;
+  std::vector<int64_t> rank_hist;           // [r-1]: ref top-1 at candidate rank r
+  int64_t rank_beyond = 0;                  // ref top-1 not in the candidate's top-k
+  int worst_rank = 0;                       // largest rank seen; 0 when some were beyond
+  std::vector<Disagreement> worst_disagreements;  // up to 10, largest ref gap first
+
+  // Candidate minus reference raw logit of the reference's top-1 token.
+  Quantiles top1_logit_abs_delta;
+  MeanSe top1_logit_delta;
+  int64_t top1_logit_unavailable = 0;  // token neither in cand top-k nor the target
+
+  // NLL and perplexity over positions where both NLLs are finite.
+  double mean_nll_ref = std::numeric_limits<double>::quiet_NaN();
+  double mean_nll_cand = std::numeric_limits<double>::quiet_NaN();
+  double ppl_ref = std::numeric_limits<double>::quiet_NaN();
+  double ppl_cand = std::numeric_limits<double>::quiet_NaN();
+  double ppl_diff_pct = std::numeric_limits<double>::quiet_NaN();
+  double ppl_diff_pct_se = std::numeric_limits<double>::quiet_NaN();  // delta method, chunk SE
+  MeanSe nll_shift;                         // cand - ref, nats
+  int64_t nll_higher = 0, nll_lower = 0, nll_equal = 0;
+
+  // Spread: top-1 logit minus top-K logit, K = min(topk_ref, topk_cand).
+  int64_t spread_k = 0;
+  MeanSe spread_ref, spread_cand, spread_shift;
+
+  // KL(ref || cand) in nats per position.
+  std::string kl_method;  // "exact", "topk_tail_estimate" or "unavailable"
+  std::string kl_note;
+  MeanSe kl;
+  Quantiles kl_q;
+
+  // NaN/Inf values over all rows of each trace.
+  int64_t nonfinite_ref = 0, nonfinite_cand = 0;
+};
+
+/// Compares cand against ref. Rows are matched by (chunk, pos); abs_pos and target must
+/// agree. Throws arbiter::Error only for unusable full-logits files (caller: unreadable).
+CompareResult compare_traces(const Trace& ref, const Trace& cand, const CompareOptions& opt);
+
+/// The human report (always includes the threshold-free numbers), several lines.
+std::string format_report(const CompareResult& r);
+/// Everything in the result as one JSON object, with "verdict" and "exit_code".
+nlohmann::json to_json(const CompareResult& r);
+
+/// The conventional full-logits side file of a trace: PATH + ".logits".
+std::string logits_path_for(const std::string& trace_path);
+
+}  // namespace arbiter::verify

@@ -1,0 +1,717 @@
+// Trace format v1 writer/reader, the foreign 6-column reader and the full-logits side file.
+// The reader is deliberately strict: a trace is evidence, so anything it cannot account for
+// (a malformed line, a missing `# end`, a duplicate position) is an error with file and line,
+// never a skipped line.
+#include "verify/trace.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <string_view>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace arbiter::verify {
+
+static_assert(std::endian::native == std::endian::little,
+              "the full-logits format is little-endian; a big-endian host needs byte swaps");
+
+// ---------------------------------------------------------------------------------------
+// Named shapes (DESIGN.md §3).
+
+const std::vector<TraceShape>& named_shapes() {
+  static const std::vector<TraceShape> shapes = {
+      {"w1", 1, 128, 0, 0, "a decode step with no context"},
+      {"w1ctx512", 1, 128, 512, 512, "a decode step behind 512 tokens of state"},
+      {"w8", 8, 80, 512, 0, "a verify-sized forward behind context"},
+      {"w256", 256, 2, 0, 0, "a prefill-shaped forward"},
+      {"w8ctx1536", 8, 40, 1536, 1536, "past a 1024-token sliding window"},
+  };
+  return shapes;
+}
+
+TraceShape named_shape(const std::string& name) {
+  std::string known;
+  for (const auto& s : named_shapes()) {
+    if (s.name == name) return s;
+    if (!known.empty()) known += ", ";
+    known += s.name;
+  }
+  throw Error("[trace] unknown shape '" + name + "' (known: " + known + ")");
+}
+
+void TraceHeader::set_shape(const TraceShape& s, int64_t topk_) {
+  shape_name = s.name;
+  chunk_tokens = s.chunk_tokens;
+  max_chunks = s.max_chunks;
+  prefill = s.prefill;
+  start_token = s.start_token;
+  topk = topk_;
+}
+
+// ---------------------------------------------------------------------------------------
+// Writer.
+
+std::string format_trace_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+namespace {
+
+constexpr const char* kColumns[] = {"chunk", "pos", "abs_pos", "target", "nll",
+                                    "target_logit", "lse", "top_ids", "top_logits"};
+constexpr const char* kForeignColumns[] = {"chunk", "pos", "target", "nll", "top_ids",
+                                           "top_logits"};
+
+// Header values are TAB-separated fields: a TAB or newline inside one would shift every
+// later field, so the writer refuses them. Unknown values are written as "unknown".
+std::string field(const std::string& key, const std::string& v) {
+  if (v.find_first_of("\t\n\r") != std::string::npos)
+    throw Error("[trace] header field '" + key + "' holds a TAB or newline: '" + v + "'");
+  return v.empty() ? "unknown" : v;
+}
+std::string field(const std::string& key, int64_t v) {
+  return v < 0 ? "unknown" : std::to_string(v);
+}
+
+bool is_nonfinite(double v) { return !std::isfinite(v); }
+
+}  // namespace
+
+TraceWriter::~TraceWriter() { discard(); }
+
+void TraceWriter::discard() noexcept {
+  if (f_) {
+    std::fclose(f_);
+    f_ = nullptr;
+  }
+  if (!tmp_path_.empty()) {
+    std::remove(tmp_path_.c_str());
+    tmp_path_.clear();
+  }
+}
+
+void TraceWriter::put(const std::string& s) {
+  if (std::fwrite(s.data(), 1, s.size(), f_) != s.size()) {
+    int err = errno;
+    std::string tmp = tmp_path_;
+    discard();
+    throw Error("[trace] " + tmp + ": write failed (" + std::strerror(err) + ")");
+  }
+}
+
+void TraceWriter::open(const std::string& path, const TraceHeader& h) {
+  ARB_CHECK(!f_, "[trace] %s: writer already open on %s", path.c_str(), path_.c_str());
+  ARB_CHECK(h.topk >= 1, "[trace] %s: header topk must be >= 1 (got %lld)", path.c_str(),
+            (long long)h.topk);
+  // Build the whole header first so a bad field throws before any file exists.
+  std::string s = "# arbiter-trace\t" + std::to_string(kTraceFormatVersion) + "\n";
+  s += "# model\t" + field("model", h.model_path) + "\tsha256\t" +
+       field("model sha256", h.model_sha256) + "\tarch\t" + field("arch", h.model_arch) +
+       "\tparams\t" + field("params", h.model_params) + "\n";
+  s += "# tokenizer\tsha256\t" + field("tokenizer sha256", h.tokenizer_sha256) + "\tbos\t" +
+       field("bos", h.tokenizer_bos) + "\n";
+  s += "# corpus\t" + field("corpus", h.corpus_path) + "\tsha256\t" +
+       field("corpus sha256", h.corpus_sha256) + "\ttokens\t" +
+       field("tokens", h.corpus_tokens) + "\n";
+  s += "# shape\t" + field("shape", h.shape_name) + "\tchunk_tokens\t" +
+       field("", h.chunk_tokens) + "\tmax_chunks\t" + field("", h.max_chunks) + "\ttopk\t" +
+       field("", h.topk) + "\tprefill\t" + field("", h.prefill) + "\tstart_token\t" +
+       field("", h.start_token) + "\n";
+  s += "# device\t" + field("device", h.device) + "\tcompute\t" + field("compute", h.compute) +
+       "\tweights\t" + field("weights", h.weights) + "\n";
+  s += "# providers\t" + field("providers", h.providers) + "\tfallbacks\t" +
+       field("", h.fallbacks) + "\n";
+  s += "# inject\t" + (h.inject.empty() ? std::string("none") : field("inject", h.inject)) + "\n";
+  s += "# build\t" + field("build version", h.build_version) + "\t" +
+       field("build commit", h.build_commit) + "\t" + field("compiler", h.build_compiler) +
+       "\t" + field("cuda", h.build_cuda) + "\n";
+  s += "# env";
+  if (h.env.empty()) s += "\tnone";
+  for (const auto& e : h.env) {
+    s += '\t';
+    s += field("env", e);
+  }
+  s += "\n";
+  static const std::unordered_set<std::string> reserved = {
+      "arbiter-trace", "model", "tokenizer", "corpus", "shape",  "device",
+      "providers",     "inject", "build",    "env",    "columns", "end"};
+  for (const auto& [k, v] : h.extra) {
+    ARB_CHECK(!k.empty() && k.find_first_of("\t\n\r ") == std::string::npos && !reserved.count(k),
+              "[trace] extra header key '%s' is empty, holds whitespace or is reserved", k.c_str());
+    ARB_CHECK(v.find_first_of("\n\r") == std::string::npos,
+              "[trace] extra header '%s' holds a newline", k.c_str());
+    s += "# " + k;
+    if (!v.empty()) s += "\t" + v;
+    s += "\n";
+  }
+  s += "# columns";
+  for (const char* c : kColumns) s += std::string("\t") + c;
+  s += "\n";
+
+  path_ = path;
+  tmp_path_ = path + ".tmp." + std::to_string(::getpid());
+  f_ = std::fopen(tmp_path_.c_str(), "wb");
+  if (!f_) {
+    int err = errno;
+    std::string tmp = tmp_path_;
+    tmp_path_.clear();
+    throw Error("[trace] " + tmp + ": cannot create (" + std::strerror(err) + ")");
+  }
+  topk_ = h.topk;
+  rows_ = nonfinite_ = 0;
+  put(s);
+}
+
+void TraceWriter::write_row(const TraceRow& r) {
+  ARB_CHECK(f_, "[trace] write_row before open");
+  ARB_CHECK(int64_t(r.top_ids.size()) == topk_ && int64_t(r.top_logits.size()) == topk_,
+            "[trace] %s: row chunk %d pos %d has %zu ids and %zu logits (expected topk %lld)",
+            path_.c_str(), r.chunk, r.pos, r.top_ids.size(), r.top_logits.size(),
+            (long long)topk_);
+  std::string s = std::to_string(r.chunk) + "\t" + std::to_string(r.pos) + "\t" +
+                  std::to_string(r.abs_pos) + "\t" + std::to_string(r.target) + "\t" +
+                  format_trace_float(r.nll) + "\t" + format_trace_float(r.target_logit) + "\t" +
+                  format_trace_float(r.lse) + "\t";
+  nonfinite_ += is_nonfinite(r.nll) + is_nonfinite(r.target_logit) + is_nonfinite(r.lse);
+  for (size_t i = 0; i < r.top_ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(r.top_ids[i]);
+  }
+  s += "\t";
+  for (size_t i = 0; i < r.top_logits.size(); ++i) {
+    if (i) s += ',';
+    s += format_trace_float(r.top_logits[i]);
+    nonfinite_ += is_nonfinite(r.top_logits[i]);
+  }
+  s += "\n";
+  put(s);
+  ++rows_;
+}
+
+void TraceWriter::finish(double elapsed_s) {
+  ARB_CHECK(f_, "[trace] finish before open");
+  put("# end\trows\t" + std::to_string(rows_) + "\telapsed_s\t" + format_trace_float(elapsed_s) +
+      "\n");
+  std::string tmp = tmp_path_;
+  bool ok = std::fflush(f_) == 0 && ::fsync(::fileno(f_)) == 0;
+  int err = errno;
+  ok = (std::fclose(f_) == 0) && ok;
+  f_ = nullptr;
+  if (ok && std::rename(tmp.c_str(), path_.c_str()) == 0) {
+    tmp_path_.clear();
+    return;
+  }
+  if (!ok) err = errno ? errno : err;
+  else err = errno;
+  discard();
+  throw Error("[trace] " + path_ + ": cannot complete (" + std::strerror(err) + ")");
+}
+
+// ---------------------------------------------------------------------------------------
+// Reader.
+
+namespace {
+
+struct Parser {
+  std::string path;
+  size_t line = 0;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error("[trace] " + path + ":" + std::to_string(line) + ": " + what);
+  }
+
+  static std::vector<std::string_view> split(std::string_view s, char sep) {
+    std::vector<std::string_view> out;
+    size_t start = 0;
+    for (size_t i = 0; i <= s.size(); ++i)
+      if (i == s.size() || s[i] == sep) {
+        out.push_back(s.substr(start, i - start));
+        start = i + 1;
+      }
+    return out;
+  }
+
+  int64_t integer(std::string_view s, const char* what, int64_t lo, int64_t hi) const {
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || p != s.data() + s.size())
+      fail(std::string(what) + ": '" + std::string(s) + "' is not a whole number");
+    if (v < lo || v > hi)
+      fail(std::string(what) + ": " + std::to_string(v) + " out of range [" + std::to_string(lo) +
+           ", " + std::to_string(hi) + "]");
+    return v;
+  }
+
+  // Accepts what the writer prints (%.9g, nan, inf, -inf) and what other engines print
+  // (any decimal or exponent form, NaN/Infinity spellings, -nan).
+  double number(std::string_view s, const char* what) const {
+    double v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || p != s.data() + s.size() ||
+        (ec != std::errc() && ec != std::errc::result_out_of_range))
+      fail(std::string(what) + ": '" + std::string(s) + "' is not a number");
+    if (ec == std::errc::result_out_of_range)
+      fail(std::string(what) + ": '" + std::string(s) + "' is out of double range");
+    return v;
+  }
+
+  // "unknown" (written for values the runner did not know) reads back as ""/-1.
+  static std::string str(std::string_view s) { return s == "unknown" ? "" : std::string(s); }
+  int64_t count(std::string_view s, const char* what) const {
+    return s == "unknown" ? -1 : integer(s, what, 0, INT64_MAX);
+  }
+
+  void keyword(const std::vector<std::string_view>& v, size_t i, const char* kw,
+               const std::string& key) const {
+    if (i >= v.size() || v[i] != kw)
+      fail("'# " + key + "' line: expected '" + kw + "' as value " + std::to_string(i + 1) +
+           (i < v.size() ? " (got '" + std::string(v[i]) + "')" : " (line too short)"));
+  }
+  void arity(const std::vector<std::string_view>& v, size_t n, const std::string& key) const {
+    if (v.size() != n)
+      fail("'# " + key + "' line: expected " + std::to_string(n) + " values, got " +
+           std::to_string(v.size()));
+  }
+
+  void list_ints(std::string_view s, std::vector<int32_t>& out) const {
+    out.clear();
+    for (auto item : split(s, ','))
+      out.push_back(int32_t(integer(item, "top_ids entry", 0, INT32_MAX)));
+  }
+  void list_numbers(std::string_view s, std::vector<double>& out) const {
+    out.clear();
+    for (auto item : split(s, ',')) out.push_back(number(item, "top_logits entry"));
+  }
+
+  // Shared checks of the top-k lists: equal lengths, the header's K, descending logits with
+  // ties broken by lower id, no repeated id.
+  void check_topk(const TraceRow& r, int64_t& k) const {
+    if (r.top_ids.size() != r.top_logits.size())
+      fail("top_ids has " + std::to_string(r.top_ids.size()) + " entries but top_logits has " +
+           std::to_string(r.top_logits.size()));
+    if (k < 0) k = int64_t(r.top_ids.size());
+    if (int64_t(r.top_ids.size()) != k)
+      fail("row has " + std::to_string(r.top_ids.size()) + " top-k entries (expected " +
+           std::to_string(k) + ")");
+    for (size_t i = 0; i + 1 < r.top_logits.size(); ++i) {
+      double a = r.top_logits[i], b = r.top_logits[i + 1];
+      if (std::isnan(a) || std::isnan(b)) continue;  // counted as non-finite, not reordered
+      if (a < b || (a == b && r.top_ids[i] > r.top_ids[i + 1]))
+        fail("top_logits not in descending order (ties by lower id) at entry " +
+             std::to_string(i + 2));
+    }
+    std::vector<int32_t> ids = r.top_ids;
+    std::sort(ids.begin(), ids.end());
+    if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) fail("top_ids repeats an id");
+  }
+};
+
+void count_nonfinite(Trace& t, const TraceRow& r, bool full) {
+  int64_t n = is_nonfinite(r.nll);
+  if (full) n += is_nonfinite(r.target_logit) + is_nonfinite(r.lse);
+  for (double v : r.top_logits) n += is_nonfinite(v);
+  t.nonfinite_values += n;
+  t.nonfinite_rows += n > 0;
+}
+
+std::string read_all(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error("[trace] " + path + ": cannot open (" + std::strerror(errno) + ")");
+  std::string data;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
+  bool err = std::ferror(f);
+  int e = errno;
+  std::fclose(f);
+  if (err) throw Error("[trace] " + path + ": read failed (" + std::strerror(e) + ")");
+  return data;
+}
+
+// Offset of the first byte that is not part of well-formed UTF-8 (RFC 3629: no overlongs,
+// no surrogates, nothing above U+10FFFF), or npos. Traces are UTF-8 text; anything else would
+// reach reports and JSON output as garbage.
+size_t invalid_utf8_at(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
+    if (n < 0 || c < 0xC2 || c > 0xF4 || i + size_t(n) >= s.size()) return i;
+    uint32_t cp = c & (0x3F >> n);
+    for (int k = 1; k <= n; ++k) {
+      unsigned char d = (unsigned char)s[i + size_t(k)];
+      if ((d & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;
+    i += size_t(n) + 1;
+  }
+  return std::string_view::npos;
+}
+
+int64_t pos_key(int64_t chunk, int64_t pos) { return (chunk << 32) | pos; }
+
+void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& t) {
+  TraceHeader& h = t.header;
+  std::unordered_set<std::string> seen;
+  std::unordered_set<int64_t> positions;
+  bool columns = false, ended = false;
+  int64_t end_rows = -1, k = -1;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    P.line = i + 1;
+    std::string_view ln = lines[i];
+    if (ended) P.fail("content after the '# end' line");
+    if (ln.empty()) P.fail("empty line");
+    if (ln[0] == '#') {
+      if (ln.size() < 2 || ln[1] != ' ') P.fail("header line must start with '# '");
+      auto v = Parser::split(ln.substr(2), '\t');
+      std::string key(v[0]);
+      v.erase(v.begin());
+      if (key.empty()) P.fail("header line without a key");
+      if (seen.count(key)) P.fail("duplicate '# " + key + "' line");
+      seen.insert(key);
+      if (key == "end") {
+        P.arity(v, 4, key);
+        P.keyword(v, 0, "rows", key);
+        P.keyword(v, 2, "elapsed_s", key);
+        end_rows = P.integer(v[1], "end rows", 0, INT64_MAX);
+        t.elapsed_s = P.number(v[3], "elapsed_s");
+        ended = true;
+        continue;
+      }
+      if (columns) P.fail("header line '# " + key + "' after the '# columns' line");
+      if (key == "arbiter-trace") {
+        P.fail("second '# arbiter-trace' line");
+      } else if (key == "model") {
+        P.arity(v, 7, key);
+        P.keyword(v, 1, "sha256", key);
+        P.keyword(v, 3, "arch", key);
+        P.keyword(v, 5, "params", key);
+        h.model_path = Parser::str(v[0]);
+        h.model_sha256 = Parser::str(v[2]);
+        h.model_arch = Parser::str(v[4]);
+        h.model_params = P.count(v[6], "params");
+      } else if (key == "tokenizer") {
+        P.arity(v, 4, key);
+        P.keyword(v, 0, "sha256", key);
+        P.keyword(v, 2, "bos", key);
+        h.tokenizer_sha256 = Parser::str(v[1]);
+        h.tokenizer_bos = Parser::str(v[3]);
+        if (!h.tokenizer_bos.empty() && h.tokenizer_bos != "none")
+          P.integer(v[3], "bos", 0, INT32_MAX);
+      } else if (key == "corpus") {
+        P.arity(v, 5, key);
+        P.keyword(v, 1, "sha256", key);
+        P.keyword(v, 3, "tokens", key);
+        h.corpus_path = Parser::str(v[0]);
+        h.corpus_sha256 = Parser::str(v[2]);
+        h.corpus_tokens = P.count(v[4], "tokens");
+      } else if (key == "shape") {
+        P.arity(v, 11, key);
+        const char* kws[] = {"chunk_tokens", "max_chunks", "topk", "prefill", "start_token"};
+        int64_t* dst[] = {&h.chunk_tokens, &h.max_chunks, &h.topk, &h.prefill, &h.start_token};
+        h.shape_name = Parser::str(v[0]);
+        for (int j = 0; j < 5; ++j) {
+          P.keyword(v, 1 + 2 * j, kws[j], key);
+          *dst[j] = P.count(v[2 + 2 * j], kws[j]);
+        }
+        if (h.topk < 1) P.fail("'# shape' line: topk must be >= 1");
+        k = h.topk;
+      } else if (key == "device") {
+        P.arity(v, 5, key);
+        P.keyword(v, 1, "compute", key);
+        P.keyword(v, 3, "weights", key);
+        h.device = Parser::str(v[0]);
+        h.compute = Parser::str(v[2]);
+        h.weights = Parser::str(v[4]);
+      } else if (key == "providers") {
+        P.arity(v, 3, key);
+        P.keyword(v, 1, "fallbacks", key);
+        h.providers = Parser::str(v[0]);
+        h.fallbacks = P.count(v[2], "fallbacks");
+      } else if (key == "inject") {
+        P.arity(v, 1, key);
+        h.inject = std::string(v[0]);
+      } else if (key == "build") {
+        P.arity(v, 4, key);
+        h.build_version = Parser::str(v[0]);
+        h.build_commit = Parser::str(v[1]);
+        h.build_compiler = Parser::str(v[2]);
+        h.build_cuda = Parser::str(v[3]);
+      } else if (key == "env") {
+        if (v.empty()) P.fail("'# env' line without a value (write 'none')");
+        if (!(v.size() == 1 && v[0] == "none"))
+          for (auto e : v) h.env.emplace_back(e);
+      } else if (key == "columns") {
+        bool ok = v.size() == std::size(kColumns);
+        for (size_t j = 0; ok && j < v.size(); ++j) ok = v[j] == kColumns[j];
+        if (!ok) P.fail("'# columns' line does not list the v1 columns");
+        for (const char* req : {"model", "tokenizer", "corpus", "shape"})
+          if (!seen.count(req)) P.fail(std::string("no '# ") + req + "' line before '# columns'");
+        columns = true;
+      } else {
+        std::string rest;
+        for (size_t j = 0; j < v.size(); ++j) {
+          if (j) rest += '\t';
+          rest += v[j];
+        }
+        h.extra.emplace_back(key, rest);
+      }
+      continue;
+    }
+    if (!columns) P.fail("row before the '# columns' line");
+    auto c = Parser::split(ln, '\t');
+    if (c.size() != std::size(kColumns))
+      P.fail("row has " + std::to_string(c.size()) + " columns (expected " +
+             std::to_string(std::size(kColumns)) + ")");
+    TraceRow r;
+    r.chunk = int(P.integer(c[0], "chunk", 0, INT32_MAX));
+    r.pos = int(P.integer(c[1], "pos", 0, INT32_MAX));
+    r.abs_pos = P.integer(c[2], "abs_pos", 0, INT64_MAX);
+    r.target = int32_t(P.integer(c[3], "target", 0, INT32_MAX));
+    r.nll = P.number(c[4], "nll");
+    r.target_logit = P.number(c[5], "target_logit");
+    r.lse = P.number(c[6], "lse");
+    P.list_ints(c[7], r.top_ids);
+    P.list_numbers(c[8], r.top_logits);
+    P.check_topk(r, k);
+    if (!positions.insert(pos_key(r.chunk, r.pos)).second)
+      P.fail("duplicate row for chunk " + std::to_string(r.chunk) + " pos " +
+             std::to_string(r.pos));
+    count_nonfinite(t, r, true);
+    t.rows.push_back(std::move(r));
+  }
+  if (!ended) {
+    P.line = lines.size();
+    P.fail("no '# end' line: the trace is incomplete");
+  }
+  if (end_rows != int64_t(t.rows.size())) {
+    P.line = lines.size();
+    P.fail("'# end' says " + std::to_string(end_rows) + " rows but the file holds " +
+           std::to_string(t.rows.size()));
+  }
+}
+
+void read_foreign(Parser& P, const std::vector<std::string_view>& lines, Trace& t) {
+  t.format = TraceFormat::Foreign;
+  t.has_abs_pos = t.has_target_logit = t.has_lse = false;
+  std::unordered_set<int64_t> positions;
+  bool header_seen = false;
+  int64_t k = -1;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    P.line = i + 1;
+    std::string_view ln = lines[i];
+    if (!ln.empty() && ln.back() == '\r') ln.remove_suffix(1);  // CRLF files
+    if (ln.empty()) P.fail("empty line");
+    if (ln[0] == '#') {
+      // Metadata of another engine: kept verbatim (key = first word), never interpreted.
+      std::string_view body = ln.substr(1);
+      while (!body.empty() && (body[0] == ' ' || body[0] == '\t')) body.remove_prefix(1);
+      size_t e = body.find_first_of(" \t:=");
+      std::string key(body.substr(0, e));
+      std::string_view rest = e == std::string_view::npos ? std::string_view() : body.substr(e);
+      while (!rest.empty() && (rest[0] == ' ' || rest[0] == '\t' || rest[0] == ':' || rest[0] == '='))
+        rest.remove_prefix(1);
+      t.header.extra.emplace_back(key, std::string(rest));
+      continue;
+    }
+    auto c = Parser::split(ln, '\t');
+    if (c.size() > 0 && c[0] == "chunk") {
+      bool ok = c.size() == std::size(kForeignColumns);
+      for (size_t j = 0; ok && j < c.size(); ++j) ok = c[j] == kForeignColumns[j];
+      if (!ok) P.fail("column header is not 'chunk pos target nll top_ids top_logits'");
+      if (header_seen || !t.rows.empty()) P.fail("column header after rows or repeated");
+      header_seen = true;
+      continue;
+    }
+    if (c.size() != std::size(kForeignColumns))
+      P.fail("row has " + std::to_string(c.size()) +
+             " columns (expected 6: chunk pos target nll top_ids top_logits)");
+    TraceRow r;
+    r.chunk = int(P.integer(c[0], "chunk", 0, INT32_MAX));
+    r.pos = int(P.integer(c[1], "pos", 0, INT32_MAX));
+    r.abs_pos = -1;
+    r.target = int32_t(P.integer(c[2], "target", 0, INT32_MAX));
+    r.nll = P.number(c[3], "nll");
+    r.target_logit = r.lse = std::numeric_limits<double>::quiet_NaN();
+    P.list_ints(c[4], r.top_ids);
+    P.list_numbers(c[5], r.top_logits);
+    P.check_topk(r, k);
+    if (!positions.insert(pos_key(r.chunk, r.pos)).second)
+      P.fail("duplicate row for chunk " + std::to_string(r.chunk) + " pos " +
+             std::to_string(r.pos));
+    count_nonfinite(t, r, false);
+    t.rows.push_back(std::move(r));
+  }
+  if (t.rows.empty()) {
+    P.line = lines.size();
+    P.fail("no rows (expected 'chunk pos target nll top_ids top_logits' lines)");
+  }
+  t.header.topk = k;
+}
+
+}  // namespace
+
+Trace read_trace(const std::string& path) {
+  Parser P{path, 0};
+  std::string data = read_all(path);
+  if (data.empty()) {
+    P.line = 1;
+    P.fail("empty file");
+  }
+  if (data.find('\0') != std::string::npos) {
+    P.line = 1 + std::count(data.begin(), data.begin() + data.find('\0'), '\n');
+    P.fail("NUL byte: not a text trace");
+  }
+  if (size_t bad = invalid_utf8_at(data); bad != std::string_view::npos) {
+    P.line = 1 + std::count(data.begin(), data.begin() + long(bad), '\n');
+    P.fail("byte " + std::to_string(bad) + " is not valid UTF-8");
+  }
+  std::string_view all(data);
+  bool newline_at_end = all.back() == '\n';
+  if (newline_at_end) all.remove_suffix(1);
+  std::vector<std::string_view> lines = Parser::split(all, '\n');
+  if (!newline_at_end) {
+    // A writer always ends with a newline; a line without one was cut off mid-write.
+    P.line = lines.size();
+    P.fail("last line has no newline: the file is truncated");
+  }
+  Trace t;
+  t.path = path;
+  P.line = 1;
+  if (lines[0].substr(0, 16) == "# arbiter-trace\t") {
+    int64_t v = P.integer(lines[0].substr(16), "format version", 0, INT32_MAX);
+    if (v != kTraceFormatVersion)
+      P.fail("unsupported arbiter-trace version " + std::to_string(v) + " (this reader knows " +
+             std::to_string(kTraceFormatVersion) + ")");
+    read_arbiter(P, lines, t);
+  } else if (lines[0].substr(0, 15) == "# arbiter-trace") {
+    P.fail("malformed '# arbiter-trace' line (expected '# arbiter-trace<TAB>1')");
+  } else {
+    read_foreign(P, lines, t);
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------
+// Full-logits side file.
+
+LogitsWriter::~LogitsWriter() { discard(); }
+
+void LogitsWriter::discard() noexcept {
+  if (f_) {
+    std::fclose(f_);
+    f_ = nullptr;
+  }
+  if (!tmp_path_.empty()) {
+    std::remove(tmp_path_.c_str());
+    tmp_path_.clear();
+  }
+}
+
+void LogitsWriter::open(const std::string& path, uint32_t vocab) {
+  ARB_CHECK(!f_, "[logits] %s: writer already open", path.c_str());
+  ARB_CHECK(vocab >= 1, "[logits] %s: vocab must be >= 1", path.c_str());
+  path_ = path;
+  tmp_path_ = path + ".tmp." + std::to_string(::getpid());
+  f_ = std::fopen(tmp_path_.c_str(), "wb");
+  if (!f_) {
+    int err = errno;
+    std::string tmp = tmp_path_;
+    tmp_path_.clear();
+    throw Error("[logits] " + tmp + ": cannot create (" + std::strerror(err) + ")");
+  }
+  vocab_ = vocab;
+  rows_ = 0;
+  uint8_t hdr[kLogitsHeaderBytes];
+  std::memcpy(hdr, kLogitsMagic, 15);
+  std::memcpy(hdr + 15, &kLogitsVersion, 4);
+  std::memset(hdr + 19, 0, 8);  // rows, patched by finish()
+  std::memcpy(hdr + 27, &vocab_, 4);
+  if (std::fwrite(hdr, 1, sizeof hdr, f_) != sizeof hdr) {
+    discard();
+    throw Error("[logits] " + path + ": header write failed");
+  }
+}
+
+void LogitsWriter::write_row(const float* logits) {
+  ARB_CHECK(f_, "[logits] write_row before open");
+  if (std::fwrite(logits, sizeof(float), vocab_, f_) != vocab_) {
+    discard();
+    throw Error("[logits] " + path_ + ": write failed");
+  }
+  ++rows_;
+}
+
+void LogitsWriter::finish() {
+  ARB_CHECK(f_, "[logits] finish before open");
+  bool ok = std::fseek(f_, 19, SEEK_SET) == 0 && std::fwrite(&rows_, 8, 1, f_) == 1 &&
+            std::fflush(f_) == 0 && ::fsync(::fileno(f_)) == 0;
+  ok = std::fclose(f_) == 0 && ok;
+  f_ = nullptr;
+  if (ok && std::rename(tmp_path_.c_str(), path_.c_str()) == 0) {
+    tmp_path_.clear();
+    return;
+  }
+  int err = errno;
+  discard();
+  throw Error("[logits] " + path_ + ": cannot complete (" + std::strerror(err) + ")");
+}
+
+LogitsReader::LogitsReader(const std::string& path) : path_(path) {
+  f_ = std::fopen(path.c_str(), "rb");
+  if (!f_) throw Error("[logits] " + path + ": cannot open (" + std::strerror(errno) + ")");
+  uint8_t hdr[kLogitsHeaderBytes];
+  auto fail = [&](const std::string& what) {
+    std::fclose(f_);
+    f_ = nullptr;
+    throw Error("[logits] " + path + ": " + what);
+  };
+  if (std::fread(hdr, 1, sizeof hdr, f_) != sizeof hdr) fail("shorter than the 31-byte header");
+  if (std::memcmp(hdr, kLogitsMagic, 15) != 0) fail("bad magic (expected 'arbiter-logits\\0')");
+  uint32_t version;
+  std::memcpy(&version, hdr + 15, 4);
+  std::memcpy(&rows_, hdr + 19, 8);
+  std::memcpy(&vocab_, hdr + 27, 4);
+  if (version != kLogitsVersion)
+    fail("unsupported version " + std::to_string(version) + " (expected 1)");
+  if (vocab_ == 0) fail("vocab is 0");
+  if (std::fseek(f_, 0, SEEK_END) != 0) fail("cannot seek");
+  long size = std::ftell(f_);
+  unsigned __int128 expected = (unsigned __int128)rows_ * vocab_ * 4 + kLogitsHeaderBytes;
+  if (size < 0 || expected != (unsigned __int128)size)
+    fail("size " + std::to_string(size) + " bytes does not match " + std::to_string(rows_) +
+         " rows x " + std::to_string(vocab_) + " vocab (truncated or corrupt)");
+}
+
+LogitsReader::~LogitsReader() {
+  if (f_) std::fclose(f_);
+}
+
+void LogitsReader::read_row(uint64_t i, std::vector<float>& out) {
+  ARB_CHECK(i < rows_, "[logits] %s: row %llu out of range (rows %llu)", path_.c_str(),
+            (unsigned long long)i, (unsigned long long)rows_);
+  out.resize(vocab_);
+  long off = long(kLogitsHeaderBytes + i * uint64_t(vocab_) * 4);
+  if (std::fseek(f_, off, SEEK_SET) != 0 || std::fread(out.data(), 4, vocab_, f_) != vocab_)
+    throw Error("[logits] " + path_ + ": read of row " + std::to_string(i) + " failed");
+}
+
+}  // namespace arbiter::verify
