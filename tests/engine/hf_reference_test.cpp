@@ -83,7 +83,8 @@ TEST_P(HfReference, LogitsMatchTransformersFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfReference, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string n = info.param.model_dir, out;
+                           std::string n = info.param.model_dir;
+                           std::string out;
                            for (char ch : n.substr(n.find_last_of('/') + 1))
                              out += std::isalnum((unsigned char)ch) ? ch : '_';
                            return out + "_" + std::to_string(info.index);
