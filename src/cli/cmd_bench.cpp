@@ -50,6 +50,12 @@ BenchTrace time_trace(const Model& m, Backend& be, const std::string& shape, con
     bt.rows = r.rows;
     bt.elapsed_s = r.elapsed_s;
     bt.positions_per_s = r.elapsed_s > 0 ? double(r.rows) / r.elapsed_s : 0;
+    // The context of chunk c is BOS + the min(P, begin) corpus tokens before it (trace_run.h).
+    for (int c = 0; c < to.shape.max_chunks; ++c) {
+      const int64_t b = verify::chunk_begin(to.shape, c);
+      bt.forward_tokens += bos_rows + std::min<int64_t>(to.shape.prefill, b) + W;
+    }
+    bt.forward_tokens_per_s = r.elapsed_s > 0 ? double(bt.forward_tokens) / r.elapsed_s : 0;
   } catch (const Error& e) {
     bt.error = e.what();
   }
@@ -64,7 +70,8 @@ static int cmd_bench(int argc, char** argv) {
   std::vector<std::string> vopts;
   for (const std::string& o : model_value_opts())
     if (o != "--inject") vopts.push_back(o);  // a benchmark of a perturbed model means nothing
-  vopts.insert(vopts.end(), {"-p|--n-prompt", "-n|--n-gen", "-r|--reps", "--depth", "--shapes", "--corpus", "--seed"});
+  vopts.insert(vopts.end(), {"-p|--n-prompt", "-n|--n-gen", "-r|--reps", "--depth", "--shapes", "--corpus", "--seed",
+                             "--json-out"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"--json", "--no-probes", "-h|--help"});
   Args a("bench", vopts, fopts);
@@ -73,7 +80,8 @@ static int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: arbiter bench -m MODEL [--device ref|cpu|cuda[:N]] [--dtype D] [-t THREADS] [-p 512] "
                  "[-n 128] [-r 5]\n"
-                 "       [--depth D] [--shapes w1,w8,w256 --corpus FILE] [--json] [--no-probes] [--stats]\n"
+                 "       [--depth D] [--shapes w1,w8,w256 --corpus FILE] [--json | --json-out FILE] [--no-probes]"
+                 " [--stats]\n"
                  "Throughput next to limits measured in the same run (read bandwidth, matmul peak).\n");
     return 0;
   }
@@ -101,6 +109,18 @@ static int cmd_bench(int argc, char** argv) {
     bench_note_peak_rss(r);
   }
   std::fputs(a.flag("json") ? bench_report_json(r).c_str() : bench_report_text(r).c_str(), stdout);
+  if (a.has("json-out")) {
+    // The JSON beside the text, from the same run (written whole or not at all).
+    const std::string path = a.str("json-out"), tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    ARB_CHECK(f != nullptr, "[cli] bench: cannot write %s", tmp.c_str());
+    const std::string js = bench_report_json(r);
+    const bool ok = std::fwrite(js.data(), 1, js.size(), f) == js.size();
+    ARB_CHECK(std::fclose(f) == 0 && ok, "[cli] bench: write to %s failed", tmp.c_str());
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    ARB_CHECK(!ec, "[cli] bench: cannot rename %s to %s", tmp.c_str(), path.c_str());
+  }
   print_stats_if_asked(run);
   return 0;
 }

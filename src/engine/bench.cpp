@@ -543,8 +543,9 @@ std::string bench_report_text(const BenchReport& r) {
     if (!t.error.empty())
       s << strformat("| trace %-8s | %s\n", t.shape.c_str(), t.error.c_str());
     else
-      s << strformat("| trace %-8s | %20.1f pos/s | %lld rows in %.2f s\n", t.shape.c_str(), t.positions_per_s,
-                     (long long)t.rows, t.elapsed_s);
+      s << strformat("| trace %-8s | %20.1f pos/s | %lld rows in %.2f s; forwards %.1f tok/s (%lld tokens)\n",
+                     t.shape.c_str(), t.positions_per_s, (long long)t.rows, t.elapsed_s, t.forward_tokens_per_s,
+                     (long long)t.forward_tokens);
   }
   s << "\nlimits measured in this run\n";
   if (!r.bandwidth_gbs.empty()) {
@@ -607,7 +608,12 @@ std::string bench_report_json(const BenchReport& r) {
   j["limits"] = lim;
   json tr = json::array();
   for (const BenchTrace& t : r.traces) {
-    json x = {{"shape", t.shape}, {"rows", t.rows}, {"elapsed_s", t.elapsed_s}, {"positions_per_s", t.positions_per_s}};
+    json x = {{"shape", t.shape},
+              {"rows", t.rows},
+              {"elapsed_s", t.elapsed_s},
+              {"positions_per_s", t.positions_per_s},
+              {"forward_tokens", t.forward_tokens},
+              {"forward_tokens_per_s", t.forward_tokens_per_s}};
     if (!t.error.empty()) x["error"] = t.error;
     tr.push_back(x);
   }

@@ -68,6 +68,10 @@ struct BenchTrace {
   int64_t rows = 0;
   double elapsed_s = 0;
   double positions_per_s = 0;
+  // Tokens the forwards processed (each chunk's context pass + its W traced tokens) per
+  // second: for shapes with a context (w8, w1ctx512, ...) most of the work is the context.
+  int64_t forward_tokens = 0;
+  double forward_tokens_per_s = 0;
   std::string error;  // non-empty: the shape could not run (e.g. corpus too short)
 };
 

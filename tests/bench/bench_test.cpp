@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -69,6 +70,13 @@ TEST(BenchProbes, ReturnPositiveNumbers) {
   for (double x : g) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
 }
 
+// The shipped model (models/, tracked in git); ../shared's copy when the checkout lacks it.
+std::string stories260k() {
+  const std::string p = test::source_path("models/stories260K/stories260K.gguf");
+  if (std::filesystem::exists(p)) return p;
+  return test::shared_path("models/stories260K/stories260K.gguf");
+}
+
 void expect_positive(const json& j, const std::string& what) {
   ASSERT_TRUE(j.is_number()) << what << " is " << j.dump();
   EXPECT_TRUE(std::isfinite(j.get<double>()) && j.get<double>() > 0) << what << " = " << j.dump();
@@ -82,8 +90,8 @@ void expect_stat(const json& j, const std::string& what, size_t n) {
 }
 
 TEST(BenchCli, SmokeJsonOnStories260K) {
-  const std::string model = test::shared_path("models/stories260K/stories260K.gguf");
-  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K/stories260K.gguf is absent";
+  const std::string model = stories260k();
+  if (model.empty()) GTEST_SKIP() << "models/stories260K/stories260K.gguf is absent";
   auto r = test::run_cli("bench -m " + model + " -p 16 -n 8 -r 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json j = json::parse(r.out);
@@ -108,8 +116,8 @@ TEST(BenchCli, SmokeJsonOnStories260K) {
 }
 
 TEST(BenchCli, TextTableAndTraceShapes) {
-  const std::string model = test::shared_path("models/stories260K/stories260K.gguf");
-  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K/stories260K.gguf is absent";
+  const std::string model = stories260k();
+  if (model.empty()) GTEST_SKIP() << "models/stories260K/stories260K.gguf is absent";
   std::string text;
   for (int i = 0; i < 60; ++i)
     text += "Once upon a time, a little girl named Lily found a shiny stone in the park. She was happy. ";
@@ -126,17 +134,26 @@ TEST(BenchCli, TextTableAndTraceShapes) {
   }
   EXPECT_EQ(j["traces"][0]["rows"], 128);  // w1: 128 chunks of 1
   EXPECT_EQ(j["traces"][1]["rows"], 512);  // w256: 2 chunks of 256
+  // Forward tokens: stories260K has a BOS, so each chunk runs BOS + W tokens (P = 0):
+  // w1 128 x 2 = 256, w256 2 x 257 = 514.
+  EXPECT_EQ(j["traces"][0]["forward_tokens"], 256);
+  EXPECT_EQ(j["traces"][1]["forward_tokens"], 514);
   EXPECT_TRUE(j["limits"]["bandwidth_gbs"].is_null());
 
-  auto t = test::run_cli("bench -m " + model + " -p 8 -n 4 -r 1 --no-probes");
+  // Text on stdout and the same report as JSON in a file, from one run.
+  const std::string jpath = test::temp_dir("bench-json") + "/r.json";
+  auto t = test::run_cli("bench -m " + model + " -p 8 -n 4 -r 1 --no-probes --json-out " + jpath);
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_NE(t.out.find("| pp8"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("| tg4"), std::string::npos) << t.out;
+  json jf = json::parse(test::read_file(jpath));
+  EXPECT_EQ(jf["params"]["n_prompt"], 8);
+  expect_positive(jf["tg"]["tok_s"]["median"], "tg median (json-out)");
 }
 
 TEST(BenchCli, RefusesBadArguments) {
-  const std::string model = test::shared_path("models/stories260K/stories260K.gguf");
-  if (model.empty()) GTEST_SKIP() << "../shared/models/stories260K/stories260K.gguf is absent";
+  const std::string model = stories260k();
+  if (model.empty()) GTEST_SKIP() << "models/stories260K/stories260K.gguf is absent";
   EXPECT_NE(test::run_cli("bench -m " + model + " -p 0").exit_code, 0);
   EXPECT_NE(test::run_cli("bench -m " + model + " -r 0").exit_code, 0);
   EXPECT_NE(test::run_cli("bench -m " + model + " --shapes w1").exit_code, 0);  // no corpus
