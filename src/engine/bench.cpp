@@ -419,8 +419,10 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
     return n / secs(t0, Clock::now());
   };
   std::vector<double> bw, mm, pp, tg, ttft;
+  double rep_bw = 0, rep_mm = 0;  // this repetition's probe medians
   auto probe = [&] {
     if (!opt.probes) return;
+    const size_t bw0 = bw.size(), mm0 = mm.size();
     if (host_tier) {
       auto g = measure_sgemm_gflops(2048, r.threads, 2);
       mm.insert(mm.end(), g.begin(), g.end());
@@ -434,8 +436,14 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
       bw.insert(bw.end(), b.begin(), b.end());
       mm.push_back(tier_matmul_gflops(m, be, P));
     }
+    rep_bw = bench_stat(std::vector<double>(bw.begin() + long(bw0), bw.end())).median;
+    rep_mm = bench_stat(std::vector<double>(mm.begin() + long(mm0), mm.end())).median;
     after_probe();
   };
+
+  const double dbytes = decode_bytes_per_token(m, Dp + (N + 1) / 2.0, kv_elem);
+  const double pflops = forward_flops_per_token(c, P, Dp);
+  std::vector<double> dfrac, pfrac;
 
   say(strformat("warm-up: pp%d, tg%d", P, std::min(N, 8)));
   {
@@ -453,6 +461,10 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
     note_hwm();
     tg.push_back(run_tg(N));
     note_hwm();
+    if (opt.probes) {
+      dfrac.push_back(tg.back() * dbytes / (rep_bw * 1e9));
+      pfrac.push_back(t * pflops / (rep_mm * 1e9));
+    }
     say(strformat("rep %d/%d: pp%d %.2f tok/s, tg%d %.2f tok/s%s", rep + 1, opt.reps, P, t, N, tg.back(),
                   bw.empty() ? "" : strformat(", bandwidth %.1f GB/s", bw.back()).c_str()));
   }
@@ -461,6 +473,8 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   r.ttft_ms = bench_stat(ttft);
   r.bandwidth_gbs = bench_stat(bw);
   r.matmul_gflops = bench_stat(mm);
+  r.decode_fraction_per_rep = bench_stat(dfrac);
+  r.prefill_fraction_per_rep = bench_stat(pfrac);
   if (opt.probes) {
     if (host_tier) {
       r.bandwidth_source = strformat("host streaming read of 1 GiB (MADV_HUGEPAGE), %d threads, 3 passes per rep",
@@ -571,6 +585,12 @@ std::string bench_report_text(const BenchReport& r) {
                    r.pp_tok_s.median, r.prefill_achieved_gflops, r.prefill_fraction);
   else
     s << strformat("; achieved %.1f GFLOP/s\n", r.prefill_achieved_gflops);
+  if (!r.decode_fraction_per_rep.empty())
+    s << strformat("  per repetition, against its own probes: decode fraction median %.3f (min %.3f, max %.3f), "
+                   "prefill %.3f (min %.3f, max %.3f)\n",
+                   r.decode_fraction_per_rep.median, r.decode_fraction_per_rep.min, r.decode_fraction_per_rep.max,
+                   r.prefill_fraction_per_rep.median, r.prefill_fraction_per_rep.min,
+                   r.prefill_fraction_per_rep.max);
   if (r.peak_rss_bytes >= 0)
     s << strformat("memory  peak RSS %.3f GB (VmHWM%s); device memory: not reported\n", r.peak_rss_bytes / 1e9,
                    r.peak_rss_includes_probes ? ", INCLUDES the 1 GiB bandwidth probe buffer" : ", probes excluded");
@@ -602,9 +622,13 @@ std::string bench_report_json(const BenchReport& r) {
   lim["matmul_source"] = r.matmul_source;
   lim["decode"] = {{"bytes_per_token", r.decode_bytes_per_token}, {"weight_bytes_per_token", r.decode_weight_bytes},
                    {"kv_bytes_per_token", r.decode_kv_bytes},    {"limit_tok_s", r.decode_limit_tok_s},
-                   {"achieved_gbs", r.decode_achieved_gbs},     {"fraction", r.decode_fraction}};
+                   {"achieved_gbs", r.decode_achieved_gbs},     {"fraction", r.decode_fraction},
+                   {"fraction_per_rep", r.decode_fraction_per_rep.empty() ? json(nullptr)
+                                                                          : stat_json(r.decode_fraction_per_rep)}};
   lim["prefill"] = {{"flops_per_token", r.prefill_flops_per_token}, {"limit_tok_s", r.prefill_limit_tok_s},
-                    {"achieved_gflops", r.prefill_achieved_gflops}, {"fraction", r.prefill_fraction}};
+                    {"achieved_gflops", r.prefill_achieved_gflops}, {"fraction", r.prefill_fraction},
+                    {"fraction_per_rep", r.prefill_fraction_per_rep.empty() ? json(nullptr)
+                                                                            : stat_json(r.prefill_fraction_per_rep)}};
   j["limits"] = lim;
   json tr = json::array();
   for (const BenchTrace& t : r.traces) {

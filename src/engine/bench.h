@@ -101,6 +101,10 @@ struct BenchReport {
   double decode_limit_tok_s = 0, decode_fraction = 0, decode_achieved_gbs = 0;
   double prefill_flops_per_token = 0, prefill_limit_tok_s = 0, prefill_fraction = 0;
   double prefill_achieved_gflops = 0;
+  // The same fractions per repetition, each against the probes taken just before it: on a
+  // host whose bandwidth drifts, their spread shows how much the ratio of medians can be
+  // trusted.
+  BenchStat decode_fraction_per_rep, prefill_fraction_per_rep;
   std::vector<BenchTrace> traces;
 };
 

@@ -113,6 +113,8 @@ TEST(BenchCli, SmokeJsonOnStories260K) {
     expect_positive(j["limits"]["decode"][k], std::string("limits.decode.") + k);
   for (const char* k : {"flops_per_token", "limit_tok_s", "achieved_gflops", "fraction"})
     expect_positive(j["limits"]["prefill"][k], std::string("limits.prefill.") + k);
+  expect_stat(j["limits"]["decode"]["fraction_per_rep"], "limits.decode.fraction_per_rep", 2);
+  expect_stat(j["limits"]["prefill"]["fraction_per_rep"], "limits.prefill.fraction_per_rep", 2);
 }
 
 TEST(BenchCli, TextTableAndTraceShapes) {
