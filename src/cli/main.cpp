@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/build_info.h"
 #include "cli/command.h"
 #include "core/error.h"
 
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::printf("arbiter %s (%s)\n", ARBITER_VERSION, ARBITER_GIT_COMMIT);
+    std::printf("arbiter %s (%s)\n", kVersion, kGitCommit);
     return 0;
   }
   auto it = cli::commands().find(argv[1]);

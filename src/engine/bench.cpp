@@ -1,6 +1,8 @@
 // arbiter bench: see bench.h for the method.
 #include "engine/bench.h"
 
+#include "core/build_info.h"
+
 #include <cblas.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -369,7 +371,7 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   r.threads = resolve_threads(opt.threads);
   r.host_cpu = host_cpu_name();
   r.host_cores = int(std::thread::hardware_concurrency());
-  r.build = std::string(ARBITER_VERSION) + " " + ARBITER_GIT_COMMIT;
+  r.build = std::string(kVersion) + " " + kGitCommit;
 
   const int P = opt.n_prompt, N = opt.n_gen, Dp = opt.depth;
   const bool host_tier = r.device.rfind("cpu", 0) == 0 || r.device.rfind("ref", 0) == 0;

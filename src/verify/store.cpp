@@ -3,6 +3,8 @@
 // never drift from the evidence they describe.
 #include "verify/store.h"
 
+#include "core/build_info.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,7 +125,7 @@ std::string metadata_text(const std::vector<std::pair<std::string, Trace>>& trac
   std::string s;
   s += "# arbiter trace store; regenerated from the trace headers by `arbiter store add`\n";
   s += "store\t1\n";
-  s += std::string("written_by\tarbiter ") + ARBITER_VERSION + "\t" + ARBITER_GIT_COMMIT + "\n";
+  s += std::string("written_by\tarbiter ") + kVersion + "\t" + kGitCommit + "\n";
   s += std::string("store_host\t") + hn + "\n";
   auto list = [&](const char* key, const std::set<std::string>& vals, const char* none) {
     if (vals.empty()) s += std::string(key) + "\t" + none + "\n";

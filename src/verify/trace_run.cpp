@@ -1,5 +1,7 @@
 #include "verify/trace_run.h"
 
+#include "core/build_info.h"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -74,8 +76,8 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt) {
   h.compute = be.compute_name();
   h.weights = dtype_name(m.weight_dtype);
   h.inject = s.inject().text;
-  h.build_version = ARBITER_VERSION;
-  h.build_commit = ARBITER_GIT_COMMIT;
+  h.build_version = kVersion;
+  h.build_commit = kGitCommit;
   h.build_compiler = std::string("gcc-") + __VERSION__;
   for (char& ch : h.build_compiler)
     if (ch == ' ') ch = '-';
