@@ -17,7 +17,9 @@ Session::~Session() {
   kv_cache_free(be_, kv_);
 }
 
-void Session::forward(const std::vector<int32_t>& ids) {
+void Session::forward(const std::vector<int32_t>& ids) { run(ids, true); }
+
+void Session::run(const std::vector<int32_t>& ids, bool logits) {
   int T = int(ids.size());
   ARB_CHECK(T >= 1 && T <= s_.max_T, "[session] forward of %d tokens (widest is %d)", T, s_.max_T);
   ARB_CHECK(pos_ + T <= kv_.max_ctx, "[session] context full: %d + %d tokens > %d", pos_, T,
@@ -33,15 +35,22 @@ void Session::forward(const std::vector<int32_t>& ids) {
       if (capture_) capture_(st, layer, b, rows, cols);
     };
   }
-  arbiter::forward(m_, be_, kv_, s_, ids.data(), T, pos_, hook);
+  arbiter::forward(m_, be_, kv_, s_, ids.data(), T, pos_, hook, logits);
   pos_ += T;
-  last_T_ = T;
+  last_T_ = logits ? T : 0;
 }
 
 void Session::prefill(const std::vector<int32_t>& ids) {
   for (size_t i = 0; i < ids.size(); i += size_t(s_.max_T)) {
     size_t n = std::min(ids.size() - i, size_t(s_.max_T));
-    forward(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n));
+    run(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n), i + n == ids.size());
+  }
+}
+
+void Session::context(const std::vector<int32_t>& ids) {
+  for (size_t i = 0; i < ids.size(); i += size_t(s_.max_T)) {
+    size_t n = std::min(ids.size() - i, size_t(s_.max_T));
+    run(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n), false);
   }
 }
 

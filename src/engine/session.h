@@ -29,8 +29,12 @@ class Session {
   /// Runs ids at the current position as ONE forward of width ids.size() (must be <= max_T)
   /// and advances. Logits of those tokens stay on the device: see summarize()/logits().
   void forward(const std::vector<int32_t>& ids);
-  /// Like forward() but splits into pieces of at most max_T tokens (untraced context).
+  /// Like forward() but splits into pieces of at most max_T tokens and computes logits only
+  /// for the last piece (what generation needs to pick the next token).
   void prefill(const std::vector<int32_t>& ids);
+  /// Fills the cache with ids (pieces of at most max_T tokens) and computes no logits: the
+  /// untraced context of a teacher-forced chunk. summarize()/logits() are unavailable after.
+  void context(const std::vector<int32_t>& ids);
 
   /// Summaries of the last forward's logits rows (targets[t] < 0: no target).
   std::vector<LogitsSummary> summarize(int K, const std::vector<int32_t>& targets);
@@ -52,9 +56,11 @@ class Session {
   KVCache kv_;
   Scratch s_;
   int pos_ = 0;
-  int last_T_ = 0;
+  int last_T_ = 0;  // rows of logits the last forward left; 0 after context()
   InjectSpec inject_;
   StageHook capture_;
+
+  void run(const std::vector<int32_t>& ids, bool logits);
 };
 
 }  // namespace arbiter

@@ -71,7 +71,7 @@ void scratch_free(Backend& be, Scratch& s) {
 }
 
 void forward(const Model& m, Backend& be, KVCache& kv, Scratch& s, const int32_t* ids, int T,
-             int pos0, const StageHook& hook) {
+             int pos0, const StageHook& hook, bool logits) {
   const ModelConfig& c = m.config;
   const Weights& w = m.weights;
   ARB_CHECK(T >= 1 && T <= s.max_T, "[model] forward of %d tokens exceeds scratch width %d", T,
@@ -89,6 +89,22 @@ void forward(const Model& m, Backend& be, KVCache& kv, Scratch& s, const int32_t
 
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& lw = w.layers[l];
+    if (!hook) {
+      // No hook reads intermediates: the fused ops (backend.h; on ref/cpu the same ops one
+      // by one). attention block, then feed-forward block, as below.
+      const Backend::MatmulTarget qkv[3] = {{&lw.wq, &lw.bq, &s.q}, {&lw.wk, &lw.bk, &s.k},
+                                            {&lw.wv, &lw.bv, &s.v}};
+      be.rmsnorm_matmul(s.x, lw.attn_norm, T, D, c.norm_eps, s.xn, qkv, 3);
+      be.qk_rope_store(s.q, s.k, s.v, c.qk_norm ? &lw.q_norm : nullptr,
+                       c.qk_norm ? &lw.k_norm : nullptr, c.norm_eps, T, H, Hkv, Dh, pos0, c,
+                       kv.k[l], kv.v[l]);
+      be.attention(s.q, kv.k[l], kv.v[l], T, pos0, H, Hkv, Dh, c.sliding_window, s.att);
+      be.matmul_add(s.att, lw.wo, T, s.o, s.x);
+      be.rmsnorm_swiglu(s.x, lw.ffn_norm, T, D, c.norm_eps, s.xn, lw.w_gate, lw.w_up, s.gate,
+                        s.up, s.act);
+      be.matmul_add(s.act, lw.w_down, T, s.down, s.x);
+      continue;
+    }
     // attention block: x += o_proj(attn(rope(q), rope(k), v)) of rmsnorm(x)
     be.rmsnorm(s.x, lw.attn_norm, T, D, c.norm_eps, s.xn);
     emit(Stage::AttnNorm, l, s.xn, T, D);
@@ -130,7 +146,13 @@ void forward(const Model& m, Backend& be, KVCache& kv, Scratch& s, const int32_t
     be.add(s.x, s.down, int64_t(T) * D);
     emit(Stage::FfnRes, l, s.x, T, D);
   }
+  if (!logits) return;
 
+  if (!hook) {
+    const Backend::MatmulTarget head[1] = {{&w.lm_head, nullptr, &s.logits}};
+    be.rmsnorm_matmul(s.x, w.out_norm, T, D, c.norm_eps, s.xn, head, 1);  // logits [T, V]
+    return;
+  }
   be.rmsnorm(s.x, w.out_norm, T, D, c.norm_eps, s.xn);
   emit(Stage::FinalNorm, -1, s.xn, T, D);
   be.matmul(s.xn, w.lm_head, nullptr, T, s.logits);  // logits [T, V]

@@ -43,9 +43,10 @@ void kv_cache_free(Backend& be, KVCache& kv);
 void scratch_init(Backend& be, const ModelConfig& cfg, int max_T, Scratch& s);
 void scratch_free(Backend& be, Scratch& s);
 
-/// Runs ids[T] at positions pos0.. through the model; writes logits [T, V] into s.logits.
-/// The cache rows [0, pos0) must hold earlier tokens. hook may be empty.
+/// Runs ids[T] at positions pos0.. through the model and writes logits [T, V] into s.logits,
+/// or, when logits is false (a context pass that only fills the cache), stops after the last
+/// layer. The cache rows [0, pos0) must hold earlier tokens. hook may be empty.
 void forward(const Model& m, Backend& be, KVCache& kv, Scratch& s, const int32_t* ids, int T,
-             int pos0, const StageHook& hook);
+             int pos0, const StageHook& hook, bool logits);
 
 }  // namespace arbiter

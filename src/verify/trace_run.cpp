@@ -106,7 +106,7 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt) {
     std::vector<int32_t> ctx;
     if (bos >= 0) ctx.push_back(bos);
     ctx.insert(ctx.end(), corpus.begin() + (b - P), corpus.begin() + b);
-    if (!ctx.empty()) s.prefill(ctx);
+    if (!ctx.empty()) s.context(ctx);
     std::vector<int32_t> in(corpus.begin() + b, corpus.begin() + b + W);
     std::vector<int32_t> tgt(corpus.begin() + b + 1, corpus.begin() + b + W + 1);
     s.forward(in);

@@ -154,3 +154,24 @@ TEST(Session, PromptLongerThanContextIsRefused) {
   EXPECT_THROW(s.forward(prompt), arbiter::Error);
   EXPECT_THROW(s.forward(std::vector<int32_t>{100000}), arbiter::Error);  // outside the vocabulary
 }
+
+// A context pass fills the cache exactly like a forward that also computes logits (the
+// logits are the only thing it skips), and leaves no logits to read.
+TEST(Session, ContextFillsTheCacheLikeForward) {
+  auto m = load_model(test::source_path("models/TinyStories-656K"));
+  std::vector<int32_t> ids = m->tokenizer->encode("The cat sat on the mat.", true, false);
+  const std::vector<int32_t> ctx(ids.begin(), ids.end() - 1), last(ids.end() - 1, ids.end());
+  for (const char* tier : kTiers) {
+    SCOPED_TRACE(tier);
+    auto be = backend(tier);
+    Session a(*m, *be, int(ids.size()), 4), b(*m, *be, int(ids.size()), 4);  // several pieces
+    a.prefill(ctx);
+    b.context(ctx);
+    EXPECT_THROW(b.summarize(1, {-1}), arbiter::Error);
+    EXPECT_THROW(b.logits(0), arbiter::Error);
+    a.forward(last);
+    b.forward(last);
+    std::vector<double> la = a.logits(0), lb = b.logits(0);
+    EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(double)));
+  }
+}
