@@ -1,14 +1,11 @@
 #include "io/safetensors_write.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace arbiter {
 
@@ -27,12 +24,6 @@ const char* st_dtype_name(DType t) {
     default: return nullptr;
   }
 }
-
-struct FileCloser {
-  void operator()(std::FILE* f) const {
-    if (f) std::fclose(f);
-  }
-};
 
 }  // namespace
 
@@ -67,12 +58,9 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   // Pad with spaces (allowed by the format) so the byte buffer starts 64-byte aligned.
   while ((8 + text.size()) % 64 != 0) text.push_back(' ');
 
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "wb"));
-  if (!f) fail(path, std::string("cannot open for writing (") + std::strerror(errno) + ")");
-  auto put = [&](const void* p, size_t n) {
-    if (n > 0 && std::fwrite(p, 1, n, f.get()) != n)
-      fail(path, std::string("write failed (") + std::strerror(errno) + ")");
-  };
+  AtomicFile f;
+  f.open(path, "[safetensors]");
+  auto put = [&](const void* p, size_t n) { f.write(p, n); };
   uint8_t len[8];
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(n >> (8 * i));
@@ -96,9 +84,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
       put(buf.data(), buf.size());
     }
   }
-  if (std::fflush(f.get()) != 0) fail(path, std::string("flush failed (") + std::strerror(errno) + ")");
-  std::FILE* raw = f.release();
-  if (std::fclose(raw) != 0) fail(path, std::string("close failed (") + std::strerror(errno) + ")");
+  f.commit();
 }
 
 }  // namespace arbiter

@@ -29,7 +29,7 @@ struct SafetensorsEntry {
 /// reference implementation refuses gaps), so a tensor is 64-byte aligned when the ones
 /// before it have sizes that are multiples of 64 bytes. metadata goes to "__metadata__".
 /// Throws "[safetensors] PATH: ..." on bad entries (duplicate names, unsupported dtype)
-/// and on I/O errors. Not atomic: callers write to a temporary path and rename.
+/// and on I/O errors. Atomic (io/atomic_file.h): PATH holds the whole file or nothing.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
                        const std::map<std::string, std::string>& metadata = {});
 

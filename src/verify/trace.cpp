@@ -4,8 +4,6 @@
 // never a skipped line.
 #include "verify/trace.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -88,30 +86,9 @@ bool is_nonfinite(double v) { return !std::isfinite(v); }
 
 }  // namespace
 
-TraceWriter::~TraceWriter() { discard(); }
-
-void TraceWriter::discard() noexcept {
-  if (f_) {
-    std::fclose(f_);
-    f_ = nullptr;
-  }
-  if (!tmp_path_.empty()) {
-    std::remove(tmp_path_.c_str());
-    tmp_path_.clear();
-  }
-}
-
-void TraceWriter::put(const std::string& s) {
-  if (std::fwrite(s.data(), 1, s.size(), f_) != s.size()) {
-    int err = errno;
-    std::string tmp = tmp_path_;
-    discard();
-    throw Error("[trace] " + tmp + ": write failed (" + std::strerror(err) + ")");
-  }
-}
-
 void TraceWriter::open(const std::string& path, const TraceHeader& h) {
-  ARB_CHECK(!f_, "[trace] %s: writer already open on %s", path.c_str(), path_.c_str());
+  ARB_CHECK(!file_.is_open(), "[trace] %s: writer already open on %s", path.c_str(),
+            file_.path().c_str());
   ARB_CHECK(h.topk >= 1, "[trace] %s: header topk must be >= 1 (got %lld)", path.c_str(),
             (long long)h.topk);
   // Build the whole header first so a bad field throws before any file exists.
@@ -159,25 +136,17 @@ void TraceWriter::open(const std::string& path, const TraceHeader& h) {
   for (const char* c : kColumns) s += std::string("\t") + c;
   s += "\n";
 
-  path_ = path;
-  tmp_path_ = path + ".tmp." + std::to_string(::getpid());
-  f_ = std::fopen(tmp_path_.c_str(), "wb");
-  if (!f_) {
-    int err = errno;
-    std::string tmp = tmp_path_;
-    tmp_path_.clear();
-    throw Error("[trace] " + tmp + ": cannot create (" + std::strerror(err) + ")");
-  }
+  file_.open(path, "[trace]");
   topk_ = h.topk;
   rows_ = nonfinite_ = 0;
-  put(s);
+  file_.write(s);
 }
 
 void TraceWriter::write_row(const TraceRow& r) {
-  ARB_CHECK(f_, "[trace] write_row before open");
+  ARB_CHECK(file_.is_open(), "[trace] write_row before open");
   ARB_CHECK(int64_t(r.top_ids.size()) == topk_ && int64_t(r.top_logits.size()) == topk_,
             "[trace] %s: row chunk %d pos %d has %zu ids and %zu logits (expected topk %lld)",
-            path_.c_str(), r.chunk, r.pos, r.top_ids.size(), r.top_logits.size(),
+            file_.path().c_str(), r.chunk, r.pos, r.top_ids.size(), r.top_logits.size(),
             (long long)topk_);
   std::string s = std::to_string(r.chunk) + "\t" + std::to_string(r.pos) + "\t" +
                   std::to_string(r.abs_pos) + "\t" + std::to_string(r.target) + "\t" +
@@ -195,27 +164,15 @@ void TraceWriter::write_row(const TraceRow& r) {
     nonfinite_ += is_nonfinite(r.top_logits[i]);
   }
   s += "\n";
-  put(s);
+  file_.write(s);
   ++rows_;
 }
 
 void TraceWriter::finish(double elapsed_s) {
-  ARB_CHECK(f_, "[trace] finish before open");
-  put("# end\trows\t" + std::to_string(rows_) + "\telapsed_s\t" + format_trace_float(elapsed_s) +
-      "\n");
-  std::string tmp = tmp_path_;
-  bool ok = std::fflush(f_) == 0 && ::fsync(::fileno(f_)) == 0;
-  int err = errno;
-  ok = (std::fclose(f_) == 0) && ok;
-  f_ = nullptr;
-  if (ok && std::rename(tmp.c_str(), path_.c_str()) == 0) {
-    tmp_path_.clear();
-    return;
-  }
-  if (!ok) err = errno ? errno : err;
-  else err = errno;
-  discard();
-  throw Error("[trace] " + path_ + ": cannot complete (" + std::strerror(err) + ")");
+  ARB_CHECK(file_.is_open(), "[trace] finish before open");
+  file_.write("# end\trows\t" + std::to_string(rows_) + "\telapsed_s\t" +
+              format_trace_float(elapsed_s) + "\n");
+  file_.commit();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -613,31 +570,9 @@ Trace read_trace(const std::string& path) {
 // ---------------------------------------------------------------------------------------
 // Full-logits side file.
 
-LogitsWriter::~LogitsWriter() { discard(); }
-
-void LogitsWriter::discard() noexcept {
-  if (f_) {
-    std::fclose(f_);
-    f_ = nullptr;
-  }
-  if (!tmp_path_.empty()) {
-    std::remove(tmp_path_.c_str());
-    tmp_path_.clear();
-  }
-}
-
 void LogitsWriter::open(const std::string& path, uint32_t vocab) {
-  ARB_CHECK(!f_, "[logits] %s: writer already open", path.c_str());
+  ARB_CHECK(!file_.is_open(), "[logits] %s: writer already open", path.c_str());
   ARB_CHECK(vocab >= 1, "[logits] %s: vocab must be >= 1", path.c_str());
-  path_ = path;
-  tmp_path_ = path + ".tmp." + std::to_string(::getpid());
-  f_ = std::fopen(tmp_path_.c_str(), "wb");
-  if (!f_) {
-    int err = errno;
-    std::string tmp = tmp_path_;
-    tmp_path_.clear();
-    throw Error("[logits] " + tmp + ": cannot create (" + std::strerror(err) + ")");
-  }
   vocab_ = vocab;
   rows_ = 0;
   uint8_t hdr[kLogitsHeaderBytes];
@@ -645,34 +580,20 @@ void LogitsWriter::open(const std::string& path, uint32_t vocab) {
   std::memcpy(hdr + 15, &kLogitsVersion, 4);
   std::memset(hdr + 19, 0, 8);  // rows, patched by finish()
   std::memcpy(hdr + 27, &vocab_, 4);
-  if (std::fwrite(hdr, 1, sizeof hdr, f_) != sizeof hdr) {
-    discard();
-    throw Error("[logits] " + path + ": header write failed");
-  }
+  file_.open(path, "[logits]");
+  file_.write(hdr, sizeof hdr);
 }
 
 void LogitsWriter::write_row(const float* logits) {
-  ARB_CHECK(f_, "[logits] write_row before open");
-  if (std::fwrite(logits, sizeof(float), vocab_, f_) != vocab_) {
-    discard();
-    throw Error("[logits] " + path_ + ": write failed");
-  }
+  ARB_CHECK(file_.is_open(), "[logits] write_row before open");
+  file_.write(logits, sizeof(float) * vocab_);
   ++rows_;
 }
 
 void LogitsWriter::finish() {
-  ARB_CHECK(f_, "[logits] finish before open");
-  bool ok = std::fseek(f_, 19, SEEK_SET) == 0 && std::fwrite(&rows_, 8, 1, f_) == 1 &&
-            std::fflush(f_) == 0 && ::fsync(::fileno(f_)) == 0;
-  ok = std::fclose(f_) == 0 && ok;
-  f_ = nullptr;
-  if (ok && std::rename(tmp_path_.c_str(), path_.c_str()) == 0) {
-    tmp_path_.clear();
-    return;
-  }
-  int err = errno;
-  discard();
-  throw Error("[logits] " + path_ + ": cannot complete (" + std::strerror(err) + ")");
+  ARB_CHECK(file_.is_open(), "[logits] finish before open");
+  file_.write_at(19, &rows_, 8);
+  file_.commit();
 }
 
 LogitsReader::LogitsReader(const std::string& path) : path_(path) {

@@ -1,4 +1,4 @@
-// Teacher-forced logit traces (DESIGN.md §3, docs/trace-format.md): the header, one row per
+// Teacher-forced logit traces (DESIGN.md §3, docs/traces.md): the header, one row per
 // traced position, an atomic writer, a strict reader that also accepts other engines'
 // 6-column logit_trace TSV, and the named shapes. The trace *runner* lives elsewhere; it
 // fills a TraceHeader, calls TraceWriter::open, write_row per position and finish.
@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "io/atomic_file.h"
 
 namespace arbiter::verify {
 
@@ -107,7 +109,6 @@ std::string format_trace_float(double v);
 class TraceWriter {
  public:
   TraceWriter() = default;
-  ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
 
@@ -125,19 +126,16 @@ class TraceWriter {
   /// NaN/Inf values written so far (nll, target_logit, lse, top_logits); the runner exits
   /// non-zero when this is non-zero.
   int64_t nonfinite_values() const { return nonfinite_; }
-  const std::string& temp_path() const { return tmp_path_; }
+  const std::string& temp_path() const { return file_.temp_path(); }
 
  private:
-  void put(const std::string& s);
-  void discard() noexcept;
-  std::FILE* f_ = nullptr;
-  std::string path_, tmp_path_;
+  AtomicFile file_;
   int64_t topk_ = 0;
   int64_t rows_ = 0;
   int64_t nonfinite_ = 0;
 };
 
-/// Full-logits side file (docs/trace-format.md §"Full logits"): 15-byte magic
+/// Full-logits side file (docs/traces.md §"Full-logits side file"): 15-byte magic
 /// "arbiter-logits\0", u32 version (1), u64 rows, u32 vocab, then rows x vocab float32,
 /// all little-endian, rows in the trace's row order. Written atomically like traces.
 constexpr char kLogitsMagic[15] = {'a', 'r', 'b', 'i', 't', 'e', 'r', '-',
@@ -148,7 +146,6 @@ constexpr size_t kLogitsHeaderBytes = 15 + 4 + 8 + 4;
 class LogitsWriter {
  public:
   LogitsWriter() = default;
-  ~LogitsWriter();
   LogitsWriter(const LogitsWriter&) = delete;
   LogitsWriter& operator=(const LogitsWriter&) = delete;
 
@@ -161,9 +158,7 @@ class LogitsWriter {
   uint64_t rows() const { return rows_; }
 
  private:
-  void discard() noexcept;
-  std::FILE* f_ = nullptr;
-  std::string path_, tmp_path_;
+  AtomicFile file_;
   uint32_t vocab_ = 0;
   uint64_t rows_ = 0;
 };
