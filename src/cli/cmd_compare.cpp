@@ -1,7 +1,8 @@
-// arbiter compare REF CAND: judge a candidate trace against a reference (docs/compare.md).
+// arbiter compare REF CAND: judge a candidate trace against a reference (docs/traces.md).
 // Exit code = verdict: 0 pass, 1 fail, 2 inconclusive, 3 incomparable, 4 unreadable. Any
 // error that prevents a verdict (a file that cannot be read, bad arguments) exits 4 with
 // one line on stderr, so that a script never mistakes it for a pass or a fail.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -15,11 +16,13 @@ namespace arbiter::cli {
 static constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
 
 static const char* kCompareUsage =
-    "usage: arbiter compare REF CAND [--decided 2.0] [--json] [--force] [--topk-only]\n"
+    "usage: arbiter compare REF CAND [--decided 2.0] [--kl-kappa K] [--json] [--force] [--topk-only]\n"
     "                       [--ref-logits FILE --cand-logits FILE]\n"
     "  REF, CAND   traces (arbiter format v1, or another engine's 6-column logit_trace TSV)\n"
     "  --decided   a position is decided when the reference's top-1 logit exceeds its top-2\n"
     "              by at least this (default 2.0); the gate is disagreement there\n"
+    "  --kl-kappa  drift gate: fail when mean KL(ref||cand) > K * u^2 nats, u the coarser unit\n"
+    "              roundoff of the two traces' compute dtypes (default %g; docs/traces.md)\n"
     "  --json      one JSON object on stdout instead of the report\n"
     "  --force     judge even when model/corpus/tokenizer/shape/targets differ (report says so)\n"
     "  --topk-only ignore full-logits files (KL is then estimated from top-k + lse)\n"
@@ -29,11 +32,11 @@ static const char* kCompareUsage =
 static int cmd_compare(int argc, char** argv) {
   using namespace verify;
   try {
-    Args a("compare", {"--decided", "--ref-logits", "--cand-logits"},
+    Args a("compare", {"--decided", "--kl-kappa", "--ref-logits", "--cand-logits"},
            {"--json", "--force", "--topk-only", "-h|--help"});
     a.parse(argc, argv);
     if (a.flag("help")) {
-      std::fputs(kCompareUsage, stdout);
+      std::printf(kCompareUsage, kDefaultKlKappa);
       return 0;
     }
     ARB_CHECK(a.positional().size() == 2, "[cli] compare: expected REF and CAND, got %zu paths",
@@ -41,6 +44,9 @@ static int cmd_compare(int argc, char** argv) {
     CompareOptions opt;
     opt.decided = a.number("decided", 2.0);
     ARB_CHECK(opt.decided > 0, "[cli] compare: --decided must be > 0 (got %g)", opt.decided);
+    opt.kl_kappa = a.number("kl-kappa", kDefaultKlKappa);
+    ARB_CHECK(opt.kl_kappa > 0 && std::isfinite(opt.kl_kappa),
+              "[cli] compare: --kl-kappa must be a positive number (got %g)", opt.kl_kappa);
     opt.force = a.flag("force");
     const std::string& ref_path = a.positional()[0];
     const std::string& cand_path = a.positional()[1];

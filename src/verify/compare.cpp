@@ -1,4 +1,4 @@
-// compare_traces: the statistics of docs/compare.md. Every statistic here has a definition
+// compare_traces: the statistics of docs/traces.md. Every statistic here has a definition
 // in that document; keep the two in step.
 #include "verify/compare.h"
 
@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "verify/side.h"
 
 namespace arbiter::verify {
 
@@ -21,6 +22,11 @@ constexpr double kBucketEdges[] = {0.0, 0.5, 1.0, 2.0, 5.0, kInf};
 // The tail mass of the candidate in the KL estimate is floored here: a tail that rounds
 // to <= 0 (its lse is f32-rounded) would otherwise make one position's KL infinite.
 constexpr double kTailFloor = 1e-12;
+// Traces record logits with %.9g and logits files as float32, so two arms can never be
+// compared more finely than f32's unit roundoff: the drift gate's u is floored here
+// (otherwise f64-vs-f64 pairs, e.g. ref vs transformers float64, would be judged on the
+// rounding of the file format; docs/traces.md §"Drift gate").
+constexpr double kTraceResolutionU = 0x1p-24;
 
 double t_value(double mean, double se) {
   if (std::isnan(mean) || std::isnan(se)) return kNaN;
@@ -115,6 +121,15 @@ Verdict worse_verdict(Verdict a, Verdict b) {
     return 4;
   };
   return rank(a) >= rank(b) ? a : b;
+}
+
+double drift_unit_roundoff(const std::string& compute) {
+  if (compute.empty()) return kNaN;
+  try {
+    return roundoff_of(compute).storage;
+  } catch (const Error&) {
+    return kNaN;  // a dtype this build does not know: the gate cannot be set
+  }
 }
 
 std::string logits_path_for(const std::string& trace_path) { return trace_path + ".logits"; }
@@ -279,7 +294,7 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
     res.kl_note = "a foreign trace has no lse and no full logits";
   }
 
-  std::vector<double> d_logit, abs_d_logit, nll_d, sp_r, sp_c, sp_d, kl;
+  std::vector<double> d_logit, abs_d_logit, nll_d, sp_r, sp_c, sp_d, kl, kl_drift;
   std::vector<int64_t> cl_logit, cl_nll, cl_sp, cl_kl;
   double sum_nll_r = 0, sum_nll_c = 0;
   std::vector<Disagreement> dis;
@@ -376,7 +391,7 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
       }
     }
 
-    double k_pos = kNaN;
+    double k_pos = kNaN, k_drift = kNaN;  // k_drift: the drift gate's statistic
     if (res.kl_method == "exact") {
       double mr, mc;
       lref->read_row(a, xr);
@@ -390,7 +405,7 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
         double p = std::exp(lp);
         if (p > 0) s += p * (lp - lq);
       }
-      k_pos = s;
+      k_pos = k_drift = s;
     } else if (res.kl_method == "topk_tail_estimate") {
       // Buckets: each id in both top-k lists, plus one bucket for everything else.
       double s = 0, mass_p = 0, mass_q = 0;
@@ -405,14 +420,18 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
           break;
         }
       }
+      // Chain rule: the coarsened KL = P_S * KL(p|S || q|S) + binary KL(S vs tail). The
+      // first term needs no lse (p|S is a softmax over S); the drift gate uses it alone.
+      k_drift = mass_p > 0 ? s - mass_p * std::log(mass_p / mass_q) : 0.0;
       double tail_p = std::max(0.0, 1.0 - mass_p);
       double tail_q = std::max(kTailFloor, 1.0 - mass_q);
       if (tail_p > 0) s += tail_p * std::log(tail_p / tail_q);
       k_pos = s;
     }
     if (res.kl_method != "unavailable") {
-      if (std::isfinite(k_pos)) {
+      if (std::isfinite(k_pos) && std::isfinite(k_drift)) {
         kl.push_back(k_pos);
+        kl_drift.push_back(k_drift);
         cl_kl.push_back(r.chunk);
       } else {
         kl_skipped++;
@@ -446,11 +465,40 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
   res.spread_cand = mean_se(sp_c, cl_sp);
   res.spread_shift = mean_se(sp_d, cl_sp);
   res.kl = mean_se(kl, cl_kl);
+  res.drift_kl = mean_se(kl_drift, cl_kl);
   res.kl_q = quantiles(kl);
   if (kl_skipped)
     res.kl_note += "; " + std::to_string(kl_skipped) + " positions skipped (non-finite)";
 
-  // ---- verdict (docs/compare.md §Verdict) ----
+  // ---- drift gate (docs/traces.md §Drift gate) ----
+  ARB_CHECK(opt.kl_kappa > 0 && std::isfinite(opt.kl_kappa),
+            "[compare] kl kappa must be a positive number (got %g)", opt.kl_kappa);
+  res.drift_kappa = opt.kl_kappa;
+  const double u_ref = drift_unit_roundoff(R.header.compute);
+  const double u_cand = drift_unit_roundoff(C.header.compute);
+  if (std::isnan(u_ref) || std::isnan(u_cand)) {
+    res.drift_note = strformat("not applied: compute dtype unknown for %s",
+                               std::isnan(u_ref) && std::isnan(u_cand) ? "ref and cand"
+                               : std::isnan(u_ref)                     ? "ref"
+                                                                       : "cand");
+  } else {
+    res.drift_u = std::max({u_ref, u_cand, kTraceResolutionU});
+    res.drift_budget = opt.kl_kappa * res.drift_u * res.drift_u;
+    res.drift_note = strformat("u = 2^%d (ref %s, cand %s%s)", int(std::lround(std::log2(res.drift_u))),
+                               R.header.compute.c_str(), C.header.compute.c_str(),
+                               res.drift_u == kTraceResolutionU && std::max(u_ref, u_cand) < res.drift_u
+                                   ? "; floored at the trace's f32 resolution"
+                                   : "");
+    if (res.kl_method == "unavailable" || res.drift_kl.n == 0) {
+      res.drift_note = "not applied: no KL (" + res.kl_note + "); " + res.drift_note;
+    } else {
+      res.drift_kl_method = res.kl_method == "exact" ? "exact" : "shared_topk";
+      res.kl_over_u2 = res.drift_kl.mean / (res.drift_u * res.drift_u);
+      res.drift_status = res.drift_kl.mean > res.drift_budget ? "fail" : "pass";
+    }
+  }
+
+  // ---- verdict (docs/traces.md §Verdict) ----
   bool fail = false;
   if (res.nonfinite_ref || res.nonfinite_cand) {
     fail = true;
@@ -463,6 +511,16 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
                                     (long long)res.decided_disagree, (long long)res.decided,
                                     opt.decided));
   }
+  const std::string drift_line = strformat(
+      "mean KL(ref||cand) %.3g nats (%s) %s the drift budget %.3g = kappa*u^2 (kappa %g, %s): "
+      "KL/u^2 = %.3g",
+      res.drift_kl.mean, res.drift_kl_method.c_str(),
+      res.drift_status == "fail" ? "exceeds" : "is within", res.drift_budget, res.drift_kappa,
+      res.drift_note.c_str(), res.kl_over_u2);
+  if (res.drift_status == "fail") {
+    fail = true;
+    res.reasons.push_back(drift_line);
+  }
   if (fail) {
     res.verdict = Verdict::Fail;
   } else if (res.decided == 0) {
@@ -474,6 +532,8 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
     res.reasons.push_back(strformat("0 top-1 disagreements on %lld decided positions (gap >= %g)",
                                     (long long)res.decided, opt.decided));
   }
+  if (res.verdict != Verdict::Fail)
+    res.reasons.push_back(res.drift_status == "pass" ? drift_line : "drift gate " + res.drift_note);
   return res;
 }
 

@@ -1,8 +1,10 @@
-// Judging a candidate trace against a reference trace (DESIGN.md §4, docs/compare.md):
+// Judging a candidate trace against a reference trace (DESIGN.md §4, docs/traces.md):
 // top-1 agreement on decided positions, threshold-free numbers (largest reference gap at
 // any disagreement, gap buckets, rank histogram, sweep), logit deltas, perplexity and the
 // paired NLL shift with chunk-respecting standard errors, the spread statistic, KL(ref||cand)
-// and NaN/Inf counts; then one verdict with its exit code.
+// and NaN/Inf counts; then one verdict with its exit code. Two gates decide it: top-1
+// disagreement on decided positions, and the drift gate (mean KL against a budget derived
+// from the arms' unit roundoff, docs/traces.md §"Drift gate").
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -24,16 +26,26 @@ const char* verdict_name(Verdict v);
 /// a fail, because it may hide one).
 Verdict worse_verdict(Verdict a, Verdict b);
 
+/// Default κ of the drift gate: fail when mean KL(ref||cand) > κ·u² nats, u the coarser
+/// unit roundoff of the two arms (floored at f32's). Calibrated on trusted pairs; the table
+/// and the commands that produced it are in docs/traces.md §"Drift gate".
+constexpr double kDefaultKlKappa = 3e5;
+
+/// The unit roundoff the drift gate uses for a trace's compute dtype: f64 2^-53, f32 2^-24,
+/// f16 2^-11, bf16 2^-8 (storage roundoff; verify/side.h). NaN for an unknown or empty name.
+double drift_unit_roundoff(const std::string& compute);
+
 struct CompareOptions {
   double decided = 2.0;                          // decided: ref top1 - top2 logit >= this
   std::vector<double> sweep = {0.5, 1.0, 2.0, 5.0};  // `decided` is added if missing
   bool force = false;                            // judge even when identity fields differ
   std::string ref_logits, cand_logits;           // full-logits files; both or KL is estimated
   std::string ref_label, cand_label;             // names in the report (default: trace paths)
+  double kl_kappa = kDefaultKlKappa;             // drift gate: budget = kl_kappa * u^2
 };
 
 /// Mean of per-position values with two standard errors: iid (sd/sqrt(n)) and chunk
-/// batch means (clusters = chunks; see docs/compare.md), and the t values mean/SE.
+/// batch means (clusters = chunks; see docs/traces.md), and the t values mean/SE.
 struct MeanSe {
   int64_t n = 0, chunks = 0;
   double mean = std::numeric_limits<double>::quiet_NaN();
@@ -132,6 +144,22 @@ struct CompareResult {
   std::string kl_note;
   MeanSe kl;
   Quantiles kl_q;
+
+  // Drift gate: mean KL against budget = kappa * u^2. u = max(u_ref, u_cand, 2^-24), each
+  // from the trace's compute dtype; the floor is the precision at which traces record
+  // logits (%.9g, float32 logits files). The KL judged (drift_kl) is the exact KL, or
+  // without full logits the lse-free part of the estimate, P_S * KL(p|S || q|S) over the
+  // shared top-k ids S (docs/traces.md §Drift gate: the tail term carries the rounding of
+  // the recorded lse). Not applied ("n/a") when the KL is unavailable or a compute dtype is
+  // unknown; drift_note says why.
+  MeanSe drift_kl;
+  std::string drift_kl_method;       // "exact" or "shared_topk"; "" when not applied
+  std::string drift_status = "n/a";  // "pass", "fail" or "n/a"
+  std::string drift_note;
+  double drift_kappa = std::numeric_limits<double>::quiet_NaN();
+  double drift_u = std::numeric_limits<double>::quiet_NaN();
+  double drift_budget = std::numeric_limits<double>::quiet_NaN();  // kappa * u^2, nats
+  double kl_over_u2 = std::numeric_limits<double>::quiet_NaN();    // drift_kl.mean / u^2
 
   // NaN/Inf values over all rows of each trace.
   int64_t nonfinite_ref = 0, nonfinite_cand = 0;

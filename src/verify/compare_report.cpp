@@ -134,6 +134,14 @@ std::string format_report(const CompareResult& r) {
       line("  mean         " + mean_line(r.kl, "nats"));
       line("  per position " + quant_line(r.kl_q));
     }
+    if (!r.drift_kl_method.empty())
+      line("  judged       " + mean_line(r.drift_kl, "nats") + "  (" + r.drift_kl_method + ")");
+    line(strformat("  drift gate   KL/u^2 %s, budget kappa*u^2 %s nats (kappa %s; %s): %s   <- gate",
+                   num(r.kl_over_u2, "%.4g").c_str(), num(r.drift_budget, "%.3g").c_str(),
+                   num(r.drift_kappa, "%g").c_str(), r.drift_note.c_str(),
+                   r.drift_status == "fail"   ? "FAIL"
+                   : r.drift_status == "pass" ? strformat("pass (KL/budget %.3g)", r.drift_kl.mean / r.drift_budget).c_str()
+                                              : "n/a"));
     line("");
   }
   line(strformat("non-finite values: ref %lld, cand %lld", (long long)r.nonfinite_ref,
@@ -198,6 +206,11 @@ nlohmann::json to_json(const CompareResult& r) {
                  {"shift", jmean(r.spread_shift)}};
   j["kl"] = {{"method", r.kl_method}, {"note", r.kl_note}, {"mean", jmean(r.kl)},
              {"per_position", jquant(r.kl_q)}};
+  j["drift_gate"] = {{"status", r.drift_status},       {"note", r.drift_note},
+                     {"kl_method", r.drift_kl_method}, {"kl", jmean(r.drift_kl)},
+                     {"kappa", jnum(r.drift_kappa)},   {"u", jnum(r.drift_u)},
+                     {"budget", jnum(r.drift_budget)}, {"kl_over_u2", jnum(r.kl_over_u2)},
+                     {"kl_over_budget", jnum(r.drift_kl.mean / r.drift_budget)}};
   return j;
 }
 

@@ -54,11 +54,17 @@ TEST(CliCompare, ExitCodesFollowVerdicts) {
     cand[3].top_ids = {41, 40, 42};
     cand[3].top_logits = {1.6, 1.4, 0.0};
     Files f = write_pair(ref, cand);
-    CliResult r = compare(f);
+    // The flip moves logits by tenths of a nat: the drift gate fails it on f32 arms...
+    CliResult d = compare(f);
+    EXPECT_EQ(d.exit_code, 1) << d.out << d.err;
+    EXPECT_NE(d.out.find("exceeds the drift budget"), std::string::npos) << d.out;
+    // ...and with the drift gate out of the way only the token gate decides.
+    CliResult r = compare(f, "--kl-kappa 1e300");
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("3 positions, 0 disagreements"), std::string::npos) << r.out;
-    EXPECT_EQ(compare(f, "--decided 1.0").exit_code, 1);
-    EXPECT_EQ(compare(f, "--decided=1.0").exit_code, 1);
+    EXPECT_NE(r.out.find("kappa 1e+300"), std::string::npos) << r.out;
+    EXPECT_EQ(compare(f, "--kl-kappa 1e300 --decided 1.0").exit_code, 1);
+    EXPECT_EQ(compare(f, "--kl-kappa=1e300 --decided=1.0").exit_code, 1);
   }
   {
     auto flat = ref;
@@ -104,6 +110,8 @@ TEST(CliCompare, UnreadableNamesFileAndLine) {
 
   EXPECT_EQ(run_cli("compare " + f.ref).exit_code, 4);                      // missing CAND
   EXPECT_EQ(run_cli("compare " + f.ref + " " + f.ref + " --decided x").exit_code, 4);
+  EXPECT_EQ(run_cli("compare " + f.ref + " " + f.ref + " --kl-kappa 0").exit_code, 4);
+  EXPECT_EQ(run_cli("compare " + f.ref + " " + f.ref + " --kl-kappa -5").exit_code, 4);
   EXPECT_EQ(run_cli("compare " + f.ref + " " + f.dir + "/absent.tsv").exit_code, 4);
 }
 

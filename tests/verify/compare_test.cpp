@@ -1,6 +1,6 @@
-// compare_traces on hand-designed traces (fixtures.h): verdict rules, the threshold-free
-// numbers, and each statistic against values computed by hand in the comments. To add a
-// case: build a candidate from six_rows(), write both with write_trace, compare.
+// compare_traces on hand-designed traces (fixtures.h): verdict rules (token gate and drift
+// gate), the threshold-free numbers, and each statistic against values computed by hand in
+// the comments. To add a case: build a candidate from six_rows(), write both with write_trace, compare.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,7 +109,12 @@ TEST(Compare, FlipsOnlyBelowThresholdPass) {
   cand[3].top_logits = {1.6, 1.4, 0.0};
   cand[5].top_ids = {61, 60, 62};  // ref gap 0.2
   cand[5].top_logits = {1.9, 1.85, 1.0};
-  CompareResult r = run(traces_of(ref, cand));
+  // These flips move logits by whole tenths of a nat: the drift gate fails them at any
+  // sensible kappa (DriftGate tests). Here the token gate alone is under test.
+  CompareOptions token_gate_only;
+  token_gate_only.kl_kappa = 1e300;
+  EXPECT_EQ(run(traces_of(ref, cand)).drift_status, "fail");
+  CompareResult r = run(traces_of(ref, cand), token_gate_only);
   EXPECT_EQ(r.verdict, Verdict::Pass);
   EXPECT_EQ(r.disagree, 2);
   EXPECT_EQ(r.decided, 3);
@@ -126,7 +131,7 @@ TEST(Compare, FlipsOnlyBelowThresholdPass) {
   ASSERT_EQ(r.worst_disagreements.size(), 2u);
   EXPECT_DOUBLE_EQ(r.worst_disagreements[0].ref_gap, 1.5);
   // The same candidate fails when the threshold is lowered below 1.5.
-  CompareOptions o;
+  CompareOptions o = token_gate_only;
   o.decided = 1.0;
   EXPECT_EQ(run(traces_of(ref, cand), o).verdict, Verdict::Fail);
   // Beyond top-k: the reference's top-1 absent from the candidate's list.
@@ -348,9 +353,13 @@ TraceRow kl_row(int chunk, const std::vector<double>& x) {
   return r;
 }
 
-CompareResult run_kl(const KlCase& k, bool full) {
+CompareResult run_kl(const KlCase& k, bool full, CompareOptions o = {},
+                     const std::string& ref_compute = "f32", const std::string& cand_compute = "f32",
+                     double cand_lse_error = 0) {
   std::string dir = temp_dir("kl");
-  TraceHeader h = fixture_header(1, 2, 2);
+  TraceHeader h = fixture_header(1, 2, 2), hc = h;
+  h.compute = ref_compute;
+  hc.compute = cand_compute;
   std::vector<TraceRow> rr, cr;
   LogitsWriter lr, lc;
   lr.open(dir + "/ref.tsv.logits", 4);
@@ -358,6 +367,8 @@ CompareResult run_kl(const KlCase& k, bool full) {
   for (size_t i = 0; i < k.ref.size(); ++i) {
     rr.push_back(kl_row(int(i), k.ref[i]));
     cr.push_back(kl_row(int(i), k.cand[i]));
+    cr.back().lse += cand_lse_error;  // as if the candidate's log-sum-exp were rounded
+    cr.back().nll += cand_lse_error;
     std::vector<float> a(k.ref[i].begin(), k.ref[i].end()), b(k.cand[i].begin(), k.cand[i].end());
     lr.write_row(a.data());
     lc.write_row(b.data());
@@ -365,8 +376,7 @@ CompareResult run_kl(const KlCase& k, bool full) {
   lr.finish();
   lc.finish();
   Trace tr = read_trace(write_trace(dir + "/ref.tsv", h, rr));
-  Trace tc = read_trace(write_trace(dir + "/cand.tsv", h, cr));
-  CompareOptions o;
+  Trace tc = read_trace(write_trace(dir + "/cand.tsv", hc, cr));
   if (full) {
     o.ref_logits = dir + "/ref.tsv.logits";
     o.cand_logits = dir + "/cand.tsv.logits";
@@ -426,6 +436,153 @@ TEST(Compare, KlTopkEstimateIsALowerBound) {
     CompareResult rr = run_kl(k, false);
     EXPECT_LE(rr.kl.mean, ex + 1e-6) << "seed 7 iteration " << it;
   }
+}
+
+TEST(DriftGate, UnitRoundoffOfComputeDtypes) {
+  EXPECT_EQ(drift_unit_roundoff("f64"), std::ldexp(1.0, -53));
+  EXPECT_EQ(drift_unit_roundoff("f32"), std::ldexp(1.0, -24));
+  EXPECT_EQ(drift_unit_roundoff("f16"), std::ldexp(1.0, -11));
+  EXPECT_EQ(drift_unit_roundoff("bf16"), std::ldexp(1.0, -8));
+  EXPECT_TRUE(std::isnan(drift_unit_roundoff("")));
+  EXPECT_TRUE(std::isnan(drift_unit_roundoff("q4_0")));
+}
+
+namespace {
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+// Binary KL between Bernoulli(p) and Bernoulli(q).
+double kl_bin(double p, double q) { return p * std::log(p / q) + (1 - p) * std::log((1 - p) / (1 - q)); }
+
+// Ref logits {a, 0, 0, 0}, cand {a + eps, 0, 0, 0}; top-2 ids {0, 1} on both sides.
+// Exact KL: only token 0's share changes, the other three stay proportional:
+//   kl_bin(e^a / (e^a + 3), e^(a+eps) / (e^(a+eps) + 3)).
+double exact_first_logit_moved(double a, double eps) {
+  return kl_bin(std::exp(a) / (std::exp(a) + 3), std::exp(a + eps) / (std::exp(a + eps) + 3));
+}
+// The drift gate's statistic without full logits, P_S * KL(p|S || q|S) over S = {0, 1}:
+// p|S = (sigmoid(a), 1 - sigmoid(a)), q|S the same at a + eps, P_S = (e^a + 1) / (e^a + 3).
+double shared_first_logit_moved(double a, double eps) {
+  return (std::exp(a) + 1) / (std::exp(a) + 3) * kl_bin(sigmoid(a), sigmoid(a + eps));
+}
+
+}  // namespace
+
+// Two positions; the reference's top-1 leads by 3 (decided). The candidate moves position
+// 0's top-1 logit by eps = 1e-4 and leaves position 1 alone. By hand (second order,
+// kl_bin(s, s') ~ s(1-s) d^2 / 2): sigmoid(3) = 0.952574, s(1-s) = 0.045177, P_S = 0.913365,
+// so the judged KL = P_S * 0.0225885 * 1e-8 / 2 = 1.0316e-10 per position. Both arms f32:
+// u = 2^-24, KL/u^2 = 1.0316e-10 * 2^48 = 2.90e4. kappa just above passes, just below fails,
+// and the reason names KL, budget, kappa, u and KL/u^2.
+TEST(DriftGate, BelowBudgetPassesAboveFails) {
+  const double eps = 1e-4, kl = shared_first_logit_moved(3, eps) / 2, u2 = std::ldexp(1.0, -48);
+  EXPECT_NEAR(kl, 1.0316e-10, 1e-13);
+  KlCase k{{{3, 0, 0, 0}, {3, 0, 0, 0}}, {{3 + eps, 0, 0, 0}, {3, 0, 0, 0}}};
+  CompareOptions lo, hi;
+  hi.kl_kappa = 1.1 * kl / u2;
+  lo.kl_kappa = 0.9 * kl / u2;
+  CompareResult p = run_kl(k, false, hi);
+  EXPECT_EQ(p.drift_kl_method, "shared_topk");
+  EXPECT_NEAR(p.drift_kl.mean, kl, 1e-3 * kl);
+  EXPECT_EQ(p.drift_u, std::ldexp(1.0, -24));
+  EXPECT_NEAR(p.kl_over_u2, 2.90e4, 0.01e4);
+  EXPECT_NEAR(p.drift_budget, hi.kl_kappa * u2, 1e-9 * hi.kl_kappa * u2);
+  EXPECT_EQ(p.decided, 2);
+  EXPECT_EQ(p.drift_status, "pass");
+  EXPECT_EQ(p.verdict, Verdict::Pass);
+
+  CompareResult f = run_kl(k, false, lo);
+  EXPECT_EQ(f.decided_disagree, 0);  // the token gate alone would pass
+  EXPECT_EQ(f.drift_status, "fail");
+  EXPECT_EQ(f.verdict, Verdict::Fail);
+  ASSERT_EQ(f.reasons.size(), 1u);
+  for (const char* s : {"mean KL(ref||cand)", "exceeds the drift budget", "kappa", "u = 2^-24", "KL/u^2 = 2.9"})
+    EXPECT_NE(f.reasons[0].find(s), std::string::npos) << s << ": " << f.reasons[0];
+  // The report and JSON always show the margin, on a pass too.
+  std::string rep = format_report(p);
+  EXPECT_NE(rep.find("drift gate   KL/u^2 2.9"), std::string::npos) << rep;
+  EXPECT_NE(rep.find("budget kappa*u^2"), std::string::npos) << rep;
+  auto j = to_json(f);
+  EXPECT_EQ(j["drift_gate"]["status"], "fail");
+  EXPECT_NEAR(j["drift_gate"]["kl_over_u2"].get<double>(), 2.90e4, 0.01e4);
+  EXPECT_NEAR(j["drift_gate"]["kappa"].get<double>(), lo.kl_kappa, 1e-9 * lo.kl_kappa);
+  EXPECT_EQ(j["verdict"], "fail");
+
+  // With full logits the exact KL is judged: kl_bin over {token 0, the rest}, by hand
+  // 0.5 * p(1-p) * eps^2 / 2 with p = e^3/(e^3+3) = 0.870048: 2.827e-10 per position. The
+  // logits file holds float32: 3.0001 is stored as 3.000099897, eps 0.1% smaller.
+  const double eps_f32 = double(float(3 + eps)) - 3;
+  CompareResult e = run_kl(k, true, hi);
+  EXPECT_EQ(e.drift_kl_method, "exact");
+  EXPECT_NEAR(e.drift_kl.mean, exact_first_logit_moved(3, eps_f32) / 2, 1e-3 * kl);
+  EXPECT_NEAR(e.drift_kl.mean, 2.827e-10, 0.01e-10);
+  EXPECT_EQ(e.drift_status, "fail");  // 2.7x the shared-top-k value, above 1.1x of it
+}
+
+// The top-k estimate's tail bucket is a complement, 1 - sum_S exp(logit - lse): an error of
+// 1e-6 in a recorded lse (f32 rounding of a log-sum-exp near 20 is ~1e-6) moves a tail of
+// true mass 4e-9 by 1e-6 and adds ~1e-6 nats (2.8e8 u^2) of KL that is not there. The
+// drift gate's statistic does not use the lse, so identical logits pass.
+TEST(DriftGate, RoundedLseCannotFailTheGate) {
+  KlCase k{{{20, 0, 0, 0}, {20, 0, 0, 0}}, {{20, 0, 0, 0}, {20, 0, 0, 0}}};
+  CompareResult r = run_kl(k, false, {}, "f32", "f32", 1e-6);
+  EXPECT_GT(r.kl.mean, 1e-7) << "the tail bucket sees the lse error";
+  EXPECT_LT(std::fabs(r.drift_kl.mean), 1e-14);  // 0 up to the double rounding of the sums
+  EXPECT_EQ(r.drift_status, "pass");
+  EXPECT_EQ(r.verdict, Verdict::Pass);
+}
+
+// The default kappa on f32 arms: a candidate whose top-1 logit moved by 0.01 at one of two
+// positions has KL/u^2 = 1.0316e-6 * 2^48 = 2.9e8 (the case above at eps 100x larger), far
+// above the budget; identical traces (KL 0) pass.
+TEST(DriftGate, DefaultKappaFailsACoherentDriftOnF32Arms) {
+  KlCase k{{{3, 0, 0, 0}, {3, 0, 0, 0}}, {{3.01, 0, 0, 0}, {3, 0, 0, 0}}};
+  CompareResult r = run_kl(k, false);
+  EXPECT_EQ(r.drift_kappa, kDefaultKlKappa);
+  EXPECT_NEAR(r.kl_over_u2, 2.9e8, 0.05e8);
+  EXPECT_EQ(r.verdict, Verdict::Fail);
+  KlCase same{k.ref, k.ref};
+  EXPECT_EQ(run_kl(same, false).verdict, Verdict::Pass);
+}
+
+// u is the coarser arm's unit roundoff, floored at f32's (the trace's own resolution): the
+// same 0.01 drift is within budget between a ref and a bf16 arm (u = 2^-8, KL/u^2 =
+// 1.0316e-6 * 2^16 = 0.0676), judged at u = 2^-11 against f16, and at the floor 2^-24 for
+// f64 vs f64.
+TEST(DriftGate, MixedPrecisionUsesTheCoarserRoundoff) {
+  KlCase k{{{3, 0, 0, 0}, {3, 0, 0, 0}}, {{3.01, 0, 0, 0}, {3, 0, 0, 0}}};
+  CompareResult b = run_kl(k, false, {}, "f64", "bf16");
+  EXPECT_EQ(b.drift_u, std::ldexp(1.0, -8));
+  EXPECT_NEAR(b.kl_over_u2, 0.0676, 0.0005);
+  EXPECT_EQ(b.drift_status, "pass");
+  EXPECT_EQ(b.verdict, Verdict::Pass);
+  EXPECT_EQ(run_kl(k, false, {}, "f16", "f32").drift_u, std::ldexp(1.0, -11));
+  EXPECT_EQ(run_kl(k, false, {}, "bf16", "f16").drift_u, std::ldexp(1.0, -8));
+  CompareResult d = run_kl(k, false, {}, "f64", "f64");
+  EXPECT_EQ(d.drift_u, std::ldexp(1.0, -24));
+  EXPECT_NE(d.drift_note.find("floored"), std::string::npos) << d.drift_note;
+  EXPECT_EQ(d.verdict, Verdict::Fail);
+}
+
+// No decided position is inconclusive only when nothing fails: a drift over budget is a fail
+// even there. An unknown compute dtype cannot set a budget: the gate says n/a, not pass.
+TEST(DriftGate, ExcessWithoutDecidedPositionsFailsAndUnknownDtypeIsNotApplied) {
+  KlCase k{{{1, 0, 0, 0}, {1, 0, 0, 0}}, {{1.01, 0, 0, 0}, {1, 0, 0, 0}}};  // gaps 1: none decided
+  CompareResult f = run_kl(k, false);
+  EXPECT_EQ(f.decided, 0);
+  EXPECT_EQ(f.drift_status, "fail");
+  EXPECT_EQ(f.verdict, Verdict::Fail);
+  KlCase same{k.ref, k.ref};
+  EXPECT_EQ(run_kl(same, false).verdict, Verdict::Inconclusive);
+  CompareResult n = run_kl(KlCase{{{3, 0, 0, 0}, {3, 0, 0, 0}}, {{3.01, 0, 0, 0}, {3, 0, 0, 0}}}, false, {}, "f64", "");
+  EXPECT_EQ(n.drift_status, "n/a");
+  EXPECT_TRUE(std::isnan(n.drift_budget));
+  EXPECT_NE(n.drift_note.find("compute dtype unknown for cand"), std::string::npos) << n.drift_note;
+  EXPECT_EQ(n.verdict, Verdict::Pass);
+  EXPECT_NE(format_report(n).find("drift gate   KL/u^2 n/a"), std::string::npos);
+  CompareOptions bad;
+  bad.kl_kappa = 0;
+  EXPECT_THROW(run_kl(same, false, bad), Error);
 }
 
 TEST(Compare, LogitsFileOfAnotherTraceIsRefused) {
