@@ -1,4 +1,4 @@
-// arbiter store add|verify|compare: evidence on disk (DESIGN.md §5, docs/compare.md §Store).
+// arbiter store add|verify|compare: evidence on disk (DESIGN.md §5, docs/traces.md §Store).
 #include <cstdio>
 #include <cstring>
 
