@@ -1,7 +1,8 @@
 // End to end through the CLI on real models: traces on ref match HF transformers' float64
 // traces (tests/fixtures/traces, tools/hf_trace.py); ref vs cpu passes compare with zero
-// decided disagreements; cpu traces are byte-identical across runs and thread counts; a
-// large injected fault fails compare. To add a model, add it to kFixtureModels.
+// decided disagreements and within the drift budget; cpu traces are byte-identical across
+// runs and thread counts; a large injected fault fails on the token gate and a 2% one on the
+// drift gate. To add a model, add it to kFixtureModels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,20 +109,42 @@ TEST(TraceE2E, CpuTracesAreByteIdenticalAcrossRunsAndThreads) {
   EXPECT_EQ(rows_of(a), rows_of(b));
 }
 
-// A fault that moves logits by whole nats flips decided positions: compare must fail and
-// the candidate's header must name the fault. (A 2% fault in one layer's MLP output moves
-// the logits by ~0.02-0.09 here: it shows in the logit-delta and KL t-values, not the
-// token gate; see docs/compare.md.)
-TEST(TraceE2E, InjectedFaultFailsCompare) {
+// Faults fail compare through both gates, and the candidate's header names the fault.
+// scale=10 on layer 0's MLP output moves logits by whole nats and flips decided positions
+// (token gate). scale=1.02 on layer 1's -- the "realistic size" -- moves them by
+// ~0.02-0.09 and flips nothing decided; it fails on the drift gate (mean KL ~1e-4 nats
+// against a budget kappa * 2^-48 for f32 arms), while the clean cpu trace passes it.
+TEST(TraceE2E, InjectedFaultsFailCompare) {
   std::string dir = test::temp_dir("e2e");
   const char* args = "--chunk 8 --chunks 16 --prefill 64";
-  ASSERT_EQ(test::run_cli(trace_cmd("models/TinyStories-656K", "ref", args, dir + "/ref.tsv")).exit_code, 0);
-  ASSERT_EQ(test::run_cli(trace_cmd("models/TinyStories-656K", "cpu", args, dir + "/bad.tsv",
-                                    "--inject op=down,layer=0,scale=10")).exit_code, 0);
+  const char* model = "models/TinyStories-656K";
+  ASSERT_EQ(test::run_cli(trace_cmd(model, "ref", args, dir + "/ref.tsv")).exit_code, 0);
+  ASSERT_EQ(test::run_cli(trace_cmd(model, "cpu", args, dir + "/cpu.tsv")).exit_code, 0);
+  ASSERT_EQ(test::run_cli(trace_cmd(model, "cpu", args, dir + "/bad.tsv", "--inject op=down,layer=0,scale=10")).exit_code, 0);
+  ASSERT_EQ(test::run_cli(trace_cmd(model, "cpu", args, dir + "/two.tsv", "--inject op=down,layer=1,scale=1.02")).exit_code, 0);
   EXPECT_NE(test::read_file(dir + "/bad.tsv").find("op=down,layer=0,scale=10"), std::string::npos);
-  auto c = test::run_cli("compare " + dir + "/ref.tsv " + dir + "/bad.tsv");
-  EXPECT_EQ(c.exit_code, 1) << c.out;
-  EXPECT_NE(c.out.find("VERDICT: fail"), std::string::npos) << c.out;
+  EXPECT_NE(test::read_file(dir + "/two.tsv").find("op=down,layer=1,scale=1.02"), std::string::npos);
+
+  auto big = test::run_cli("compare " + dir + "/ref.tsv " + dir + "/bad.tsv");
+  EXPECT_EQ(big.exit_code, 1) << big.out;
+  EXPECT_NE(big.out.find("VERDICT: fail"), std::string::npos) << big.out;
+  EXPECT_NE(big.out.find("top-1 disagreements on"), std::string::npos) << big.out;
+
+  auto clean = test::run_cli("compare --json " + dir + "/ref.tsv " + dir + "/cpu.tsv");
+  ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  auto jc = nlohmann::json::parse(clean.out);
+  EXPECT_EQ(jc["drift_gate"]["status"], "pass");
+  EXPECT_LT(jc["drift_gate"]["kl_over_budget"].get<double>(), 1.0 / 30) << "trusted pair within 30x of the budget";
+
+  auto two = test::run_cli("compare --json " + dir + "/ref.tsv " + dir + "/two.tsv");
+  EXPECT_EQ(two.exit_code, 1) << two.out << two.err;
+  auto j = nlohmann::json::parse(two.out);
+  EXPECT_EQ(j["verdict"], "fail");
+  EXPECT_EQ(j["top1"]["decided_disagree"], 0) << "the token gate alone passes a 2% fault";
+  EXPECT_EQ(j["drift_gate"]["status"], "fail");
+  EXPECT_GT(j["drift_gate"]["kl_over_budget"].get<double>(), 30.0) << "fails by a wide margin";
+  ASSERT_EQ(j["reasons"].size(), 1u);
+  EXPECT_NE(j["reasons"][0].get<std::string>().find("exceeds the drift budget"), std::string::npos) << j["reasons"];
 }
 
 TEST(TraceE2E, BadArgumentsAreRefused) {
