@@ -9,14 +9,15 @@
 namespace arbiter::cli {
 
 static int cmd_synth(int argc, char** argv) {
-  Args a("synth", {"--preset", "--dtype", "--seed", "--layers", "-o|--out", "-t|--threads"},
+  Args a("synth", {"--preset", "--dtype", "--seed", "--layers", "--format", "-o|--out", "-t|--threads"},
          {"--force", "--list", "-h|--help"});
   a.parse(argc, argv);
   if (a.flag("help") || a.flag("list")) {
     std::fprintf(stderr,
-                 "usage: arbiter synth --preset NAME --dtype bf16|f16|f32 [--seed N] [--layers N] -o DIR "
-                 "[--force] [-t THREADS]\n"
-                 "Writes an HF checkpoint with the preset's shapes and seeded random weights: for speed "
+                 "usage: arbiter synth --preset NAME --dtype bf16|f16|f32 [--seed N] [--layers N] "
+                 "[--format hf|gguf] -o DIR|FILE.gguf [--force] [-t THREADS]\n"
+                 "Writes an HF checkpoint directory (or, with --format gguf or -o X.gguf, one GGUF file with\n"
+                 "the same weights) with the preset's shapes and seeded random weights: for speed\n"
                  "measurements only, never for correctness.\npresets:\n");
     for (const SynthPreset& p : synth_presets()) {
       const ModelConfig& c = p.config;
@@ -36,6 +37,10 @@ static int cmd_synth(int argc, char** argv) {
   o.layers = int(a.integer("layers", 0));
   ARB_CHECK(!a.has("layers") || o.layers >= 1, "[cli] synth: --layers must be >= 1");
   o.out_dir = a.str("out");
+  const bool gguf_name = o.out_dir.size() > 5 && o.out_dir.compare(o.out_dir.size() - 5, 5, ".gguf") == 0;
+  const std::string format = a.str("format", gguf_name ? "gguf" : "hf");
+  ARB_CHECK(format == "hf" || format == "gguf", "[cli] synth: --format must be hf or gguf (got '%s')", format.c_str());
+  o.format = format == "gguf" ? SynthFormat::Gguf : SynthFormat::Hf;
   o.force = a.flag("force");
   o.threads = int(a.integer("threads", 0));
   o.progress = [](const std::string& s) { std::fprintf(stderr, "[synth] %s\n", s.c_str()); };

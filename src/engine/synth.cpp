@@ -5,6 +5,7 @@
 //   tokenizer_config.json    bos/eos names, add_bos_token
 //   generation_config.json   bos/eos ids
 //   README.md                what this is, and that it is for speed only
+// or, with SynthFormat::Gguf, one GGUF file holding the same weights and tokenizer.
 #include "engine/synth.h"
 
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "io/gguf_write.h"
 #include "io/safetensors_write.h"
 
 namespace arbiter {
@@ -326,25 +328,38 @@ std::vector<std::pair<std::string, std::string>> synthetic_merges(int64_t n) {
   return out;
 }
 
-std::string tokenizer_json(const SynthPreset& p, const ModelConfig& c) {
-  using json = nlohmann::ordered_json;
+// The vocabulary in id order (256 byte tokens, one token per merge, then the specials) and
+// the merges, shared by tokenizer.json and the GGUF tokenizer so both encode alike.
+struct SynthVocab {
+  std::vector<std::string> tokens;
+  std::vector<std::pair<std::string, std::string>> merges;
+};
+
+SynthVocab synth_vocab(const SynthPreset& p, const ModelConfig& c) {
   const int64_t V = c.vocab, n_special = int64_t(p.specials.size());
   const int64_t n_merges = V - 256 - n_special;
   ARB_CHECK(n_merges >= 0, "[synth] vocabulary %lld too small for 256 byte tokens + %lld specials", (long long)V,
             (long long)n_special);
+  SynthVocab v;
+  v.merges = synthetic_merges(n_merges);
+  v.tokens.reserve(size_t(V));
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(byte_level_char(uint8_t(b)));
+  for (const auto& [l, r] : v.merges) v.tokens.push_back(l + r);
+  for (const std::string& sp : p.specials) v.tokens.push_back(sp);
+  return v;
+}
+
+std::string tokenizer_json(const SynthPreset& p, const ModelConfig& c) {
+  using json = nlohmann::ordered_json;
+  const int64_t V = c.vocab, n_special = int64_t(p.specials.size());
+  const SynthVocab sv = synth_vocab(p, c);
   // The vocabulary is written by hand in id order: ordered_json's object is a vector with
   // linear lookup, far too slow for 150k keys, and json's std::map would sort by text.
   std::string vocab = "{";
-  auto vocab_add = [&](const std::string& text, int64_t id) {
-    vocab += (id ? ",\n  " : "\n  ") + json(text).dump() + ": " + std::to_string(id);
-  };
-  for (int b = 0; b < 256; ++b) vocab_add(byte_level_char(uint8_t(b)), b);
+  for (int64_t id = 0; id < V - n_special; ++id)
+    vocab += (id ? ",\n  " : "\n  ") + json(sv.tokens[size_t(id)]).dump() + ": " + std::to_string(id);
   json merges = json::array();
-  int64_t id = 256;
-  for (const auto& [l, r] : synthetic_merges(n_merges)) {
-    vocab_add(l + r, id++);
-    merges.push_back(l + " " + r);
-  }
+  for (const auto& [l, r] : sv.merges) merges.push_back(l + " " + r);
   vocab += "\n }";
   json added = json::array();
   for (int64_t k = 0; k < n_special; ++k)
@@ -491,6 +506,142 @@ std::string readme(const SynthPreset& p, const ModelConfig& c, const SynthOption
   return s;
 }
 
+using Fill = std::function<void(int64_t begin, int64_t n, void* dst)>;
+
+// The bytes of one tensor in dtype dt: norms are ones, everything else N(0, 0.02) from
+// the stream keyed by the tensor's HF name and the seed. Row r of the written tensor is row
+// src_row(r) of the HF tensor (rows of `cols` elements); no src_row means the same row. Each
+// element depends only on (key, HF index), so threads and formats cannot change a value.
+Fill seeded_fill(const std::string& hf_name, uint64_t seed, bool ones, DType dt, int n_threads, int64_t cols,
+                 std::function<int64_t(int64_t)> src_row = nullptr) {
+  const uint64_t key = mix64(seed ^ mix64(fnv1a(hf_name)));
+  return [key, ones, dt, n_threads, cols, src_row](int64_t begin, int64_t n, void* dst) {
+    std::vector<float> f(size_t(n), 1.0f);
+    if (!ones) {
+      auto gen = [&](int64_t b, int64_t m) {  // elements [begin + b, begin + b + m)
+        if (!src_row) return synth_normals(key, begin + b, m, 0.02, f.data() + b);
+        for (int64_t e = begin + b, end = e + m; e < end;) {
+          const int64_t row = e / cols, col = e % cols, len = std::min(end - e, cols - col);
+          synth_normals(key, src_row(row) * cols + col, len, 0.02, f.data() + (e - begin));
+          e += len;
+        }
+      };
+      const int64_t per = (n + n_threads - 1) / n_threads;
+      std::vector<std::thread> th;
+      for (int k = 0; k < n_threads; ++k) {
+        const int64_t b = k * per, m = std::min(per, n - b);
+        if (m <= 0) break;
+        th.emplace_back(gen, b, m);
+      }
+      for (auto& x : th) x.join();
+    }
+    store(dt, f.data(), n, dst);
+  };
+}
+
+// llama.cpp's converter permutes Q/K rows per head from HF's half-split RoPE layout to
+// adjacent pairs: written row h*Dh + 2j + i holds HF row h*Dh + i*Dh/2 + j (i in {0, 1}).
+std::function<int64_t(int64_t)> rope_adjacent_rows(int64_t head_dim) {
+  return [head_dim](int64_t r) {
+    const int64_t h = r / head_dim, w = r % head_dim;
+    return h * head_dim + (w % 2) * (head_dim / 2) + w / 2;
+  };
+}
+
+// GGUF tensor name of an HF tensor name (llama.cpp's convert_hf_to_gguf mapping).
+std::string gguf_tensor_name(const std::string& hf) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"model.embed_tokens.weight", "token_embd.weight"}, {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"}};
+  for (auto [a, b] : kTop)
+    if (hf == a) return b;
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"input_layernorm.weight", "attn_norm.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},   {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},   {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},       {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},       {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},        {"mlp.down_proj.weight", "ffn_down.weight"}};
+  const std::string pre = "model.layers.";
+  ARB_ASSERT(hf.compare(0, pre.size(), pre) == 0);
+  const size_t dot = hf.find('.', pre.size());
+  const std::string layer = hf.substr(pre.size(), dot - pre.size()), role = hf.substr(dot + 1);
+  for (auto [a, b] : kLayer)
+    if (role == a) return "blk." + layer + "." + b;
+  ARB_ASSERT(!"unmapped synth tensor");
+  return "";
+}
+
+void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const ModelConfig& c,
+                           const SynthOptions& o, int n_threads) {
+  GgufWriter g;
+  const std::string a = c.arch + ".";
+  g.add_string("general.architecture", c.arch);
+  g.add_string("general.name", "arbiter synth " + p.name + " (random weights, speed only)");
+  g.add_u32("general.alignment", 32);
+  g.add_u32(a + "context_length", uint32_t(c.max_pos));
+  g.add_u32(a + "embedding_length", uint32_t(c.d_model));
+  g.add_u32(a + "block_count", uint32_t(c.n_layer));
+  g.add_u32(a + "feed_forward_length", uint32_t(c.d_ff));
+  g.add_u32(a + "attention.head_count", uint32_t(c.n_head));
+  g.add_u32(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
+  g.add_u32(a + "attention.key_length", uint32_t(c.head_dim));
+  g.add_u32(a + "attention.value_length", uint32_t(c.head_dim));
+  g.add_u32(a + "rope.dimension_count", uint32_t(c.head_dim));
+  g.add_f32(a + "rope.freq_base", float(c.rope_theta));
+  g.add_f32(a + "attention.layer_norm_rms_epsilon", float(c.norm_eps));
+  if (c.sliding_window > 0) g.add_u32(a + "attention.sliding_window", uint32_t(c.sliding_window));
+  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3)
+    g.add_u32(a + "rope.scaling.original_context_length", uint32_t(c.rope_scaling.original_max_pos));
+
+  const SynthVocab sv = synth_vocab(p, c);
+  const int64_t n_special = int64_t(p.specials.size());
+  std::vector<int32_t> types(sv.tokens.size(), 1);  // llama_token_type: 1 normal, 3 control
+  for (int64_t k = 0; k < n_special; ++k) types[types.size() - size_t(n_special - k)] = 3;
+  std::vector<std::string> merges;
+  merges.reserve(sv.merges.size());
+  for (const auto& [l, r] : sv.merges) merges.push_back(l + " " + r);
+  g.add_string("tokenizer.ggml.model", "gpt2");
+  g.add_string("tokenizer.ggml.pre", "gpt-2");  // tokenizer.json's ByteLevel(use_regex) split
+  g.add_string_array("tokenizer.ggml.tokens", sv.tokens);
+  g.add_i32_array("tokenizer.ggml.token_type", types);
+  g.add_string_array("tokenizer.ggml.merges", merges);
+  if (p.bos >= 0) g.add_u32("tokenizer.ggml.bos_token_id", uint32_t(c.vocab - n_special + p.bos));
+  g.add_u32("tokenizer.ggml.eos_token_id", uint32_t(c.vocab - n_special + p.eos));
+  g.add_bool("tokenizer.ggml.add_bos_token", p.add_bos);
+
+  const bool adjacent = c.arch == "llama" || c.arch == "mistral";
+  for (const SynthTensor& t : tensor_list(c)) {
+    GgufTensorEntry e;
+    e.name = gguf_tensor_name(t.name);
+    e.dtype = o.dtype;
+    e.shape = t.shape;
+    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    const bool qk = t.name.find("q_proj") != std::string::npos || t.name.find("k_proj") != std::string::npos;
+    e.fill = seeded_fill(t.name, o.seed, t.ones, o.dtype, n_threads, cols,
+                         adjacent && qk ? rope_adjacent_rows(c.head_dim) : nullptr);
+    g.add_tensor(std::move(e));
+  }
+  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3) {
+    // llama.cpp stores Llama 3 RoPE scaling as per-frequency divisors; the loader checks
+    // them against transformers' _compute_llama3_parameters, which this follows.
+    const RopeScaling& rs = c.rope_scaling;
+    std::vector<float> f(size_t(c.head_dim / 2));
+    const double lo_wl = double(rs.original_max_pos) / rs.low_freq_factor;
+    const double hi_wl = double(rs.original_max_pos) / rs.high_freq_factor;
+    for (size_t i = 0; i < f.size(); ++i) {
+      const double wl = 2 * 3.14159265358979323846 / std::pow(c.rope_theta, -2.0 * double(i) / c.head_dim);
+      const double smooth = (double(rs.original_max_pos) / wl - rs.low_freq_factor) /
+                            (rs.high_freq_factor - rs.low_freq_factor);
+      f[i] = float(wl < hi_wl ? 1.0 : wl > lo_wl ? rs.factor : 1.0 / ((1 - smooth) / rs.factor + smooth));
+    }
+    g.add_tensor({"rope_freqs.weight", DType::F32, {int64_t(f.size())},
+                  [f](int64_t b, int64_t n, void* dst) { std::memcpy(dst, f.data() + b, size_t(n) * 4); }});
+  }
+  g.write(path);
+}
+
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   if (!f) throw Error("[synth] " + path + ": cannot open for writing");
@@ -578,7 +729,7 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
   const SynthPreset& p = synth_preset(opt.preset);
   SynthResult r = synth_plan(opt);
   const ModelConfig& c = r.config;
-  ARB_CHECK(!opt.out_dir.empty(), "[synth] no output directory given");
+  ARB_CHECK(!opt.out_dir.empty(), "[synth] no output path given");
   fs::path out = fs::absolute(fs::path(opt.out_dir)).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();
   std::error_code ec;
@@ -593,15 +744,23 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
     throw Error(strformat("[synth] %s: %.2f GB free, the checkpoint needs %.2f GB", parent.string().c_str(),
                           sp.available / 1e9, need / 1e9));
 
+  auto say = [&](const std::string& s) {
+    if (opt.progress) opt.progress(s);
+  };
+  const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  if (opt.format == SynthFormat::Gguf) {
+    if (fs::is_directory(out, ec))
+      throw Error("[synth] " + out.string() + ": is a directory (a GGUF checkpoint is one file)");
+    say(strformat("writing %s (GGUF, %.2f GB)", out.string().c_str(), r.weight_bytes / 1e9));
+    write_gguf_checkpoint(out.string(), p, c, opt, n_threads);
+    return r;
+  }
+
   const fs::path tmp = parent / ("." + out.filename().string() + ".synth-tmp-" + std::to_string(::getpid()));
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) throw Error("[synth] " + tmp.string() + ": cannot create (" + ec.message() + ")");
-  auto say = [&](const std::string& s) {
-    if (opt.progress) opt.progress(s);
-  };
   try {
-    const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
     std::vector<SafetensorsEntry> entries;
     const std::vector<SynthTensor> list = tensor_list(c);
     for (const SynthTensor& t : list) {
@@ -609,25 +768,7 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
       e.name = t.name;
       e.dtype = opt.dtype;
       e.shape = t.shape;
-      const uint64_t key = mix64(opt.seed ^ mix64(fnv1a(t.name)));
-      const bool ones = t.ones;
-      const DType dt = opt.dtype;
-      e.fill = [key, ones, dt, n_threads](int64_t begin, int64_t n, void* dst) {
-        std::vector<float> f(size_t(n), 1.0f);
-        if (!ones) {
-          // Each element depends only on (key, index): the split across threads cannot
-          // change a byte.
-          const int64_t per = (n + n_threads - 1) / n_threads;
-          std::vector<std::thread> th;
-          for (int k = 0; k < n_threads; ++k) {
-            const int64_t b = k * per, m = std::min(per, n - b);
-            if (m <= 0) break;
-            th.emplace_back([&, b, m] { synth_normals(key, begin + b, m, 0.02, f.data() + b); });
-          }
-          for (auto& x : th) x.join();
-        }
-        store(dt, f.data(), n, dst);
-      };
+      e.fill = seeded_fill(t.name, opt.seed, t.ones, opt.dtype, n_threads, 1);
       entries.push_back(std::move(e));
     }
     say(strformat("writing model.safetensors (%zu tensors, %.2f GB)", entries.size(), r.weight_bytes / 1e9));

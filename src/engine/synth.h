@@ -1,7 +1,7 @@
 // Synthetic checkpoints for speed measurements: a complete Hugging Face model directory
 // (config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
-// generation_config.json, README.md) with the exact shapes of a real model and seeded
-// random weights. The weights are noise: such a checkpoint is for timing only, never for
+// generation_config.json, README.md) or one GGUF file, with the exact shapes of a real model
+// and seeded random weights (the same weights in both formats). The weights are noise: such a checkpoint is for timing only, never for
 // any correctness claim.
 //
 // Presets copy the dimensions from each model's official config.json (the source is named
@@ -36,8 +36,11 @@ const std::vector<SynthPreset>& synth_presets();
 /// Throws arbiter::Error listing the preset names when name is unknown.
 const SynthPreset& synth_preset(const std::string& name);
 
+enum class SynthFormat { Hf, Gguf };
+
 struct SynthOptions {
   std::string preset;
+  SynthFormat format = SynthFormat::Hf;  // Gguf: out_dir names the .gguf file to write
   DType dtype = DType::BF16;  // F32, F16 or BF16
   uint64_t seed = 0;
   int layers = 0;             // > 0 overrides the preset's layer count (quick tests)
@@ -60,9 +63,15 @@ SynthResult synth_plan(const SynthOptions& opt);
 /// The config.json text a synth run writes (for tests and dry runs).
 std::string synth_config_json(const SynthOptions& opt);
 
-/// Writes the checkpoint atomically: everything goes to a temporary directory beside
-/// out_dir, renamed into place at the end. Refuses an existing non-empty out_dir unless
-/// force, an unsupported dtype, and a disk without room. Throws arbiter::Error.
+/// Writes the checkpoint atomically: an HF directory goes to a temporary directory beside
+/// out_dir, renamed into place at the end; a GGUF file to a temporary file renamed onto
+/// out_dir. Refuses an existing non-empty out_dir (or existing file) unless force, an
+/// unsupported dtype, and a disk without room. Throws arbiter::Error.
+///
+/// GGUF layout (what src/model/loader.cpp reads): llama.cpp tensor names (token_embd,
+/// blk.N.attn_q, ...), `ARCH.*` hyperparameter keys, a gpt2-model tokenizer with the same
+/// tokens and merges as tokenizer.json; llama/mistral Q/K rows permuted as llama.cpp's
+/// converter does (its RoPE rotates adjacent pairs); llama3 RoPE scaling as rope_freqs.weight.
 SynthResult synth_checkpoint(const SynthOptions& opt);
 
 /// n standard-normal-ish values of stream `key` starting at element `begin`, times std.

@@ -1,4 +1,4 @@
-// Tests of `arbiter synth` (src/engine/synth.h) and the safetensors writer it uses.
+// Tests of `arbiter synth` (src/engine/synth.h) and the safetensors and GGUF writers it uses.
 // Expected dimensions come from each model's official config.json on the Hugging Face Hub
 // (repository named next to each case), not from synth.cpp's table; expected parameter
 // counts are worked out by hand from those dimensions. To add a preset, add its official
@@ -9,8 +9,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "core/error.h"
+#include "engine/session.h"
 #include "engine/synth.h"
+#include "io/gguf.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
@@ -335,6 +338,113 @@ TEST(SynthCheckpoint, Qwen25OneLayerHasBiases) {
   EXPECT_EQ(l.bk.shape, (std::vector<int64_t>{2 * 64}));
   EXPECT_EQ(l.w_gate.shape, (std::vector<int64_t>{4864, 896}));
   EXPECT_EQ(m->n_params, hand_params(kOfficial[2], 1));
+}
+
+// --- GGUF: the same checkpoint in llama.cpp's format -----------------------------------------
+
+// Logits rows of `ids` in one forward on the cpu tier, one thread.
+std::vector<std::vector<double>> cpu_logits(const Model& m, const std::vector<int32_t>& ids) {
+  DeviceSpec spec;
+  spec.device = "cpu";
+  spec.threads = 1;
+  auto be = make_backend(spec);
+  Session s(m, *be, 64, 16);
+  s.forward(ids);
+  std::vector<std::vector<double>> rows;
+  for (int t = 0; t < int(ids.size()); ++t) rows.push_back(s.logits(t));
+  return rows;
+}
+
+// Writes the preset both ways with one seed; the GGUF must load as the same model: same
+// config, same tensor shapes, same tokenizer ids, and the same logits.
+void expect_gguf_matches_hf(const std::string& preset, int layers, DType dt, double logit_tol) {
+  SCOPED_TRACE(preset + " " + dtype_name(dt));
+  const std::string root = temp_dir("synth-gguf");
+  synth_checkpoint(opts(preset, root + "/hf", 7, layers, dt));
+  SynthOptions g = opts(preset, root + "/m.gguf", 7, layers, dt);
+  g.format = SynthFormat::Gguf;
+  synth_checkpoint(g);
+  auto a = load_model(root + "/hf");
+  auto b = load_model(root + "/m.gguf");
+  EXPECT_EQ(b->format, "gguf");
+  const ModelConfig &x = a->config, &y = b->config;
+  EXPECT_EQ(y.arch, x.arch);
+  EXPECT_EQ(y.n_layer, x.n_layer);
+  EXPECT_EQ(y.d_model, x.d_model);
+  EXPECT_EQ(y.n_head, x.n_head);
+  EXPECT_EQ(y.n_head_kv, x.n_head_kv);
+  EXPECT_EQ(y.head_dim, x.head_dim);
+  EXPECT_EQ(y.d_ff, x.d_ff);
+  EXPECT_EQ(y.vocab, x.vocab);
+  EXPECT_EQ(y.tied_embeddings, x.tied_embeddings);
+  EXPECT_EQ(y.qk_norm, x.qk_norm);
+  EXPECT_EQ(y.norm_eps, x.norm_eps);
+  EXPECT_EQ(y.rope_theta, x.rope_theta);
+  EXPECT_EQ(y.rope_scaling.kind, x.rope_scaling.kind);
+  EXPECT_EQ(b->n_params, a->n_params);
+  EXPECT_EQ(b->weight_dtype, dt);
+  for (int l = 0; l < x.n_layer; ++l) {
+    const LayerWeights &p = a->weights.layers.at(size_t(l)), &q = b->weights.layers.at(size_t(l));
+    EXPECT_EQ(q.wq.shape, p.wq.shape);
+    EXPECT_EQ(q.wk.shape, p.wk.shape);
+    EXPECT_EQ(q.wo.shape, p.wo.shape);
+    EXPECT_EQ(q.w_down.shape, p.w_down.shape);
+  }
+  const std::string text = "Once upon a time, the theme: tea at three.\n";
+  EXPECT_EQ(b->tokenizer->encode(text, true, false), a->tokenizer->encode(text, true, false));
+  EXPECT_EQ(b->tokenizer->bos_id(), a->tokenizer->bos_id());
+  EXPECT_EQ(b->eos_ids, a->eos_ids);
+
+  const std::vector<int32_t> ids = {3, 100, 57, 250, 9};
+  auto la = cpu_logits(*a, ids), lb = cpu_logits(*b, ids);
+  double worst = 0, scale = 0;
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (size_t v = 0; v < la[t].size(); ++v) {
+      worst = std::max(worst, std::fabs(la[t][v] - lb[t][v]));
+      scale = std::max(scale, std::fabs(la[t][v]));
+    }
+  EXPECT_GT(scale, 0.05) << "logits carry signal";
+  EXPECT_LE(worst, logit_tol) << "max |logit| " << scale;
+}
+
+// llama: Q/K rows are permuted for llama.cpp's adjacent-pair RoPE, so the q.k sums run in
+// another order: equal up to f32 rounding, bounded by 64 u_f32 (u = 2^-24) on logits of
+// size ~1 through two layers. qwen3 (1 layer of the 0.6B shape): no permutation, the same
+// bf16 values and the same kernels, so the logits are identical.
+TEST(SynthGguf, SameWeightsAndLogitsAsTheHfCheckpoint) {
+  expect_gguf_matches_hf("tiny", 0, DType::F32, 64 * std::ldexp(1.0, -24));
+  expect_gguf_matches_hf("tiny", 0, DType::BF16, 64 * std::ldexp(1.0, -24));
+  expect_gguf_matches_hf("qwen3-0.6b", 1, DType::BF16, 0.0);
+}
+
+// Llama 3 RoPE scaling travels as rope_freqs.weight, which the loader checks against
+// transformers' formula; `-o X.gguf` picks the format, as does --format gguf.
+TEST(SynthGguf, Llama32ScalingAndCliFormatChoice) {
+  const std::string root = temp_dir("synth-gguf-cli");
+  auto r = run_cli("synth --preset llama-3.2-1b --layers 1 --dtype bf16 -o " + root + "/l.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto m = load_model(root + "/l.gguf");
+  EXPECT_EQ(m->config.rope_scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_EQ(m->config.rope_scaling.factor, 32.0);
+  EXPECT_EQ(m->config.rope_scaling.original_max_pos, 8192);
+  EXPECT_EQ(m->config.vocab, 128256);
+  EXPECT_TRUE(m->config.tied_embeddings);
+  EXPECT_EQ(m->n_params, hand_params(kOfficial[3], 1));
+  GgufFile g(root + "/l.gguf");
+  EXPECT_EQ(g.version(), 3u);
+  EXPECT_EQ(g.get_string("general.architecture"), "llama");
+  // An existing file is kept unless --force; --format gguf works with any name; a bad
+  // --format is refused.
+  const std::string before = file_sha(root + "/l.gguf");
+  EXPECT_NE(run_cli("synth --preset tiny -o " + root + "/l.gguf").exit_code, 0);
+  EXPECT_EQ(file_sha(root + "/l.gguf"), before);
+  EXPECT_EQ(run_cli("synth --preset tiny --force -o " + root + "/l.gguf").exit_code, 0);
+  EXPECT_NE(file_sha(root + "/l.gguf"), before);
+  ASSERT_EQ(run_cli("synth --preset tiny --format gguf -o " + root + "/t.bin").exit_code, 0);
+  EXPECT_EQ(load_model(root + "/t.bin")->format, "gguf");
+  EXPECT_NE(run_cli("synth --preset tiny --format onnx -o " + root + "/x").exit_code, 0);
+  for (const auto& e : std::filesystem::directory_iterator(root))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
 // --- reproducibility ---------------------------------------------------------------------
