@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -26,17 +25,7 @@ const char* scaling_name(RopeScaling::Kind k) {
 // Storage dtype -> number of distinct tensors the model reads in it.
 std::map<std::string, int> dtype_counts(const Weights& w) {
   std::map<std::string, int> out;
-  std::set<const void*> seen;
-  auto add = [&](const Tensor& t) {
-    if (!t.empty() && seen.insert(t.data).second) ++out[dtype_name(t.dtype)];
-  };
-  add(w.embed);
-  add(w.out_norm);
-  add(w.lm_head);
-  for (const LayerWeights& l : w.layers)
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                            &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-      add(*t);
+  for_each_distinct_tensor(w, [&](const Tensor& t) { ++out[dtype_name(t.dtype)]; });
   return out;
 }
 

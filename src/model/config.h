@@ -61,6 +61,27 @@ struct Weights {
   Tensor lm_head;   // [V, D] (the embedding itself when tied)
 };
 
+/// Calls fn once per distinct non-empty tensor (storage shared by tied tensors counts once):
+/// embed, out_norm, lm_head, then each layer's tensors in declaration order.
+template <class F>
+void for_each_distinct_tensor(const Weights& w, F&& fn) {
+  std::vector<const void*> seen;
+  auto visit = [&](const Tensor& t) {
+    if (t.empty()) return;
+    for (const void* p : seen)
+      if (p == t.data) return;
+    seen.push_back(t.data);
+    fn(t);
+  };
+  visit(w.embed);
+  visit(w.out_norm);
+  visit(w.lm_head);
+  for (const LayerWeights& l : w.layers)
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm,
+                            &l.k_norm, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+      visit(*t);
+}
+
 /// Architectures accepted by the loaders, for error messages.
 inline const char* kSupportedArchs = "llama, mistral, qwen2, qwen3";
 

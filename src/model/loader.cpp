@@ -81,18 +81,8 @@ void refuse_unused(const std::string& path, const std::vector<std::string>& all,
 
 // Distinct-storage element count (see the rule at the top of the file).
 int64_t count_params(const Weights& w) {
-  std::set<const void*> seen;
   int64_t n = 0;
-  auto add = [&](const Tensor& t) {
-    if (!t.empty() && seen.insert(t.data).second) n += t.numel();
-  };
-  add(w.embed);
-  add(w.out_norm);
-  add(w.lm_head);
-  for (const LayerWeights& l : w.layers)
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                            &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-      add(*t);
+  for_each_distinct_tensor(w, [&](const Tensor& t) { n += t.numel(); });
   return n;
 }
 
