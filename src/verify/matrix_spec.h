@@ -1,0 +1,98 @@
+// The correctness matrix's spec (docs/matrix.md): a TOML file that declares models, shapes,
+// a reference arm, candidate arms and control arms, the decision threshold, and the list of
+// traces that follow from them. Parsing is strict: an unknown key, a value of the wrong type,
+// an unknown device/shape/arm gives one arbiter::Error "[matrix] FILE:LINE: KEY: problem".
+//
+// To add a spec key: read it in parse_matrix_spec_text (matrix_spec.cpp) through the Table
+// helper there (which is what turns every other key into an "unknown key" error), document it
+// in docs/matrix.md, add a bad-input case to tests/matrix/matrix_spec_test.cpp.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "verify/trace.h"
+
+namespace arbiter::verify {
+
+/// One arm: a tier configuration that produces one trace per model x shape.
+struct MatrixArm {
+  std::string name;                                      // [A-Za-z0-9_-]+, used in trace file names
+  std::string device;                                    // "ref", "cpu", "cuda", "cuda:N"
+  std::string dtype;                                     // as given; "" = the tier's default
+  int threads = 0;                                       // cpu threads (-t); 0 = all cores
+  std::vector<std::pair<std::string, std::string>> env;  // extra environment, sorted by name
+  std::string inject = "none";                           // canonical --inject text
+  std::string mix;                                       // canonical --mix text, "" = none
+  std::string note;                                      // free text for the report
+
+  bool is_gpu() const;
+  /// The compute dtype a trace of this arm must record: ref f64, cpu f32, cuda dtype|bf16.
+  std::string compute() const;
+  /// "device dtype [inject ...] [mix ...] [env ...]" for tables.
+  std::string describe() const;
+};
+
+/// A shape of the matrix: a named trace shape, its chunk count possibly capped by the spec.
+struct MatrixShape {
+  TraceShape shape;     // max_chunks already capped
+  int full_chunks = 0;  // the named shape's own chunk count
+  bool capped() const { return shape.max_chunks < full_chunks; }
+};
+
+/// A pair of arms compared with each other: the reference side and the judged side.
+struct ArmPair {
+  std::string ref, cand;
+};
+
+struct MatrixSpec {
+  std::string path;  // the spec file as given
+  std::string text;  // its bytes (copied into the output directory)
+  std::string question;
+  std::string corpus;
+  std::vector<std::string> models;  // paths as written (relative to the working directory)
+  std::vector<MatrixShape> shapes;
+  int topk = 8;
+  double decided = 2.0;
+  std::vector<double> sweep;
+  std::vector<MatrixArm> arms;  // sorted by name
+  std::string reference;
+  std::vector<std::string> candidates;  // in spec order
+  std::vector<std::string> aa;          // arms rerun for an A/A determinism check
+  std::vector<ArmPair> noise_floor;     // trusted pairs whose drift is the noise floor
+
+  const MatrixArm& arm(const std::string& name) const;
+};
+
+/// Reads and validates a spec file. Throws arbiter::Error "[matrix] PATH:LINE: KEY: problem".
+MatrixSpec parse_matrix_spec(const std::string& path);
+/// Same, from text (path only names the source in messages).
+MatrixSpec parse_matrix_spec_text(const std::string& text, const std::string& path);
+
+/// Short name of a model for file names and tables: the directory's or file's base name
+/// without a .gguf extension.
+std::string matrix_model_name(const std::string& model_path);
+
+/// One trace the matrix needs.
+struct MatrixTrace {
+  size_t model = 0, shape = 0;  // indices into spec.models / spec.shapes
+  std::string arm;
+  bool aa = false;   // the A/A rerun of arm
+  std::string file;  // file name inside DIR/traces
+};
+
+/// Every trace of the spec, model-major, then shape, reference first, then the other arms
+/// in spec order, each A/A rerun right after its arm.
+std::vector<MatrixTrace> matrix_traces(const MatrixSpec& spec);
+
+/// Why an existing trace's header does not match what the spec asks for it ("" = it
+/// matches). model_sha256 / corpus_sha256 are checked when non-empty (the report checks
+/// traces without loading models; compare then checks that all arms agree).
+std::string matrix_trace_mismatch(const MatrixSpec& spec, const MatrixTrace& t,
+                                  const TraceHeader& h, const std::string& model_sha256,
+                                  const std::string& corpus_sha256);
+
+/// The `arbiter trace` arguments (no binary, no env, no -o) that produce trace t.
+std::vector<std::string> matrix_trace_args(const MatrixSpec& spec, const MatrixTrace& t);
+
+}  // namespace arbiter::verify
