@@ -5,6 +5,7 @@
 #include "backend/mix.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "verify/host_info.h"
 #include "verify/trace_run.h"
 
 namespace arbiter::cli {
@@ -20,16 +21,22 @@ static int cmd_trace(int argc, char** argv) {
   if (a.flag("help")) {
     std::fprintf(stderr,
                  "usage: arbiter trace -m MODEL --corpus FILE (--shape w1|w1ctx512|w8|w256|w8ctx1536"
-                 " | --chunk W --chunks C [--prefill P] [--start S])\n"
+                 " [--chunks C] | --chunk W --chunks C [--prefill P] [--start S])\n"
                  "       [--topk K] [--device ref|cpu|cuda[:N]] [--dtype D] [-t N] [--inject SPEC]"
                  " [--mix SPEC] -o OUT.tsv [--full-logits OUT.bin] [--stats] [--quiet]\n");
     return 0;
   }
   verify::TraceRunOptions opt;
   if (a.has("shape")) {
-    ARB_CHECK(!a.has("chunk") && !a.has("chunks") && !a.has("prefill") && !a.has("start"),
-              "[cli] trace: give either --shape or --chunk/--chunks/--prefill/--start, not both");
+    ARB_CHECK(!a.has("chunk") && !a.has("prefill") && !a.has("start"),
+              "[cli] trace: give either --shape or --chunk/--prefill/--start, not both");
     opt.shape = verify::named_shape(a.str("shape"));
+    // --chunks with --shape caps the chunk count (a quick run; the header records it).
+    if (a.has("chunks")) {
+      int64_t c = a.integer("chunks");
+      ARB_CHECK(c >= 1, "[cli] trace: --chunks must be >= 1");
+      opt.shape.max_chunks = int(std::min<int64_t>(c, opt.shape.max_chunks));
+    }
   } else {
     opt.shape.name = "custom";
     opt.shape.chunk_tokens = int(a.integer("chunk"));
@@ -47,6 +54,7 @@ static int cmd_trace(int argc, char** argv) {
   opt.model_path = a.str("model");
   opt.env = arbiter_env();
   opt.progress = !a.flag("quiet");
+  opt.extra_header = verify::host_header_lines();
   // A --mix ablation is part of what was measured: record it (`# mix` header line).
   if (a.has("mix")) opt.extra_header.emplace_back("mix", parse_mix(a.str("mix")).text());
 

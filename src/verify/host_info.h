@@ -1,0 +1,15 @@
+// Where a trace was made: extra `# host`, `# cpu` and `# driver` header lines (the trace
+// format keeps unknown keys, docs/trace-format.md), read back by the store's METADATA.txt and
+// the matrix report's environment table. Written by `arbiter trace` and `arbiter matrix run`.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace arbiter::verify {
+
+/// {"host", hostname}, {"cpu", model name from /proc/cpuinfo}, and {"driver", NVIDIA kernel
+/// module version} when /proc/driver/nvidia/version exists. Values never hold a TAB.
+std::vector<std::pair<std::string, std::string>> host_header_lines();
+
+}  // namespace arbiter::verify
