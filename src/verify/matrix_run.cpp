@@ -1,0 +1,301 @@
+// Matrix runner: keeps traces whose headers match the spec, redoes the others, runs arms
+// in-process (one model load per model, a fresh backend per trace, as `arbiter trace` does)
+// or, when an arm sets environment variables, as a child `arbiter trace` with that
+// environment (variables are read once by the tiers, so they cannot be switched in-process).
+#include "verify/matrix_run.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "engine/inject.h"
+#include "engine/session.h"
+#include "io/sha256.h"
+#include "model/model.h"
+#include "verify/host_info.h"
+#include "verify/svg.h"
+#include "verify/trace_run.h"
+
+namespace arbiter::verify {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The CUDA tier says one of these when there is nothing to run on (same test as the CUDA
+// tests' skip): a reason to skip a GPU arm. Any other start-up error is a failure.
+bool gpu_unavailable(const std::string& msg) {
+  return msg.find("no CUDA device") != std::string::npos ||
+         msg.find("cuda tier not built") != std::string::npos;
+}
+
+bool process_alive(long pid) {
+  return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
+}
+
+// Runs `self_exe args... -o out` with env added; returns "" or why it failed (stderr tail).
+std::string run_child(const std::string& self_exe, const std::vector<std::string>& args,
+                      const std::vector<std::pair<std::string, std::string>>& env,
+                      const std::string& out) {
+  int fds[2];
+  ARB_CHECK(::pipe(fds) == 0, "[matrix] pipe: %s", std::strerror(errno));
+  pid_t pid = ::fork();
+  ARB_CHECK(pid >= 0, "[matrix] fork: %s", std::strerror(errno));
+  if (pid == 0) {
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    std::vector<std::string> all = args;
+    all.insert(all.end(), {"-o", out});
+    std::vector<char*> argv = {const_cast<char*>(self_exe.c_str())};
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(self_exe.c_str(), argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", self_exe.c_str(), std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string err;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    err.append(buf, size_t(n));
+  }
+  ::close(fds[0]);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return "";
+  // A trace with NaN/Inf is written and exits 1: the trace is the evidence, compare judges it.
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 1 && fs::exists(out)) return "";
+  while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+  std::string last =
+      err.substr(err.find_last_of("\n\r") == std::string::npos ? 0 : err.find_last_of("\n\r") + 1);
+  return (WIFEXITED(st) ? "exit code " + std::to_string(WEXITSTATUS(st))
+                        : "killed by signal " + std::to_string(WTERMSIG(st))) +
+         (last.empty() ? "" : ": " + last);
+}
+
+void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& model,
+                    const MatrixRunOptions& opt, const std::string& out) {
+  const MatrixArm& arm = spec.arm(t.arm);
+  DeviceSpec ds;
+  ds.device = arm.device;
+  ds.dtype = arm.dtype;
+  ds.threads = arm.threads;
+  ds.mix = arm.mix;
+  std::unique_ptr<Backend> be = make_backend(ds);
+  TraceRunOptions ro;
+  ro.shape = spec.shapes[t.shape].shape;
+  ro.topk = spec.topk;
+  ro.corpus_path = spec.corpus;
+  ro.out_path = out;
+  ro.model_path = spec.models[t.model];
+  ro.env = opt.env;
+  ro.progress = false;
+  ro.extra_header = host_header_lines();
+  if (!arm.mix.empty()) ro.extra_header.emplace_back("mix", arm.mix);
+  // Cache and batch sizes as `arbiter trace` chooses them, so both paths run the same code.
+  const int bos_rows = model.tokenizer->bos_id() >= 0 ? 1 : 0;
+  const int W = ro.shape.chunk_tokens, ctx = ro.shape.prefill + bos_rows + W;
+  Session s(model, *be, ctx, std::max(W, std::min(ctx, 512)));
+  s.set_inject(InjectSpec::parse(arm.inject));
+  run_trace(s, ro);
+}
+
+}  // namespace
+
+long matrix_temp_pid(const std::string& name) {
+  size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at + 5 >= name.size()) return -1;
+  std::string digits = name.substr(at + 5);
+  if (!std::all_of(digits.begin(), digits.end(), ::isdigit) || digits.size() > 9) return -1;
+  return std::stol(digits);
+}
+
+const char* matrix_status_name(MatrixTraceStatus s) {
+  switch (s) {
+    case MatrixTraceStatus::Kept:
+      return "kept";
+    case MatrixTraceStatus::Ran:
+      return "ran";
+    case MatrixTraceStatus::Skipped:
+      return "skipped";
+    default:
+      return "failed";
+  }
+}
+
+std::string shell_quote(const std::string& s) {
+  bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum((unsigned char)c) || std::strchr("_./:=,+-", c);
+  });
+  if (plain) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir + "/" + kMatrixTraceDir, ec);
+  if (ec) throw Error("[matrix] " + dir + ": cannot create (" + ec.message() + ")");
+  std::string copy = dir + "/" + kMatrixSpecCopy;
+  if (!fs::exists(copy) || sha256_file(copy) != sha256_hex(spec.text.data(), spec.text.size()))
+    write_text_file(copy, spec.text);
+  for (const auto& e : fs::directory_iterator(dir + "/" + kMatrixTraceDir)) {
+    std::string name = e.path().filename().string();
+    long pid = matrix_temp_pid(name);
+    if (pid < 0) continue;
+    if (process_alive(pid))
+      throw Error("[matrix] " + e.path().string() + ": being written by process " +
+                  std::to_string(pid) + " (another run into this directory?)");
+    fs::remove(e.path(), ec);
+  }
+}
+
+std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const MatrixRunOptions& opt) {
+  matrix_prepare_dir(spec, opt.out_dir);
+  const std::string tdir = opt.out_dir + "/" + kMatrixTraceDir;
+  const std::vector<MatrixTrace> traces = matrix_traces(spec);
+  std::vector<MatrixTraceRun> runs;
+  std::string corpus_sha;
+  try {
+    corpus_sha = sha256_file(spec.corpus);
+  } catch (const Error& e) {
+    throw Error("[matrix] " + spec.path + ": corpus " + spec.corpus + ": " + e.what());
+  }
+  std::map<std::string, std::string> gpu_skip;  // arm -> why it cannot run here
+  size_t done = 0;
+  for (size_t m = 0; m < spec.models.size(); ++m) {
+    std::unique_ptr<Model> model;
+    std::string load_error;
+    try {
+      model = load_model(spec.models[m]);
+    } catch (const Error& e) {
+      load_error = e.what();
+    }
+    for (const MatrixTrace& t : traces) {
+      if (t.model != m) continue;
+      ++done;
+      MatrixTraceRun r;
+      r.trace = t;
+      const std::string path = tdir + "/" + t.file;
+      const MatrixArm& arm = spec.arm(t.arm);
+      auto log = [&](const char* what, const std::string& why) {
+        if (opt.progress)
+          std::fprintf(stderr, "[matrix] %zu/%zu %s: %s%s%s\n", done, traces.size(), t.file.c_str(),
+                       what, why.empty() ? "" : ": ", why.c_str());
+      };
+      if (!load_error.empty()) {
+        r.reason = load_error;
+        log("FAILED", r.reason);
+        runs.push_back(r);
+        continue;
+      }
+      if (fs::exists(path)) {
+        try {
+          Trace old = read_trace(path);
+          r.reason = matrix_trace_mismatch(spec, t, old.header, model->weights_sha256, corpus_sha);
+        } catch (const Error& e) {
+          r.reason = e.what();
+        }
+        if (r.reason.empty()) {
+          r.status = MatrixTraceStatus::Kept;
+          log("kept", "");
+          runs.push_back(r);
+          continue;
+        }
+        log("redo", r.reason);
+        fs::remove(path);
+      }
+      if (arm.is_gpu() && !gpu_skip.count(arm.name)) {
+        DeviceSpec ds;
+        ds.device = arm.device;
+        ds.dtype = arm.dtype;
+        try {
+          make_backend(ds);
+          gpu_skip[arm.name] = "";
+        } catch (const Error& e) {
+          gpu_skip[arm.name] = gpu_unavailable(e.what()) ? e.what() : "";
+        }
+      }
+      if (arm.is_gpu() && !gpu_skip[arm.name].empty()) {
+        r.status = MatrixTraceStatus::Skipped;
+        r.reason = gpu_skip[arm.name];
+        log("SKIP", r.reason);
+        runs.push_back(r);
+        continue;
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        if (arm.env.empty()) {
+          run_in_process(spec, t, *model, opt, path);
+        } else {
+          std::string err = run_child(opt.self_exe, matrix_trace_args(spec, t), arm.env, path);
+          if (!err.empty()) throw Error("[matrix] " + t.file + ": arbiter trace failed: " + err);
+        }
+        r.status = MatrixTraceStatus::Ran;
+      } catch (const Error& e) {
+        r.status = MatrixTraceStatus::Failed;
+        r.reason = e.what();
+      }
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r.status == MatrixTraceStatus::Ran)
+        log(strformat("ran in %.1f s", r.seconds).c_str(), "");
+      else
+        log("FAILED", r.reason);
+      runs.push_back(r);
+    }
+  }
+  std::string status = "# trace\tstatus\treason (traces the last `matrix run` skipped or failed)\n";
+  for (const auto& r : runs)
+    if (r.status == MatrixTraceStatus::Skipped || r.status == MatrixTraceStatus::Failed) {
+      std::string why = r.reason;
+      for (char& c : why)
+        if (c == '\t' || c == '\n') c = ' ';
+      status += r.trace.file + "\t" + matrix_status_name(r.status) + "\t" + why + "\n";
+    }
+  write_text_file(opt.out_dir + "/" + kMatrixStatus, status);
+  return runs;
+}
+
+std::vector<std::string> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt,
+                                     bool all) {
+  matrix_prepare_dir(spec, opt.out_dir);
+  std::string tdir = fs::absolute(opt.out_dir + "/" + kMatrixTraceDir).lexically_normal().string();
+  std::vector<std::string> lines;
+  for (const MatrixTrace& t : matrix_traces(spec)) {
+    std::string path = tdir + "/" + t.file;
+    if (!all && fs::exists(path)) {
+      try {
+        if (matrix_trace_mismatch(spec, t, read_trace(path).header, "", "").empty()) continue;
+      } catch (const Error&) {
+      }
+    }
+    std::string cmd = "cd " + shell_quote(opt.cwd) + " && ";
+    for (const auto& [k, v] : spec.arm(t.arm).env) cmd += k + "=" + shell_quote(v) + " ";
+    cmd += shell_quote(opt.self_exe);
+    for (const auto& a : matrix_trace_args(spec, t)) cmd += " " + shell_quote(a);
+    cmd += " -o " + shell_quote(path);
+    lines.push_back(cmd);
+  }
+  return lines;
+}
+
+}  // namespace arbiter::verify

@@ -1,0 +1,61 @@
+// Running a correctness matrix (docs/matrix.md): the output directory's layout, resumable
+// trace production (in-process through run_trace, or a subprocess when an arm sets
+// environment variables), and the shell commands of `matrix plan`.
+//
+// DIR/matrix.toml     the spec's bytes (so `matrix report DIR` needs nothing else)
+// DIR/traces/         a trace store (store.h): traces, METADATA.txt, RUNS.txt, SHA256SUMS
+// DIR/run-status.tsv  traces the last run skipped (no GPU) or failed to produce, with why
+// DIR/plots/*.svg, DIR/report.md, DIR/report.html, DIR/results.json (matrix_report.h)
+#pragma once
+#include <string>
+#include <vector>
+
+#include "verify/matrix_spec.h"
+
+namespace arbiter::verify {
+
+constexpr const char* kMatrixSpecCopy = "matrix.toml";
+constexpr const char* kMatrixTraceDir = "traces";
+constexpr const char* kMatrixStatus = "run-status.tsv";
+
+struct MatrixRunOptions {
+  std::string out_dir;
+  std::string env = "none";  // the ARBITER_* variables of this process (trace headers)
+  std::string self_exe;      // this arbiter binary: subprocess arms and plan commands
+  std::string cwd;           // working directory the spec's relative paths refer to (plan)
+  bool progress = true;      // per-trace lines on stderr
+};
+
+enum class MatrixTraceStatus { Kept, Ran, Skipped, Failed };
+const char* matrix_status_name(MatrixTraceStatus s);
+
+struct MatrixTraceRun {
+  MatrixTrace trace;
+  MatrixTraceStatus status = MatrixTraceStatus::Failed;
+  std::string reason;  // skipped/failed: why; ran: what was wrong with the old file, if any
+  double seconds = 0;
+};
+
+/// Creates DIR and DIR/traces, writes DIR/matrix.toml (the spec's bytes; replaced when the
+/// spec changed) and removes temporary files of trace writers that are no longer running.
+/// Throws arbiter::Error when a temporary file's writer is still running.
+void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir);
+
+/// Runs every trace of the spec that is missing or whose header does not match the spec
+/// (matrix_trace_mismatch), keeps the others, skips GPU arms when no CUDA device is
+/// available, and writes DIR/run-status.tsv. A trace that fails is recorded, not fatal.
+std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const MatrixRunOptions& opt);
+
+/// One self-contained shell line per trace (`cd CWD && [ENV=..] ARBITER trace ... -o
+/// DIR/traces/FILE`); with all = false only for traces not already valid on disk (checked
+/// without loading models: paths, shape, device, compute, inject, mix, env).
+std::vector<std::string> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt, bool all);
+
+/// The PID in a trace writer's temporary file name (NAME.tmp.PID, .NAME.tmp.PID), or -1
+/// when name is not one.
+long matrix_temp_pid(const std::string& name);
+
+/// Quotes s for a POSIX shell when it holds anything beyond [A-Za-z0-9_./:=,+-].
+std::string shell_quote(const std::string& s);
+
+}  // namespace arbiter::verify

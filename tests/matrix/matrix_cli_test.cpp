@@ -1,0 +1,177 @@
+// `arbiter matrix` end to end through the CLI: the shipped default matrix on the CPU arms
+// (verdicts, files, checksums, SKIP lines for GPU arms without a GPU), an injected-fault
+// arm that must fail while the others pass, plan -> run the printed commands -> report
+// (including an arm whose environment needs a subprocess), and bad input.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "backend/cuda_factory.h"
+#include "matrix_test_util.h"
+#include "verify/trace.h"
+
+using namespace arbiter;
+namespace fs = std::filesystem;
+
+TEST(MatrixCli, DefaultMatrixOnCpuArms) {
+  test::enter_source_dir();
+  std::string dir = test::temp_dir("default-matrix");
+  auto r = test::run_cli("matrix run matrix/default.toml -o " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // The output opens with the report's path.
+  EXPECT_EQ(r.out.rfind("report: " + dir + "/report.md", 0), 0u) << r.out;
+  std::printf("%s\n", r.out.substr(0, r.out.find("\n\n")).c_str());
+  for (const char* f : {"report.md", "report.html", "results.json", "matrix.toml",
+                        "traces/SHA256SUMS", "traces/METADATA.txt", "traces/RUNS.txt"})
+    EXPECT_TRUE(fs::exists(dir + "/" + f)) << f;
+
+  nlohmann::json j = test::read_json(dir + "/results.json");
+  EXPECT_EQ(j["verdict"], "pass");
+  for (const char* shape : {"w1", "w8", "w256"}) {
+    SCOPED_TRACE(shape);
+    auto cpu = test::comparison(j, shape, "cpu");
+    ASSERT_FALSE(cpu.is_null());
+    EXPECT_EQ(cpu["verdict"], "pass");
+    EXPECT_EQ(cpu["noise_floor"], true);
+    EXPECT_GT(cpu["result"]["top1"]["decided"].get<int>(), 0);
+    auto aa = test::comparison(j, shape, "ref", true);
+    ASSERT_FALSE(aa.is_null());
+    EXPECT_EQ(aa["verdict"], "pass");
+    EXPECT_EQ(aa["aa_identical"], true);
+    for (const char* gpu : {"cuda-bf16", "cuda-f16", "cuda-f32"}) {
+      auto g = test::comparison(j, shape, gpu);
+      ASSERT_FALSE(g.is_null()) << gpu;
+      // Without a GPU the arm is skipped, and a skipped arm is never a pass.
+      if (g["state"] == "skipped")
+        EXPECT_NE(g["verdict"], "pass") << gpu;
+      else
+        EXPECT_EQ(g["state"], "compared") << gpu;
+    }
+  }
+  std::string md = test::read_file(dir + "/report.md");
+  auto skipped = test::comparison(j, "w1", "cuda-bf16")["state"] == "skipped";
+  if (skipped) {
+    EXPECT_NE(md.find("SKIP"), std::string::npos);
+    EXPECT_NE(md.find("Not tested here"), std::string::npos);
+    EXPECT_NE(r.out.find("SKIP"), std::string::npos);
+  }
+  for (const char* section :
+       {"**Question:**", "**Answer:** **Yes.**", "## Environment", "## Method", "## Results",
+        "## Threshold sweep", "## Rank distribution", "## Controls and noise floor",
+        "## Not like-for-like", "## Plots", "capped", "plots/TinyStories-656K.w8.gap.svg"})
+    EXPECT_NE(md.find(section), std::string::npos) << section;
+
+  // The store is sound: `sha256sum -c` and `arbiter store verify` both accept it.
+  EXPECT_EQ(std::system(("cd " + dir + "/traces && sha256sum --quiet -c SHA256SUMS").c_str()), 0);
+  EXPECT_EQ(test::run_cli("store verify " + dir + "/traces").exit_code, 0);
+
+  // report DIR rebuilds the same verdicts from disk alone.
+  auto again = test::run_cli("matrix report " + dir);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(test::read_json(dir + "/results.json")["verdict"], "pass");
+}
+
+TEST(MatrixCli, InjectedFaultArmFailsOthersPass) {
+  test::enter_source_dir();
+  std::string dir = test::temp_dir("fault-matrix");
+  std::string spec = dir + ".toml";
+  test::write_file(spec, test::small_spec("[\"cpu\", \"cpu-bad\"]",
+                                          "[arms.cpu-bad]\ndevice = \"cpu\"\nthreads = 2\n"
+                                          "inject = \"op=down,layer=0,scale=10\"\n"));
+  auto r = test::run_cli("matrix run " + spec + " -o " + dir + " --quiet");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  nlohmann::json j = test::read_json(dir + "/results.json");
+  EXPECT_EQ(j["verdict"], "fail");
+  for (const char* shape : {"w1", "w8"}) {
+    SCOPED_TRACE(shape);
+    EXPECT_EQ(test::comparison(j, shape, "cpu-bad")["verdict"], "fail");
+    EXPECT_GT(
+        test::comparison(j, shape, "cpu-bad")["result"]["top1"]["decided_disagree"].get<int>(), 0);
+    EXPECT_EQ(test::comparison(j, shape, "cpu")["verdict"], "pass");
+    EXPECT_EQ(test::comparison(j, shape, "ref", true)["verdict"], "pass");
+  }
+  std::string md = test::read_file(dir + "/report.md");
+  EXPECT_NE(md.find("**Answer:** **No.**"), std::string::npos);
+  EXPECT_NE(md.find("`cpu-bad` on TinyStories-656K w1"), std::string::npos);
+  EXPECT_NE(md.find("a deliberate fault is injected"), std::string::npos);  // not like-for-like
+  EXPECT_NE(r.out.find("VERDICT: fail (exit 1)"), std::string::npos) << r.out;
+}
+
+TEST(MatrixCli, PlanCommandsThenReport) {
+  test::enter_source_dir();
+  std::string dir = test::temp_dir("plan-matrix");
+  std::string spec = dir + ".toml";
+  // cpu-scalar sets an environment variable: run in-process it could not be honoured, so
+  // `matrix run` spawns `arbiter trace` for it, and the plan prefixes the variable.
+  test::write_file(spec, test::small_spec("[\"cpu\", \"cpu-scalar\"]",
+                                          "[arms.cpu-scalar]\ndevice = \"cpu\"\nthreads = 2\n"
+                                          "env = { ARBITER_CPU_ISA = \"scalar\" }\n",
+                                          "[\"w1\"]", "w1 = 24"));
+  auto plan = test::run_cli("matrix plan " + spec + " -o " + dir);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  std::istringstream in(plan.out);
+  int n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    EXPECT_EQ(line.rfind("cd ", 0), 0u) << line;
+    ASSERT_EQ(std::system(line.c_str()), 0) << line;
+  }
+  EXPECT_EQ(n, 4);  // ref, ref A/A, cpu, cpu-scalar
+  EXPECT_NE(plan.out.find("ARBITER_CPU_ISA=scalar "), std::string::npos) << plan.out;
+  // Nothing left to plan once every trace is on disk.
+  EXPECT_EQ(test::run_cli("matrix plan " + spec + " -o " + dir).out, "");
+  auto rep = test::run_cli("matrix report " + dir);
+  EXPECT_EQ(rep.exit_code, 0) << rep.out << rep.err;
+  nlohmann::json j = test::read_json(dir + "/results.json");
+  EXPECT_EQ(test::comparison(j, "w1", "cpu-scalar")["verdict"], "pass");
+  verify::Trace t = verify::read_trace(dir + "/traces/TinyStories-656K.w1.cpu-scalar.tsv");
+  EXPECT_NE(std::find(t.header.env.begin(), t.header.env.end(), "ARBITER_CPU_ISA=scalar"),
+            t.header.env.end());
+
+  // `matrix run` keeps all four traces (their headers match) and agrees with the report.
+  auto run = test::run_cli("matrix run " + spec + " -o " + dir);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  size_t kept = 0;
+  for (size_t at = 0; (at = run.err.find(": kept\n", at)) != std::string::npos; ++at) ++kept;
+  EXPECT_EQ(kept, 4u) << run.err;
+}
+
+TEST(MatrixCli, EnvArmRunsAsSubprocess) {
+  test::enter_source_dir();
+  std::string dir = test::temp_dir("env-matrix");
+  std::string spec = dir + ".toml";
+  test::write_file(spec, test::small_spec("[\"cpu\", \"cpu-scalar\"]",
+                                          "[arms.cpu-scalar]\ndevice = \"cpu\"\nthreads = 2\n"
+                                          "env = { ARBITER_CPU_ISA = \"scalar\" }\n",
+                                          "[\"w1\"]", "w1 = 24"));
+  auto r = test::run_cli("matrix run " + spec + " -o " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  verify::Trace t = verify::read_trace(dir + "/traces/TinyStories-656K.w1.cpu-scalar.tsv");
+  EXPECT_NE(std::find(t.header.env.begin(), t.header.env.end(), "ARBITER_CPU_ISA=scalar"),
+            t.header.env.end());
+  // The environment shows up as a like-for-like caveat.
+  EXPECT_NE(test::read_file(dir + "/report.md").find("environment `ARBITER_CPU_ISA=scalar`"),
+            std::string::npos);
+}
+
+TEST(MatrixCli, BadInputIsOneLineAndExit4) {
+  test::enter_source_dir();
+  std::string dir = test::temp_dir("bad-matrix");
+  std::string spec = dir + "/bad.toml";
+  test::write_file(spec, test::small_spec("[\"cpu\"]", "") + "surprise = true\n");
+  auto r = test::run_cli("matrix run " + spec + " -o " + dir + "/out");
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_NE(r.err.find(spec), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("controls.surprise: unknown key"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/out")) << "nothing may be written for a bad spec";
+
+  auto rep = test::run_cli("matrix report " + dir + "/nowhere");
+  EXPECT_EQ(rep.exit_code, 4);
+  EXPECT_NE(rep.err.find(dir + "/nowhere/matrix.toml: cannot open"), std::string::npos) << rep.err;
+
+  auto usage = test::run_cli("matrix frobnicate");
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(usage.err.find("unknown subcommand 'frobnicate'"), std::string::npos);
+}
