@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs arbiter's build and test dependencies from Debian 12's repositories (idempotent:
-# only missing packages are fetched). CUDA (nvcc, cuBLAS) is optional and not installed here.
+# only missing packages are fetched). CUDA (nvcc, cuBLAS) is optional and not installed here;
+# chromium renders the matrix report in its browser test (tests/matrix).
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config git nlohmann-json3-dev libpcre2-dev libopenblas-dev
-      libgtest-dev libbenchmark-dev libtomlplusplus-dev xz-utils python3)
+      libgtest-dev libbenchmark-dev libtomlplusplus-dev xz-utils python3 chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
