@@ -108,6 +108,45 @@ class Backend {
   virtual void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
                          std::vector<LogitsSummary>& out) = 0;
 
+  // --- fused ops (backend/fused_ops.cpp) -------------------------------------------------
+  // Each has a default made of the ops above, called one by one, so a tier without a fused
+  // kernel (ref, cpu) computes exactly what it computed before; a tier with one (cuda, for
+  // T == 1) must give the bits of its own op-by-op path. The forward pass calls them only
+  // when no stage hook needs the intermediates they may skip writing.
+
+  /// One output of rmsnorm_matmul: out[T, N] = xn @ W[N, K]^T (+ bias[N]).
+  struct MatmulTarget {
+    const Tensor* W = nullptr;
+    const Tensor* bias = nullptr;  // may be null
+    Buffer* out = nullptr;
+  };
+  /// xn[T, D] = rmsnorm(x; w, eps), then outs[i].out = xn @ outs[i].W^T (+ bias) for each i.
+  /// Afterwards xn's contents are unspecified (a fused kernel never writes it).
+  virtual void rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps,
+                              Buffer& xn, const MatmulTarget* outs, int n_outs);
+  /// xn = rmsnorm(x; w, eps); act[T, F] = silu(xn @ w_gate^T) * (xn @ w_up^T). Afterwards the
+  /// contents of xn, gate and up are unspecified.
+  virtual void rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps,
+                              Buffer& xn, const Tensor& w_gate, const Tensor& w_up, Buffer& gate,
+                              Buffer& up, Buffer& act);
+  /// residual[T, N] += x @ W^T, via tmp[T, N] (whose contents are then unspecified).
+  virtual void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp,
+                          Buffer& residual);
+  /// q [T, H, Dh], k [T, Hkv, Dh]: per-head RMSNorm when q_norm/k_norm are given (qwen3),
+  /// RoPE at positions pos0 + t, then k and v stored at rows pos0.. of the layer's cache.
+  virtual void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                             const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
+                             int pos0, const ModelConfig& cfg, Buffer& k_cache,
+                             Buffer& v_cache);
+
+  /// Device memory read bandwidth in GB/s (1e9 bytes/s) of each of `passes` timed reads of a
+  /// large buffer, for bench's decode limit; empty when the tier has no such probe (bench
+  /// then measures its own lower bound).
+  virtual std::vector<double> read_bandwidth_gbs(int passes) {
+    (void)passes;
+    return {};
+  }
+
   OpStats& stats() { return stats_; }
   const OpStats& stats() const { return stats_; }
 

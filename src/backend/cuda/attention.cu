@@ -125,6 +125,8 @@ __device__ __forceinline__ void load_queries(const T* q, int row0, int rows_head
 template <class T, int DCH>
 __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
   extern __shared__ float smem[];
+  griddep_wait();
+  griddep_launch();
   const int Dh = a.Dh, H = a.H, group = a.H / a.Hkv, kv_dim = a.Hkv * a.Dh, ldk = a.Dh + 1;
   const int hk = blockIdx.y, split = blockIdx.z;
   const int rows_head = a.T * group;  // rows of this KV head: row -> (t = row / group, g)
@@ -240,6 +242,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
 /// out[row, :] = sum_s o_s * e^(m_s - M) / sum_s l_s * e^(m_s - M), splits in order.
 template <class T>
 __global__ void attn_combine_kernel(const float* part, int rows, int n_splits, int Dh, T* out) {
+  griddep_wait();
+  griddep_launch();
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -266,12 +270,12 @@ template <class T, int DCH>
 void attn_launch(const AttnArgs& a, cudaStream_t s) {
   const int group = a.H / a.Hkv;
   dim3 grid(unsigned((a.T * group + kRows - 1) / kRows), unsigned(a.Hkv), unsigned(a.n_splits));
-  attn_kernel<T, DCH><<<grid, kWarps * 32, attn_smem_bytes(a.Dh), s>>>(a);
+  launch_k(attn_kernel<T, DCH>, grid, dim3(kWarps * 32), attn_smem_bytes(a.Dh), s, a);
   ARB_LAUNCHED("attn_kernel", s);
   if (a.n_splits > 1) {
     const int rows = a.T * a.H, per_block = 8;
-    attn_combine_kernel<T><<<(rows + per_block - 1) / per_block, per_block * 32, 0, s>>>(
-        a.part, rows, a.n_splits, a.Dh, static_cast<T*>(a.out));
+    launch_k(attn_combine_kernel<T>, dim3((rows + per_block - 1) / per_block), dim3(per_block * 32),
+             0, s, static_cast<const float*>(a.part), rows, a.n_splits, a.Dh, static_cast<T*>(a.out));
     ARB_LAUNCHED("attn_combine_kernel", s);
   }
 }

@@ -121,6 +121,7 @@ class CudaBackend final : public Backend {
     ARB_CUDA(cudaGetDeviceProperties(&prop, device));
     name_ = strformat("cuda:%d %s", device, prop.name);
     sm_count_ = prop.multiProcessorCount;
+    sm_ = sm_count_;
     ARB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ARB_CUDA(cudaEventCreateWithFlags(&step_ev_, cudaEventDisableTiming));
     ARB_CUDA(cudaMallocHost(&h_step_, 2 * sizeof(int)));
@@ -130,6 +131,8 @@ class CudaBackend final : public Backend {
     cuda::attention_init();
     tuning_.gemv = env_on("ARBITER_CUDA_GEMV", true);
     tuning_.graphs = env_on("ARBITER_CUDA_GRAPH", true) && !cuda::sync_after_launch();
+    tuning_.fused = env_on("ARBITER_CUDA_FUSED", true);
+    tuning_.pdl = cuda::pdl_enabled();
   }
 
   ~CudaBackend() override {
@@ -333,7 +336,7 @@ class CudaBackend final : public Backend {
       stats_.record("matmul", std::string("cuda.gemv_") + ctype_name(ct_));
       submit({3, int64_t(xp), int64_t(wp), ld, int64_t(bp), N, K, int(ot), int64_t(op)}, false, 0,
              [=, this](const StepCtx&) {
-               cuda::launch_gemv(ct_, xp, wp, ld, bp, N, K, ot, op, stream_);
+               cuda::launch_gemv(ct_, xp, wp, ld, bp, N, K, ot, op, sm_, stream_);
              });
       return;
     }
@@ -462,6 +465,206 @@ class CudaBackend final : public Backend {
            [=, this](const StepCtx&) { cuda::launch_add(ct_, xp, yp, n, stream_); });
   }
 
+  // --- fused ops (T == 1: one kernel each; otherwise the default composition) ----------
+  // Each fused kernel computes the bits of the op-by-op path (same reduction orders, same
+  // roundings), so decode traces do not depend on whether a stage hook was attached.
+
+  void rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
+                      const MatmulTarget* outs, int n_outs) override {
+    bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
+                cuda::gemv_fusable(ct_, D);
+    for (int i = 0; fuse && i < n_outs; ++i) {
+      const DevMat& m = device_matrix(*outs[i].W);
+      fuse = m.cols == D && (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == dtype_of(ct_));
+    }
+    if (!fuse) return Backend::rmsnorm_matmul(x, w, T, D, eps, xn, outs, n_outs);
+    stats_.record("rmsnorm_matmul", std::string("cuda.norm_gemv_") + ctype_name(ct_));
+    check_act(x, D, "rmsnorm_matmul x");
+    const DevVec& nv = device_vector(w);
+    ARB_CHECK(nv.n == D, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
+              w.name.c_str(), (long long)nv.n, D);
+    cuda::GemvArgs a;
+    a.x = x.ptr;
+    a.norm_w = nv.ptr;
+    a.eps = float(eps);
+    a.K = D;
+    a.n_seg = n_outs;
+    a.N = 0;
+    std::vector<int64_t> sig = {20, int64_t(x.ptr), int64_t(nv.ptr), D, n_outs};
+    for (int i = 0; i < n_outs; ++i) {
+      const DevMat& m = device_matrix(*outs[i].W);
+      const float* bp = nullptr;
+      if (outs[i].bias && !outs[i].bias->empty()) {
+        const DevVec& bv = device_vector(*outs[i].bias);
+        ARB_CHECK(bv.n == m.rows, "[cuda] matmul: bias '%s' has %lld elements, output has %lld",
+                  outs[i].bias->name.c_str(), (long long)bv.n, (long long)m.rows);
+        bp = bv.ptr;
+      }
+      ARB_CHECK(outs[i].out->n >= m.rows, "[cuda] matmul: output holds %lld elements, needs %lld",
+                (long long)outs[i].out->n, (long long)m.rows);
+      const int f32 = outs[i].out->dtype == DType::F32 ? 1 : 0;
+      a.seg[i] = cuda::GemvSeg{m.ptr, m.ld, bp, outs[i].out->ptr, int(m.rows), f32};
+      a.N += int(m.rows);
+      sig.insert(sig.end(), {int64_t(m.ptr), m.ld, int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
+    }
+    int64_t ebits;
+    std::memcpy(&ebits, &eps, 8);
+    sig.push_back(ebits);
+    submit(std::move(sig), false, 0, [=, this](const StepCtx&) {
+      cuda::launch_gemv_fused(ct_, cuda::kGemvNorm, a, sm_, stream_);
+    });
+  }
+
+  void rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
+                      const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
+                      Buffer& act) override {
+    bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
+    if (fuse) {
+      const DevMat &g = device_matrix(w_gate), &u = device_matrix(w_up);
+      fuse = g.cols == D && u.cols == D && g.rows == u.rows && g.ld == u.ld;
+    }
+    if (!fuse) return Backend::rmsnorm_swiglu(x, w, T, D, eps, xn, w_gate, w_up, gate, up, act);
+    stats_.record("rmsnorm_swiglu", std::string("cuda.norm_gemv_swiglu_") + ctype_name(ct_));
+    const DevMat &g = device_matrix(w_gate), &u = device_matrix(w_up);
+    const DevVec& nv = device_vector(w);
+    ARB_CHECK(nv.n == D, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
+              w.name.c_str(), (long long)nv.n, D);
+    check_act(x, D, "rmsnorm_swiglu x");
+    check_act(act, g.rows, "rmsnorm_swiglu act");
+    cuda::GemvArgs a;
+    a.x = x.ptr;
+    a.norm_w = nv.ptr;
+    a.eps = float(eps);
+    a.K = D;
+    a.N = int(g.rows);
+    a.n_seg = 2;
+    a.seg[0] = cuda::GemvSeg{g.ptr, g.ld, nullptr, nullptr, int(g.rows), 0};
+    a.seg[1] = cuda::GemvSeg{u.ptr, u.ld, nullptr, nullptr, int(u.rows), 0};
+    a.res = act.ptr;
+    int64_t ebits;
+    std::memcpy(&ebits, &eps, 8);
+    submit({21, int64_t(x.ptr), int64_t(nv.ptr), D, int64_t(g.ptr), int64_t(u.ptr), g.ld, g.rows,
+            int64_t(act.ptr), ebits},
+           false, 0, [=, this](const StepCtx&) {
+             cuda::launch_gemv_fused(ct_, cuda::kGemvNormSwiglu, a, sm_, stream_);
+           });
+  }
+
+  void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual) override {
+    bool fuse = T == 1 && tuning_.gemv && tuning_.fused;
+    if (fuse) {
+      const DevMat& m = device_matrix(W);
+      fuse = cuda::gemv_fusable(ct_, int(m.cols));
+    }
+    if (!fuse) return Backend::matmul_add(x, W, T, tmp, residual);
+    stats_.record("matmul_add", std::string("cuda.gemv_add_") + ctype_name(ct_));
+    const DevMat& m = device_matrix(W);
+    check_act(x, m.cols, "matmul_add x");
+    check_act(residual, m.rows, "matmul_add residual");
+    cuda::GemvArgs a;
+    a.x = x.ptr;
+    a.K = int(m.cols);
+    a.N = int(m.rows);
+    a.n_seg = 1;
+    a.seg[0] = cuda::GemvSeg{m.ptr, m.ld, nullptr, nullptr, int(m.rows), 0};
+    a.res = residual.ptr;
+    submit({22, int64_t(x.ptr), int64_t(m.ptr), m.ld, m.rows, m.cols, int64_t(residual.ptr)}, false,
+           0, [=, this](const StepCtx&) {
+             cuda::launch_gemv_fused(ct_, cuda::kGemvAdd, a, sm_, stream_);
+           });
+  }
+
+  void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                     const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh, int pos0,
+                     const ModelConfig& cfg, Buffer& k_cache, Buffer& v_cache) override {
+    const int kv_dim = Hkv * Dh;
+    const bool fuse = T == 1 && tuning_.fused && cuda::qk_rope_fusable(ct_, Dh) &&
+                      Dh == cfg.head_dim && pos0 >= 0 &&
+                      int64_t(pos0 + 1) * kv_dim <= std::min(k_cache.n, v_cache.n);
+    if (!fuse)
+      return Backend::qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, cfg,
+                                    k_cache, v_cache);
+    stats_.record("qk_rope_store", "cuda.qk_rope_store");
+    check_act(q, int64_t(H) * Dh, "qk_rope_store q");
+    check_act(k, kv_dim, "qk_rope_store k");
+    check_act(v, kv_dim, "qk_rope_store v");
+    check_act(k_cache, 0, "k cache");
+    check_act(v_cache, 0, "v cache");
+    ensure_rope_table(cfg, pos0 + 1);
+    cuda::QkRopeArgs a;
+    a.q = q.ptr;
+    a.k = k.ptr;
+    a.v = v.ptr;
+    a.k_cache = k_cache.ptr;
+    a.v_cache = v_cache.ptr;
+    if (q_norm) {
+      const DevVec& n = device_vector(*q_norm);
+      ARB_CHECK(n.n == Dh, "[cuda] q norm '%s' has %lld elements, heads have %d",
+                q_norm->name.c_str(), (long long)n.n, Dh);
+      a.qn = n.ptr;
+    }
+    if (k_norm) {
+      const DevVec& n = device_vector(*k_norm);
+      ARB_CHECK(n.n == Dh, "[cuda] k norm '%s' has %lld elements, heads have %d",
+                k_norm->name.c_str(), (long long)n.n, Dh);
+      a.kn = n.ptr;
+    }
+    a.eps = float(eps);
+    a.H = H;
+    a.Hkv = Hkv;
+    a.Dh = Dh;
+    a.adjacent = cfg.rope_layout == RopeLayout::Adjacent;
+    a.cs = static_cast<const float2*>(rope_cs_.ptr);
+    int64_t ebits;
+    std::memcpy(&ebits, &eps, 8);
+    submit({23, int64_t(a.q), int64_t(a.k), int64_t(a.v), int64_t(a.k_cache), int64_t(a.v_cache),
+            int64_t(a.qn), int64_t(a.kn), ebits, H, Hkv, Dh, a.adjacent, int64_t(a.cs)},
+           true, pos0, [=, this](const StepCtx& c) {
+             cuda::QkRopeArgs b = a;
+             b.pos = PosRef{c.pos_dev, pos0};
+             cuda::launch_qk_rope_store(ct_, b, stream_);
+           });
+  }
+
+  std::vector<double> read_bandwidth_gbs(int passes) override {
+    // 2 GiB read with 16-byte streaming loads (well past the 60 MB L2), timed with events.
+    flush();
+    const size_t bytes = size_t(2) << 30;
+    void* buf = nullptr;
+    unsigned* sink = nullptr;
+    ARB_CUDA(cudaMalloc(&buf, bytes));
+    std::vector<double> out;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    try {
+      ARB_CUDA(cudaMalloc(&sink, sizeof(unsigned) * 4 * size_t(sm_)));
+      ARB_CUDA(cudaMemsetAsync(buf, 0x5a, bytes, stream_));  // never time untouched memory
+      ARB_CUDA(cudaEventCreate(&e0));
+      ARB_CUDA(cudaEventCreate(&e1));
+      cuda::launch_read_probe(buf, bytes, sink, sm_, stream_);  // warm-up
+      for (int p = 0; p < passes; ++p) {
+        ARB_CUDA(cudaEventRecord(e0, stream_));
+        cuda::launch_read_probe(buf, bytes, sink, sm_, stream_);
+        ARB_CUDA(cudaEventRecord(e1, stream_));
+        ARB_CUDA(cudaEventSynchronize(e1));
+        float ms = 0;
+        ARB_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        out.push_back(double(bytes) / (double(ms) * 1e-3) / 1e9);
+      }
+    } catch (...) {
+      cudaStreamSynchronize(stream_);
+      if (e0) cudaEventDestroy(e0);
+      if (e1) cudaEventDestroy(e1);
+      cudaFree(sink);
+      cudaFree(buf);
+      throw;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(sink);
+    cudaFree(buf);
+    return out;
+  }
+
   void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
                  std::vector<LogitsSummary>& out) override {
     stats_.record("summarize", "cuda.summarize_radix");
@@ -532,7 +735,8 @@ class CudaBackend final : public Backend {
   void set_tuning(const CudaTuning& t) {
     flush();
     tuning_ = t;
-    if (cuda::sync_after_launch()) tuning_.graphs = false;
+    if (cuda::sync_after_launch()) tuning_.graphs = tuning_.pdl = false;
+    cuda::set_pdl(tuning_.pdl);
   }
 
  private:
@@ -794,7 +998,7 @@ class CudaBackend final : public Backend {
   int device_;
   CType ct_;
   std::string name_;
-  int sm_count_ = 1;
+  int sm_count_ = 1, sm_ = 1;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_ws_ = nullptr;

@@ -17,6 +17,19 @@ bool sync_after_launch() {
   return on;
 }
 
+namespace {
+int& pdl_state() {
+  static int on = [] {
+    const char* v = std::getenv("ARBITER_CUDA_PDL");
+    return (v && *v && std::strcmp(v, "0") == 0) || sync_after_launch() ? 0 : 1;
+  }();
+  return on;
+}
+}  // namespace
+
+bool pdl_enabled() { return pdl_state() != 0; }
+void set_pdl(bool on) { pdl_state() = on && !sync_after_launch() ? 1 : 0; }
+
 void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
   if (e == cudaSuccess) return;
   cudaGetLastError();  // clear a non-sticky error so later calls report their own

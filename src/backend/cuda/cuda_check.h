@@ -16,6 +16,11 @@ void check_cublas(int status, const char* call, const char* file, int line);
 void check_launch(const char* kernel, cudaStream_t s, const char* file, int line);
 /// Whether ARBITER_CUDA_SYNC=1 is set.
 bool sync_after_launch();
+/// Whether kernels are launched with programmatic dependent launch (PDL: the next kernel
+/// starts while this one drains and waits in griddepcontrol.wait before reading its inputs).
+/// ARBITER_CUDA_PDL=0 turns it off; ARBITER_CUDA_SYNC=1 too. set_pdl overrides (tests).
+bool pdl_enabled();
+void set_pdl(bool on);
 
 }  // namespace arbiter::cuda
 

@@ -56,6 +56,80 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __device__ __forceinline__ int pos_of(const PosRef& p) { return p.dev ? *p.dev : p.host; }
 
+/// Programmatic dependent launch (sm_90). Every kernel of the tier calls griddep_wait()
+/// before it reads anything an earlier kernel wrote (or writes anything an earlier kernel
+/// reads): it returns once the preceding grid has completed and its writes are visible (at
+/// once when the kernel was launched without PDL). griddep_launch() lets the next kernel
+/// start its prologue (weight loads) while this one runs. Only weights, which no kernel
+/// writes, may be read before griddep_wait().
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/// Launches kernel<<<grid, block, smem, s>>>(args...), with the PDL attribute when
+/// pdl_enabled(). The kernel must call griddep_wait() before touching activations.
+template <class... KArgs, class... Args>
+void launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+              Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, KArgs(args)...);  // errors: ARB_LAUNCHED
+}
+
+/// 16-byte row chunks of a warp: lane l holds elements [l V + j 32 V, + V) in chunk j
+/// (zeros past n). The canonical order of the tier's row reductions: a lane sums its chunks
+/// in order, element by element, then the warp's shuffle tree (warp_sum).
+template <class T, int NCH>
+__device__ __forceinline__ void load_chunks(const T* p, int n, int lane, uint4 (&v)[NCH]) {
+  constexpr int V = Vec16<T>::N;
+#pragma unroll
+  for (int j = 0; j < NCH; ++j) {
+    const int k = lane * V + j * 32 * V;
+    v[j] = k < n ? __ldg(reinterpret_cast<const uint4*>(p + k)) : make_uint4(0, 0, 0, 0);
+  }
+}
+/// Sum of squares of a row held in chunks, in the canonical order; the same in every lane.
+template <class T, int NCH>
+__device__ __forceinline__ float chunks_sumsq(const uint4 (&v)[NCH]) {
+  constexpr int V = Vec16<T>::N;
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < NCH; ++j) {
+    const T* e = reinterpret_cast<const T*>(&v[j]);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float f = to_f(e[i]);
+      ss = fmaf(f, f, ss);
+    }
+  }
+  return warp_sum(ss);
+}
+/// 1 / sqrt(mean(x^2) + eps) as every RMSNorm of the tier computes it.
+__device__ __forceinline__ float inv_rms(float sumsq, int n, float eps) {
+  return 1.0f / sqrtf(sumsq / float(n) + eps);
+}
+/// One normalised element, rounded to T: x * inv * w (two products, no fma: the same in
+/// every kernel that normalises).
+template <class T>
+__device__ __forceinline__ T norm_elem(float x, float inv, float w) {
+  return from_f<T>(__fmul_rn(__fmul_rn(x, inv), w));
+}
+
 }  // namespace arbiter::cuda
 
 /// Runs the statement with `T` bound to the element type of the CType value.

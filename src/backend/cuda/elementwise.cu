@@ -54,6 +54,8 @@ __global__ void convert_vector_kernel(SType st, const void* src, int64_t n, floa
 template <class T>
 __global__ void embed_kernel(const T* table, int64_t ld, int64_t D, const int32_t* ids, int T_,
                              T* out) {
+  griddep_wait();
+  griddep_launch();
   const int t = blockIdx.y;
   const T* row = table + int64_t(ids[t]) * ld;
   for (int64_t d = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; d < D;
@@ -67,6 +69,8 @@ __global__ void embed_kernel(const T* table, int64_t ld, int64_t D, const int32_
 // x * rsqrt(...) to the input dtype before the weight multiply; the f64 oracle rounds never).
 template <class T>
 __global__ void rmsnorm_kernel(const T* x, const float* w, int R, int N, float eps, T* out) {
+  griddep_wait();
+  griddep_launch();
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= R) return;
@@ -90,6 +94,8 @@ __global__ void rmsnorm_kernel(const T* x, const float* w, int R, int N, float e
 // load rounds; 256 threads need N/256. Same arithmetic, reduction through shared memory.
 template <class T>
 __global__ void rmsnorm_block_kernel(const T* x, const float* w, int N, float eps, T* out) {
+  griddep_wait();
+  griddep_launch();
   __shared__ float red[32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   const T* xr = x + int64_t(blockIdx.x) * N;
@@ -115,9 +121,20 @@ __global__ void rmsnorm_block_kernel(const T* x, const float* w, int N, float ep
 }
 
 // --- RoPE ---------------------------------------------------------------------------------
+// Rotation of the pair (a, b) by (cos, sin): explicit roundings (no fma contraction), so the
+// unfused kernel and the fused decode kernel compute the same bits.
+__device__ __forceinline__ float rope_a(float xa, float xb, float2 c) {
+  return __fsub_rn(__fmul_rn(xa, c.x), __fmul_rn(xb, c.y));
+}
+__device__ __forceinline__ float rope_b(float xa, float xb, float2 c) {
+  return __fadd_rn(__fmul_rn(xb, c.x), __fmul_rn(xa, c.y));
+}
+
 template <class T>
 __global__ void rope_kernel(T* x, int T_, int nh, int Dh, PosRef pos, const float2* cs,
                             bool adjacent) {
+  griddep_wait();
+  griddep_launch();
   const int half = Dh / 2;
   const int64_t n = int64_t(T_) * nh * half;
   const int pos0 = pos_of(pos);
@@ -130,14 +147,16 @@ __global__ void rope_kernel(T* x, int T_, int nh, int Dh, PosRef pos, const floa
     const int a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
     T* head = x + th * Dh;
     const float xa = to_f(head[a]), xb = to_f(head[b]);
-    head[a] = from_f<T>(xa * c.x - xb * c.y);
-    head[b] = from_f<T>(xb * c.x + xa * c.y);
+    head[a] = from_f<T>(rope_a(xa, xb, c));
+    head[b] = from_f<T>(rope_b(xa, xb, c));
   }
 }
 
 template <class T>
 __global__ void kv_store_kernel(const T* k, const T* v, T* kc, T* vc, int64_t n, PosRef pos,
                                 int kv_dim) {
+  griddep_wait();
+  griddep_launch();
   const int64_t base = int64_t(pos_of(pos)) * kv_dim;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -148,6 +167,8 @@ __global__ void kv_store_kernel(const T* k, const T* v, T* kc, T* vc, int64_t n,
 
 template <class T>
 __global__ void swiglu_kernel(const T* gate, const T* up, int64_t n, T* out) {
+  griddep_wait();
+  griddep_launch();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float g = to_f(gate[i]);
@@ -157,6 +178,8 @@ __global__ void swiglu_kernel(const T* gate, const T* up, int64_t n, T* out) {
 
 template <class T>
 __global__ void add_kernel(T* x, const T* y, int64_t n) {
+  griddep_wait();
+  griddep_launch();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = from_f<T>(to_f(x[i]) + to_f(y[i]));
@@ -164,10 +187,122 @@ __global__ void add_kernel(T* x, const T* y, int64_t n) {
 
 template <class TO>
 __global__ void bias_out_kernel(const float* acc, const float* bias, int T_, int N, TO* out) {
+  griddep_wait();
+  griddep_launch();
   const int64_t n = int64_t(T_) * N;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = from_f<TO>(acc[i] + bias[i % N]);
+}
+
+
+// --- RMSNorm in the canonical chunk order ----------------------------------------------------
+// One warp per row, the row in 16-byte chunks (load_chunks): the same sum of squares, in the
+// same order, as the fused norm + GEMV of gemv.cu and the fused q/k norm below, so the
+// op-by-op path (taken when a stage hook reads intermediates) gives the same bits.
+// Each lane reads all its chunks before the shuffles and writes only its own: out may alias x.
+template <class T, int NCH>
+__global__ void rmsnorm_vec_kernel(const T* x, const float* w, int R, int N, float eps, T* out) {
+  constexpr int V = Vec16<T>::N;
+  griddep_wait();
+  griddep_launch();
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= R) return;
+  uint4 v[NCH];
+  load_chunks<T, NCH>(x + int64_t(row) * N, N, lane, v);
+  const float inv = inv_rms(chunks_sumsq<T, NCH>(v), N, eps);
+#pragma unroll
+  for (int j = 0; j < NCH; ++j) {
+    const int k = lane * V + j * 32 * V;
+    if (k >= N) continue;
+    T* e = reinterpret_cast<T*>(&v[j]);
+#pragma unroll
+    for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, w[k + i]);
+    *reinterpret_cast<uint4*>(out + int64_t(row) * N + k) = v[j];
+  }
+}
+
+int vec_nch(CType ct, int N) {
+  const int V = int(16 / ctype_size(ct));
+  if (N <= 0 || N % V != 0) return 0;
+  const int n = (N + 32 * V - 1) / (32 * V);
+  return n <= 1 ? 1 : n <= 4 ? 4 : n <= 8 ? 8 : n <= 12 ? 12 : n <= 16 ? 16 : 0;
+}
+
+// --- fused decode q/k norm + RoPE + KV store ----------------------------------------------
+// One warp per head (q heads, then k heads): RMSNorm in the canonical chunk order, the
+// normalised values rounded to T (as the op-by-op norm stores them) and staged in shared
+// memory, then RoPE of each pair as rope_kernel computes it, written back in place (and k
+// also to the cache row). v is copied to its cache row by the grid.
+constexpr int kQkWarps = 8;
+
+template <class T, int NCH>
+__global__ void __launch_bounds__(kQkWarps * 32) qk_rope_store_kernel(QkRopeArgs a) {
+  constexpr int V = Vec16<T>::N;
+  extern __shared__ float qk_smem[];
+  griddep_wait();
+  griddep_launch();
+  const int lane = threadIdx.x % 32, wib = threadIdx.x / 32;
+  const int head = blockIdx.x * kQkWarps + wib;
+  const int Dh = a.Dh, half = Dh / 2, kv_dim = a.Hkv * Dh;
+  const int pos = pos_of(a.pos);
+  // v -> v cache
+  const T* v = static_cast<const T*>(a.v);
+  T* vc = static_cast<T*>(a.v_cache) + int64_t(pos) * kv_dim;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kv_dim; i += gridDim.x * blockDim.x)
+    vc[i] = v[i];
+  if (head >= a.H + a.Hkv) return;
+  const bool is_q = head < a.H;
+  T* x = is_q ? static_cast<T*>(a.q) + int64_t(head) * Dh
+              : static_cast<T*>(a.k) + int64_t(head - a.H) * Dh;
+  const float* nw = is_q ? a.qn : a.kn;
+  float* sm = qk_smem + wib * Dh;
+  uint4 c[NCH];
+  load_chunks<T, NCH>(x, Dh, lane, c);
+  const float inv = nw ? inv_rms(chunks_sumsq<T, NCH>(c), Dh, a.eps) : 1.f;
+#pragma unroll
+  for (int j = 0; j < NCH; ++j) {
+    const int k = lane * V + j * 32 * V;
+    if (k >= Dh) continue;
+    const T* e = reinterpret_cast<const T*>(&c[j]);
+#pragma unroll
+    for (int i = 0; i < V; ++i) sm[k + i] = nw ? to_f(norm_elem<T>(to_f(e[i]), inv, nw[k + i])) : to_f(e[i]);
+  }
+  __syncwarp();
+  T* kc = is_q ? nullptr
+               : static_cast<T*>(a.k_cache) + int64_t(pos) * kv_dim + int64_t(head - a.H) * Dh;
+  for (int i = lane; i < half; i += 32) {
+    const float2 cs = a.cs[int64_t(pos) * half + i];
+    const int ia = a.adjacent ? 2 * i : i, ib = a.adjacent ? 2 * i + 1 : i + half;
+    const float xa = sm[ia], xb = sm[ib];
+    const T ya = from_f<T>(rope_a(xa, xb, cs)), yb = from_f<T>(rope_b(xa, xb, cs));
+    x[ia] = ya;
+    x[ib] = yb;
+    if (kc) {
+      kc[ia] = ya;
+      kc[ib] = yb;
+    }
+  }
+}
+
+// --- bandwidth probe ----------------------------------------------------------------------
+__global__ void read_probe_kernel(const uint4* src, size_t n16, unsigned* sink) {
+  griddep_wait();
+  unsigned acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    const uint4 a = __ldcs(src + i), b = __ldcs(src + i + stride), c = __ldcs(src + i + 2 * stride),
+                d = __ldcs(src + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 a = __ldcs(src + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  if (threadIdx.x % 32 == 0 && acc == 0x9e3779b9u) sink[blockIdx.x] = acc;  // keeps the loads
 }
 
 }  // namespace
@@ -189,33 +324,70 @@ void launch_embed(CType ct, const void* table, int64_t ld, int64_t D, const int3
                   void* out, cudaStream_t s) {
   dim3 grid(unsigned((D + kThreads - 1) / kThreads), unsigned(T));
   ARB_DISPATCH_CTYPE(ct, E,
-                     embed_kernel<E><<<grid, kThreads, 0, s>>>(static_cast<const E*>(table), ld,
-                                                               D, ids, T, static_cast<E*>(out)));
+                     launch_k(embed_kernel<E>, grid, dim3(kThreads), 0, s,
+                              static_cast<const E*>(table), ld, D, ids, T, static_cast<E*>(out)));
   ARB_LAUNCHED("embed_kernel", s);
 }
 
 void launch_rmsnorm(CType ct, const void* x, const float* w, int R, int N, float eps, void* out,
                     cudaStream_t s) {
   const int rows_per_block = kThreads / 32;
-  if (N >= 512) {
+  const int nch = vec_nch(ct, N);
+  const dim3 g((R + rows_per_block - 1) / rows_per_block), b(kThreads);
+  if (nch != 0) {
+    ARB_DISPATCH_CTYPE(ct, T, {
+      const T* xp = static_cast<const T*>(x);
+      T* op = static_cast<T*>(out);
+      switch (nch) {
+        case 1: launch_k(rmsnorm_vec_kernel<T, 1>, g, b, 0, s, xp, w, R, N, eps, op); break;
+        case 4: launch_k(rmsnorm_vec_kernel<T, 4>, g, b, 0, s, xp, w, R, N, eps, op); break;
+        case 8: launch_k(rmsnorm_vec_kernel<T, 8>, g, b, 0, s, xp, w, R, N, eps, op); break;
+        case 12: launch_k(rmsnorm_vec_kernel<T, 12>, g, b, 0, s, xp, w, R, N, eps, op); break;
+        default: launch_k(rmsnorm_vec_kernel<T, 16>, g, b, 0, s, xp, w, R, N, eps, op); break;
+      }
+    });
+  } else if (N >= 512) {
     ARB_DISPATCH_CTYPE(ct, T,
-                       rmsnorm_block_kernel<T><<<R, kThreads, 0, s>>>(
-                           static_cast<const T*>(x), w, N, eps, static_cast<T*>(out)));
+                       launch_k(rmsnorm_block_kernel<T>, dim3(R), dim3(kThreads), 0, s,
+                                static_cast<const T*>(x), w, N, eps, static_cast<T*>(out)));
   } else {
     ARB_DISPATCH_CTYPE(ct, T,
-                       rmsnorm_kernel<T><<<(R + rows_per_block - 1) / rows_per_block, kThreads,
-                                           0, s>>>(static_cast<const T*>(x), w, R, N, eps,
-                                                   static_cast<T*>(out)));
+                       launch_k(rmsnorm_kernel<T>, g, b, 0, s, static_cast<const T*>(x), w, R, N,
+                                eps, static_cast<T*>(out)));
   }
   ARB_LAUNCHED("rmsnorm_kernel", s);
+}
+
+bool qk_rope_fusable(CType ct, int Dh) {
+  const int V = int(16 / ctype_size(ct));
+  return Dh > 0 && Dh % 2 == 0 && Dh % V == 0 && Dh <= 64 * V && Dh <= kMaxHeadDim;
+}
+
+void launch_qk_rope_store(CType ct, const QkRopeArgs& a, cudaStream_t s) {
+  const int V = int(16 / ctype_size(ct));
+  const int nch = a.Dh <= 32 * V ? 1 : 2;
+  const int heads = a.H + a.Hkv;
+  const dim3 g((heads + kQkWarps - 1) / kQkWarps), b(kQkWarps * 32);
+  const size_t smem = sizeof(float) * kQkWarps * size_t(a.Dh);
+  ARB_DISPATCH_CTYPE(ct, T, {
+    if (nch == 1) launch_k(qk_rope_store_kernel<T, 1>, g, b, smem, s, a);
+    else launch_k(qk_rope_store_kernel<T, 2>, g, b, smem, s, a);
+  });
+  ARB_LAUNCHED("qk_rope_store_kernel", s);
+}
+
+void launch_read_probe(const void* src, size_t n, unsigned* sink, int sm_count, cudaStream_t s) {
+  launch_k(read_probe_kernel, dim3(4 * sm_count), dim3(512), 0, s, static_cast<const uint4*>(src),
+           n / 16, sink);
+  ARB_LAUNCHED("read_probe_kernel", s);
 }
 
 void launch_rope(CType ct, void* x, int T, int nh, int Dh, PosRef pos, const float2* cs,
                  bool adjacent, cudaStream_t s) {
   const int64_t n = int64_t(T) * nh * (Dh / 2);
   ARB_DISPATCH_CTYPE(ct, E,
-                     rope_kernel<E><<<blocks_for(n), kThreads, 0, s>>>(
-                         static_cast<E*>(x), T, nh, Dh, pos, cs, adjacent));
+                     launch_k(rope_kernel<E>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
+                              static_cast<E*>(x), T, nh, Dh, pos, cs, adjacent));
   ARB_LAUNCHED("rope_kernel", s);
 }
 
@@ -223,33 +395,33 @@ void launch_kv_store(CType ct, const void* k, const void* v, void* k_cache, void
                      PosRef pos, int kv_dim, cudaStream_t s) {
   const int64_t n = int64_t(T) * kv_dim;
   ARB_DISPATCH_CTYPE(ct, E,
-                     kv_store_kernel<E><<<blocks_for(n), kThreads, 0, s>>>(
-                         static_cast<const E*>(k), static_cast<const E*>(v),
-                         static_cast<E*>(k_cache), static_cast<E*>(v_cache), n, pos, kv_dim));
+                     launch_k(kv_store_kernel<E>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
+                              static_cast<const E*>(k), static_cast<const E*>(v),
+                              static_cast<E*>(k_cache), static_cast<E*>(v_cache), n, pos, kv_dim));
   ARB_LAUNCHED("kv_store_kernel", s);
 }
 
 void launch_swiglu(CType ct, const void* gate, const void* up, int64_t n, void* out,
                    cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ct, T,
-                     swiglu_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(
-                         static_cast<const T*>(gate), static_cast<const T*>(up), n,
-                         static_cast<T*>(out)));
+                     launch_k(swiglu_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
+                              static_cast<const T*>(gate), static_cast<const T*>(up), n,
+                              static_cast<T*>(out)));
   ARB_LAUNCHED("swiglu_kernel", s);
 }
 
 void launch_add(CType ct, void* x, const void* y, int64_t n, cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ct, T,
-                     add_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(
-                         static_cast<T*>(x), static_cast<const T*>(y), n));
+                     launch_k(add_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
+                              static_cast<T*>(x), static_cast<const T*>(y), n));
   ARB_LAUNCHED("add_kernel", s);
 }
 
 void launch_bias_out(const float* acc, const float* bias, int T, int N, CType ot, void* out,
                      cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ot, TO,
-                     bias_out_kernel<TO><<<blocks_for(int64_t(T) * N), kThreads, 0, s>>>(
-                         acc, bias, T, N, static_cast<TO*>(out)));
+                     launch_k(bias_out_kernel<TO>, dim3(blocks_for(int64_t(T) * N)), dim3(kThreads),
+                              0, s, acc, bias, T, N, static_cast<TO*>(out)));
   ARB_LAUNCHED("bias_out_kernel", s);
 }
 

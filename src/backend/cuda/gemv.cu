@@ -1,10 +1,21 @@
-// Matrix-vector product for single-token forwards (T == 1, the decode step): out = W @ x.
-// Memory-bound: every weight byte is read once. One warp per output row, each lane loading
-// 16 bytes of the row per step, four steps in flight, f32 accumulation, then a fixed
-// shuffle tree (deterministic). x is read through the read-only cache (it is tiny and shared
-// by all rows). Rows are padded at upload to a 16-byte stride, so every row start is aligned;
-// the K % (16 / sizeof(T)) tail is handled element by element.
+// Matrix-vector products for single-token forwards (T == 1, the decode step): out = W @ x,
+// plus the fused forms the decode step uses (RMSNorm folded in front, SwiGLU or a residual
+// add folded behind). Memory-bound: every weight byte is read once.
+//
+// Register kernel (rows of K <= 16 x 32 x V elements, K % V == 0, V = 16 / sizeof(T)): one
+// warp per output row (grid-stride over rows when there are more rows than resident warps);
+// each lane loads its NCH 16-byte chunks of the row (all of them at once: the whole row is
+// in flight) BEFORE griddep_wait(), i.e. while the previous kernel still runs under
+// programmatic dependent launch; then it reads x (normalising it first in the fused-norm
+// forms), multiplies in f32 and reduces in a fixed order (chunk j into accumulator j % 4,
+// then (a0 + a1) + (a2 + a3), then the warp's shuffle tree): deterministic, and the same
+// arithmetic in the fused and the unfused forms, so a fused decode step is byte-identical to
+// the same step run op by op (tests/cuda). Other shapes use the loop kernel (4 x 16-byte
+// loads in flight per lane), and the fused forms fall back to the op-by-op composition.
 #include "backend/cuda/device_common.cuh"
+#include <algorithm>
+
+#include "core/error.h"
 
 namespace arbiter::cuda {
 
@@ -12,12 +23,111 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
+int chunks_for(CType ct, int K) {
+  const int step = 32 * int(16 / ctype_size(ct));
+  return (K + step - 1) / step;
+}
+/// NCH instantiated for the register kernel (a row's chunk count is rounded up to one).
+int reg_nch(int n) { return n <= 1 ? 1 : n <= 4 ? 4 : n <= 8 ? 8 : n <= 12 ? 12 : n <= 16 ? 16 : 0; }
+
+template <class T, int NCH>
+__device__ __forceinline__ float dot_chunks(const uint4 (&w)[NCH], const uint4 (&x)[NCH]) {
+  constexpr int V = Vec16<T>::N;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < NCH; ++j) {
+    const T* we = reinterpret_cast<const T*>(&w[j]);
+    const T* xe = reinterpret_cast<const T*>(&x[j]);
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[j % 4] = fmaf(to_f(we[i]), to_f(xe[i]), acc[j % 4]);
+  }
+  return warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+template <class T>
+__device__ __forceinline__ void store_out(void* out, int out_f32, int row, float v) {
+  if (out_f32) static_cast<float*>(out)[row] = v;
+  else static_cast<T*>(out)[row] = from_f<T>(v);
+}
+
+template <class T, int NCH, int MODE>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_reg_kernel(GemvArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int stride = gridDim.x * kWarpsPerBlock;
+  int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  // Segment of a row (the fused q/k/v projection stacks up to three matrices).
+  auto locate = [&](int r, int& si, int& rr) {
+    si = 0;
+    rr = r;
+    while (si + 1 < a.n_seg && rr >= a.seg[si].rows) rr -= a.seg[si++].rows;
+  };
+  uint4 w[NCH], w2[NCH];
+  int si = 0, rr = 0;
+  if (row < a.N) {
+    locate(row, si, rr);
+    const GemvSeg& g = a.seg[si];
+    load_chunks<T, NCH>(static_cast<const T*>(g.W) + int64_t(rr) * g.ld, a.K, lane, w);
+    if (MODE == kGemvNormSwiglu)
+      load_chunks<T, NCH>(static_cast<const T*>(a.seg[1].W) + int64_t(rr) * a.seg[1].ld, a.K,
+                          lane, w2);
+  }
+  griddep_wait();
+  griddep_launch();
+  // x in chunks, normalised (and rounded to T, as the op-by-op RMSNorm stores it) when fused.
+  uint4 x[NCH];
+  load_chunks<T, NCH>(static_cast<const T*>(a.x), a.K, lane, x);
+  if (MODE == kGemvNorm || MODE == kGemvNormSwiglu) {
+    constexpr int V = Vec16<T>::N;
+    const float inv = inv_rms(chunks_sumsq<T, NCH>(x), a.K, a.eps);
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+      const int k = lane * V + j * 32 * V;
+      T* e = reinterpret_cast<T*>(&x[j]);
+      if (k < a.K) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, a.norm_w[k + i]);
+      }
+    }
+  }
+  while (row < a.N) {
+    const GemvSeg& g = a.seg[si];
+    const float acc = dot_chunks<T, NCH>(w, x);
+    if (MODE == kGemvNormSwiglu) {
+      // act = silu(gate) * up with gate and up rounded to T first, as the op-by-op path does.
+      const float gu = dot_chunks<T, NCH>(w2, x);
+      if (lane == 0) {
+        const float gt = to_f(from_f<T>(acc)), up = to_f(from_f<T>(gu));
+        static_cast<T*>(a.res)[rr] = from_f<T>(gt / (1.0f + expf(-gt)) * up);
+      }
+    } else if (MODE == kGemvAdd) {
+      if (lane == 0) {
+        T* res = static_cast<T*>(a.res);
+        res[rr] = from_f<T>(to_f(res[rr]) + to_f(from_f<T>(acc)));
+      }
+    } else if (lane == 0) {
+      store_out<T>(g.out, g.out_f32, rr, g.bias ? acc + g.bias[rr] : acc);
+    }
+    row += stride;
+    if (row >= a.N) break;
+    locate(row, si, rr);
+    const GemvSeg& h = a.seg[si];
+    load_chunks<T, NCH>(static_cast<const T*>(h.W) + int64_t(rr) * h.ld, a.K, lane, w);
+    if (MODE == kGemvNormSwiglu)
+      load_chunks<T, NCH>(static_cast<const T*>(a.seg[1].W) + int64_t(rr) * a.seg[1].ld, a.K,
+                          lane, w2);
+  }
+}
+
+// Loop kernel for long or odd rows (unfused only): 4 x 16-byte loads in flight per lane,
+// the K % V tail element by element.
 template <class T, class TO>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ W, int64_t ld,
                 const float* __restrict__ bias, int N, int K, TO* __restrict__ out) {
   constexpr int V = Vec16<T>::N;
   constexpr int kStep = 32 * V;  // elements one warp covers per 16-byte load
+  griddep_wait();
+  griddep_launch();
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -56,24 +166,71 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 template <class T>
-void gemv_out(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
-              CType ot, void* out, cudaStream_t s) {
+void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
+               CType ot, void* out, cudaStream_t s) {
   const int blocks = (N + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (ot == CType::F32)
-    gemv_kernel<T, float><<<blocks, kWarpsPerBlock * 32, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
-        static_cast<float*>(out));
+    launch_k(gemv_kernel<T, float>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
+             static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
+             static_cast<float*>(out));
   else
-    gemv_kernel<T, T><<<blocks, kWarpsPerBlock * 32, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
-        static_cast<T*>(out));
+    launch_k(gemv_kernel<T, T>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
+             static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
+             static_cast<T*>(out));
+}
+
+template <class T, int MODE>
+void gemv_reg_mode(const GemvArgs& a, int nch, int max_blocks, cudaStream_t s) {
+  const int blocks = std::max(1, std::min((a.N + kWarpsPerBlock - 1) / kWarpsPerBlock, max_blocks));
+  const dim3 g(blocks), b(kWarpsPerBlock * 32);
+  switch (nch) {
+    case 1: launch_k(gemv_reg_kernel<T, 1, MODE>, g, b, 0, s, a); break;
+    case 4: launch_k(gemv_reg_kernel<T, 4, MODE>, g, b, 0, s, a); break;
+    case 8: launch_k(gemv_reg_kernel<T, 8, MODE>, g, b, 0, s, a); break;
+    case 12: launch_k(gemv_reg_kernel<T, 12, MODE>, g, b, 0, s, a); break;
+    default: launch_k(gemv_reg_kernel<T, 16, MODE>, g, b, 0, s, a); break;
+  }
+}
+
+template <class T>
+void gemv_reg(const GemvArgs& a, int mode, int nch, int max_blocks, cudaStream_t s) {
+  switch (mode) {
+    case kGemvPlain: gemv_reg_mode<T, kGemvPlain>(a, nch, max_blocks, s); break;
+    case kGemvNorm: gemv_reg_mode<T, kGemvNorm>(a, nch, max_blocks, s); break;
+    case kGemvNormSwiglu: gemv_reg_mode<T, kGemvNormSwiglu>(a, nch, max_blocks, s); break;
+    default: gemv_reg_mode<T, kGemvAdd>(a, nch, max_blocks, s); break;
+  }
 }
 
 }  // namespace
 
+bool gemv_fusable(CType ct, int K) {
+  const int V = int(16 / ctype_size(ct));
+  return K > 0 && K % V == 0 && reg_nch(chunks_for(ct, K)) != 0;
+}
+
+void launch_gemv_fused(CType ct, int mode, const GemvArgs& a, int sm_count, cudaStream_t s) {
+  const int nch = reg_nch(chunks_for(ct, a.K));
+  ARB_CHECK(gemv_fusable(ct, a.K), "[cuda] fused gemv: rows of %d elements", a.K);
+  // Enough blocks for every row up to 8 resident blocks per SM; more rows loop.
+  ARB_DISPATCH_CTYPE(ct, T, gemv_reg<T>(a, mode, nch, 8 * sm_count, s));
+  ARB_LAUNCHED("gemv_reg_kernel", s);
+}
+
 void launch_gemv(CType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
-                 int K, CType ot, void* out, cudaStream_t s) {
-  ARB_DISPATCH_CTYPE(ct, T, gemv_out<T>(x, W, ld, bias, N, K, ot, out, s));
+                 int K, CType ot, void* out, int sm_count, cudaStream_t s) {
+  if (gemv_fusable(ct, K)) {
+    GemvArgs a;
+    a.x = x;
+    a.K = K;
+    a.N = N;
+    a.n_seg = 1;
+    a.seg[0] = GemvSeg{W, ld, bias, out, N, ot == CType::F32 && ct != CType::F32 ? 1 : 0};
+    if (ct == CType::F32) a.seg[0].out_f32 = 1;
+    launch_gemv_fused(ct, kGemvPlain, a, sm_count, s);
+    return;
+  }
+  ARB_DISPATCH_CTYPE(ct, T, gemv_loop<T>(x, W, ld, bias, N, K, ot, out, s));
   ARB_LAUNCHED("gemv_kernel", s);
 }
 

@@ -59,9 +59,64 @@ void launch_bias_out(const float* acc, const float* bias, int T, int N, CType ot
 
 // --- matrix-vector (T == 1) ---------------------------------------------------------------
 /// out[N] (type ot) = W[N, K] (row stride ld, 16-byte aligned rows) @ x[K] (+ bias[N]).
-/// One warp per row, 16-byte loads, f32 accumulation.
+/// One warp per row, 16-byte loads, f32 accumulation (gemv.cu).
 void launch_gemv(CType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
-                 int K, CType ot, void* out, cudaStream_t s);
+                 int K, CType ot, void* out, int sm_count, cudaStream_t s);
+
+/// One matrix of a fused GEMV: rows [0, rows) of W (row stride ld) into out (f32 when
+/// out_f32, else the compute type), + bias (f32, may be null).
+struct GemvSeg {
+  const void* W = nullptr;
+  int64_t ld = 0;
+  const float* bias = nullptr;
+  void* out = nullptr;
+  int rows = 0;
+  int out_f32 = 0;
+};
+/// Fused GEMV forms (launch_gemv_fused's mode):
+///   kGemvPlain       seg[i].out = W_i @ x (rows of the segments stacked)
+///   kGemvNorm        seg[i].out = W_i @ rmsnorm(x; norm_w, eps) (xn rounded to the compute type)
+///   kGemvNormSwiglu  res = silu(W_0 @ xn) * (W_1 @ xn), xn = rmsnorm(x); N rows of each
+///   kGemvAdd         res += W_0 @ x (the product rounded, then the add rounded)
+enum GemvMode : int { kGemvPlain = 0, kGemvNorm = 1, kGemvNormSwiglu = 2, kGemvAdd = 3 };
+struct GemvArgs {
+  const void* x = nullptr;
+  const float* norm_w = nullptr;
+  float eps = 0.f;
+  int K = 0;
+  int N = 0;  // rows (sum over segments; kGemvNormSwiglu: rows of one matrix)
+  int n_seg = 1;
+  GemvSeg seg[3];
+  void* res = nullptr;
+};
+/// Whether the register GEMV (and so the fused forms) takes rows of K elements.
+bool gemv_fusable(CType ct, int K);
+void launch_gemv_fused(CType ct, int mode, const GemvArgs& a, int sm_count, cudaStream_t s);
+
+/// Decode-step (T == 1) q/k RMSNorm (when qn/kn are non-null), RoPE of q [H, Dh] and
+/// k [Hkv, Dh] in place, and the store of k and v [Hkv * Dh] at row pos of the caches: the
+/// same arithmetic as rmsnorm + rope + kv_store one by one (elementwise.cu).
+struct QkRopeArgs {
+  void* q = nullptr;
+  void* k = nullptr;
+  const void* v = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const float* qn = nullptr;
+  const float* kn = nullptr;
+  float eps = 0.f;
+  int H = 0, Hkv = 0, Dh = 0;
+  bool adjacent = false;
+  const float2* cs = nullptr;
+  PosRef pos;
+};
+/// Whether launch_qk_rope_store takes heads of Dh elements.
+bool qk_rope_fusable(CType ct, int Dh);
+void launch_qk_rope_store(CType ct, const QkRopeArgs& a, cudaStream_t s);
+
+/// Device read bandwidth probe: reads n bytes (a multiple of 16) of src with 16-byte loads
+/// and writes one word per block into sink. For bench's decode limit.
+void launch_read_probe(const void* src, size_t n, unsigned* sink, int sm_count, cudaStream_t s);
 
 // --- attention ----------------------------------------------------------------------------
 struct AttnArgs {

@@ -1,0 +1,113 @@
+// The CUDA tier's fused decode ops (norm + GEMV, q/k norm + RoPE + KV store, GEMV + residual
+// add, programmatic dependent launch) against its own op-by-op path: a decode with the fused
+// kernels must give the bits of the same decode run op by op (the path taken when a stage
+// hook reads intermediates), on models that exercise every fused form (llama; qwen2 with
+// q/k/v biases; qwen3 with q/k norms), in every dtype. Also: the device read-bandwidth probe
+// bench uses, and `arbiter bench --shapes` on cuda (it once crashed after the pp/tg runs:
+// a stale build whose bench.cpp and cmd_bench.cpp disagreed on BenchTrace). SKIP without GPU.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "cuda/cuda_test_util.h"
+#include "engine/session.h"
+#include "model/model.h"
+#if ARBITER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace arbiter::test {
+namespace {
+
+int argmax_of(const std::vector<double>& v) {
+  int b = 0;
+  for (int i = 1; i < int(v.size()); ++i)
+    if (v[i] > v[b]) b = i;
+  return b;
+}
+
+/// Logits after a prefill of the prompt and each of n greedy decode steps, as raw doubles.
+std::vector<double> decode_logits(const Model& m, Backend& be, const std::vector<int32_t>& prompt, int n) {
+  Session s(m, be, int(prompt.size()) + n + 1);
+  s.forward(prompt);
+  std::vector<double> all;
+  for (int i = 0; i <= n; ++i) {
+    std::vector<double> row = s.logits(s.last_T() - 1);
+    all.insert(all.end(), row.begin(), row.end());
+    if (i < n) s.forward({argmax_of(row)});
+  }
+  return all;
+}
+
+std::string model_dir(const std::string& rel) {
+  const std::string p = source_path(rel);
+  return std::filesystem::exists(p) ? p : "";
+}
+
+TEST(CudaFused, DecodeEqualsOpByOpPath) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+#if ARBITER_HAVE_CUDA
+  const char* models[] = {"models/TinyStories-656K", "tests/fixtures/models/tiny-qwen2",
+                          "tests/fixtures/models/tiny-qwen3"};
+  int compared = 0;
+  for (const char* rel : models) {
+    const std::string path = model_dir(rel);
+    if (path.empty()) continue;
+    auto m = load_model(path);
+    const int V = m->config.vocab;
+    const std::vector<int32_t> prompt = {1 % V, 80 % V, 147 % V, 201 % V, 57 % V};
+    for (const char* dt : {"bf16", "f16", "f32"}) {
+      SCOPED_TRACE(std::string(rel) + " " + dt);
+      auto a = make_cuda_backend(0, dt), b = make_cuda_backend(0, dt);
+      const auto ta = decode_logits(*m, *a, prompt, 24);
+      EXPECT_GT(a->stats().calls().count("rmsnorm_matmul"), 0u) << "fused ops did not run";
+      EXPECT_GT(a->stats().calls().count("qk_rope_store"), 0u);
+      EXPECT_GT(a->stats().calls().count("matmul_add"), 0u);
+      EXPECT_GT(a->stats().calls().count("rmsnorm_swiglu"), 0u);
+      CudaTuning t = cuda_tuning(*b);
+      t.fused = false;
+      t.pdl = false;
+      cuda_set_tuning(*b, t);
+      const auto tb = decode_logits(*m, *b, prompt, 24);
+      t.pdl = true;
+      cuda_set_tuning(*b, t);  // PDL is process-wide: restore it
+      EXPECT_EQ(b->stats().calls().count("rmsnorm_matmul"), 0u);
+      ASSERT_EQ(ta.size(), tb.size());
+      size_t first = ta.size();
+      for (size_t i = 0; i < ta.size() && first == ta.size(); ++i)
+        if (std::memcmp(&ta[i], &tb[i], sizeof(double)) != 0) first = i;
+      EXPECT_EQ(first, ta.size()) << "fused decode differs from op-by-op at logit " << first
+                                  << ": " << (first < ta.size() ? ta[first] : 0.0) << " vs "
+                                  << (first < tb.size() ? tb[first] : 0.0);
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 3) << "no shipped model found";
+#endif
+}
+
+TEST(CudaProbe, ReadBandwidthIsPositive) {
+  ARB_CUDA_OR_SKIP(cu, "bf16");
+  const std::vector<double> bw = cu->read_bandwidth_gbs(2);
+  ASSERT_EQ(bw.size(), 2u);
+  for (double g : bw) {
+    EXPECT_GT(g, 100.0);     // any GPU of this decade
+    EXPECT_LT(g, 100000.0);  // and no timer artefact
+  }
+  std::printf("BENCH read probe %.1f %.1f GB/s\n", bw[0], bw[1]);
+}
+
+TEST(CudaCli, BenchWithTraceShapes) {
+  ARB_CUDA_OR_SKIP(cu, "bf16");
+  const std::string model = model_dir("models/TinyStories-656K");
+  if (model.empty()) GTEST_SKIP() << "model not shipped: TinyStories-656K";
+  auto r = run_cli("bench -m " + model + " --device cuda --dtype bf16 -p 16 -n 8 -r 1 --shapes w256,w8ctx1536 --corpus " +
+                   source_path("models/corpus/stories.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| trace w256"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| trace w8ctx1536"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("device read probe"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace arbiter::test
