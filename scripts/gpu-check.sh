@@ -62,6 +62,8 @@ if [ -n "${ARBITER_PREBUILT:-}" ]; then
   export LD_LIBRARY_PATH="$PWD/$ARBITER_PREBUILT:$LD_LIBRARY_PATH"
   # The test binary finds models/ under the source dir it was built in (/work/main here).
   if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+  # CLI tests run the arbiter binary at the build path compiled into the test binary.
+  if [ ! -x build-cuda/src/arbiter ]; then mkdir -p build-cuda/src && cp "$CLI" build-cuda/src/arbiter; fi
   row "build" "prebuilt binaries from $ARBITER_PREBUILT"
 fi
 if [ -z "$TEST" ] || [ ! -x "$TEST" ]; then
@@ -128,7 +130,9 @@ if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
       timeout 60 "$CLI" synth --preset "$preset" --dtype bf16 -o /tmp/synth-"$preset" --force \
         >"$OUT/cli-bench.log" 2>&1
       for dt in bf16 f32; do
-        timeout 150 "$CLI" bench -m /tmp/synth-"$preset" --device cuda --dtype $dt --stats \
+        shapes=""
+        [ $dt = bf16 ] && shapes="--shapes w256 --corpus models/corpus/stories.txt"
+        timeout 150 "$CLI" bench -m /tmp/synth-"$preset" --device cuda --dtype $dt --stats $shapes \
           >>"$OUT/cli-bench.log" 2>&1
         row "arbiter bench $preset cuda $dt" "rc=$?"
       done

@@ -17,9 +17,10 @@
 //       causal attention 4 H Dh ctx per layer) / measured matmul peak.
 //   CPU tiers (cpu, ref): bandwidth = multi-threaded streaming read of a 1 GiB buffer
 //       with transparent huge pages; peak = OpenBLAS sgemm 2048^3 on the same threads.
-//   Other tiers (cuda): bandwidth = the tier's own add op over large buffers (reads 2,
-//       writes 1: a lower bound of the device's bandwidth); peak = the tier's own matmul
-//       on the model's weight shapes at M = P tokens.
+//   Other tiers (cuda): bandwidth = the tier's device read probe (Backend::read_bandwidth_gbs:
+//       a 2 GiB streaming read timed with device events), or, for a tier without one, its
+//       add op over large buffers (reads 2, writes 1: a lower bound); peak = the tier's own
+//       matmul on the model's weight shapes at M = P tokens.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -153,6 +153,23 @@ TEST(BenchCli, TextTableAndTraceShapes) {
   expect_positive(jf["tg"]["tok_s"]["median"], "tg median (json-out)");
 }
 
+// The text table with trace rows, one of them a shape the corpus is too short for (its row
+// carries the error). A stale build once crashed printing these rows after the pp/tg runs.
+TEST(BenchCli, TextTableWithTraceRowsAndAnError) {
+  const std::string model = stories260k();
+  if (model.empty()) GTEST_SKIP() << "models/stories260K/stories260K.gguf is absent";
+  std::string text;
+  for (int i = 0; i < 60; ++i)
+    text += "Once upon a time, a little girl named Lily found a shiny stone in the park. She was happy. ";
+  const std::string corpus = test::temp_dir("bench-corpus") + "/corpus.txt";
+  test::write_file(corpus, text);
+  auto r = test::run_cli("bench -m " + model + " -p 8 -n 4 -r 1 --no-probes --shapes w256,w8ctx1536 --corpus " + corpus);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| trace w256     |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| trace w8ctx1536 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pos/s"), std::string::npos) << r.out;
+}
+
 TEST(BenchCli, RefusesBadArguments) {
   const std::string model = stories260k();
   if (model.empty()) GTEST_SKIP() << "models/stories260K/stories260K.gguf is absent";
