@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace arbiter::verify {
@@ -28,19 +30,24 @@ std::string line_value(const std::string& path, const std::string& key, char sep
 
 }  // namespace
 
+std::string nvidia_driver_version(const std::string& nvrm) {
+  std::istringstream in(nvrm);
+  for (std::string w; in >> w;)
+    if (w.find('.') != std::string::npos && std::isdigit((unsigned char)w[0]) &&
+        w.find_first_not_of("0123456789.") == std::string::npos)
+      return w;
+  return "";
+}
+
 std::vector<std::pair<std::string, std::string>> host_header_lines() {
   std::vector<std::pair<std::string, std::string>> out;
   char hn[256] = {0};
   out.emplace_back("host", ::gethostname(hn, sizeof hn - 1) == 0 && hn[0] ? clean(hn) : "unknown");
   std::string cpu = line_value("/proc/cpuinfo", "model name", ':');
   out.emplace_back("cpu", cpu.empty() ? "unknown" : cpu);
-  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..." -> the version.
-  std::string nv = line_value("/proc/driver/nvidia/version", "NVRM version", ':');
-  if (!nv.empty()) {
-    size_t at = nv.find("Module");
-    std::string rest = at == std::string::npos ? nv : clean(nv.substr(at + 6));
-    out.emplace_back("driver", "nvidia-" + rest.substr(0, rest.find(' ')));
-  }
+  std::string nv =
+      nvidia_driver_version(line_value("/proc/driver/nvidia/version", "NVRM version", ':'));
+  if (!nv.empty()) out.emplace_back("driver", "nvidia-" + nv);
   return out;
 }
 

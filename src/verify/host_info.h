@@ -12,4 +12,9 @@ namespace arbiter::verify {
 /// module version} when /proc/driver/nvidia/version exists. Values never hold a TAB.
 std::vector<std::pair<std::string, std::string>> host_header_lines();
 
+/// The driver version in the text after "NVRM version:" of /proc/driver/nvidia/version
+/// ("NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..." -> "580.159.04"):
+/// the first word made of digits and dots. "" when there is none.
+std::string nvidia_driver_version(const std::string& nvrm);
+
 }  // namespace arbiter::verify

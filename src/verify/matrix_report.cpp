@@ -736,6 +736,13 @@ void Reporter::section_like_for_like(Doc& d) {
     for (const auto& [op, p] : m) ops.insert(op);
   std::vector<std::string> findings;
   const std::string& R = spec_.reference;
+  // The same observation about several arms is one finding naming them all.
+  std::map<std::string, std::set<std::string>> grouped;  // finding text -> arms
+  auto arms_text = [](const std::set<std::string>& arms) {
+    std::string o;
+    for (const auto& a : arms) o += (o.empty() ? "`" : "`, `") + a;
+    return o + "`";
+  };
   for (const auto& arm : arms_seen) {
     const MatrixArm& a = spec_.arm(arm);
     if (fallbacks[arm] > 0)
@@ -753,9 +760,12 @@ void Reporter::section_like_for_like(Doc& d) {
                          ", the reference as " + joined(weights[R]) + ".");
     for (const auto& op : ops) {
       bool here = use[arm].count(op), in_ref = use.count(R) && use[R].count(op);
-      if (use.count(R) && arm != R && here != in_ref)
-        findings.push_back("op `" + op + "` is called by `" + (here ? arm : R) + "` but not by `" +
-                           (here ? R : arm) + "`: the two run different op sequences.");
+      if (use.count(R) && arm != R && here && !in_ref)
+        grouped["call op `" + op + "`, which the reference `" + R +
+                "` does not (a fused or extra op: a different op sequence)"]
+            .insert(arm);
+      if (use.count(R) && arm != R && !here && in_ref)
+        grouped["never call op `" + op + "`, which the reference `" + R + "` calls"].insert(arm);
       if (!here) continue;
       const auto& provs = use[arm][op];
       for (const auto& [p, shapes] : provs)
@@ -765,30 +775,36 @@ void Reporter::section_like_for_like(Doc& d) {
       // Group the shapes by the set of providers that served the op there.
       std::map<std::string, std::set<std::string>> by_shape;
       for (const auto& [p, shapes] : provs)
-        for (const auto& sh : shapes) by_shape[sh].insert("`" + p + "`");
+        for (const auto& sh : shapes) by_shape[sh].insert(p.substr(p.find('.') + 1));
       std::map<std::string, std::set<std::string>> groups;  // provider set -> shapes
       for (const auto& [sh, ps] : by_shape) groups[joined(ps, "", " + ")].insert(sh);
       if (groups.size() > 1) {
         std::string what;
         for (const auto& [ps, shapes] : groups)
           what += (what.empty() ? "" : "; ") + ps + " at " + joined(shapes, "", ", ");
-        findings.push_back("`" + arm + "`: op `" + op + "` runs on different kernels by shape (" +
-                           what + "): the shapes do not exercise the same code.");
+        grouped["run op `" + op + "` on different kernels by shape (" + what +
+                "): the shapes do not exercise the same code"]
+            .insert(arm);
       }
     }
   }
-  // Arms on the same device that use different kernels for one op (e.g. two cuda dtypes).
+  for (const auto& [text, arms] : grouped) findings.push_back(arms_text(arms) + ": " + text + ".");
+  // Arms of one device and one compute dtype that still use different kernels for an op (an
+  // env switch, a mix): differences between them are not precision alone.
   for (size_t i = 0; i < arms_seen.size(); ++i)
     for (size_t j = i + 1; j < arms_seen.size(); ++j) {
       const MatrixArm &a = spec_.arm(arms_seen[i]), &b = spec_.arm(arms_seen[j]);
-      if (a.is_gpu() != b.is_gpu() || (!a.is_gpu() && a.device != b.device)) continue;
+      if (a.is_gpu() != b.is_gpu() || (!a.is_gpu() && a.device != b.device) ||
+          a.compute() != b.compute())
+        continue;
       for (const auto& op : ops) {
         std::set<std::string> pa, pb;
         for (const auto& [p, s] : use[a.name][op]) pa.insert(p);
         for (const auto& [p, s] : use[b.name][op]) pb.insert(p);
         if (!pa.empty() && !pb.empty() && pa != pb)
-          findings.push_back("`" + a.name + "` and `" + b.name + "` run op `" + op +
-                             "` on different kernels (" + joined(pa) + " vs " + joined(pb) + ").");
+          findings.push_back("`" + a.name + "` and `" + b.name + "` (both " + a.compute() +
+                             ") run op `" + op + "` on different kernels (" + joined(pa) + " vs " +
+                             joined(pb) + ").");
       }
     }
   if (findings.empty())

@@ -1,14 +1,14 @@
 // `arbiter matrix` end to end through the CLI: the shipped default matrix on the CPU arms
 // (verdicts, files, checksums, SKIP lines for GPU arms without a GPU), an injected-fault
 // arm that must fail while the others pass, plan -> run the printed commands -> report
-// (including an arm whose environment needs a subprocess), and bad input.
+// (including an arm whose environment needs a subprocess), ARBITER_REQUIRE_CUDA=1 turning a
+// skipped GPU arm into a failure, and bad input.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
-#include "backend/cuda_factory.h"
 #include "matrix_test_util.h"
 #include "verify/trace.h"
 
@@ -174,4 +174,38 @@ TEST(MatrixCli, BadInputIsOneLineAndExit4) {
   auto usage = test::run_cli("matrix frobnicate");
   EXPECT_EQ(usage.exit_code, 2);
   EXPECT_NE(usage.err.find("unknown subcommand 'frobnicate'"), std::string::npos);
+}
+
+TEST(MatrixCli, RequireCudaTurnsSkipIntoFailure) {
+  test::enter_source_dir();
+  std::string dir = test::temp_dir("require-cuda-matrix");
+  std::string spec = dir + ".toml";
+  test::write_file(spec, test::small_spec("[\"cpu\", \"gpu\"]", "[arms.gpu]\ndevice = \"cuda\"\n",
+                                          "[\"w1\"]", "w1 = 8"));
+  const char* saved = std::getenv("ARBITER_REQUIRE_CUDA");
+  std::string restore = saved ? saved : "";
+  ::unsetenv("ARBITER_REQUIRE_CUDA");
+  auto r = test::run_cli("matrix run " + spec + " -o " + dir + " --quiet");
+  nlohmann::json g = test::comparison(test::read_json(dir + "/results.json"), "w1", "gpu");
+  if (g["state"] != "skipped") {
+    if (saved) ::setenv("ARBITER_REQUIRE_CUDA", restore.c_str(), 1);
+    GTEST_SKIP() << "a CUDA device is present: the gpu arm ran, nothing to skip";
+  }
+  // Skipped: visible, not counted, never a pass.
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(g["counted"], false);
+  EXPECT_NE(g["verdict"], "pass");
+  EXPECT_NE(r.out.find("SKIP"), std::string::npos) << r.out;
+  // ARBITER_REQUIRE_CUDA=1 (the GPU machine's check) makes the same skip a failure.
+  ::setenv("ARBITER_REQUIRE_CUDA", "1", 1);
+  auto req = test::run_cli("matrix report " + dir);
+  if (saved)
+    ::setenv("ARBITER_REQUIRE_CUDA", restore.c_str(), 1);
+  else
+    ::unsetenv("ARBITER_REQUIRE_CUDA");
+  EXPECT_EQ(req.exit_code, 1) << req.out << req.err;
+  g = test::comparison(test::read_json(dir + "/results.json"), "w1", "gpu");
+  EXPECT_EQ(g["verdict"], "fail");
+  EXPECT_EQ(g["counted"], true);
+  EXPECT_NE(g["why"].get<std::string>().find("ARBITER_REQUIRE_CUDA=1"), std::string::npos);
 }

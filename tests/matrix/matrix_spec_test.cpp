@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "test_util.h"
+#include "verify/host_info.h"
 
 using namespace arbiter;
 using namespace arbiter::verify;
@@ -227,4 +228,16 @@ TEST(MatrixSpec, BadInputsNameFileKeyAndProblem) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/spec.toml: cannot open"), std::string::npos)
         << e.what();
   }
+}
+
+// The environment table's driver comes from /proc/driver/nvidia/version, in both the
+// proprietary and the open kernel module's wording.
+TEST(MatrixHostInfo, NvidiaDriverVersion) {
+  EXPECT_EQ(verify::nvidia_driver_version(
+                "NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)"),
+            "580.159.04");
+  EXPECT_EQ(verify::nvidia_driver_version(
+                "NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024"),
+            "550.54.15");
+  EXPECT_EQ(verify::nvidia_driver_version("no version here"), "");
 }
