@@ -1,5 +1,5 @@
 // Where a trace was made: extra `# host`, `# cpu` and `# driver` header lines (the trace
-// format keeps unknown keys, docs/trace-format.md), read back by the store's METADATA.txt and
+// format keeps unknown keys, docs/traces.md), read back by the store's METADATA.txt and
 // the matrix report's environment table. Written by `arbiter trace` and `arbiter matrix run`.
 #pragma once
 #include <string>
