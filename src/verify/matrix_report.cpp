@@ -278,6 +278,7 @@ MatrixComparison Reporter::judge(size_t m, size_t s, const std::string& ref,
   CompareOptions opt;
   opt.decided = spec_.decided;
   opt.sweep = spec_.sweep;
+  if (spec_.kl_kappa > 0) opt.kl_kappa = spec_.kl_kappa;
   opt.ref_label = fs::path(a.path).filename().string();
   opt.cand_label = fs::path(b.path).filename().string();
   try {
@@ -482,9 +483,12 @@ void Reporter::section_method(Doc& d) {
       "logit exceeds its top-2 by at least **" +
       num(spec_.decided, "%g") +
       "** (fixed in the spec "
-      "before the run). PASS: at least one decided position and no decided disagreement, no "
-      "NaN/Inf. "
-      "FAIL: a decided disagreement or any NaN/Inf. INCONCLUSIVE: no decided position. The "
+      "before the run). The **drift gate** also fails a comparison whose mean KL(ref‖cand) "
+      "exceeds κ·u², u the coarser unit roundoff of the two arms, κ = " +
+      num(spec_.kl_kappa > 0 ? spec_.kl_kappa : kDefaultKlKappa, "%g") +
+      ". PASS: at least one decided position, no decided disagreement, the drift gate passed "
+      "or not applicable, no NaN/Inf. FAIL: a decided disagreement, the drift gate, or any "
+      "NaN/Inf. INCONCLUSIVE: no decided position. The "
       "threshold-free numbers (largest reference gap at any disagreement, the sweep, the rank "
       "distribution) are shown so that the threshold is never tuned after the fact.");
   std::vector<std::vector<std::string>> rows = {{"shape", "W (tokens per traced forward)", "chunks",
@@ -963,6 +967,7 @@ void Reporter::write_files() {
   j["exit_code"] = int(res_.worst);
   j["reference"] = spec_.reference;
   j["decided"] = spec_.decided;
+  j["kl_kappa"] = spec_.kl_kappa > 0 ? spec_.kl_kappa : kDefaultKlKappa;
   j["sweep"] = spec_.sweep;
   j["topk"] = spec_.topk;
   j["models"] = spec_.models;

@@ -264,6 +264,10 @@ MatrixSpec parse_matrix_spec_text(const std::string& text, const std::string& pa
     spec.decided = top.number(*n, "decided");
     if (!(spec.decided > 0) || !std::isfinite(spec.decided)) top.fail("decided", "must be > 0");
   }
+  if (const toml::node* n = top.node("kl_kappa", false)) {
+    spec.kl_kappa = top.number(*n, "kl_kappa");
+    if (!(spec.kl_kappa > 0) || !std::isfinite(spec.kl_kappa)) top.fail("kl_kappa", "must be > 0");
+  }
   spec.sweep = {0.5, 1.0, 2.0, 5.0};
   if (const toml::node* n = top.node("sweep", false)) {
     const auto& arr = top.typed<toml::array>(*n, "sweep", "an array of numbers");

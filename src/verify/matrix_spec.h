@@ -54,6 +54,7 @@ struct MatrixSpec {
   std::vector<MatrixShape> shapes;
   int topk = 8;
   double decided = 2.0;
+  double kl_kappa = 0;  // drift gate budget factor (CompareOptions::kl_kappa); 0 = compare's default
   std::vector<double> sweep;
   std::vector<MatrixArm> arms;  // sorted by name
   std::string reference;

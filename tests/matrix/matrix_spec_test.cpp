@@ -23,6 +23,7 @@ models = ["models/TinyStories-656K", "models/stories260K/stories260K.gguf"]
 shapes = ["w1", "w8"]
 topk = 4
 decided = 1.5
+kl_kappa = 500
 sweep = [1, 2.5]
 reference = "ref"
 candidates = ["cpu", "gpu"]
@@ -77,6 +78,7 @@ TEST(MatrixSpec, ValidSpecReadsBack) {
   EXPECT_TRUE(s.shapes[1].capped());
   EXPECT_EQ(s.topk, 4);
   EXPECT_DOUBLE_EQ(s.decided, 1.5);
+  EXPECT_DOUBLE_EQ(s.kl_kappa, 500);
   EXPECT_EQ(s.sweep, (std::vector<double>{1.0, 2.5}));
   EXPECT_EQ(s.reference, "ref");
   EXPECT_EQ(s.candidates, (std::vector<std::string>{"cpu", "gpu"}));
@@ -198,6 +200,8 @@ TEST(MatrixSpec, BadInputsNameFileKeyAndProblem) {
        "pair of arm names"},
       {"bad arm name", edit("[arms.gpu]", "[arms.\"g p u\"]"), "arms.g p u", "letters, digits"},
       {"negative decided", edit("decided = 1.5", "decided = -1"), "decided", "> 0"},
+      {"zero kl_kappa", edit("kl_kappa = 500", "kl_kappa = 0"), "kl_kappa", "> 0"},
+      {"kl_kappa a string", edit("kl_kappa = 500", "kl_kappa = \"big\""), "kl_kappa", "expected a number"},
       {"not TOML", edit("topk = 4", "topk = = 4"), "spec.toml:5", "not valid TOML"},
       {"empty models",
        edit("models = [\"models/TinyStories-656K\", \"models/stories260K/stories260K.gguf\"]",
