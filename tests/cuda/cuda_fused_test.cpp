@@ -86,6 +86,37 @@ TEST(CudaFused, DecodeEqualsOpByOpPath) {
 #endif
 }
 
+// The direct decode attention (one launch, splits merged by the last block) against the
+// flash kernel + combine it replaced for T == 1: different summation orders, both f32.
+TEST(CudaFused, DirectDecodeAttentionMatchesFlashPath) {
+  ARB_CUDA_OR_SKIP(probe, "f32");
+#if ARBITER_HAVE_CUDA
+  const std::string path = model_dir("tests/fixtures/models/tiny-qwen3");  // Dh 32: direct kernel
+  if (path.empty()) GTEST_SKIP() << "fixture tiny-qwen3 missing";
+  auto m = load_model(path);
+  const std::vector<int32_t> prompt = {1, 80, 147, 201, 57, 300, 9};
+  auto a = make_cuda_backend(0, "f32"), b = make_cuda_backend(0, "f32");
+  const auto ta = decode_logits(*m, *a, prompt, 40);
+  EXPECT_GT(a->stats().calls().at("attention").count("cuda.attn_decode_direct"), 0u);
+  CudaTuning t = cuda_tuning(*b);
+  t.attn_direct = false;
+  cuda_set_tuning(*b, t);
+  const auto tb = decode_logits(*m, *b, prompt, 40);
+  EXPECT_EQ(b->stats().calls().at("attention").count("cuda.attn_decode_direct"), 0u);
+  ASSERT_EQ(ta.size(), tb.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ta.size(); ++i) {
+    num += (ta[i] - tb[i]) * (ta[i] - tb[i]);
+    den += tb[i] * tb[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 1e-5);
+  // And two runs of the direct kernel (atomic tickets) are byte-identical.
+  auto c = make_cuda_backend(0, "f32");
+  const auto tc = decode_logits(*m, *c, prompt, 40);
+  EXPECT_EQ(0, std::memcmp(ta.data(), tc.data(), ta.size() * sizeof(double)));
+#endif
+}
+
 TEST(CudaProbe, ReadBandwidthIsPositive) {
   ARB_CUDA_OR_SKIP(cu, "bf16");
   const std::vector<double> bw = cu->read_bandwidth_gbs(2);

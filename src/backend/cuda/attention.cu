@@ -300,6 +300,160 @@ void attn_init_type() {
                                 int(attn_smem_bytes(256))));
 }
 
+
+// --- decode (T == 1) ------------------------------------------------------------------------
+// One block per (KV head, key split), 4 warps; warp w takes keys ks + w, ks + w + 4, ... of
+// the split straight from global memory (lane l holds head elements [l E, l E + E), E =
+// Dh / 32) and keeps an online softmax per query head of the group. The block merges its
+// warps in warp order through shared memory; with several splits each block writes its
+// (o, m, l) partial, and the last block of a KV head to finish (an atomic ticket, reset by
+// that block) merges the splits in split order: one kernel, deterministic.
+constexpr int kDecWarps = 4;
+constexpr int kDecMaxGroup = 8;
+
+template <class T, int E>
+__device__ __forceinline__ void load_e(const T* p, float (&f)[E]) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) f[e] = to_f(p[e]);
+}
+
+template <class T, int E>
+__global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(AttnArgs a, unsigned* counters) {
+  extern __shared__ float dec_o[];  // [kDecWarps][group][Dh]
+  __shared__ float dec_m[kDecWarps][kDecMaxGroup], dec_l[kDecWarps][kDecMaxGroup];
+  __shared__ int dec_last;
+  griddep_wait();
+  griddep_launch();
+  const int hk = blockIdx.x, split = blockIdx.y, S = gridDim.y;
+  const int group = a.H / a.Hkv, Dh = a.Dh, kv_dim = a.Hkv * a.Dh;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = pos_of(a.pos);
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int chunk = (pos - lo + 1 + S - 1) / S;
+  const int ks = lo + split * chunk, ke = min(pos + 1, ks + chunk);
+  const T* qp = static_cast<const T*>(a.q);
+  float q[kDecMaxGroup][E], o[kDecMaxGroup][E], m[kDecMaxGroup], l[kDecMaxGroup];
+#pragma unroll
+  for (int g = 0; g < kDecMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      o[g][e] = 0.f;
+      q[g][e] = 0.f;
+    }
+    if (g < group) load_e<T, E>(qp + int64_t(hk * group + g) * Dh + lane * E, q[g]);
+  }
+  const T* kc = static_cast<const T*>(a.k_cache) + int64_t(hk) * Dh + lane * E;
+  const T* vc = static_cast<const T*>(a.v_cache) + int64_t(hk) * Dh + lane * E;
+#pragma unroll 2
+  for (int key = ks + warp; key < ke; key += kDecWarps) {
+    float kf[E], vf[E];
+    load_e<T, E>(kc + int64_t(key) * kv_dim, kf);
+    load_e<T, E>(vc + int64_t(key) * kv_dim, vf);
+#pragma unroll
+    for (int g = 0; g < kDecMaxGroup; ++g) {
+      if (g >= group) break;
+      float sc = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) sc = fmaf(q[g][e], kf[e], sc);
+      sc = warp_sum(sc) * a.scale;
+      const float mn = fmaxf(m[g], sc);
+      const float corr = expf(m[g] - mn);  // 0 for the first key (m = -inf)
+      const float p = expf(sc - mn);
+      l[g] = l[g] * corr + p;
+#pragma unroll
+      for (int e = 0; e < E; ++e) o[g][e] = fmaf(p, vf[e], o[g][e] * corr);
+      m[g] = mn;
+    }
+  }
+  // Merge the warps (in warp order) into the block's partial.
+#pragma unroll
+  for (int g = 0; g < kDecMaxGroup; ++g) {
+    if (g >= group) break;
+    if (lane == 0) {
+      dec_m[warp][g] = m[g];
+      dec_l[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) dec_o[(warp * group + g) * Dh + lane * E + e] = o[g][e];
+  }
+  __syncthreads();
+  const int stride = Dh + 2;
+  for (int g = warp; g < group; g += kDecWarps) {
+    const int h = hk * group + g;
+    float M = -INFINITY;
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, dec_m[w][g]);
+    float L = 0.f, O[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) O[e] = 0.f;
+    for (int w = 0; w < kDecWarps; ++w) {
+      const float mw = dec_m[w][g];
+      if (mw == -INFINITY) continue;
+      const float c = expf(mw - M);
+      L += dec_l[w][g] * c;
+#pragma unroll
+      for (int e = 0; e < E; ++e) O[e] = fmaf(dec_o[(w * group + g) * Dh + lane * E + e], c, O[e]);
+    }
+    if (S == 1) {
+      T* out = static_cast<T*>(a.out) + int64_t(h) * Dh + lane * E;
+#pragma unroll
+      for (int e = 0; e < E; ++e) out[e] = from_f<T>(O[e] / L);
+    } else {
+      float* pr = a.part + (int64_t(h) * S + split) * stride;
+#pragma unroll
+      for (int e = 0; e < E; ++e) pr[lane * E + e] = O[e];
+      if (lane == 0) {
+        pr[Dh] = M;
+        pr[Dh + 1] = L;
+      }
+    }
+  }
+  if (S == 1) return;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) dec_last = atomicAdd(&counters[hk], 1u) == unsigned(S - 1);
+  __syncthreads();
+  if (!dec_last) return;
+  __threadfence();
+  // Last block of this KV head: merge the splits in split order. Lane s holds split s's
+  // (m, l) (n_splits <= 32); weights e^(m_s - M) are broadcast by shuffles, so the partial
+  // outputs of all splits are loaded independently of each other.
+  for (int g = warp; g < group; g += kDecWarps) {
+    const int h = hk * group + g;
+    const float* pr = a.part + int64_t(h) * S * stride;
+    const float ms = lane < S ? __ldcg(pr + lane * stride + Dh) : -INFINITY;
+    const float ls = lane < S ? __ldcg(pr + lane * stride + Dh + 1) : 0.f;
+    const float M = warp_max(ms);
+    const float ws = ms == -INFINITY ? 0.f : expf(ms - M);
+    float L = 0.f;
+    for (int s2 = 0; s2 < S; ++s2)
+      L = fmaf(__shfl_sync(0xffffffffu, ls, s2), __shfl_sync(0xffffffffu, ws, s2), L);
+    T* out = static_cast<T*>(a.out) + int64_t(h) * Dh;
+    for (int d = lane; d < Dh; d += 32) {
+      float acc = 0.f;
+#pragma unroll 8
+      for (int s2 = 0; s2 < S; ++s2)
+        acc = fmaf(__ldcg(pr + s2 * stride + d), __shfl_sync(0xffffffffu, ws, s2), acc);
+      out[d] = from_f<T>(acc / L);
+    }
+  }
+  if (threadIdx.x == 0) counters[hk] = 0u;  // ready for the next launch (graph replays too)
+}
+
+template <class T>
+void attn_decode_dispatch(const AttnArgs& a, unsigned* counters, cudaStream_t s) {
+  const dim3 grid(unsigned(a.Hkv), unsigned(a.n_splits)), block(kDecWarps * 32);
+  const size_t smem = sizeof(float) * kDecWarps * size_t(a.H / a.Hkv) * a.Dh;
+  switch (a.Dh / 32) {
+    case 1: launch_k(attn_decode_kernel<T, 1>, grid, block, smem, s, a, counters); break;
+    case 2: launch_k(attn_decode_kernel<T, 2>, grid, block, smem, s, a, counters); break;
+    case 4: launch_k(attn_decode_kernel<T, 4>, grid, block, smem, s, a, counters); break;
+    default: launch_k(attn_decode_kernel<T, 8>, grid, block, smem, s, a, counters); break;
+  }
+  ARB_LAUNCHED("attn_decode_kernel", s);
+}
+
 }  // namespace
 
 void attention_init() {
@@ -310,6 +464,16 @@ void attention_init() {
 
 int attention_blocks(int T, int H, int Hkv) {
   return (T * (H / Hkv) + kRows - 1) / kRows * Hkv;
+}
+
+bool attention_decode_fits(int H, int Hkv, int Dh) {
+  const int e = Dh / 32;
+  return Hkv > 0 && H % Hkv == 0 && H / Hkv <= kDecMaxGroup && Dh % 32 == 0 &&
+         (e == 1 || e == 2 || e == 4 || e == 8) && Hkv <= kMaxDecodeKvHeads;
+}
+
+void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters, cudaStream_t s) {
+  ARB_DISPATCH_CTYPE(ct, T, attn_decode_dispatch<T>(a, counters, s));
 }
 
 void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s) {

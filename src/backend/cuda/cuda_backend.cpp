@@ -129,9 +129,12 @@ class CudaBackend final : public Backend {
     ARB_CUBLAS(cublasLtCreate(&lt_));
     ARB_CUDA(cudaMalloc(&lt_ws_, kLtWorkspace));
     cuda::attention_init();
+    ARB_CUDA(cudaMalloc(&counters_, sizeof(unsigned) * cuda::kMaxDecodeKvHeads));
+    ARB_CUDA(cudaMemset(counters_, 0, sizeof(unsigned) * cuda::kMaxDecodeKvHeads));
     tuning_.gemv = env_on("ARBITER_CUDA_GEMV", true);
     tuning_.graphs = env_on("ARBITER_CUDA_GRAPH", true) && !cuda::sync_after_launch();
     tuning_.fused = env_on("ARBITER_CUDA_FUSED", true);
+    tuning_.attn_direct = env_on("ARBITER_CUDA_ATTN_DIRECT", true);
     tuning_.pdl = cuda::pdl_enabled();
   }
 
@@ -154,6 +157,7 @@ class CudaBackend final : public Backend {
          {&staging_, &ids_, &part_, &acc_, &rope_cs_, &sum_out_, &sum_scratch_, &targets_})
       cudaFree(b->ptr);
     cudaFree(lt_ws_);
+    cudaFree(counters_);
     cublasLtDestroy(lt_);
     cudaFree(d_step_);
     cudaFreeHost(h_step_);
@@ -398,7 +402,6 @@ class CudaBackend final : public Backend {
 
   void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
                  int H, int Hkv, int Dh, int window, Buffer& out) override {
-    stats_.record("attention", T == 1 ? "cuda.attn_decode" : "cuda.flash_attn_prefill");
     ARB_CHECK(Hkv > 0 && H % Hkv == 0 && Dh > 0 && Dh <= cuda::kMaxHeadDim,
               "[cuda] attention: H %d, Hkv %d, Dh %d (H must be a multiple of Hkv, Dh <= %d)", H,
               Hkv, Dh, cuda::kMaxHeadDim);
@@ -410,8 +413,42 @@ class CudaBackend final : public Backend {
     check_act(out, int64_t(T) * H * Dh, "attention out");
     check_act(k_cache, 0, "k cache");
     check_act(v_cache, 0, "v cache");
+    if (T == 1 && tuning_.attn_direct && cuda::attention_decode_fits(H, Hkv, Dh)) {
+      stats_.record("attention", "cuda.attn_decode_direct");
+      // Splits from the cache size, never the position (one graph serves every position):
+      // about two blocks per SM, at least 64 cache rows per split, at most 32 splits.
+      const int n_splits = std::clamp(std::min((2 * sm_count_ + Hkv - 1) / Hkv, cap / 64), 1, 32);
+      float* part = nullptr;
+      if (n_splits > 1) {
+        ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
+        part = static_cast<float*>(part_.ptr);
+      }
+      cuda::AttnArgs a;
+      a.q = q.ptr;
+      a.k_cache = k_cache.ptr;
+      a.v_cache = v_cache.ptr;
+      a.out = out.ptr;
+      a.part = part;
+      a.T = 1;
+      a.H = H;
+      a.Hkv = Hkv;
+      a.Dh = Dh;
+      a.window = window;
+      a.n_splits = n_splits;
+      a.scale = float(1.0 / std::sqrt(double(Dh)));
+      unsigned* ctr = counters_;
+      submit({24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out),
+              int64_t(part), H, Hkv, Dh, window, n_splits, int64_t(ctr)},
+             true, pos0, [=, this](const StepCtx& c) {
+               cuda::AttnArgs b = a;
+               b.pos = PosRef{c.pos_dev, pos0};
+               cuda::launch_attention_decode(ct_, b, ctr, stream_);
+             });
+      return;
+    }
     // Split the key range so the grid fills the device. A single-token step uses the cache
     // size instead of the position, so its launch shape (and graph) is position-independent.
+    stats_.record("attention", T == 1 ? "cuda.attn_decode" : "cuda.flash_attn_prefill");
     const int base = cuda::attention_blocks(T, H, Hkv);
     int keys = T == 1 ? cap : pos0 + T;
     if (window > 0) keys = std::min(keys, window + T);
@@ -1002,6 +1039,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_ws_ = nullptr;
+  unsigned* counters_ = nullptr;  // decode attention's split tickets (kMaxDecodeKvHeads)
   CudaTuning tuning_;
   CudaGraphStats gstats_;
 

@@ -17,13 +17,16 @@ struct CudaGraphStats {
   int64_t eager_steps = 0;
 };
 
-/// Kernel choices (defaults from ARBITER_CUDA_GEMV / _GRAPH / _FUSED / _PDL, on unless "0").
+/// Kernel choices (defaults from ARBITER_CUDA_GEMV / _GRAPH / _FUSED / _PDL / _ATTN_DIRECT,
+/// each on unless "0").
 struct CudaTuning {
   bool gemv = true;    // T == 1 matmuls by the hand-written GEMV (else cuBLASLt)
   bool graphs = true;  // capture and replay single-token forwards
   bool fused = true;   // T == 1 fused ops (ARBITER_CUDA_FUSED): norm+GEMV, q/k norm+RoPE+KV
                        // store, GEMV+residual add; off: the ops one by one
   bool pdl = true;     // programmatic dependent launch (ARBITER_CUDA_PDL); process-wide
+  bool attn_direct = true;  // T == 1 attention by the direct decode kernel (one launch, keys
+                            // from global memory; ARBITER_CUDA_ATTN_DIRECT); off: flash + combine
 };
 
 /// Throws arbiter::Error when be is not the CUDA tier.

@@ -50,8 +50,13 @@ __device__ __forceinline__ void store_out(void* out, int out_f32, int row, float
   else static_cast<T*>(out)[row] = from_f<T>(v);
 }
 
+// Short rows (NCH <= 4, the D = 1024-class projections) are capped at 64 registers (four
+// 8-warp blocks per SM: the 4096-row fused q/k/v GEMV runs in one wave on 132 SMs), 80 for
+// the gate/up form (three blocks: its 3072 rows in one wave; 94 registers uncapped, two).
 template <class T, int NCH, int MODE>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_reg_kernel(GemvArgs a) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32,
+                                  NCH <= 4 ? (MODE == kGemvNormSwiglu ? 3 : 4) : 1)
+    gemv_reg_kernel(GemvArgs a) {
   const int lane = threadIdx.x % 32;
   const int stride = gridDim.x * kWarpsPerBlock;
   int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
@@ -179,26 +184,42 @@ void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int 
              static_cast<T*>(out));
 }
 
+/// At most one wave of resident blocks (more rows loop inside the kernel: a second wave
+/// would pay the whole load latency again).
+template <class T, int NCH, int MODE>
+void gemv_reg_launch(const GemvArgs& a, int sm_count, cudaStream_t s) {
+  static const int per_sm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_reg_kernel<T, NCH, MODE>,
+                                                      kWarpsPerBlock * 32, 0) != cudaSuccess) {
+      cudaGetLastError();
+      n = 1;
+    }
+    return std::max(n, 1);
+  }();
+  const int blocks =
+      std::max(1, std::min((a.N + kWarpsPerBlock - 1) / kWarpsPerBlock, per_sm * sm_count));
+  launch_k(gemv_reg_kernel<T, NCH, MODE>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s, a);
+}
+
 template <class T, int MODE>
-void gemv_reg_mode(const GemvArgs& a, int nch, int max_blocks, cudaStream_t s) {
-  const int blocks = std::max(1, std::min((a.N + kWarpsPerBlock - 1) / kWarpsPerBlock, max_blocks));
-  const dim3 g(blocks), b(kWarpsPerBlock * 32);
+void gemv_reg_mode(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   switch (nch) {
-    case 1: launch_k(gemv_reg_kernel<T, 1, MODE>, g, b, 0, s, a); break;
-    case 4: launch_k(gemv_reg_kernel<T, 4, MODE>, g, b, 0, s, a); break;
-    case 8: launch_k(gemv_reg_kernel<T, 8, MODE>, g, b, 0, s, a); break;
-    case 12: launch_k(gemv_reg_kernel<T, 12, MODE>, g, b, 0, s, a); break;
-    default: launch_k(gemv_reg_kernel<T, 16, MODE>, g, b, 0, s, a); break;
+    case 1: gemv_reg_launch<T, 1, MODE>(a, sm_count, s); break;
+    case 4: gemv_reg_launch<T, 4, MODE>(a, sm_count, s); break;
+    case 8: gemv_reg_launch<T, 8, MODE>(a, sm_count, s); break;
+    case 12: gemv_reg_launch<T, 12, MODE>(a, sm_count, s); break;
+    default: gemv_reg_launch<T, 16, MODE>(a, sm_count, s); break;
   }
 }
 
 template <class T>
-void gemv_reg(const GemvArgs& a, int mode, int nch, int max_blocks, cudaStream_t s) {
+void gemv_reg(const GemvArgs& a, int mode, int nch, int sm_count, cudaStream_t s) {
   switch (mode) {
-    case kGemvPlain: gemv_reg_mode<T, kGemvPlain>(a, nch, max_blocks, s); break;
-    case kGemvNorm: gemv_reg_mode<T, kGemvNorm>(a, nch, max_blocks, s); break;
-    case kGemvNormSwiglu: gemv_reg_mode<T, kGemvNormSwiglu>(a, nch, max_blocks, s); break;
-    default: gemv_reg_mode<T, kGemvAdd>(a, nch, max_blocks, s); break;
+    case kGemvPlain: gemv_reg_mode<T, kGemvPlain>(a, nch, sm_count, s); break;
+    case kGemvNorm: gemv_reg_mode<T, kGemvNorm>(a, nch, sm_count, s); break;
+    case kGemvNormSwiglu: gemv_reg_mode<T, kGemvNormSwiglu>(a, nch, sm_count, s); break;
+    default: gemv_reg_mode<T, kGemvAdd>(a, nch, sm_count, s); break;
   }
 }
 
@@ -212,8 +233,7 @@ bool gemv_fusable(CType ct, int K) {
 void launch_gemv_fused(CType ct, int mode, const GemvArgs& a, int sm_count, cudaStream_t s) {
   const int nch = reg_nch(chunks_for(ct, a.K));
   ARB_CHECK(gemv_fusable(ct, a.K), "[cuda] fused gemv: rows of %d elements", a.K);
-  // Enough blocks for every row up to 8 resident blocks per SM; more rows loop.
-  ARB_DISPATCH_CTYPE(ct, T, gemv_reg<T>(a, mode, nch, 8 * sm_count, s));
+  ARB_DISPATCH_CTYPE(ct, T, gemv_reg<T>(a, mode, nch, sm_count, s));
   ARB_LAUNCHED("gemv_reg_kernel", s);
 }
 

@@ -138,6 +138,12 @@ void attention_init();
 /// With n_splits > 1 the key range is split across blocks and a combine kernel merges the
 /// partial (max, sum, output) triples in a fixed order.
 void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s);
+/// Decode attention (T == 1): grid (Hkv, n_splits), keys read straight from global memory,
+/// splits merged by the last block of each KV head (counters: kMaxDecodeKvHeads zeroed
+/// words, left zeroed). Takes Dh in {32, 64, 128, 256}, groups H / Hkv <= 8, n_splits <= 32.
+constexpr int kMaxDecodeKvHeads = 1024;
+bool attention_decode_fits(int H, int Hkv, int Dh);
+void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters, cudaStream_t s);
 /// Number of blocks the attention grid has before splitting (for choosing n_splits).
 int attention_blocks(int T, int H, int Hkv);
 
