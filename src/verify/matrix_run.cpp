@@ -151,13 +151,14 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir) {
+void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir, bool remove_stale) {
   std::error_code ec;
   fs::create_directories(dir + "/" + kMatrixTraceDir, ec);
   if (ec) throw Error("[matrix] " + dir + ": cannot create (" + ec.message() + ")");
   std::string copy = dir + "/" + kMatrixSpecCopy;
   if (!fs::exists(copy) || sha256_file(copy) != sha256_hex(spec.text.data(), spec.text.size()))
     write_text_file(copy, spec.text);
+  if (!remove_stale) return;
   for (const auto& e : fs::directory_iterator(dir + "/" + kMatrixTraceDir)) {
     std::string name = e.path().filename().string();
     long pid = matrix_temp_pid(name);
@@ -170,7 +171,7 @@ void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir) {
 }
 
 std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const MatrixRunOptions& opt) {
-  matrix_prepare_dir(spec, opt.out_dir);
+  matrix_prepare_dir(spec, opt.out_dir, true);
   const std::string tdir = opt.out_dir + "/" + kMatrixTraceDir;
   const std::vector<MatrixTrace> traces = matrix_traces(spec);
   std::vector<MatrixTraceRun> runs;
@@ -277,7 +278,7 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
 
 std::vector<std::string> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt,
                                      bool all) {
-  matrix_prepare_dir(spec, opt.out_dir);
+  matrix_prepare_dir(spec, opt.out_dir, false);
   std::string tdir = fs::absolute(opt.out_dir + "/" + kMatrixTraceDir).lexically_normal().string();
   std::vector<std::string> lines;
   for (const MatrixTrace& t : matrix_traces(spec)) {

@@ -36,10 +36,11 @@ struct MatrixTraceRun {
   double seconds = 0;
 };
 
-/// Creates DIR and DIR/traces, writes DIR/matrix.toml (the spec's bytes; replaced when the
-/// spec changed) and removes temporary files of trace writers that are no longer running.
-/// Throws arbiter::Error when a temporary file's writer is still running.
-void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir);
+/// Creates DIR and DIR/traces and writes DIR/matrix.toml (the spec's bytes; replaced when the
+/// spec changed). With remove_stale (`run`), also removes temporary files of trace writers
+/// that are no longer running on this host, and throws arbiter::Error when one still is;
+/// `plan` leaves them alone (they may belong to writers on other hosts).
+void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir, bool remove_stale);
 
 /// Runs every trace of the spec that is missing or whose header does not match the spec
 /// (matrix_trace_mismatch), keeps the others, skips GPU arms when no CUDA device is

@@ -119,8 +119,16 @@ TEST(MatrixCli, PlanCommandsThenReport) {
   }
   EXPECT_EQ(n, 4);  // ref, ref A/A, cpu, cpu-scalar
   EXPECT_NE(plan.out.find("ARBITER_CPU_ISA=scalar "), std::string::npos) << plan.out;
-  // Nothing left to plan once every trace is on disk.
+  // Nothing left to plan once every trace is on disk. A temporary file (a writer on another
+  // host, say) is left alone by plan, and report refuses to judge while it is there.
+  std::string tmp = dir + "/traces/TinyStories-656K.w1.cpu.tsv.tmp.999999999";
+  test::write_file(tmp, "# arbiter-trace\t1\n");
   EXPECT_EQ(test::run_cli("matrix plan " + spec + " -o " + dir).out, "");
+  EXPECT_TRUE(fs::exists(tmp));
+  auto refused = test::run_cli("matrix report " + dir);
+  EXPECT_EQ(refused.exit_code, 4);
+  EXPECT_NE(refused.err.find(tmp + ": a trace is still being written"), std::string::npos) << refused.err;
+  fs::remove(tmp);
   auto rep = test::run_cli("matrix report " + dir);
   EXPECT_EQ(rep.exit_code, 0) << rep.out << rep.err;
   nlohmann::json j = test::read_json(dir + "/results.json");
