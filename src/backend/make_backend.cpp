@@ -17,9 +17,6 @@ std::unique_ptr<Backend> make_backend(const DeviceSpec& spec) {
   ARB_CHECK(mix.empty() || is_cuda,
             "[backend] --mix %s: per-family precision exists only on the cuda tier (device '%s')",
             mix.text().c_str(), d.c_str());
-  // Until the CUDA tier honours DeviceSpec::mix, refuse instead of silently running uniform.
-  ARB_CHECK(mix.empty(), "[backend] --mix %s: not implemented by the cuda tier yet",
-            mix.text().c_str());
   if (d == "ref") {
     ARB_CHECK(spec.dtype.empty() || spec.dtype == "f64",
               "[backend] device ref computes in f64 (asked for --dtype %s)", spec.dtype.c_str());
@@ -39,7 +36,18 @@ std::unique_ptr<Backend> make_backend(const DeviceSpec& spec) {
                 d.c_str());
       index = int(v);
     }
-    return make_cuda_backend(index, spec.dtype);
+    if (mix.empty()) return make_cuda_backend(index, spec.dtype);
+    // --mix: one cuda tier per distinct dtype, each family routed to its own (backend/mix.h).
+    const std::string base = spec.dtype.empty() ? "bf16" : spec.dtype;
+    std::vector<std::pair<std::string, std::unique_ptr<Backend>>> tiers;
+    auto add = [&](const std::string& dt) {
+      for (const auto& t : tiers)
+        if (t.first == dt) return;
+      tiers.emplace_back(dt, make_cuda_backend(index, dt));
+    };
+    add(base);
+    for (const auto& e : mix.entries) add(e.second);
+    return make_mix_backend(std::move(tiers), base, mix);
   }
   throw Error("[backend] unknown device '" + d + "' (expected ref, cpu, cuda or cuda:N)");
 }

@@ -2,9 +2,12 @@
 // shows which family carries the error). Parsed here, below the tiers, so the CUDA tier can
 // honour it and make_backend can refuse it elsewhere; recorded in trace headers as `# mix`.
 #pragma once
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "backend/backend.h"
 
 namespace arbiter {
 
@@ -31,5 +34,18 @@ const std::vector<std::string>& mix_families();
 /// Parses a mix spec ("" and "none" give an empty spec). Throws arbiter::Error
 /// "[mix] 'SPEC': ..." naming the bad entry, family or dtype.
 MixSpec parse_mix(const std::string& spec);
+
+/// A tier that runs each op family on the inner tier of that family's dtype (`tiers`: dtype
+/// name -> backend, one per distinct dtype; `base` names the dtype of every family the spec
+/// does not name). Activations live where their last op ran and move between tiers only at a
+/// family boundary: read back as f64 from the tier that holds them, written to the next one
+/// (rounded to its dtype): a family at f32 computes and stores its outputs in f32, and its
+/// inputs are the neighbouring families' rounded values. matmul's family comes from its
+/// weight (q/k/v/o: attn; gate/up/down: mlp; lm_head: logits). Fused ops run as their
+/// default composition, so each part goes to its own family. With every family on one tier
+/// the results are exactly that tier's. make_backend builds this for `--mix` on cuda; the
+/// tiers can be any Backend (tests use cpu and ref).
+std::unique_ptr<Backend> make_mix_backend(std::vector<std::pair<std::string, std::unique_ptr<Backend>>> tiers,
+                                          const std::string& base, const MixSpec& mix);
 
 }  // namespace arbiter
