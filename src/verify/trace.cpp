@@ -325,6 +325,20 @@ size_t invalid_utf8_at(std::string_view s) {
 
 int64_t pos_key(int64_t chunk, int64_t pos) { return (chunk << 32) | pos; }
 
+// The tail every row format shares: top-k columns, their checks, one row per (chunk, pos),
+// NaN/Inf counts (full: the row also has target_logit and lse).
+void add_row(Parser& P, Trace& t, TraceRow r, std::string_view ids, std::string_view logits,
+             bool full, int64_t& k, std::unordered_set<int64_t>& positions) {
+  P.list_ints(ids, r.top_ids);
+  P.list_numbers(logits, r.top_logits);
+  P.check_topk(r, k);
+  if (!positions.insert(pos_key(r.chunk, r.pos)).second)
+    P.fail("duplicate row for chunk " + std::to_string(r.chunk) + " pos " +
+           std::to_string(r.pos));
+  count_nonfinite(t, r, full);
+  t.rows.push_back(std::move(r));
+}
+
 void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& t) {
   TraceHeader& h = t.header;
   std::unordered_set<std::string> seen;
@@ -446,14 +460,7 @@ void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& 
     r.nll = P.number(c[4], "nll");
     r.target_logit = P.number(c[5], "target_logit");
     r.lse = P.number(c[6], "lse");
-    P.list_ints(c[7], r.top_ids);
-    P.list_numbers(c[8], r.top_logits);
-    P.check_topk(r, k);
-    if (!positions.insert(pos_key(r.chunk, r.pos)).second)
-      P.fail("duplicate row for chunk " + std::to_string(r.chunk) + " pos " +
-             std::to_string(r.pos));
-    count_nonfinite(t, r, true);
-    t.rows.push_back(std::move(r));
+    add_row(P, t, std::move(r), c[7], c[8], true, k, positions);
   }
   if (!ended) {
     P.line = lines.size();
@@ -508,14 +515,7 @@ void read_foreign(Parser& P, const std::vector<std::string_view>& lines, Trace& 
     r.target = int32_t(P.integer(c[2], "target", 0, INT32_MAX));
     r.nll = P.number(c[3], "nll");
     r.target_logit = r.lse = std::numeric_limits<double>::quiet_NaN();
-    P.list_ints(c[4], r.top_ids);
-    P.list_numbers(c[5], r.top_logits);
-    P.check_topk(r, k);
-    if (!positions.insert(pos_key(r.chunk, r.pos)).second)
-      P.fail("duplicate row for chunk " + std::to_string(r.chunk) + " pos " +
-             std::to_string(r.pos));
-    count_nonfinite(t, r, false);
-    t.rows.push_back(std::move(r));
+    add_row(P, t, std::move(r), c[4], c[5], false, k, positions);
   }
   if (t.rows.empty()) {
     P.line = lines.size();
