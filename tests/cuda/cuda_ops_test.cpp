@@ -258,6 +258,8 @@ TEST_P(CudaOps, Attention) {
       {9, 1530, 16, 16, 256, 1024},// Dh 256, MHA, w8ctx1536-like
       {5, 3, 4, 1, 96, 0},         // Dh not a multiple of 32, all heads share one KV head
       {200, 0, 8, 2, 128, 0},      // longer prefill
+      {96, 40, 8, 2, 64, 48},      // tensor-core prefill: sliding window across key tiles
+      {70, 5, 16, 4, 128, 0},      // tensor-core prefill: group of 4, partial last row block
   };
   uint64_t seed = 700;
   for (const Case& c : cases) {

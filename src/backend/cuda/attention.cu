@@ -10,7 +10,10 @@
 // workspace; attn_combine merges the slices in split order (deterministic).
 // The query position is read through PosRef, so a captured decode graph replays at any
 // position; n_splits depends only on shapes and the cache size, never on the position.
+// Prefill in bf16/f16 with Dh 64 or 128 runs on tensor cores instead (attn_tc_kernel below,
+// mma.sync); attn_kernel keeps f32, other head sizes and ARBITER_CUDA_ATTN_MMA=0.
 #include "backend/cuda/device_common.cuh"
+#include "core/error.h"
 
 namespace arbiter::cuda {
 
@@ -454,12 +457,294 @@ void attn_decode_dispatch(const AttnArgs& a, unsigned* counters, cudaStream_t s)
   ARB_LAUNCHED("attn_decode_kernel", s);
 }
 
+
+// --- prefill on tensor cores (T > 1, bf16/f16, Dh 64 or 128) ---------------------------------
+// FlashAttention-2's schedule with mma.sync m16n8k16 (f32 accumulation): a block takes 64
+// (query, head) rows of one KV head (4 warps x 16 rows, the GQA mapping of attn_kernel),
+// walks the keys in tiles of 64 staged in shared memory by cp.async (two buffers: the next
+// tile loads while this one is used), S = Q K^T and O += P V on tensor cores, online softmax
+// in f32 per row (the quad of lanes owning a row reduces with a fixed shuffle order). P is
+// rounded to the compute type for the P V product and the row sum l is taken over those
+// rounded values, so the weights that multiply V are exactly the ones that normalise. Keys
+// outside [lo, ke) are zero-filled (never read), so no NaN of an unwritten cache row can reach
+// a product. Fixed order everywhere: deterministic.
+constexpr int kTcWarps = 4;
+constexpr int kTcRows = kTcWarps * 16;  // (query, head) rows per block
+constexpr int kTcKeys = 64;             // keys per tile
+
+size_t attn_tc_smem_bytes(int Dh) { return size_t(2) * 2 * kTcKeys * (Dh + 8) * 2; }
+
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+/// Two values rounded to T, packed low element first (the mma operand layout).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(T lo, T hi) {
+  const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo), h = *reinterpret_cast<const uint16_t*>(&hi);
+  return uint32_t(l) | (uint32_t(h) << 16);
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+/// 16-byte global -> shared copy; zero-fills when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <class T, int DH>
+__global__ void __launch_bounds__(kTcWarps * 32) attn_tc_kernel(AttnArgs a) {
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  constexpr int LD = DH + 8;       // padded row: ldmatrix rows fall in distinct banks
+  constexpr int NT = DH / 8;       // output n-tiles of 8 head elements
+  constexpr int KS = DH / 16;      // k-steps of S = Q K^T
+  constexpr int SN = kTcKeys / 8;  // score n-tiles per key tile
+  constexpr int CPR = DH / 8;      // 16-byte chunks per K/V row
+  T* sm = reinterpret_cast<T*>(tc_smem);  // [buffer][K, V][kTcKeys][LD]
+  griddep_wait();
+  griddep_launch();
+  const int H = a.H, group = a.H / a.Hkv, kv_dim = a.Hkv * DH;
+  const int hk = blockIdx.y;
+  const int rows_head = a.T * group;
+  const int row0 = blockIdx.x * kTcRows;
+  const int pos0 = pos_of(a.pos);
+  const int last = min(row0 + kTcRows, rows_head) - 1;
+  const int t_first = row0 / group, t_last = last / group;
+  const int ke = pos0 + t_last + 1;
+  const int lo = a.window > 0 ? max(0, pos0 + t_first - a.window + 1) : 0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* q = static_cast<const T*>(a.q);
+  const T* kc = static_cast<const T*>(a.k_cache);
+  const T* vc = static_cast<const T*>(a.v_cache);
+
+  // This thread's two rows: r = 0 -> lane / 4, r = 1 -> lane / 4 + 8 of the warp's 16.
+  int qi[2], qlo[2], orow[2];
+  bool live[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + warp * 16 + lane / 4 + 8 * r;
+    live[r] = row < rows_head;
+    const int t = row / group, h = hk * group + row % group;
+    qi[r] = pos0 + t;
+    qlo[r] = a.window > 0 ? max(0, qi[r] - a.window + 1) : 0;
+    orow[r] = t * H + h;
+  }
+  // Warp-uniform key range of the warp's rows (tiles outside it are skipped).
+  const int wr0 = row0 + warp * 16;
+  const bool warp_live = wr0 < rows_head;
+  const int w_hi = pos0 + min(wr0 + 15, rows_head - 1) / group;
+  const int w_lo = a.window > 0 ? max(0, pos0 + wr0 / group - a.window + 1) : 0;
+
+  // Q as A fragments (row-major 16 x 16 per k-step), straight from global memory.
+  uint32_t qf[KS][4];
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = i & 1, d = kk * 16 + (i >> 1) * 8 + (lane % 4) * 2;
+      qf[kk][i] = live[r] ? __ldg(reinterpret_cast<const unsigned*>(q + int64_t(orow[r]) * DH + d)) : 0u;
+    }
+
+  auto load_tile = [&](int buf, int k0) {
+    T* ks_ = sm + buf * 2 * kTcKeys * LD;
+    T* vs_ = ks_ + kTcKeys * LD;
+    for (int c = threadIdx.x; c < kTcKeys * CPR; c += kTcWarps * 32) {
+      const int j = c / CPR, d = (c % CPR) * 8, key = k0 + j;
+      const bool ok = key < ke;
+      const int64_t off = ok ? int64_t(key) * kv_dim + int64_t(hk) * DH + d : 0;
+      cp_async16(ks_ + j * LD + d, kc + off, ok);
+      cp_async16(vs_ + j * LD + d, vc + off, ok);
+    }
+    cp_async_commit();
+  };
+
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  const int n_tiles = (ke - lo + kTcKeys - 1) / kTcKeys;
+  load_tile(0, lo);
+  for (int it = 0; it < n_tiles; ++it) {
+    const int k0 = lo + it * kTcKeys;
+    if (it + 1 < n_tiles) {
+      load_tile((it + 1) & 1, k0 + kTcKeys);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* ks_ = sm + (it & 1) * 2 * kTcKeys * LD;
+    const T* vs_ = ks_ + kTcKeys * LD;
+    if (warp_live && k0 <= w_hi && k0 + kTcKeys - 1 >= w_lo) {
+      // S = Q K^T: 16 rows x 64 keys per warp.
+      float s[SN][4];
+#pragma unroll
+      for (int n = 0; n < SN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      const int mi = lane / 8;
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+        for (int np = 0; np < SN / 2; ++np) {
+          uint32_t b[4];
+          ldsm_x4(b, ks_ + (np * 16 + (mi >> 1) * 8 + lane % 8) * LD + kk * 16 + (mi & 1) * 8);
+          Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
+          Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+        }
+      // Online softmax: element e of n-tile n is row e >> 1, key k0 + 8n + 2(lane % 4) + (e & 1).
+      float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < SN; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, key = k0 + n * 8 + (lane % 4) * 2 + (e & 1);
+          const bool ok = live[r] && key < ke && key >= qlo[r] && key <= qi[r];
+          s[n][e] = ok ? s[n][e] * a.scale : -INFINITY;
+          mt[r] = fmaxf(mt[r], s[n][e]);
+        }
+      float mb[2], corr[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
+        const float mn = fmaxf(m[r], mt[r]);
+        mb[r] = mn == -INFINITY ? 0.f : mn;  // a row with nothing visible yet: p = 0, corr = 0
+        corr[r] = expf(m[r] - mb[r]);
+        m[r] = mn;
+      }
+      // P rounded to T as A fragments of the P V product (k-step j = n-tiles 2j, 2j + 1).
+      uint32_t pf[SN / 2][4];
+      float ls[2] = {0.f, 0.f};
+#pragma unroll
+      for (int n = 0; n < SN; ++n) {
+        T p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          p[e] = from_f<T>(expf(s[n][e] - mb[e >> 1]));
+          ls[e >> 1] += to_f(p[e]);
+        }
+        pf[n / 2][(n & 1) * 2] = pack2<T>(p[0], p[1]);
+        pf[n / 2][(n & 1) * 2 + 1] = pack2<T>(p[2], p[3]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        ls[r] += __shfl_xor_sync(0xffffffffu, ls[r], 1);
+        ls[r] += __shfl_xor_sync(0xffffffffu, ls[r], 2);
+        l[r] = l[r] * corr[r] + ls[r];
+      }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+      }
+      // O += P V (V rows are keys: transposed ldmatrix gives the column-major B fragments).
+#pragma unroll
+      for (int j = 0; j < SN / 2; ++j)
+#pragma unroll
+        for (int dp = 0; dp < NT / 2; ++dp) {
+          uint32_t b[4];
+          ldsm_x4_t(b, vs_ + (j * 16 + (mi & 1) * 8 + lane % 8) * LD + dp * 16 + (mi >> 1) * 8);
+          Mma<T>::run(o[2 * dp], pf[j], b[0], b[1]);
+          Mma<T>::run(o[2 * dp + 1], pf[j], b[2], b[3]);
+        }
+    }
+    __syncthreads();  // this buffer is refilled two tiles on
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!live[r]) continue;
+    T* out = static_cast<T*>(a.out) + int64_t(orow[r]) * DH + (lane % 4) * 2;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+      *reinterpret_cast<uint32_t*>(out + n * 8) =
+          pack2<T>(from_f<T>(o[n][2 * r] / l[r]), from_f<T>(o[n][2 * r + 1] / l[r]));
+  }
+}
+
+template <class T, int DH>
+void attn_tc_launch(const AttnArgs& a, cudaStream_t s) {
+  const int group = a.H / a.Hkv;
+  const dim3 grid(unsigned((a.T * group + kTcRows - 1) / kTcRows), unsigned(a.Hkv));
+  launch_k(attn_tc_kernel<T, DH>, grid, dim3(kTcWarps * 32), attn_tc_smem_bytes(DH), s, a);
+  ARB_LAUNCHED("attn_tc_kernel", s);
+}
+
+template <class T>
+void attn_tc_init_type() {
+  ARB_CUDA(cudaFuncSetAttribute(attn_tc_kernel<T, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(attn_tc_smem_bytes(64))));
+  ARB_CUDA(cudaFuncSetAttribute(attn_tc_kernel<T, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(attn_tc_smem_bytes(128))));
+}
+
 }  // namespace
 
 void attention_init() {
   attn_init_type<float>();
   attn_init_type<__half>();
   attn_init_type<__nv_bfloat16>();
+  attn_tc_init_type<__half>();
+  attn_tc_init_type<__nv_bfloat16>();
+}
+
+bool attention_mma_fits(CType ct, int T, int Dh) {
+  return T > 1 && ct != CType::F32 && (Dh == 64 || Dh == 128);
+}
+
+void launch_attention_mma(CType ct, const AttnArgs& a, cudaStream_t s) {
+  ARB_CHECK(attention_mma_fits(ct, a.T, a.Dh) && a.n_splits == 1,
+            "[cuda] attention_mma: T %d, Dh %d, %d splits", a.T, a.Dh, a.n_splits);
+  if (ct == CType::BF16) {
+    if (a.Dh == 64) attn_tc_launch<__nv_bfloat16, 64>(a, s);
+    else attn_tc_launch<__nv_bfloat16, 128>(a, s);
+  } else {
+    if (a.Dh == 64) attn_tc_launch<__half, 64>(a, s);
+    else attn_tc_launch<__half, 128>(a, s);
+  }
 }
 
 int attention_blocks(int T, int H, int Hkv) {

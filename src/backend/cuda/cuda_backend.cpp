@@ -135,6 +135,9 @@ class CudaBackend final : public Backend {
     tuning_.graphs = env_on("ARBITER_CUDA_GRAPH", true) && !cuda::sync_after_launch();
     tuning_.fused = env_on("ARBITER_CUDA_FUSED", true);
     tuning_.attn_direct = env_on("ARBITER_CUDA_ATTN_DIRECT", true);
+    tuning_.attn_mma = env_on("ARBITER_CUDA_ATTN_MMA", true);
+    if (const char* v = std::getenv("ARBITER_CUDA_ATTN_SPLIT_KEYS"); v && *v)
+      tuning_.attn_split_keys = std::max(1, std::atoi(v));
     tuning_.pdl = cuda::pdl_enabled();
   }
 
@@ -416,8 +419,11 @@ class CudaBackend final : public Backend {
     if (T == 1 && tuning_.attn_direct && cuda::attention_decode_fits(H, Hkv, Dh)) {
       stats_.record("attention", "cuda.attn_decode_direct");
       // Splits from the cache size, never the position (one graph serves every position):
-      // about two blocks per SM, at least 64 cache rows per split, at most 32 splits.
-      const int n_splits = std::clamp(std::min((2 * sm_count_ + Hkv - 1) / Hkv, cap / 64), 1, 32);
+      // about two blocks per SM, at least attn_split_keys (64) cache rows per split, at most
+      // 32 splits.
+      const int n_splits = std::clamp(
+          std::min((2 * sm_count_ + Hkv - 1) / Hkv, cap / std::max(1, tuning_.attn_split_keys)), 1,
+          32);
       float* part = nullptr;
       if (n_splits > 1) {
         ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
@@ -443,6 +449,30 @@ class CudaBackend final : public Backend {
                cuda::AttnArgs b = a;
                b.pos = PosRef{c.pos_dev, pos0};
                cuda::launch_attention_decode(ct_, b, ctr, stream_);
+             });
+      return;
+    }
+    if (tuning_.attn_mma && cuda::attention_mma_fits(ct_, T, Dh)) {
+      // Prefill on tensor cores: one block per 64 (query, head) rows, no key splits.
+      stats_.record("attention", "cuda.flash_attn_prefill_mma");
+      cuda::AttnArgs a;
+      a.q = q.ptr;
+      a.k_cache = k_cache.ptr;
+      a.v_cache = v_cache.ptr;
+      a.out = out.ptr;
+      a.T = T;
+      a.H = H;
+      a.Hkv = Hkv;
+      a.Dh = Dh;
+      a.window = window;
+      a.n_splits = 1;
+      a.scale = float(1.0 / std::sqrt(double(Dh)));
+      submit({25, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out), T, H, Hkv,
+              Dh, window},
+             true, pos0, [=, this](const StepCtx& c) {
+               cuda::AttnArgs b = a;
+               b.pos = PosRef{c.pos_dev, pos0};
+               cuda::launch_attention_mma(ct_, b, stream_);
              });
       return;
     }

@@ -17,7 +17,8 @@ struct CudaGraphStats {
   int64_t eager_steps = 0;
 };
 
-/// Kernel choices (defaults from ARBITER_CUDA_GEMV / _GRAPH / _FUSED / _PDL / _ATTN_DIRECT,
+/// Kernel choices (defaults from ARBITER_CUDA_GEMV / _GRAPH / _FUSED / _PDL / _ATTN_DIRECT /
+/// _ATTN_MMA,
 /// each on unless "0").
 struct CudaTuning {
   bool gemv = true;    // T == 1 matmuls by the hand-written GEMV (else cuBLASLt)
@@ -27,6 +28,10 @@ struct CudaTuning {
   bool pdl = true;     // programmatic dependent launch (ARBITER_CUDA_PDL); process-wide
   bool attn_direct = true;  // T == 1 attention by the direct decode kernel (one launch, keys
                             // from global memory; ARBITER_CUDA_ATTN_DIRECT); off: flash + combine
+  bool attn_mma = true;  // T > 1 attention on tensor cores (bf16/f16, Dh 64/128;
+                         // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel
+  int attn_split_keys = 64;  // direct decode attention: one key split per this many cache rows
+                             // (at most 32 splits; ARBITER_CUDA_ATTN_SPLIT_KEYS)
 };
 
 /// Throws arbiter::Error when be is not the CUDA tier.

@@ -138,6 +138,11 @@ void attention_init();
 /// With n_splits > 1 the key range is split across blocks and a combine kernel merges the
 /// partial (max, sum, output) triples in a fixed order.
 void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s);
+/// Prefill attention on tensor cores (mma.sync, f32 accumulation; attention.cu): T > 1,
+/// bf16/f16, Dh 64 or 128, n_splits == 1. Blocks of 64 (query, head) rows of one KV head,
+/// tiles of 64 keys; P is rounded to the compute type before the P V product.
+bool attention_mma_fits(CType ct, int T, int Dh);
+void launch_attention_mma(CType ct, const AttnArgs& a, cudaStream_t s);
 /// Decode attention (T == 1): grid (Hkv, n_splits), keys read straight from global memory,
 /// splits merged by the last block of each KV head (counters: kMaxDecodeKvHeads zeroed
 /// words, left zeroed). Takes Dh in {32, 64, 128, 256}, groups H / Hkv <= 8, n_splits <= 32.
