@@ -123,6 +123,19 @@ __device__ __forceinline__ float chunks_sumsq(const uint4 (&v)[NCH]) {
 __device__ __forceinline__ float inv_rms(float sumsq, int n, float eps) {
   return 1.0f / sqrtf(sumsq / float(n) + eps);
 }
+/// N consecutive f32 weights (p 16-byte aligned, N a multiple of 4) in N / 4 vector loads:
+/// a warp's scalar loads of its lanes' 8-element chunks cost 4x the L1 wavefronts.
+template <int N>
+__device__ __forceinline__ void load_f32s(const float* p, float (&w)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(p + i));
+    w[i] = v.x;
+    w[i + 1] = v.y;
+    w[i + 2] = v.z;
+    w[i + 3] = v.w;
+  }
+}
 /// One normalised element, rounded to T: x * inv * w (two products, no fma: the same in
 /// every kernel that normalises).
 template <class T>

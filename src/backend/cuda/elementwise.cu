@@ -217,8 +217,10 @@ __global__ void rmsnorm_vec_kernel(const T* x, const float* w, int R, int N, flo
     const int k = lane * V + j * 32 * V;
     if (k >= N) continue;
     T* e = reinterpret_cast<T*>(&v[j]);
+    float wv[V];
+    load_f32s<V>(w + k, wv);
 #pragma unroll
-    for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, w[k + i]);
+    for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, wv[i]);
     *reinterpret_cast<uint4*>(out + int64_t(row) * N + k) = v[j];
   }
 }

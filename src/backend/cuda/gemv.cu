@@ -89,8 +89,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32,
       const int k = lane * V + j * 32 * V;
       T* e = reinterpret_cast<T*>(&x[j]);
       if (k < a.K) {
+        float nw[V];
+        load_f32s<V>(a.norm_w + k, nw);
 #pragma unroll
-        for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, a.norm_w[k + i]);
+        for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, nw[i]);
       }
     }
   }
