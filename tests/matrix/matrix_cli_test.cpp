@@ -60,7 +60,7 @@ TEST(MatrixCli, DefaultMatrixOnCpuArms) {
   for (const char* section :
        {"**Question:**", "**Answer:** **Yes.**", "## Environment", "## Method", "## Results",
         "## Threshold sweep", "## Rank distribution", "## Controls and noise floor",
-        "## Not like-for-like", "## Plots", "capped", "plots/TinyStories-656K.w8.gap.svg"})
+        "## Not like-for-like", "## Plots", "plots/TinyStories-656K.w8.gap.svg"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
 
   // The store is sound: `sha256sum -c` and `arbiter store verify` both accept it.
@@ -96,6 +96,7 @@ TEST(MatrixCli, InjectedFaultArmFailsOthersPass) {
   EXPECT_NE(md.find("**Answer:** **No.**"), std::string::npos);
   EXPECT_NE(md.find("`cpu-bad` on TinyStories-656K w1"), std::string::npos);
   EXPECT_NE(md.find("a deliberate fault is injected"), std::string::npos);  // not like-for-like
+  EXPECT_NE(md.find("capped"), std::string::npos);  // small_spec caps w1 and w8
   EXPECT_NE(r.out.find("VERDICT: fail (exit 1)"), std::string::npos) << r.out;
 }
 
