@@ -416,6 +416,23 @@ class CudaBackend final : public Backend {
     check_act(out, int64_t(T) * H * Dh, "attention out");
     check_act(k_cache, 0, "k cache");
     check_act(v_cache, 0, "v cache");
+    // Every kernel below takes the same arguments; they differ in splits and scratch.
+    auto args = [&](int n_splits, float* part) {
+      cuda::AttnArgs a;
+      a.q = q.ptr;
+      a.k_cache = k_cache.ptr;
+      a.v_cache = v_cache.ptr;
+      a.out = out.ptr;
+      a.part = part;
+      a.T = T;
+      a.H = H;
+      a.Hkv = Hkv;
+      a.Dh = Dh;
+      a.window = window;
+      a.n_splits = n_splits;
+      a.scale = float(1.0 / std::sqrt(double(Dh)));
+      return a;
+    };
     if (T == 1 && tuning_.attn_direct && cuda::attention_decode_fits(H, Hkv, Dh)) {
       stats_.record("attention", "cuda.attn_decode_direct");
       // Splits from the cache size, never the position (one graph serves every position):
@@ -429,19 +446,7 @@ class CudaBackend final : public Backend {
         ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
         part = static_cast<float*>(part_.ptr);
       }
-      cuda::AttnArgs a;
-      a.q = q.ptr;
-      a.k_cache = k_cache.ptr;
-      a.v_cache = v_cache.ptr;
-      a.out = out.ptr;
-      a.part = part;
-      a.T = 1;
-      a.H = H;
-      a.Hkv = Hkv;
-      a.Dh = Dh;
-      a.window = window;
-      a.n_splits = n_splits;
-      a.scale = float(1.0 / std::sqrt(double(Dh)));
+      const cuda::AttnArgs a = args(n_splits, part);
       unsigned* ctr = counters_;
       submit({24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out),
               int64_t(part), H, Hkv, Dh, window, n_splits, int64_t(ctr)},
@@ -455,18 +460,7 @@ class CudaBackend final : public Backend {
     if (tuning_.attn_mma && cuda::attention_mma_fits(ct_, T, Dh)) {
       // Prefill on tensor cores: one block per 64 (query, head) rows, no key splits.
       stats_.record("attention", "cuda.flash_attn_prefill_mma");
-      cuda::AttnArgs a;
-      a.q = q.ptr;
-      a.k_cache = k_cache.ptr;
-      a.v_cache = v_cache.ptr;
-      a.out = out.ptr;
-      a.T = T;
-      a.H = H;
-      a.Hkv = Hkv;
-      a.Dh = Dh;
-      a.window = window;
-      a.n_splits = 1;
-      a.scale = float(1.0 / std::sqrt(double(Dh)));
+      const cuda::AttnArgs a = args(1, nullptr);
       submit({25, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out), T, H, Hkv,
               Dh, window},
              true, pos0, [=, this](const StepCtx& c) {
@@ -489,19 +483,7 @@ class CudaBackend final : public Backend {
       ensure(part_, size_t(T) * H * n_splits * (Dh + 2) * sizeof(float));
       part = static_cast<float*>(part_.ptr);
     }
-    cuda::AttnArgs a;
-    a.q = q.ptr;
-    a.k_cache = k_cache.ptr;
-    a.v_cache = v_cache.ptr;
-    a.out = out.ptr;
-    a.part = part;
-    a.T = T;
-    a.H = H;
-    a.Hkv = Hkv;
-    a.Dh = Dh;
-    a.window = window;
-    a.n_splits = n_splits;
-    a.scale = float(1.0 / std::sqrt(double(Dh)));
+    const cuda::AttnArgs a = args(n_splits, part);
     submit({7, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out),
             int64_t(part), T, H, Hkv, Dh, window, n_splits},
            true, pos0, [=, this](const StepCtx& c) {
