@@ -40,19 +40,17 @@ void Session::run(const std::vector<int32_t>& ids, bool logits) {
   last_T_ = logits ? T : 0;
 }
 
-void Session::prefill(const std::vector<int32_t>& ids) {
+void Session::run_pieces(const std::vector<int32_t>& ids, bool last_logits) {
   for (size_t i = 0; i < ids.size(); i += size_t(s_.max_T)) {
     size_t n = std::min(ids.size() - i, size_t(s_.max_T));
-    run(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n), i + n == ids.size());
+    run(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n),
+        last_logits && i + n == ids.size());
   }
 }
 
-void Session::context(const std::vector<int32_t>& ids) {
-  for (size_t i = 0; i < ids.size(); i += size_t(s_.max_T)) {
-    size_t n = std::min(ids.size() - i, size_t(s_.max_T));
-    run(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n), false);
-  }
-}
+void Session::prefill(const std::vector<int32_t>& ids) { run_pieces(ids, true); }
+
+void Session::context(const std::vector<int32_t>& ids) { run_pieces(ids, false); }
 
 std::vector<LogitsSummary> Session::summarize(int K, const std::vector<int32_t>& targets) {
   ARB_CHECK(last_T_ > 0, "[session] summarize before any forward");

@@ -61,6 +61,8 @@ class Session {
   StageHook capture_;
 
   void run(const std::vector<int32_t>& ids, bool logits);
+  // Pieces of at most max_T tokens; logits only for the last piece, and only if last_logits.
+  void run_pieces(const std::vector<int32_t>& ids, bool last_logits);
 };
 
 }  // namespace arbiter
