@@ -139,6 +139,12 @@ class CudaBackend final : public Backend {
     if (const char* v = std::getenv("ARBITER_CUDA_ATTN_SPLIT_KEYS"); v && *v)
       tuning_.attn_split_keys = std::max(1, std::atoi(v));
     tuning_.pdl = cuda::pdl_enabled();
+    const std::string dt = ctype_name(ct_);
+    prov_gemv_ = "cuda.gemv_" + dt;
+    prov_gemm_ = "cublaslt.gemm_" + dt;
+    prov_norm_gemv_ = "cuda.norm_gemv_" + dt;
+    prov_norm_swiglu_ = "cuda.norm_gemv_swiglu_" + dt;
+    prov_gemv_add_ = "cuda.gemv_add_" + dt;
   }
 
   ~CudaBackend() override {
@@ -340,14 +346,14 @@ class CudaBackend final : public Backend {
     const int64_t ld = m.ld;
     void* op = out.ptr;
     if (T == 1 && tuning_.gemv) {
-      stats_.record("matmul", std::string("cuda.gemv_") + ctype_name(ct_));
+      stats_.record("matmul", prov_gemv_);
       submit({3, int64_t(xp), int64_t(wp), ld, int64_t(bp), N, K, int(ot), int64_t(op)}, false, 0,
              [=, this](const StepCtx&) {
                cuda::launch_gemv(ct_, xp, wp, ld, bp, N, K, ot, op, sm_, stream_);
              });
       return;
     }
-    stats_.record("matmul", std::string("cublaslt.gemm_") + ctype_name(ct_));
+    stats_.record("matmul", prov_gemm_);
     // With a bias: f32 product into a workspace, then bias + one rounding (no bf16 epilogue
     // type questions, and the bias is added before the output is rounded).
     const CType gemm_out = bp ? CType::F32 : ot;
@@ -522,12 +528,14 @@ class CudaBackend final : public Backend {
                       const MatmulTarget* outs, int n_outs) override {
     bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
                 cuda::gemv_fusable(ct_, D);
+    const DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
     for (int i = 0; fuse && i < n_outs; ++i) {
-      const DevMat& m = device_matrix(*outs[i].W);
-      fuse = m.cols == D && (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == dtype_of(ct_));
+      mats[i] = &device_matrix(*outs[i].W);
+      fuse = mats[i]->cols == D &&
+             (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == dtype_of(ct_));
     }
     if (!fuse) return Backend::rmsnorm_matmul(x, w, T, D, eps, xn, outs, n_outs);
-    stats_.record("rmsnorm_matmul", std::string("cuda.norm_gemv_") + ctype_name(ct_));
+    stats_.record("rmsnorm_matmul", prov_norm_gemv_);
     check_act(x, D, "rmsnorm_matmul x");
     const DevVec& nv = device_vector(w);
     ARB_CHECK(nv.n == D, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
@@ -541,7 +549,7 @@ class CudaBackend final : public Backend {
     a.N = 0;
     std::vector<int64_t> sig = {20, int64_t(x.ptr), int64_t(nv.ptr), D, n_outs};
     for (int i = 0; i < n_outs; ++i) {
-      const DevMat& m = device_matrix(*outs[i].W);
+      const DevMat& m = *mats[i];
       const float* bp = nullptr;
       if (outs[i].bias && !outs[i].bias->empty()) {
         const DevVec& bv = device_vector(*outs[i].bias);
@@ -568,13 +576,12 @@ class CudaBackend final : public Backend {
                       const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
                       Buffer& act) override {
     bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
-    if (fuse) {
-      const DevMat &g = device_matrix(w_gate), &u = device_matrix(w_up);
-      fuse = g.cols == D && u.cols == D && g.rows == u.rows && g.ld == u.ld;
-    }
+    const DevMat* gm = fuse ? &device_matrix(w_gate) : nullptr;
+    const DevMat* um = fuse ? &device_matrix(w_up) : nullptr;
+    fuse = fuse && gm->cols == D && um->cols == D && gm->rows == um->rows && gm->ld == um->ld;
     if (!fuse) return Backend::rmsnorm_swiglu(x, w, T, D, eps, xn, w_gate, w_up, gate, up, act);
-    stats_.record("rmsnorm_swiglu", std::string("cuda.norm_gemv_swiglu_") + ctype_name(ct_));
-    const DevMat &g = device_matrix(w_gate), &u = device_matrix(w_up);
+    stats_.record("rmsnorm_swiglu", prov_norm_swiglu_);
+    const DevMat &g = *gm, &u = *um;
     const DevVec& nv = device_vector(w);
     ARB_CHECK(nv.n == D, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
               w.name.c_str(), (long long)nv.n, D);
@@ -600,14 +607,11 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual) override {
-    bool fuse = T == 1 && tuning_.gemv && tuning_.fused;
-    if (fuse) {
-      const DevMat& m = device_matrix(W);
-      fuse = cuda::gemv_fusable(ct_, int(m.cols));
-    }
-    if (!fuse) return Backend::matmul_add(x, W, T, tmp, residual);
-    stats_.record("matmul_add", std::string("cuda.gemv_add_") + ctype_name(ct_));
-    const DevMat& m = device_matrix(W);
+    const DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &device_matrix(W) : nullptr;
+    if (!mp || !cuda::gemv_fusable(ct_, int(mp->cols)))
+      return Backend::matmul_add(x, W, T, tmp, residual);
+    stats_.record("matmul_add", prov_gemv_add_);
+    const DevMat& m = *mp;
     check_act(x, m.cols, "matmul_add x");
     check_act(residual, m.rows, "matmul_add residual");
     cuda::GemvArgs a;
@@ -1047,6 +1051,8 @@ class CudaBackend final : public Backend {
   int device_;
   CType ct_;
   std::string name_;
+  // provider names of --stats, built once (ops run ~170 times per decode step)
+  std::string prov_gemv_, prov_gemm_, prov_norm_gemv_, prov_norm_swiglu_, prov_gemv_add_;
   int sm_count_ = 1, sm_ = 1;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
