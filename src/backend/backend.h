@@ -151,6 +151,11 @@ class Backend {
                              const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
                              int pos0, const ModelConfig& cfg, Buffer& k_cache,
                              Buffer& v_cache);
+  /// qk_rope_store, then attention of the roped q over the layer's cache into out.
+  virtual void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                                 const Tensor* k_norm, double eps, int T, int H, int Hkv,
+                                 int Dh, int pos0, const ModelConfig& cfg, Buffer& k_cache,
+                                 Buffer& v_cache, int window, Buffer& out);
 
   /// Device memory read bandwidth in GB/s (1e9 bytes/s) of each of `passes` timed reads of a
   /// large buffer, for bench's decode limit; empty when the tier has no such probe (bench

@@ -37,4 +37,12 @@ void Backend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor*
   kv_store(k, v, k_cache, v_cache, T, pos0, Hkv * Dh);
 }
 
+void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                                const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
+                                int pos0, const ModelConfig& cfg, Buffer& k_cache,
+                                Buffer& v_cache, int window, Buffer& out) {
+  qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, cfg, k_cache, v_cache);
+  attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
+}
+
 }  // namespace arbiter

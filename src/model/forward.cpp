@@ -95,10 +95,9 @@ void forward(const Model& m, Backend& be, KVCache& kv, Scratch& s, const int32_t
       const Backend::MatmulTarget qkv[3] = {{&lw.wq, &lw.bq, &s.q}, {&lw.wk, &lw.bk, &s.k},
                                             {&lw.wv, &lw.bv, &s.v}};
       be.rmsnorm_matmul(s.x, lw.attn_norm, T, D, c.norm_eps, s.xn, qkv, 3);
-      be.qk_rope_store(s.q, s.k, s.v, c.qk_norm ? &lw.q_norm : nullptr,
-                       c.qk_norm ? &lw.k_norm : nullptr, c.norm_eps, T, H, Hkv, Dh, pos0, c,
-                       kv.k[l], kv.v[l]);
-      be.attention(s.q, kv.k[l], kv.v[l], T, pos0, H, Hkv, Dh, c.sliding_window, s.att);
+      be.qk_rope_attention(s.q, s.k, s.v, c.qk_norm ? &lw.q_norm : nullptr,
+                           c.qk_norm ? &lw.k_norm : nullptr, c.norm_eps, T, H, Hkv, Dh, pos0, c,
+                           kv.k[l], kv.v[l], c.sliding_window, s.att);
       be.matmul_add(s.att, lw.wo, T, s.o, s.x);
       be.rmsnorm_swiglu(s.x, lw.ffn_norm, T, D, c.norm_eps, s.xn, lw.w_gate, lw.w_up, s.gate,
                         s.up, s.act);

@@ -289,6 +289,75 @@ TEST_P(CudaOps, Attention) {
   }
 }
 
+// The fused decode op qk_rope_attention (q/k norm + RoPE + KV store inside the decode
+// attention kernel) against the same op on a tier with the fused ops off (rmsnorm, rope,
+// kv_store and attention one by one, the path a stage hook takes): q and k (roped in place),
+// both caches and the output must match bit for bit. The caches start with random rows
+// before the position and NaN after it; a cache of many rows splits the keys, so the block
+// holding the new row and the block merging the splits differ.
+TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+#if ARBITER_HAVE_CUDA
+  auto plain = make_cuda_backend(0, dt);
+  CudaTuning t = cuda_tuning(*plain);
+  t.fused = false;
+  cuda_set_tuning(*plain, t);
+  struct Case { int H, Hkv, Dh, pos, cap, window; bool qk_norm; RopeLayout layout; };
+  const std::vector<Case> cases = {
+      {16, 8, 128, 700, 760, 0, true, RopeLayout::Half},       // qwen3-0.6B, 11 splits
+      {4, 2, 32, 5, 600, 0, true, RopeLayout::Half},           // tiny-qwen3, most splits empty
+      {32, 8, 64, 1500, 1600, 1024, false, RopeLayout::Half},  // llama-3.2-1B past its window
+      {8, 8, 64, 0, 64, 0, false, RopeLayout::Adjacent},       // first token, one split
+  };
+  uint64_t seed = 900;
+  for (const Case& c : cases) {
+    ++seed;
+    SCOPED_TRACE(strformat("H=%d Hkv=%d Dh=%d pos=%d cap=%d window=%d", c.H, c.Hkv, c.Dh, c.pos,
+                           c.cap, c.window));
+    ModelConfig cfg;
+    cfg.head_dim = c.Dh;
+    cfg.rope_theta = 1e6;
+    cfg.rope_layout = c.layout;
+    const int kv_dim = c.Hkv * c.Dh;
+    const auto q = random_values(int64_t(c.H) * c.Dh, seed, 1.0, dt);
+    const auto k = random_values(kv_dim, seed + 1, 1.0, dt);
+    const auto v = random_values(kv_dim, seed + 2, 1.0, dt);
+    auto kc = random_values(int64_t(c.cap) * kv_dim, seed + 3, 1.0, dt);
+    auto vc = random_values(int64_t(c.cap) * kv_dim, seed + 4, 1.0, dt);
+    for (int64_t i = int64_t(c.pos) * kv_dim; i < int64_t(c.cap) * kv_dim; ++i)
+      kc[size_t(i)] = vc[size_t(i)] = std::nan("");
+    auto qn = make_tensor("q_norm", {c.Dh}, random_values(c.Dh, seed + 5, 0.3, "f32"), DType::F32);
+    auto kn = make_tensor("k_norm", {c.Dh}, random_values(c.Dh, seed + 6, 0.3, "f32"), DType::F32);
+    std::vector<std::vector<double>> got[2];
+    Backend* tiers[2] = {cu.get(), plain.get()};
+    for (int i = 0; i < 2; ++i) {
+      Backend& be = *tiers[i];
+      Buf qb(be, q), kb(be, k), vb(be, v), kcb(be, kc), vcb(be, vc), ob(be, q.size());
+      poison(be, ob.b);
+      be.qk_rope_attention(qb.b, kb.b, vb.b, c.qk_norm ? &qn->t : nullptr,
+                           c.qk_norm ? &kn->t : nullptr, 1e-6, 1, c.H, c.Hkv, c.Dh, c.pos, cfg,
+                           kcb.b, vcb.b, c.window, ob.b);
+      got[i] = {read_all(be, qb.b, qb.b.n), read_all(be, kb.b, kb.b.n),
+                read_all(be, kcb.b, kcb.b.n), read_all(be, vcb.b, vcb.b.n),
+                read_all(be, ob.b, ob.b.n)};
+    }
+    EXPECT_GT(cu->stats().calls().count("qk_rope_attention"), 0u) << "the fused kernel did not run";
+    const char* names[] = {"q", "k", "k cache", "v cache", "out"};
+    for (int j = 0; j < 5; ++j) {
+      int64_t diff = 0;
+      for (size_t e = 0; e < got[0][j].size(); ++e) {
+        const double a = got[0][j][e], b = got[1][j][e];
+        diff += !(a == b || (std::isnan(a) && std::isnan(b)));
+      }
+      EXPECT_EQ(diff, 0) << names[j] << ": " << diff << " of " << got[0][j].size()
+                         << " elements differ from the ops one by one";
+    }
+    EXPECT_FALSE(std::isnan(got[0][4][0])) << "output not written";
+  }
+#endif
+}
+
 TEST_P(CudaOps, SwigluAndAdd) {
   const std::string dt = GetParam();
   ARB_CUDA_OR_SKIP(cu, dt);

@@ -311,6 +311,15 @@ void attn_init_type() {
 // warps in warp order through shared memory; with several splits each block writes its
 // (o, m, l) partial, and the last block of a KV head to finish (an atomic ticket, reset by
 // that block) merges the splits in split order: one kernel, deterministic.
+//
+// kQk (the fused qk_rope_attention): the kernel also does qk_rope_store's work for its KV
+// head, so that op needs no launch of its own. Every block normalises and rotates the raw q
+// heads of its group and k head hk (norm_rope_head, the arithmetic of qk_rope_store_kernel)
+// into shared memory and uses those values for q; the block whose key range holds the new
+// position writes the roped k and the raw v to the cache row first (read back by its own
+// warps after a block barrier); the block that finishes the KV head last (every other block
+// of it has read the raw q and k by then) writes the roped q and k back in place, as
+// qk_rope_store leaves them.
 constexpr int kDecWarps = 4;
 constexpr int kDecMaxGroup = 8;
 
@@ -320,9 +329,10 @@ __device__ __forceinline__ void load_e(const T* p, float (&f)[E]) {
   for (int e = 0; e < E; ++e) f[e] = to_f(p[e]);
 }
 
-template <class T, int E>
-__global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(AttnArgs a, unsigned* counters) {
-  extern __shared__ float dec_o[];  // [kDecWarps][group][Dh]
+template <class T, int E, bool kQk>
+__global__ void __launch_bounds__(kDecWarps * 32)
+    attn_decode_kernel(AttnArgs a, unsigned* counters, QkRopeArgs qk) {
+  extern __shared__ float dec_o[];  // [kDecWarps][group][Dh], then kQk: [group + 1][Dh] roped q, k
   __shared__ float dec_m[kDecWarps][kDecMaxGroup], dec_l[kDecWarps][kDecMaxGroup];
   __shared__ int dec_last;
   griddep_wait();
@@ -335,6 +345,41 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(AttnArgs a,
   const int chunk = (pos - lo + 1 + S - 1) / S;
   const int ks = lo + split * chunk, ke = min(pos + 1, ks + chunk);
   const T* qp = static_cast<const T*>(a.q);
+  float* qks = dec_o + kDecWarps * group * Dh;  // kQk: roped q heads of the group, then k
+  if (kQk) {
+    constexpr int NCH = E * 32 <= 32 * Vec16<T>::N ? 1 : 2;
+    const float2* cs = qk.cs + int64_t(pos) * (Dh / 2);
+    for (int h = warp; h <= group; h += kDecWarps) {
+      const bool is_k = h == group;
+      const T* x = is_k ? static_cast<const T*>(qk.k) + int64_t(hk) * Dh
+                        : qp + int64_t(hk * group + h) * Dh;
+      norm_rope_head<T, NCH>(x, is_k ? qk.kn : qk.qn, qk.eps, Dh, cs, qk.adjacent, qks + h * Dh,
+                             lane);
+    }
+    __syncthreads();
+    if (ks <= pos && pos < ke) {  // this block reads the new row: store it first
+      const int64_t row = int64_t(pos) * kv_dim + int64_t(hk) * Dh;
+      T* kc = static_cast<T*>(qk.k_cache) + row;
+      T* vc = static_cast<T*>(qk.v_cache) + row;
+      const T* vn = static_cast<const T*>(qk.v) + int64_t(hk) * Dh;
+      for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
+        kc[i] = from_f<T>(qks[group * Dh + i]);
+        vc[i] = vn[i];
+      }
+      __syncthreads();
+    }
+  }
+  // Writes the roped q and k back in place (kQk; called by the block that finishes last).
+  auto write_back_qk = [&] {
+    if (!kQk) return;
+    T* qo = static_cast<T*>(qk.q) + int64_t(hk * group) * Dh;
+    T* ko = static_cast<T*>(qk.k) + int64_t(hk) * Dh;
+    for (int i = threadIdx.x; i < (group + 1) * Dh; i += blockDim.x) {
+      const T y = from_f<T>(qks[i]);
+      if (i < group * Dh) qo[i] = y;
+      else ko[i - group * Dh] = y;
+    }
+  };
   float q[kDecMaxGroup][E], o[kDecMaxGroup][E], m[kDecMaxGroup], l[kDecMaxGroup];
 #pragma unroll
   for (int g = 0; g < kDecMaxGroup; ++g) {
@@ -345,7 +390,14 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(AttnArgs a,
       o[g][e] = 0.f;
       q[g][e] = 0.f;
     }
-    if (g < group) load_e<T, E>(qp + int64_t(hk * group + g) * Dh + lane * E, q[g]);
+    if (g < group) {
+      if (kQk) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) q[g][e] = qks[g * Dh + lane * E + e];
+      } else {
+        load_e<T, E>(qp + int64_t(hk * group + g) * Dh + lane * E, q[g]);
+      }
+    }
   }
   const T* kc = static_cast<const T*>(a.k_cache) + int64_t(hk) * Dh + lane * E;
   const T* vc = static_cast<const T*>(a.v_cache) + int64_t(hk) * Dh + lane * E;
@@ -412,13 +464,18 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(AttnArgs a,
       }
     }
   }
-  if (S == 1) return;
+  if (S == 1) {
+    __syncthreads();  // every warp has read its q from qks
+    write_back_qk();
+    return;
+  }
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) dec_last = atomicAdd(&counters[hk], 1u) == unsigned(S - 1);
   __syncthreads();
   if (!dec_last) return;
   __threadfence();
+  write_back_qk();
   // Last block of this KV head: merge the splits in split order. Lane s holds split s's
   // (m, l) (n_splits <= 32); weights e^(m_s - M) are broadcast by shuffles, so the partial
   // outputs of all splits are loaded independently of each other.
@@ -444,17 +501,26 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(AttnArgs a,
   if (threadIdx.x == 0) counters[hk] = 0u;  // ready for the next launch (graph replays too)
 }
 
-template <class T>
-void attn_decode_dispatch(const AttnArgs& a, unsigned* counters, cudaStream_t s) {
+template <class T, bool kQk>
+void attn_decode_launch(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk,
+                        cudaStream_t s) {
   const dim3 grid(unsigned(a.Hkv), unsigned(a.n_splits)), block(kDecWarps * 32);
-  const size_t smem = sizeof(float) * kDecWarps * size_t(a.H / a.Hkv) * a.Dh;
+  const int group = a.H / a.Hkv;
+  const size_t smem = sizeof(float) * (kDecWarps * size_t(group) + (kQk ? group + 1 : 0)) * a.Dh;
   switch (a.Dh / 32) {
-    case 1: launch_k(attn_decode_kernel<T, 1>, grid, block, smem, s, a, counters); break;
-    case 2: launch_k(attn_decode_kernel<T, 2>, grid, block, smem, s, a, counters); break;
-    case 4: launch_k(attn_decode_kernel<T, 4>, grid, block, smem, s, a, counters); break;
-    default: launch_k(attn_decode_kernel<T, 8>, grid, block, smem, s, a, counters); break;
+    case 1: launch_k(attn_decode_kernel<T, 1, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 2: launch_k(attn_decode_kernel<T, 2, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 4: launch_k(attn_decode_kernel<T, 4, kQk>, grid, block, smem, s, a, counters, qk); break;
+    default: launch_k(attn_decode_kernel<T, 8, kQk>, grid, block, smem, s, a, counters, qk); break;
   }
   ARB_LAUNCHED("attn_decode_kernel", s);
+}
+
+template <class T>
+void attn_decode_dispatch(const AttnArgs& a, unsigned* counters, const QkRopeArgs* qk,
+                          cudaStream_t s) {
+  if (qk) attn_decode_launch<T, true>(a, counters, *qk, s);
+  else attn_decode_launch<T, false>(a, counters, QkRopeArgs{}, s);
 }
 
 
@@ -757,8 +823,11 @@ bool attention_decode_fits(int H, int Hkv, int Dh) {
          (e == 1 || e == 2 || e == 4 || e == 8) && Hkv <= kMaxDecodeKvHeads;
 }
 
-void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters, cudaStream_t s) {
-  ARB_DISPATCH_CTYPE(ct, T, attn_decode_dispatch<T>(a, counters, s));
+void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters,
+                             const QkRopeArgs* qk, cudaStream_t s) {
+  ARB_CHECK(!qk || (qk->H == a.H && qk->Hkv == a.Hkv && qk->Dh == a.Dh && qk->Dh <= 64 * int(16 / ctype_size(ct))),
+            "[cuda] attention_decode: q/k rope arguments of another shape");
+  ARB_DISPATCH_CTYPE(ct, T, attn_decode_dispatch<T>(a, counters, qk, s));
 }
 
 void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s) {

@@ -411,56 +411,14 @@ class CudaBackend final : public Backend {
 
   void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
                  int H, int Hkv, int Dh, int window, Buffer& out) override {
-    ARB_CHECK(Hkv > 0 && H % Hkv == 0 && Dh > 0 && Dh <= cuda::kMaxHeadDim,
-              "[cuda] attention: H %d, Hkv %d, Dh %d (H must be a multiple of Hkv, Dh <= %d)", H,
-              Hkv, Dh, cuda::kMaxHeadDim);
-    const int kv_dim = Hkv * Dh;
-    const int cap = int(std::min(k_cache.n, v_cache.n) / kv_dim);  // cache rows
-    ARB_CHECK(pos0 >= 0 && pos0 + T <= cap, "[cuda] attention: positions [%d, %d) outside the cache (%d rows)",
-              pos0, pos0 + T, cap);
-    check_act(q, int64_t(T) * H * Dh, "attention q");
-    check_act(out, int64_t(T) * H * Dh, "attention out");
-    check_act(k_cache, 0, "k cache");
-    check_act(v_cache, 0, "v cache");
+    const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, out);
     // Every kernel below takes the same arguments; they differ in splits and scratch.
     auto args = [&](int n_splits, float* part) {
-      cuda::AttnArgs a;
-      a.q = q.ptr;
-      a.k_cache = k_cache.ptr;
-      a.v_cache = v_cache.ptr;
-      a.out = out.ptr;
-      a.part = part;
-      a.T = T;
-      a.H = H;
-      a.Hkv = Hkv;
-      a.Dh = Dh;
-      a.window = window;
-      a.n_splits = n_splits;
-      a.scale = float(1.0 / std::sqrt(double(Dh)));
-      return a;
+      return attn_args(q, k_cache, v_cache, T, H, Hkv, Dh, window, out, n_splits, part);
     };
     if (T == 1 && tuning_.attn_direct && cuda::attention_decode_fits(H, Hkv, Dh)) {
       stats_.record("attention", "cuda.attn_decode_direct");
-      // Splits from the cache size, never the position (one graph serves every position):
-      // about two blocks per SM, at least attn_split_keys (64) cache rows per split, at most
-      // 32 splits.
-      const int n_splits = std::clamp(
-          std::min((2 * sm_count_ + Hkv - 1) / Hkv, cap / std::max(1, tuning_.attn_split_keys)), 1,
-          32);
-      float* part = nullptr;
-      if (n_splits > 1) {
-        ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
-        part = static_cast<float*>(part_.ptr);
-      }
-      const cuda::AttnArgs a = args(n_splits, part);
-      unsigned* ctr = counters_;
-      submit({24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out),
-              int64_t(part), H, Hkv, Dh, window, n_splits, int64_t(ctr)},
-             true, pos0, [=, this](const StepCtx& c) {
-               cuda::AttnArgs b = a;
-               b.pos = PosRef{c.pos_dev, pos0};
-               cuda::launch_attention_decode(ct_, b, ctr, stream_);
-             });
+      submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, out, cap, pos0, nullptr);
       return;
     }
     if (tuning_.attn_mma && cuda::attention_mma_fits(ct_, T, Dh)) {
@@ -630,53 +588,41 @@ class CudaBackend final : public Backend {
   void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                      const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh, int pos0,
                      const ModelConfig& cfg, Buffer& k_cache, Buffer& v_cache) override {
-    const int kv_dim = Hkv * Dh;
-    const bool fuse = T == 1 && tuning_.fused && cuda::qk_rope_fusable(ct_, Dh) &&
-                      Dh == cfg.head_dim && pos0 >= 0 &&
-                      int64_t(pos0 + 1) * kv_dim <= std::min(k_cache.n, v_cache.n);
-    if (!fuse)
+    if (!qk_fusable(T, Hkv, Dh, pos0, cfg, k_cache, v_cache))
       return Backend::qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, cfg,
                                     k_cache, v_cache);
     stats_.record("qk_rope_store", "cuda.qk_rope_store");
-    check_act(q, int64_t(H) * Dh, "qk_rope_store q");
-    check_act(k, kv_dim, "qk_rope_store k");
-    check_act(v, kv_dim, "qk_rope_store v");
-    check_act(k_cache, 0, "k cache");
-    check_act(v_cache, 0, "v cache");
-    ensure_rope_table(cfg, pos0 + 1);
-    cuda::QkRopeArgs a;
-    a.q = q.ptr;
-    a.k = k.ptr;
-    a.v = v.ptr;
-    a.k_cache = k_cache.ptr;
-    a.v_cache = v_cache.ptr;
-    if (q_norm) {
-      const DevVec& n = device_vector(*q_norm);
-      ARB_CHECK(n.n == Dh, "[cuda] q norm '%s' has %lld elements, heads have %d",
-                q_norm->name.c_str(), (long long)n.n, Dh);
-      a.qn = n.ptr;
-    }
-    if (k_norm) {
-      const DevVec& n = device_vector(*k_norm);
-      ARB_CHECK(n.n == Dh, "[cuda] k norm '%s' has %lld elements, heads have %d",
-                k_norm->name.c_str(), (long long)n.n, Dh);
-      a.kn = n.ptr;
-    }
-    a.eps = float(eps);
-    a.H = H;
-    a.Hkv = Hkv;
-    a.Dh = Dh;
-    a.adjacent = cfg.rope_layout == RopeLayout::Adjacent;
-    a.cs = static_cast<const float2*>(rope_cs_.ptr);
-    int64_t ebits;
-    std::memcpy(&ebits, &eps, 8);
-    submit({23, int64_t(a.q), int64_t(a.k), int64_t(a.v), int64_t(a.k_cache), int64_t(a.v_cache),
-            int64_t(a.qn), int64_t(a.kn), ebits, H, Hkv, Dh, a.adjacent, int64_t(a.cs)},
-           true, pos0, [=, this](const StepCtx& c) {
-             cuda::QkRopeArgs b = a;
-             b.pos = PosRef{c.pos_dev, pos0};
-             cuda::launch_qk_rope_store(ct_, b, stream_);
-           });
+    const cuda::QkRopeArgs a =
+        qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, cfg, k_cache, v_cache);
+    std::vector<int64_t> sig = {23};
+    append_qk_sig(sig, a);
+    submit(std::move(sig), true, pos0, [=, this](const StepCtx& c) {
+      cuda::QkRopeArgs b = a;
+      b.pos = PosRef{c.pos_dev, pos0};
+      cuda::launch_qk_rope_store(ct_, b, stream_);
+    });
+  }
+
+  void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                         const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
+                         int pos0, const ModelConfig& cfg, Buffer& k_cache, Buffer& v_cache,
+                         int window, Buffer& out) override {
+    if (!qk_fusable(T, Hkv, Dh, pos0, cfg, k_cache, v_cache) || !tuning_.attn_direct ||
+        !cuda::attention_decode_fits(H, Hkv, Dh))
+      return Backend::qk_rope_attention(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, cfg,
+                                        k_cache, v_cache, window, out);
+    stats_.record("qk_rope_attention", "cuda.qk_rope_attn_decode");
+    const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, out);
+    const cuda::QkRopeArgs a =
+        qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, cfg, k_cache, v_cache);
+    submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, out, cap, pos0, &a);
+  }
+
+  /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
+  bool qk_fusable(int T, int Hkv, int Dh, int pos0, const ModelConfig& cfg, const Buffer& k_cache,
+                  const Buffer& v_cache) const {
+    return T == 1 && tuning_.fused && cuda::qk_rope_fusable(ct_, Dh) && Dh == cfg.head_dim &&
+           pos0 >= 0 && int64_t(pos0 + 1) * Hkv * Dh <= std::min(k_cache.n, v_cache.n);
   }
 
   std::vector<double> read_bandwidth_gbs(int passes) override {
@@ -804,6 +750,120 @@ class CudaBackend final : public Backend {
     std::vector<int64_t> sig;
     cudaGraphExec_t exec = nullptr;
   };
+
+  /// Checks attention's arguments; returns the cache's rows.
+  int check_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                      int pos0, int H, int Hkv, int Dh, const Buffer& out) const {
+    ARB_CHECK(Hkv > 0 && H % Hkv == 0 && Dh > 0 && Dh <= cuda::kMaxHeadDim,
+              "[cuda] attention: H %d, Hkv %d, Dh %d (H must be a multiple of Hkv, Dh <= %d)", H,
+              Hkv, Dh, cuda::kMaxHeadDim);
+    const int kv_dim = Hkv * Dh;
+    const int cap = int(std::min(k_cache.n, v_cache.n) / kv_dim);  // cache rows
+    ARB_CHECK(pos0 >= 0 && pos0 + T <= cap, "[cuda] attention: positions [%d, %d) outside the cache (%d rows)",
+              pos0, pos0 + T, cap);
+    check_act(q, int64_t(T) * H * Dh, "attention q");
+    check_act(out, int64_t(T) * H * Dh, "attention out");
+    check_act(k_cache, 0, "k cache");
+    check_act(v_cache, 0, "v cache");
+    return cap;
+  }
+
+  cuda::AttnArgs attn_args(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                           int H, int Hkv, int Dh, int window, Buffer& out, int n_splits,
+                           float* part) const {
+    cuda::AttnArgs a;
+    a.q = q.ptr;
+    a.k_cache = k_cache.ptr;
+    a.v_cache = v_cache.ptr;
+    a.out = out.ptr;
+    a.part = part;
+    a.T = T;
+    a.H = H;
+    a.Hkv = Hkv;
+    a.Dh = Dh;
+    a.window = window;
+    a.n_splits = n_splits;
+    a.scale = float(1.0 / std::sqrt(double(Dh)));
+    return a;
+  }
+
+  /// The direct decode attention (T == 1), with the step's q/k norm + RoPE + KV store folded
+  /// in when qk is given. Splits from the cache size, never the position (one graph serves
+  /// every position): about two blocks per SM, at least attn_split_keys (64) cache rows per
+  /// split, at most 32 splits.
+  void submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                               int H, int Hkv, int Dh, int window, Buffer& out, int cap, int pos0,
+                               const cuda::QkRopeArgs* qk) {
+    const int n_splits = std::clamp(
+        std::min((2 * sm_count_ + Hkv - 1) / Hkv, cap / std::max(1, tuning_.attn_split_keys)), 1,
+        32);
+    float* part = nullptr;
+    if (n_splits > 1) {
+      ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
+      part = static_cast<float*>(part_.ptr);
+    }
+    const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, out, n_splits, part);
+    unsigned* ctr = counters_;
+    std::vector<int64_t> sig = {24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache),
+                                int64_t(a.out), int64_t(part), H, Hkv, Dh, window, n_splits,
+                                int64_t(ctr)};
+    const bool fused = qk != nullptr;
+    const cuda::QkRopeArgs qa = fused ? *qk : cuda::QkRopeArgs{};
+    if (fused) append_qk_sig(sig, qa);
+    submit(std::move(sig), true, pos0, [=, this](const StepCtx& c) {
+      cuda::AttnArgs b = a;
+      b.pos = PosRef{c.pos_dev, pos0};
+      cuda::QkRopeArgs qb = qa;
+      qb.pos = b.pos;
+      cuda::launch_attention_decode(ct_, b, ctr, fused ? &qb : nullptr, stream_);
+    });
+  }
+
+  /// qk_rope_store's arguments (device norm weights and RoPE table looked up and checked).
+  cuda::QkRopeArgs qk_args(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                           const Tensor* k_norm, double eps, int H, int Hkv, int Dh, int pos0,
+                           const ModelConfig& cfg, Buffer& k_cache, Buffer& v_cache) {
+    const int kv_dim = Hkv * Dh;
+    check_act(q, int64_t(H) * Dh, "qk_rope_store q");
+    check_act(k, kv_dim, "qk_rope_store k");
+    check_act(v, kv_dim, "qk_rope_store v");
+    check_act(k_cache, 0, "k cache");
+    check_act(v_cache, 0, "v cache");
+    ensure_rope_table(cfg, pos0 + 1);
+    cuda::QkRopeArgs a;
+    a.q = q.ptr;
+    a.k = k.ptr;
+    a.v = v.ptr;
+    a.k_cache = k_cache.ptr;
+    a.v_cache = v_cache.ptr;
+    if (q_norm) {
+      const DevVec& n = device_vector(*q_norm);
+      ARB_CHECK(n.n == Dh, "[cuda] q norm '%s' has %lld elements, heads have %d",
+                q_norm->name.c_str(), (long long)n.n, Dh);
+      a.qn = n.ptr;
+    }
+    if (k_norm) {
+      const DevVec& n = device_vector(*k_norm);
+      ARB_CHECK(n.n == Dh, "[cuda] k norm '%s' has %lld elements, heads have %d",
+                k_norm->name.c_str(), (long long)n.n, Dh);
+      a.kn = n.ptr;
+    }
+    a.eps = float(eps);
+    a.H = H;
+    a.Hkv = Hkv;
+    a.Dh = Dh;
+    a.adjacent = cfg.rope_layout == RopeLayout::Adjacent;
+    a.cs = static_cast<const float2*>(rope_cs_.ptr);
+    return a;
+  }
+  static void append_qk_sig(std::vector<int64_t>& sig, const cuda::QkRopeArgs& a) {
+    int64_t ebits;
+    const double eps = a.eps;
+    std::memcpy(&ebits, &eps, 8);
+    sig.insert(sig.end(), {int64_t(a.q), int64_t(a.k), int64_t(a.v), int64_t(a.k_cache),
+                           int64_t(a.v_cache), int64_t(a.qn), int64_t(a.kn), ebits, a.H, a.Hkv,
+                           a.Dh, a.adjacent, int64_t(a.cs)});
+  }
 
   void check_act(const Buffer& b, int64_t n, const char* what) const {
     ARB_CHECK(b.ptr != nullptr && b.n >= n, "[cuda] %s: buffer holds %lld elements, needs %lld",

@@ -143,6 +143,47 @@ __device__ __forceinline__ T norm_elem(float x, float inv, float w) {
   return from_f<T>(__fmul_rn(__fmul_rn(x, inv), w));
 }
 
+// Rotation of the pair (a, b) by (cos, sin): explicit roundings (no fma contraction), so the
+// unfused kernel and the fused decode kernels compute the same bits.
+__device__ __forceinline__ float rope_a(float xa, float xb, float2 c) {
+  return __fsub_rn(__fmul_rn(xa, c.x), __fmul_rn(xb, c.y));
+}
+__device__ __forceinline__ float rope_b(float xa, float xb, float2 c) {
+  return __fadd_rn(__fmul_rn(xb, c.x), __fmul_rn(xa, c.y));
+}
+
+/// One warp: the head x[Dh] RMS-normalised (when nw; sum of squares in the canonical chunk
+/// order, each value rounded to T as the op-by-op norm stores it), then rotated by the RoPE
+/// row cs[Dh / 2] (each output rounded to T as rope_kernel stores it), into sm[Dh] as f32
+/// (exact T values). NCH = chunks per lane (Dh <= NCH x 32 x V). Ends with __syncwarp.
+template <class T, int NCH>
+__device__ __forceinline__ void norm_rope_head(const T* x, const float* nw, float eps, int Dh,
+                                               const float2* cs, bool adjacent, float* sm,
+                                               int lane) {
+  constexpr int V = Vec16<T>::N;
+  uint4 c[NCH];
+  load_chunks<T, NCH>(x, Dh, lane, c);
+  const float inv = nw ? inv_rms(chunks_sumsq<T, NCH>(c), Dh, eps) : 1.f;
+#pragma unroll
+  for (int j = 0; j < NCH; ++j) {
+    const int k = lane * V + j * 32 * V;
+    if (k >= Dh) continue;
+    const T* e = reinterpret_cast<const T*>(&c[j]);
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      sm[k + i] = nw ? to_f(norm_elem<T>(to_f(e[i]), inv, nw[k + i])) : to_f(e[i]);
+  }
+  __syncwarp();
+  const int half = Dh / 2;
+  for (int i = lane; i < half; i += 32) {  // each pair read and written by one lane
+    const int ia = adjacent ? 2 * i : i, ib = adjacent ? 2 * i + 1 : i + half;
+    const float xa = sm[ia], xb = sm[ib];
+    sm[ia] = to_f(from_f<T>(rope_a(xa, xb, cs[i])));
+    sm[ib] = to_f(from_f<T>(rope_b(xa, xb, cs[i])));
+  }
+  __syncwarp();
+}
+
 }  // namespace arbiter::cuda
 
 /// Runs the statement with `T` bound to the element type of the CType value.

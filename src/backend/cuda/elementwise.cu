@@ -120,15 +120,7 @@ __global__ void rmsnorm_block_kernel(const T* x, const float* w, int N, float ep
   for (int i = threadIdx.x; i < N; i += blockDim.x) yr[i] = from_f<T>(to_f(xr[i]) * inv * w[i]);
 }
 
-// --- RoPE ---------------------------------------------------------------------------------
-// Rotation of the pair (a, b) by (cos, sin): explicit roundings (no fma contraction), so the
-// unfused kernel and the fused decode kernel compute the same bits.
-__device__ __forceinline__ float rope_a(float xa, float xb, float2 c) {
-  return __fsub_rn(__fmul_rn(xa, c.x), __fmul_rn(xb, c.y));
-}
-__device__ __forceinline__ float rope_b(float xa, float xb, float2 c) {
-  return __fadd_rn(__fmul_rn(xb, c.x), __fmul_rn(xa, c.y));
-}
+// --- RoPE (rope_a / rope_b: device_common.cuh) ---------------------------------------------
 
 template <class T>
 __global__ void rope_kernel(T* x, int T_, int nh, int Dh, PosRef pos, const float2* cs,
@@ -233,21 +225,19 @@ int vec_nch(CType ct, int N) {
 }
 
 // --- fused decode q/k norm + RoPE + KV store ----------------------------------------------
-// One warp per head (q heads, then k heads): RMSNorm in the canonical chunk order, the
-// normalised values rounded to T (as the op-by-op norm stores them) and staged in shared
-// memory, then RoPE of each pair as rope_kernel computes it, written back in place (and k
-// also to the cache row). v is copied to its cache row by the grid.
+// One warp per head (q heads, then k heads): norm_rope_head (device_common.cuh) into shared
+// memory, then the roped head written back in place (and k also to the cache row). v is
+// copied to its cache row by the grid.
 constexpr int kQkWarps = 8;
 
 template <class T, int NCH>
 __global__ void __launch_bounds__(kQkWarps * 32) qk_rope_store_kernel(QkRopeArgs a) {
-  constexpr int V = Vec16<T>::N;
   extern __shared__ float qk_smem[];
   griddep_wait();
   griddep_launch();
   const int lane = threadIdx.x % 32, wib = threadIdx.x / 32;
   const int head = blockIdx.x * kQkWarps + wib;
-  const int Dh = a.Dh, half = Dh / 2, kv_dim = a.Hkv * Dh;
+  const int Dh = a.Dh, kv_dim = a.Hkv * Dh;
   const int pos = pos_of(a.pos);
   // v -> v cache
   const T* v = static_cast<const T*>(a.v);
@@ -258,33 +248,15 @@ __global__ void __launch_bounds__(kQkWarps * 32) qk_rope_store_kernel(QkRopeArgs
   const bool is_q = head < a.H;
   T* x = is_q ? static_cast<T*>(a.q) + int64_t(head) * Dh
               : static_cast<T*>(a.k) + int64_t(head - a.H) * Dh;
-  const float* nw = is_q ? a.qn : a.kn;
   float* sm = qk_smem + wib * Dh;
-  uint4 c[NCH];
-  load_chunks<T, NCH>(x, Dh, lane, c);
-  const float inv = nw ? inv_rms(chunks_sumsq<T, NCH>(c), Dh, a.eps) : 1.f;
-#pragma unroll
-  for (int j = 0; j < NCH; ++j) {
-    const int k = lane * V + j * 32 * V;
-    if (k >= Dh) continue;
-    const T* e = reinterpret_cast<const T*>(&c[j]);
-#pragma unroll
-    for (int i = 0; i < V; ++i) sm[k + i] = nw ? to_f(norm_elem<T>(to_f(e[i]), inv, nw[k + i])) : to_f(e[i]);
-  }
-  __syncwarp();
+  norm_rope_head<T, NCH>(x, is_q ? a.qn : a.kn, a.eps, Dh, a.cs + int64_t(pos) * (Dh / 2),
+                         a.adjacent, sm, lane);
   T* kc = is_q ? nullptr
                : static_cast<T*>(a.k_cache) + int64_t(pos) * kv_dim + int64_t(head - a.H) * Dh;
-  for (int i = lane; i < half; i += 32) {
-    const float2 cs = a.cs[int64_t(pos) * half + i];
-    const int ia = a.adjacent ? 2 * i : i, ib = a.adjacent ? 2 * i + 1 : i + half;
-    const float xa = sm[ia], xb = sm[ib];
-    const T ya = from_f<T>(rope_a(xa, xb, cs)), yb = from_f<T>(rope_b(xa, xb, cs));
-    x[ia] = ya;
-    x[ib] = yb;
-    if (kc) {
-      kc[ia] = ya;
-      kc[ib] = yb;
-    }
+  for (int i = lane; i < Dh; i += 32) {
+    const T y = from_f<T>(sm[i]);
+    x[i] = y;
+    if (kc) kc[i] = y;
   }
 }
 

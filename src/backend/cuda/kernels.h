@@ -148,7 +148,11 @@ void launch_attention_mma(CType ct, const AttnArgs& a, cudaStream_t s);
 /// words, left zeroed). Takes Dh in {32, 64, 128, 256}, groups H / Hkv <= 8, n_splits <= 32.
 constexpr int kMaxDecodeKvHeads = 1024;
 bool attention_decode_fits(int H, int Hkv, int Dh);
-void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters, cudaStream_t s);
+/// qk (may be null): the decode step's q/k norm + RoPE + KV store (launch_qk_rope_store's
+/// work, same bits) done inside the attention kernel (q/k heads of Dh <= 64 x V elements);
+/// its q, k, caches and position must be the attention's.
+void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters,
+                             const QkRopeArgs* qk, cudaStream_t s);
 /// Number of blocks the attention grid has before splitting (for choosing n_splits).
 int attention_blocks(int T, int H, int Hkv);
 
