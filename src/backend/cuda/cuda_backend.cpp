@@ -6,12 +6,14 @@
 // Decode steps (T == 1) are replayed as CUDA graphs. The model calls ops one by one, so the
 // graph is built here: an embed of one token opens a "step"; its ops are queued (each as a
 // launch closure plus a signature of everything it launches with except the position and
-// the token id) until something needs the results on the host (summarize, read, write, sync,
-// free, the next embed). Then the queue runs: as a replay of a graph captured earlier for
-// the same signature, as a fresh capture when the same signature was seen on the previous
-// step, or op by op. In a step, position-dependent kernels (RoPE, KV store, attention) and
-// the embedding gather read the position and the token id from a small device array that is
-// written before the queue runs, so one graph serves every position. A replay runs exactly
+// the token id). Every graph_segment_ops queued launches (once the step's position is known),
+// and when something needs the results on the host (summarize, read, write, sync, free, the
+// next embed), the queue runs as a segment: as a replay of a graph captured earlier for the
+// same signature, as a fresh capture when the signature was seen before, or op by op. So the
+// GPU runs the first segments while the host queues the rest (the host needs ~100 us to
+// queue a 28-layer step). In a step, position-dependent kernels (RoPE, KV store, attention)
+// and the embedding gather read the position and the token id from a small device array
+// that the first segment uploads, so one graph serves every position. A replay runs exactly
 // the kernels the op-by-op path runs, with the same arguments: results are byte-identical.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -138,6 +140,8 @@ class CudaBackend final : public Backend {
     tuning_.attn_mma = env_on("ARBITER_CUDA_ATTN_MMA", true);
     if (const char* v = std::getenv("ARBITER_CUDA_ATTN_SPLIT_KEYS"); v && *v)
       tuning_.attn_split_keys = std::max(1, std::atoi(v));
+    if (const char* v = std::getenv("ARBITER_CUDA_GRAPH_SEGMENT"); v && *v)
+      tuning_.graph_segment_ops = std::max(0, std::atoi(v));
     tuning_.pdl = cuda::pdl_enabled();
     const std::string dt = ctype_name(ct_);
     prov_gemv_ = "cuda.gemv_" + dt;
@@ -288,8 +292,9 @@ class CudaBackend final : public Backend {
                 ids[t], (long long)m.rows);
     if (T == 1 && tuning_.graphs) {
       step_open_ = true;
+      step_uploaded_ = false;
       step_pos_set_ = false;
-      step_pos_uniform_ = true;
+      seg_pos_uniform_ = true;
       step_pos_ = 0;
       step_id_ = ids[0];
     } else {
@@ -740,7 +745,7 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kLtWorkspace = size_t(32) << 20;
-  static constexpr size_t kMaxGraphs = 4;
+  static constexpr size_t kMaxGraphs = 64;  // segments (a 28-layer decode step has about 5)
 
   struct Queued {
     std::vector<int64_t> sig;
@@ -897,28 +902,44 @@ class CudaBackend final : public Backend {
         step_pos_ = pos0;
         step_pos_set_ = true;
       } else if (pos0 != step_pos_) {
-        step_pos_uniform_ = false;
+        seg_pos_uniform_ = false;
       }
     }
     sig.insert(sig.begin(), int64_t(sig.size()));
     queue_.push_back(Queued{std::move(sig), std::move(run)});
+    // A full segment runs now, so the GPU works while the host queues the rest of the step
+    // (once the position is known: the first segment uploads it).
+    if (tuning_.graph_segment_ops > 0 && step_pos_set_ &&
+        int(queue_.size()) >= tuning_.graph_segment_ops)
+      run_segment();
   }
 
-  /// Runs the queued single-token step (graph replay, capture, or op by op).
+  /// Runs the queued single-token step (its last segment) and closes it.
   void flush() {
     if (!step_open_) return;
     step_open_ = false;
+    run_segment();
+  }
+
+  /// Runs the queued segment of the open step: a replay of a graph captured for the same
+  /// signature, a capture (second sighting of the signature), or op by op.
+  void run_segment() {
     std::vector<Queued> ops;
     ops.swap(queue_);
+    const bool uniform = seg_pos_uniform_;
+    seg_pos_uniform_ = true;
     if (ops.empty()) return;
-    // The previous step's upload of (pos, id) must have been consumed before we rewrite it.
-    ARB_CUDA(cudaEventSynchronize(step_ev_));
-    h_step_[0] = step_pos_;
-    h_step_[1] = step_id_;
-    ARB_CUDA(cudaMemcpyAsync(d_step_, h_step_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
-    ARB_CUDA(cudaEventRecord(step_ev_, stream_));
-    const StepCtx ctx{step_pos_uniform_ ? d_step_ : nullptr, d_step_ + 1};
-    if (!step_pos_uniform_) {
+    if (!step_uploaded_) {
+      // The previous step's upload of (pos, id) must have been consumed before we rewrite it.
+      ARB_CUDA(cudaEventSynchronize(step_ev_));
+      h_step_[0] = step_pos_;
+      h_step_[1] = step_id_;
+      ARB_CUDA(cudaMemcpyAsync(d_step_, h_step_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+      ARB_CUDA(cudaEventRecord(step_ev_, stream_));
+      step_uploaded_ = true;
+    }
+    const StepCtx ctx{uniform ? d_step_ : nullptr, d_step_ + 1};
+    if (!uniform) {
       for (Queued& q : ops) q.run(ctx);
       ++gstats_.eager_steps;
       return;
@@ -931,13 +952,14 @@ class CudaBackend final : public Backend {
         ++gstats_.replays;
         return;
       }
-    if (sig != last_sig_) {
+    if (std::find(seen_sigs_.begin(), seen_sigs_.end(), sig) == seen_sigs_.end()) {
       for (Queued& q : ops) q.run(ctx);
       ++gstats_.eager_steps;
-      last_sig_ = std::move(sig);
+      if (seen_sigs_.size() >= kMaxGraphs) seen_sigs_.pop_front();
+      seen_sigs_.push_back(std::move(sig));
       return;
     }
-    // Second sighting of this step: capture it once, then replay.
+    // Second sighting of this segment: capture it once, then replay.
     cudaGraph_t graph = nullptr;
     ARB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
@@ -1129,10 +1151,11 @@ class CudaBackend final : public Backend {
   int rope_positions_ = 0;
 
   // single-token step state
-  bool step_open_ = false, step_pos_set_ = false, step_pos_uniform_ = true;
+  bool step_open_ = false, step_uploaded_ = false, step_pos_set_ = false;
+  bool seg_pos_uniform_ = true;  // every position-dependent op of the segment at step_pos_
   int step_pos_ = 0, step_id_ = 0;
   std::vector<Queued> queue_;
-  std::vector<int64_t> last_sig_;
+  std::deque<std::vector<int64_t>> seen_sigs_;  // segments seen (captured on a second sighting)
   std::deque<CachedGraph> graphs_;
   int* h_step_ = nullptr;  // pinned (pos, id)
   int* d_step_ = nullptr;

@@ -8,9 +8,10 @@
 
 namespace arbiter {
 
-/// How single-token forwards were executed: replays of a captured CUDA graph, captures
-/// (each also runs the step once) and steps run op by op (first sight of an op sequence,
-/// or a step cut short by a host read such as a capture hook or fault injection).
+/// How single-token forwards were executed, counted per segment (a step runs in segments of
+/// CudaTuning::graph_segment_ops launches): replays of a captured CUDA graph, captures (each
+/// also runs the segment once) and segments run op by op (first sight of an op sequence, or a
+/// step cut short by a host read such as a capture hook or fault injection).
 struct CudaGraphStats {
   int64_t replays = 0;
   int64_t captures = 0;
@@ -32,6 +33,9 @@ struct CudaTuning {
                          // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel
   int attn_split_keys = 64;  // direct decode attention: one key split per this many cache rows
                              // (at most 32 splits; ARBITER_CUDA_ATTN_SPLIT_KEYS)
+  int graph_segment_ops = 32;  // a single-token step runs (as a graph) in segments of this many
+                               // launches while the host queues the rest; 0: the whole step at
+                               // once (ARBITER_CUDA_GRAPH_SEGMENT)
 };
 
 /// Throws arbiter::Error when be is not the CUDA tier.
