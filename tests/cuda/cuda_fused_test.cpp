@@ -60,11 +60,18 @@ TEST(CudaFused, DecodeEqualsOpByOpPath) {
     auto m = load_model(path);
     const int V = m->config.vocab;
     const std::vector<int32_t> prompt = {1 % V, 80 % V, 147 % V, 201 % V, 57 % V};
-    // A 512-row cache splits the decode attention's keys across blocks.
+    // A 512-row cache with a split per 8 keys splits the decode attention's keys across
+    // blocks (1 to 4 of the grid's splits used as the position grows).
     for (const auto& [dt, ctx] : {std::pair{"bf16", 0}, std::pair{"f16", 0}, std::pair{"f32", 0},
                                   std::pair{"bf16", 512}}) {
       SCOPED_TRACE(std::string(rel) + " " + dt + " cache " + std::to_string(ctx));
       auto a = make_cuda_backend(0, dt), b = make_cuda_backend(0, dt);
+      if (ctx > 0)
+        for (Backend* be : {a.get(), b.get()}) {
+          CudaTuning t = cuda_tuning(*be);
+          t.attn_split_keys = 8;
+          cuda_set_tuning(*be, t);
+        }
       const auto ta = decode_logits(*m, *a, prompt, 24, ctx);
       EXPECT_GT(a->stats().calls().count("rmsnorm_matmul"), 0u) << "fused ops did not run";
       EXPECT_GT(a->stats().calls().count("qk_rope_store") +

@@ -255,6 +255,8 @@ TEST_P(CudaOps, Attention) {
       {1, 0, 8, 4, 8, 0},          // stories260K first token
       {20, 30, 12, 4, 16, 16},     // sliding window, group of 3
       {1, 1500, 32, 8, 64, 1024},  // decode past a 1024 window (llama-3.2-1B heads)
+      {1, 300, 32, 4, 128, 0},     // decode, group of 8 (one key per warp), 2 splits
+      {1, 90, 8, 8, 256, 0},       // decode, Dh 256, MHA
       {9, 1530, 16, 16, 256, 1024},// Dh 256, MHA, w8ctx1536-like
       {5, 3, 4, 1, 96, 0},         // Dh not a multiple of 32, all heads share one KV head
       {200, 0, 8, 2, 128, 0},      // longer prefill
@@ -305,8 +307,8 @@ TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
   cuda_set_tuning(*plain, t);
   struct Case { int H, Hkv, Dh, pos, cap, window; bool qk_norm; RopeLayout layout; };
   const std::vector<Case> cases = {
-      {16, 8, 128, 700, 760, 0, true, RopeLayout::Half},       // qwen3-0.6B, 11 splits
-      {4, 2, 32, 5, 600, 0, true, RopeLayout::Half},           // tiny-qwen3, most splits empty
+      {16, 8, 128, 700, 760, 0, true, RopeLayout::Half},       // qwen3-0.6B, 5 splits
+      {4, 2, 32, 5, 600, 0, true, RopeLayout::Half},           // tiny-qwen3, 1 of 4 splits used
       {32, 8, 64, 1500, 1600, 1024, false, RopeLayout::Half},  // llama-3.2-1B past its window
       {8, 8, 64, 0, 64, 0, false, RopeLayout::Adjacent},       // first token, one split
   };

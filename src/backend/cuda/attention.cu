@@ -305,49 +305,97 @@ void attn_init_type() {
 
 
 // --- decode (T == 1) ------------------------------------------------------------------------
-// One block per (KV head, key split), 4 warps; warp w takes keys ks + w, ks + w + 4, ... of
-// the split straight from global memory (lane l holds head elements [l E, l E + E), E =
-// Dh / 32) and keeps an online softmax per query head of the group. The block merges its
-// warps in warp order through shared memory; with several splits each block writes its
-// (o, m, l) partial, and the last block of a KV head to finish (an atomic ticket, reset by
-// that block) merges the splits in split order: one kernel, deterministic.
+// One block per (KV head, key split), kDecWarps warps. A warp takes KPW keys at a time, one
+// per group of 32 / KPW lanes (each lane holds E = Dh KPW / 32 head elements), so a block
+// covers kDecWarps x KPW keys per iteration, with the next iteration's keys and values
+// already in flight; each lane group keeps an online softmax per query head of the group.
+// KPW is 4, 2 or 1 for groups of <= 2, <= 4, <= 8 query heads per KV head (q and the output
+// stay at group x E <= Dh / 4 values per lane). The lane groups of a warp merge by a
+// butterfly of shuffles (every lane gets the same sums: each step adds two values, in either
+// order the same), the warps in warp order through shared memory.
+//
+// Splits: the host sizes the grid from the cache (one graph serves every position); the
+// blocks use the first S = min(gridDim.y, ceil(keys / a.split_keys)) splits of the current
+// key range and the others exit at once, so short contexts pay no split merge. With S > 1
+// each block writes its (o, m, l) partial, and the last block of a KV head to finish (an
+// atomic ticket, reset by that block) merges the splits in split order: one kernel,
+// deterministic.
 //
 // kQk (the fused qk_rope_attention): the kernel also does qk_rope_store's work for its KV
 // head, so that op needs no launch of its own. Every block normalises and rotates the raw q
 // heads of its group and k head hk (norm_rope_head, the arithmetic of qk_rope_store_kernel)
-// into shared memory and uses those values for q; the block whose key range holds the new
-// position writes the roped k and the raw v to the cache row first (read back by its own
-// warps after a block barrier); the block that finishes the KV head last (every other block
-// of it has read the raw q and k by then) writes the roped q and k back in place, as
-// qk_rope_store leaves them.
-constexpr int kDecWarps = 4;
+// into shared memory and uses those values for q. The new position's key and value come from
+// there and from v (the exact values the cache row gets), so the block whose key range holds
+// the position writes that row without reading it back; the block that finishes the KV head
+// last (every other block of it has read the raw q and k by then) writes the roped q and k
+// back in place, as qk_rope_store leaves them.
+constexpr int kDecWarps = 8;
 constexpr int kDecMaxGroup = 8;
 
+/// E consecutive elements of T (the largest vector loads their alignment allows; L2 only:
+/// cache rows are written by other kernels of the step).
 template <class T, int E>
-__device__ __forceinline__ void load_e(const T* p, float (&f)[E]) {
+struct alignas(16) Slice {
+  T v[E];
+};
+template <class T, int E>
+__device__ __forceinline__ void load_slice(const T* p, Slice<T, E>& s) {
+  constexpr int B = E * int(sizeof(T));
+  if constexpr (B % 16 == 0) {
 #pragma unroll
-  for (int e = 0; e < E; ++e) f[e] = to_f(p[e]);
+    for (int i = 0; i < B / 16; ++i)
+      reinterpret_cast<uint4*>(s.v)[i] = __ldcg(reinterpret_cast<const uint4*>(p) + i);
+  } else if constexpr (B % 8 == 0) {
+#pragma unroll
+    for (int i = 0; i < B / 8; ++i)
+      reinterpret_cast<uint2*>(s.v)[i] = __ldcg(reinterpret_cast<const uint2*>(p) + i);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) s.v[e] = p[e];
+  }
+}
+template <class T, int E>
+__device__ __forceinline__ void zero_slice(Slice<T, E>& s) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) s.v[e] = from_f<T>(0.f);
 }
 
-template <class T, int E, bool kQk>
+template <class T, int E, int KPW, bool kQk>
 __global__ void __launch_bounds__(kDecWarps * 32)
     attn_decode_kernel(AttnArgs a, unsigned* counters, QkRopeArgs qk) {
+  constexpr int LPK = 32 / KPW;            // lanes per key
+  constexpr int KPB = kDecWarps * KPW;     // keys per block iteration
+  constexpr int MAXG = kDecMaxGroup / KPW;  // query heads per KV head the lanes hold
   extern __shared__ float dec_o[];  // [kDecWarps][group][Dh], then kQk: [group + 1][Dh] roped q, k
   __shared__ float dec_m[kDecWarps][kDecMaxGroup], dec_l[kDecWarps][kDecMaxGroup];
   __shared__ int dec_last;
+  const int hk = blockIdx.x, split = blockIdx.y;
+  const int group = a.H / a.Hkv, Dh = E * LPK, kv_dim = a.Hkv * Dh;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane / LPK, dl = lane % LPK;  // key of the warp's KPW, slice of the head
   griddep_wait();
   griddep_launch();
-  const int hk = blockIdx.x, split = blockIdx.y, S = gridDim.y;
-  const int group = a.H / a.Hkv, Dh = a.Dh, kv_dim = a.Hkv * a.Dh;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int pos = pos_of(a.pos);
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int S = min(int(gridDim.y), (pos - lo + a.split_keys) / a.split_keys);
+  if (split >= S) return;
   const int chunk = (pos - lo + 1 + S - 1) / S;
   const int ks = lo + split * chunk, ke = min(pos + 1, ks + chunk);
+  // This iteration's keys and values (in flight during the q/k norm and RoPE below).
+  const T* kc = static_cast<const T*>(a.k_cache) + int64_t(hk) * Dh + dl * E;
+  const T* vc = static_cast<const T*>(a.v_cache) + int64_t(hk) * Dh + dl * E;
+  const int koff = warp * KPW + sub;
+  Slice<T, E> kr, vr;
+  zero_slice(kr);
+  zero_slice(vr);
+  if (ks + koff < ke) {
+    load_slice(kc + int64_t(ks + koff) * kv_dim, kr);
+    load_slice(vc + int64_t(ks + koff) * kv_dim, vr);
+  }
   const T* qp = static_cast<const T*>(a.q);
   float* qks = dec_o + kDecWarps * group * Dh;  // kQk: roped q heads of the group, then k
   if (kQk) {
-    constexpr int NCH = E * 32 <= 32 * Vec16<T>::N ? 1 : 2;
+    constexpr int NCH = (E * LPK + 32 * Vec16<T>::N - 1) / (32 * Vec16<T>::N);
     const float2* cs = qk.cs + int64_t(pos) * (Dh / 2);
     for (int h = warp; h <= group; h += kDecWarps) {
       const bool is_k = h == group;
@@ -357,32 +405,20 @@ __global__ void __launch_bounds__(kDecWarps * 32)
                              lane);
     }
     __syncthreads();
-    if (ks <= pos && pos < ke) {  // this block reads the new row: store it first
+    if (ks <= pos && pos < ke) {  // this block's range holds the new row: store it
       const int64_t row = int64_t(pos) * kv_dim + int64_t(hk) * Dh;
-      T* kc = static_cast<T*>(qk.k_cache) + row;
-      T* vc = static_cast<T*>(qk.v_cache) + row;
+      T* kcw = static_cast<T*>(qk.k_cache) + row;
+      T* vcw = static_cast<T*>(qk.v_cache) + row;
       const T* vn = static_cast<const T*>(qk.v) + int64_t(hk) * Dh;
       for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
-        kc[i] = from_f<T>(qks[group * Dh + i]);
-        vc[i] = vn[i];
+        kcw[i] = from_f<T>(qks[group * Dh + i]);
+        vcw[i] = vn[i];
       }
-      __syncthreads();
     }
   }
-  // Writes the roped q and k back in place (kQk; called by the block that finishes last).
-  auto write_back_qk = [&] {
-    if (!kQk) return;
-    T* qo = static_cast<T*>(qk.q) + int64_t(hk * group) * Dh;
-    T* ko = static_cast<T*>(qk.k) + int64_t(hk) * Dh;
-    for (int i = threadIdx.x; i < (group + 1) * Dh; i += blockDim.x) {
-      const T y = from_f<T>(qks[i]);
-      if (i < group * Dh) qo[i] = y;
-      else ko[i - group * Dh] = y;
-    }
-  };
-  float q[kDecMaxGroup][E], o[kDecMaxGroup][E], m[kDecMaxGroup], l[kDecMaxGroup];
+  float q[MAXG][E], o[MAXG][E], m[MAXG], l[MAXG];
 #pragma unroll
-  for (int g = 0; g < kDecMaxGroup; ++g) {
+  for (int g = 0; g < MAXG; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.f;
 #pragma unroll
@@ -393,45 +429,83 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     if (g < group) {
       if (kQk) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) q[g][e] = qks[g * Dh + lane * E + e];
+        for (int e = 0; e < E; ++e) q[g][e] = qks[g * Dh + dl * E + e];
       } else {
-        load_e<T, E>(qp + int64_t(hk * group + g) * Dh + lane * E, q[g]);
+        Slice<T, E> qs;
+        load_slice(qp + int64_t(hk * group + g) * Dh + dl * E, qs);
+#pragma unroll
+        for (int e = 0; e < E; ++e) q[g][e] = to_f(qs.v[e]);
       }
     }
   }
-  const T* kc = static_cast<const T*>(a.k_cache) + int64_t(hk) * Dh + lane * E;
-  const T* vc = static_cast<const T*>(a.v_cache) + int64_t(hk) * Dh + lane * E;
-#pragma unroll 2
-  for (int key = ks + warp; key < ke; key += kDecWarps) {
+  for (int base = ks; base < ke; base += KPB) {  // uniform over the block
+    const int key = base + koff;
+    Slice<T, E> kn, vn;
+    zero_slice(kn);
+    zero_slice(vn);
+    if (key + KPB < ke) {
+      load_slice(kc + int64_t(key + KPB) * kv_dim, kn);
+      load_slice(vc + int64_t(key + KPB) * kv_dim, vn);
+    }
     float kf[E], vf[E];
-    load_e<T, E>(kc + int64_t(key) * kv_dim, kf);
-    load_e<T, E>(vc + int64_t(key) * kv_dim, vf);
+    if (kQk && key == pos) {  // the new row, as stored above
+      const T* vnew = static_cast<const T*>(qk.v) + int64_t(hk) * Dh + dl * E;
 #pragma unroll
-    for (int g = 0; g < kDecMaxGroup; ++g) {
+      for (int e = 0; e < E; ++e) {
+        kf[e] = qks[group * Dh + dl * E + e];
+        vf[e] = to_f(vnew[e]);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        kf[e] = to_f(kr.v[e]);
+        vf[e] = to_f(vr.v[e]);
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
       if (g >= group) break;
       float sc = 0.f;
 #pragma unroll
       for (int e = 0; e < E; ++e) sc = fmaf(q[g][e], kf[e], sc);
-      sc = warp_sum(sc) * a.scale;
-      const float mn = fmaxf(m[g], sc);
-      const float corr = expf(m[g] - mn);  // 0 for the first key (m = -inf)
-      const float p = expf(sc - mn);
-      l[g] = l[g] * corr + p;
 #pragma unroll
-      for (int e = 0; e < E; ++e) o[g][e] = fmaf(p, vf[e], o[g][e] * corr);
-      m[g] = mn;
+      for (int off = LPK / 2; off > 0; off >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, off);
+      if (key < ke) {
+        sc *= a.scale;
+        const float mn = fmaxf(m[g], sc);
+        const float corr = expf(m[g] - mn);  // 0 for the first key (m = -inf)
+        const float p = expf(sc - mn);
+        l[g] = l[g] * corr + p;
+#pragma unroll
+        for (int e = 0; e < E; ++e) o[g][e] = fmaf(p, vf[e], o[g][e] * corr);
+        m[g] = mn;
+      }
     }
+    kr = kn;
+    vr = vn;
   }
-  // Merge the warps (in warp order) into the block's partial.
+  // Merge the warp's lane groups (butterfly), then the warps (in warp order).
 #pragma unroll
-  for (int g = 0; g < kDecMaxGroup; ++g) {
+  for (int g = 0; g < MAXG; ++g) {
     if (g >= group) break;
-    if (lane == 0) {
-      dec_m[warp][g] = m[g];
-      dec_l[warp][g] = l[g];
-    }
+    float M = m[g];
 #pragma unroll
-    for (int e = 0; e < E; ++e) dec_o[(warp * group + g) * Dh + lane * E + e] = o[g][e];
+    for (int off = LPK; off < 32; off <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    const float c = m[g] == -INFINITY ? 0.f : expf(m[g] - M);
+    float L = l[g] * c;
+#pragma unroll
+    for (int off = LPK; off < 32; off <<= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      float O = o[g][e] * c;
+#pragma unroll
+      for (int off = LPK; off < 32; off <<= 1) O += __shfl_xor_sync(0xffffffffu, O, off);
+      if (sub == 0) dec_o[(warp * group + g) * Dh + dl * E + e] = O;
+    }
+    if (lane == 0) {
+      dec_m[warp][g] = M;
+      dec_l[warp][g] = L;
+    }
   }
   __syncthreads();
   const int stride = Dh + 2;
@@ -439,34 +513,39 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     const int h = hk * group + g;
     float M = -INFINITY;
     for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, dec_m[w][g]);
-    float L = 0.f, O[E];
-#pragma unroll
-    for (int e = 0; e < E; ++e) O[e] = 0.f;
-    for (int w = 0; w < kDecWarps; ++w) {
-      const float mw = dec_m[w][g];
-      if (mw == -INFINITY) continue;
-      const float c = expf(mw - M);
-      L += dec_l[w][g] * c;
-#pragma unroll
-      for (int e = 0; e < E; ++e) O[e] = fmaf(dec_o[(w * group + g) * Dh + lane * E + e], c, O[e]);
-    }
-    if (S == 1) {
-      T* out = static_cast<T*>(a.out) + int64_t(h) * Dh + lane * E;
-#pragma unroll
-      for (int e = 0; e < E; ++e) out[e] = from_f<T>(O[e] / L);
-    } else {
-      float* pr = a.part + (int64_t(h) * S + split) * stride;
-#pragma unroll
-      for (int e = 0; e < E; ++e) pr[lane * E + e] = O[e];
-      if (lane == 0) {
-        pr[Dh] = M;
-        pr[Dh + 1] = L;
+    float L = 0.f;
+    for (int w = 0; w < kDecWarps; ++w)
+      if (dec_m[w][g] != -INFINITY) L += dec_l[w][g] * expf(dec_m[w][g] - M);
+    for (int d = lane; d < Dh; d += 32) {
+      float O = 0.f;
+      for (int w = 0; w < kDecWarps; ++w) {
+        const float mw = dec_m[w][g];
+        if (mw != -INFINITY) O = fmaf(dec_o[(w * group + g) * Dh + d], expf(mw - M), O);
+      }
+      if (S == 1) {
+        static_cast<T*>(a.out)[int64_t(h) * Dh + d] = from_f<T>(O / L);
+      } else {
+        a.part[(int64_t(h) * S + split) * stride + d] = O;
       }
     }
+    if (S > 1 && lane == 0) {
+      a.part[(int64_t(h) * S + split) * stride + Dh] = M;
+      a.part[(int64_t(h) * S + split) * stride + Dh + 1] = L;
+    }
   }
+  // Writes the roped q and k back in place (kQk; by the block that finishes last).
+  auto write_back_qk = [&] {
+    if (!kQk) return;
+    T* qo = static_cast<T*>(qk.q) + int64_t(hk * group) * Dh;
+    T* ko = static_cast<T*>(qk.k) + int64_t(hk) * Dh;
+    for (int i = threadIdx.x; i < (group + 1) * Dh; i += blockDim.x) {
+      const T y = from_f<T>(qks[i]);
+      if (i < group * Dh) qo[i] = y;
+      else ko[i - group * Dh] = y;
+    }
+  };
   if (S == 1) {
-    __syncthreads();  // every warp has read its q from qks
-    write_back_qk();
+    write_back_qk();  // every warp read its q from qks before the barrier above
     return;
   }
   __threadfence();
@@ -501,28 +580,36 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   if (threadIdx.x == 0) counters[hk] = 0u;  // ready for the next launch (graph replays too)
 }
 
+template <class T, int KPW, bool kQk>
+void attn_decode_launch(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk, dim3 grid,
+                        size_t smem, cudaStream_t s) {
+  const dim3 block(kDecWarps * 32);
+  switch (a.Dh / 32) {
+    case 1: launch_k(attn_decode_kernel<T, KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 2: launch_k(attn_decode_kernel<T, 2 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 4: launch_k(attn_decode_kernel<T, 4 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    default: launch_k(attn_decode_kernel<T, 8 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+  }
+}
+
 template <class T, bool kQk>
-void attn_decode_launch(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk,
-                        cudaStream_t s) {
-  const dim3 grid(unsigned(a.Hkv), unsigned(a.n_splits)), block(kDecWarps * 32);
+void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk,
+                       cudaStream_t s) {
+  const dim3 grid(unsigned(a.Hkv), unsigned(a.n_splits));
   const int group = a.H / a.Hkv;
   const size_t smem = sizeof(float) * (kDecWarps * size_t(group) + (kQk ? group + 1 : 0)) * a.Dh;
-  switch (a.Dh / 32) {
-    case 1: launch_k(attn_decode_kernel<T, 1, kQk>, grid, block, smem, s, a, counters, qk); break;
-    case 2: launch_k(attn_decode_kernel<T, 2, kQk>, grid, block, smem, s, a, counters, qk); break;
-    case 4: launch_k(attn_decode_kernel<T, 4, kQk>, grid, block, smem, s, a, counters, qk); break;
-    default: launch_k(attn_decode_kernel<T, 8, kQk>, grid, block, smem, s, a, counters, qk); break;
-  }
+  if (group <= 2) attn_decode_launch<T, 4, kQk>(a, counters, qk, grid, smem, s);
+  else if (group <= 4) attn_decode_launch<T, 2, kQk>(a, counters, qk, grid, smem, s);
+  else attn_decode_launch<T, 1, kQk>(a, counters, qk, grid, smem, s);
   ARB_LAUNCHED("attn_decode_kernel", s);
 }
 
 template <class T>
 void attn_decode_dispatch(const AttnArgs& a, unsigned* counters, const QkRopeArgs* qk,
                           cudaStream_t s) {
-  if (qk) attn_decode_launch<T, true>(a, counters, *qk, s);
-  else attn_decode_launch<T, false>(a, counters, QkRopeArgs{}, s);
+  if (qk) attn_decode_group<T, true>(a, counters, *qk, s);
+  else attn_decode_group<T, false>(a, counters, QkRopeArgs{}, s);
 }
-
 
 // --- prefill on tensor cores (T > 1, bf16/f16, Dh 64 or 128) ---------------------------------
 // FlashAttention-2's schedule with mma.sync m16n8k16 (f32 accumulation): a block takes 64

@@ -739,6 +739,9 @@ class CudaBackend final : public Backend {
   void set_tuning(const CudaTuning& t) {
     flush();
     tuning_ = t;
+    // Cached graphs hold the kernels of the old choices under the same op signatures.
+    for (CachedGraph& g : graphs_) cudaGraphExecDestroy(g.exec);
+    graphs_.clear();
     if (cuda::sync_after_launch()) tuning_.graphs = tuning_.pdl = false;
     cuda::set_pdl(tuning_.pdl);
   }
@@ -793,9 +796,10 @@ class CudaBackend final : public Backend {
   }
 
   /// The direct decode attention (T == 1), with the step's q/k norm + RoPE + KV store folded
-  /// in when qk is given. Splits from the cache size, never the position (one graph serves
-  /// every position): about two blocks per SM, at least attn_split_keys (64) cache rows per
-  /// split, at most 32 splits.
+  /// in when qk is given. The grid's splits come from the cache size, never the position (one
+  /// graph serves every position): about two blocks per SM, at least attn_split_keys (128)
+  /// cache rows per split, at most 32 splits; the kernel uses the first ceil(keys /
+  /// attn_split_keys) of them.
   void submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                                int H, int Hkv, int Dh, int window, Buffer& out, int cap, int pos0,
                                const cuda::QkRopeArgs* qk) {
@@ -807,11 +811,12 @@ class CudaBackend final : public Backend {
       ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
       part = static_cast<float*>(part_.ptr);
     }
-    const cuda::AttnArgs a = attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, out, n_splits, part);
+    cuda::AttnArgs a = attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, out, n_splits, part);
+    a.split_keys = std::max(1, tuning_.attn_split_keys);
     unsigned* ctr = counters_;
     std::vector<int64_t> sig = {24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache),
                                 int64_t(a.out), int64_t(part), H, Hkv, Dh, window, n_splits,
-                                int64_t(ctr)};
+                                a.split_keys, int64_t(ctr)};
     const bool fused = qk != nullptr;
     const cuda::QkRopeArgs qa = fused ? *qk : cuda::QkRopeArgs{};
     if (fused) append_qk_sig(sig, qa);

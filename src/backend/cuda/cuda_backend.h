@@ -19,8 +19,7 @@ struct CudaGraphStats {
 };
 
 /// Kernel choices (defaults from ARBITER_CUDA_GEMV / _GRAPH / _FUSED / _PDL / _ATTN_DIRECT /
-/// _ATTN_MMA,
-/// each on unless "0").
+/// _ATTN_MMA, each on unless "0").
 struct CudaTuning {
   bool gemv = true;    // T == 1 matmuls by the hand-written GEMV (else cuBLASLt)
   bool graphs = true;  // capture and replay single-token forwards
@@ -31,8 +30,9 @@ struct CudaTuning {
                             // from global memory; ARBITER_CUDA_ATTN_DIRECT); off: flash + combine
   bool attn_mma = true;  // T > 1 attention on tensor cores (bf16/f16, Dh 64/128;
                          // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel
-  int attn_split_keys = 64;  // direct decode attention: one key split per this many cache rows
-                             // (at most 32 splits; ARBITER_CUDA_ATTN_SPLIT_KEYS)
+  int attn_split_keys = 128;  // direct decode attention: one key split per this many keys (a
+                              // grid of up to 32 splits sized by the cache rows; the kernel
+                              // uses those the position needs; ARBITER_CUDA_ATTN_SPLIT_KEYS)
   int graph_segment_ops = 32;  // a single-token step runs (as a graph) in segments of this many
                                // launches while the host queues the rest; 0: the whole step at
                                // once (ARBITER_CUDA_GRAPH_SEGMENT)
