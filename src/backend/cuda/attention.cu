@@ -385,13 +385,16 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   const T* kc = static_cast<const T*>(a.k_cache) + int64_t(hk) * Dh + dl * E;
   const T* vc = static_cast<const T*>(a.v_cache) + int64_t(hk) * Dh + dl * E;
   const int koff = warp * KPW + sub;
+  auto load_kv = [&](int key, Slice<T, E>& k, Slice<T, E>& v) {  // zeros past the range
+    zero_slice(k);
+    zero_slice(v);
+    if (key < ke) {
+      load_slice(kc + int64_t(key) * kv_dim, k);
+      load_slice(vc + int64_t(key) * kv_dim, v);
+    }
+  };
   Slice<T, E> kr, vr;
-  zero_slice(kr);
-  zero_slice(vr);
-  if (ks + koff < ke) {
-    load_slice(kc + int64_t(ks + koff) * kv_dim, kr);
-    load_slice(vc + int64_t(ks + koff) * kv_dim, vr);
-  }
+  load_kv(ks + koff, kr, vr);
   const T* qp = static_cast<const T*>(a.q);
   float* qks = dec_o + kDecWarps * group * Dh;  // kQk: roped q heads of the group, then k
   if (kQk) {
@@ -441,12 +444,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   for (int base = ks; base < ke; base += KPB) {  // uniform over the block
     const int key = base + koff;
     Slice<T, E> kn, vn;
-    zero_slice(kn);
-    zero_slice(vn);
-    if (key + KPB < ke) {
-      load_slice(kc + int64_t(key + KPB) * kv_dim, kn);
-      load_slice(vc + int64_t(key + KPB) * kv_dim, vn);
-    }
+    load_kv(key + KPB, kn, vn);
     float kf[E], vf[E];
     if (kQk && key == pos) {  // the new row, as stored above
       const T* vnew = static_cast<const T*>(qk.v) + int64_t(hk) * Dh + dl * E;
