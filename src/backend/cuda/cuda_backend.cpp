@@ -50,6 +50,13 @@ bool env_on(const char* name, bool dflt) {
   return std::strcmp(v, "0") != 0;
 }
 
+/// The integer in the variable, clamped to [lo, hi] (a malformed value reads as 0 first).
+int env_int(const char* name, int dflt, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  return int(std::clamp(std::strtol(v, nullptr, 10), long(lo), long(hi)));
+}
+
 DType dtype_of(CType t) {
   return t == CType::F32 ? DType::F32 : t == CType::F16 ? DType::F16 : DType::BF16;
 }
@@ -138,10 +145,10 @@ class CudaBackend final : public Backend {
     tuning_.fused = env_on("ARBITER_CUDA_FUSED", true);
     tuning_.attn_direct = env_on("ARBITER_CUDA_ATTN_DIRECT", true);
     tuning_.attn_mma = env_on("ARBITER_CUDA_ATTN_MMA", true);
-    if (const char* v = std::getenv("ARBITER_CUDA_ATTN_SPLIT_KEYS"); v && *v)
-      tuning_.attn_split_keys = std::max(1, std::atoi(v));
-    if (const char* v = std::getenv("ARBITER_CUDA_GRAPH_SEGMENT"); v && *v)
-      tuning_.graph_segment_ops = std::max(0, std::atoi(v));
+    tuning_.attn_split_keys =
+        env_int("ARBITER_CUDA_ATTN_SPLIT_KEYS", tuning_.attn_split_keys, 1, kMaxSplitKeys);
+    tuning_.graph_segment_ops =
+        env_int("ARBITER_CUDA_GRAPH_SEGMENT", tuning_.graph_segment_ops, 0, 1 << 20);
     tuning_.pdl = cuda::pdl_enabled();
     const std::string dt = ctype_name(ct_);
     prov_gemv_ = "cuda.gemv_" + dt;
@@ -748,6 +755,7 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kLtWorkspace = size_t(32) << 20;
+  static constexpr int kMaxSplitKeys = 1 << 20;  // keeps the kernel's split count in int range
   static constexpr size_t kMaxGraphs = 64;  // segments (a 28-layer decode step has about 5)
 
   struct Queued {
@@ -803,16 +811,16 @@ class CudaBackend final : public Backend {
   void submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                                int H, int Hkv, int Dh, int window, Buffer& out, int cap, int pos0,
                                const cuda::QkRopeArgs* qk) {
-    const int n_splits = std::clamp(
-        std::min((2 * sm_count_ + Hkv - 1) / Hkv, cap / std::max(1, tuning_.attn_split_keys)), 1,
-        32);
+    const int split_keys = std::clamp(tuning_.attn_split_keys, 1, kMaxSplitKeys);
+    const int n_splits =
+        std::clamp(std::min((2 * sm_count_ + Hkv - 1) / Hkv, cap / split_keys), 1, 32);
     float* part = nullptr;
     if (n_splits > 1) {
       ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
       part = static_cast<float*>(part_.ptr);
     }
     cuda::AttnArgs a = attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, out, n_splits, part);
-    a.split_keys = std::max(1, tuning_.attn_split_keys);
+    a.split_keys = split_keys;
     unsigned* ctr = counters_;
     std::vector<int64_t> sig = {24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache),
                                 int64_t(a.out), int64_t(part), H, Hkv, Dh, window, n_splits,
