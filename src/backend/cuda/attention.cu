@@ -511,15 +511,17 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     const int h = hk * group + g;
     float M = -INFINITY;
     for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, dec_m[w][g]);
-    float L = 0.f;
-    for (int w = 0; w < kDecWarps; ++w)
-      if (dec_m[w][g] != -INFINITY) L += dec_l[w][g] * expf(dec_m[w][g] - M);
+    float cw[kDecWarps], L = 0.f;  // cw: each warp's weight e^(m_w - M), once per head
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) {
+      cw[w] = dec_m[w][g] == -INFINITY ? 0.f : expf(dec_m[w][g] - M);
+      if (dec_m[w][g] != -INFINITY) L += dec_l[w][g] * cw[w];
+    }
     for (int d = lane; d < Dh; d += 32) {
       float O = 0.f;
-      for (int w = 0; w < kDecWarps; ++w) {
-        const float mw = dec_m[w][g];
-        if (mw != -INFINITY) O = fmaf(dec_o[(w * group + g) * Dh + d], expf(mw - M), O);
-      }
+#pragma unroll
+      for (int w = 0; w < kDecWarps; ++w)
+        if (dec_m[w][g] != -INFINITY) O = fmaf(dec_o[(w * group + g) * Dh + d], cw[w], O);
       if (S == 1) {
         static_cast<T*>(a.out)[int64_t(h) * Dh + d] = from_f<T>(O / L);
       } else {
