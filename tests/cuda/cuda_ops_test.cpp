@@ -257,6 +257,7 @@ TEST_P(CudaOps, Attention) {
       {1, 1500, 32, 8, 64, 1024},  // decode past a 1024 window (llama-3.2-1B heads)
       {1, 300, 32, 4, 128, 0},     // decode, group of 8 (one key per warp), 2 splits
       {1, 90, 8, 8, 256, 0},       // decode, Dh 256, MHA
+      {1, 150, 16, 2, 256, 0},     // decode, group of 8 at Dh 256: over 48 KB of shared memory
       {9, 1530, 16, 16, 256, 1024},// Dh 256, MHA, w8ctx1536-like
       {5, 3, 4, 1, 96, 0},         // Dh not a multiple of 32, all heads share one KV head
       {200, 0, 8, 2, 128, 0},      // longer prefill
@@ -311,6 +312,7 @@ TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
       {4, 2, 32, 5, 600, 0, true, RopeLayout::Half},           // tiny-qwen3, 1 of 4 splits used
       {32, 8, 64, 1500, 1600, 1024, false, RopeLayout::Half},  // llama-3.2-1B past its window
       {8, 8, 64, 0, 64, 0, false, RopeLayout::Adjacent},       // first token, one split
+      {16, 2, 256, 200, 300, 0, true, RopeLayout::Half},       // group of 8 at Dh 256 (78 KB)
   };
   uint64_t seed = 900;
   for (const Case& c : cases) {

@@ -307,8 +307,8 @@ void attn_init_type() {
 // --- decode (T == 1) ------------------------------------------------------------------------
 // One block per (KV head, key split), kDecWarps warps. A warp takes KPW keys at a time, one
 // per group of 32 / KPW lanes (each lane holds E = Dh KPW / 32 head elements), so a block
-// covers kDecWarps x KPW keys per iteration, with the next iteration's keys and values
-// already in flight; each lane group keeps an online softmax per query head of the group.
+// covers kDecWarps x KPW keys per iteration, with the next two iterations' keys and values
+// already in flight (one for Dh 256); each lane group keeps an online softmax per query head of the group.
 // KPW is 4, 2 or 1 for groups of <= 2, <= 4, <= 8 query heads per KV head (q and the output
 // stay at group x E <= Dh / 4 values per lane). The lane groups of a warp merge by a
 // butterfly of shuffles (every lane gets the same sums: each step adds two values, in either
@@ -320,6 +320,10 @@ void attn_init_type() {
 // each block writes its (o, m, l) partial, and the last block of a KV head to finish (an
 // atomic ticket, reset by that block) merges the splits in split order: one kernel,
 // deterministic.
+//
+// Before griddep_wait a block reads what no kernel of the step writes, so that it overlaps the
+// q/k/v GEMV: the position, the first two iterations' keys and values of earlier positions
+// (kQk; their rows were written by earlier steps), the q/k norm weights and the RoPE row.
 //
 // kQk (the fused qk_rope_attention): the kernel also does qk_rope_store's work for its KV
 // head, so that op needs no launch of its own. Every block normalises and rotates the raw q
@@ -366,46 +370,70 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   constexpr int LPK = 32 / KPW;            // lanes per key
   constexpr int KPB = kDecWarps * KPW;     // keys per block iteration
   constexpr int MAXG = kDecMaxGroup / KPW;  // query heads per KV head the lanes hold
-  extern __shared__ float dec_o[];  // [kDecWarps][group][Dh], then kQk: [group + 1][Dh] roped q, k
+  // [kDecWarps][group][Dh], then kQk: [group + 1][Dh] roped q and k, [2][Dh] the q and k norm
+  // weights, [Dh / 2] (cos, sin) of the position
+  extern __shared__ float dec_o[];
   __shared__ float dec_m[kDecWarps][kDecMaxGroup], dec_l[kDecWarps][kDecMaxGroup];
   __shared__ int dec_last;
   const int hk = blockIdx.x, split = blockIdx.y;
   const int group = a.H / a.Hkv, Dh = E * LPK, kv_dim = a.Hkv * Dh;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / LPK, dl = lane % LPK;  // key of the warp's KPW, slice of the head
-  griddep_wait();
-  griddep_launch();
+  // Before griddep_wait, what no kernel of this step writes: the position (uploaded before
+  // the step), the cache rows of earlier positions (written by earlier steps: complete before
+  // the kernel this one follows started), the q/k norm weights and the RoPE row.
   const int pos = pos_of(a.pos);
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int S = min(int(gridDim.y), (pos - lo + a.split_keys) / a.split_keys);
   if (split >= S) return;
   const int chunk = (pos - lo + 1 + S - 1) / S;
   const int ks = lo + split * chunk, ke = min(pos + 1, ks + chunk);
-  // This iteration's keys and values (in flight during the q/k norm and RoPE below).
+  // The first iterations' keys and values, two deep when a lane's slices are at most 32 bytes
+  // (registers; Dh 256 keeps one). kQk: before the wait (the new row, at pos, is taken from
+  // qks); otherwise the kernel before this one stored it: after the wait.
+  constexpr bool kDeep = E * sizeof(T) <= 32;
   const T* kc = static_cast<const T*>(a.k_cache) + int64_t(hk) * Dh + dl * E;
   const T* vc = static_cast<const T*>(a.v_cache) + int64_t(hk) * Dh + dl * E;
   const int koff = warp * KPW + sub;
+  const int kend = kQk ? min(ke, pos) : ke;  // rows read from the cache
   auto load_kv = [&](int key, Slice<T, E>& k, Slice<T, E>& v) {  // zeros past the range
     zero_slice(k);
     zero_slice(v);
-    if (key < ke) {
+    if (key < kend) {
       load_slice(kc + int64_t(key) * kv_dim, k);
       load_slice(vc + int64_t(key) * kv_dim, v);
     }
   };
-  Slice<T, E> kr, vr;
-  load_kv(ks + koff, kr, vr);
+  Slice<T, E> kr, vr, kn, vn;
+  auto load_first = [&] {
+    load_kv(ks + koff, kr, vr);
+    if (kDeep) load_kv(ks + koff + KPB, kn, vn);
+  };
+  if (kQk) load_first();
   const T* qp = static_cast<const T*>(a.q);
   float* qks = dec_o + kDecWarps * group * Dh;  // kQk: roped q heads of the group, then k
+  float* nws = qks + (group + 1) * Dh;          // kQk: q norm weights, k norm weights
+  float2* css = reinterpret_cast<float2*>(nws + 2 * Dh);  // kQk: the position's RoPE row
+  if (kQk) {
+    const float2* cs = qk.cs + int64_t(pos) * (Dh / 2);
+    for (int i = threadIdx.x; i < Dh / 2; i += blockDim.x) css[i] = cs[i];
+    for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
+      if (qk.qn) nws[i] = qk.qn[i];
+      if (qk.kn) nws[Dh + i] = qk.kn[i];
+    }
+  }
+  griddep_wait();
+  griddep_launch();
+  if (!kQk) load_first();
   if (kQk) {
     constexpr int NCH = (E * LPK + 32 * Vec16<T>::N - 1) / (32 * Vec16<T>::N);
-    const float2* cs = qk.cs + int64_t(pos) * (Dh / 2);
+    __syncthreads();  // nws, css
     for (int h = warp; h <= group; h += kDecWarps) {
       const bool is_k = h == group;
       const T* x = is_k ? static_cast<const T*>(qk.k) + int64_t(hk) * Dh
                         : qp + int64_t(hk * group + h) * Dh;
-      norm_rope_head<T, NCH>(x, is_k ? qk.kn : qk.qn, qk.eps, Dh, cs, qk.adjacent, qks + h * Dh,
-                             lane);
+      const float* nw = is_k ? (qk.kn ? nws + Dh : nullptr) : (qk.qn ? nws : nullptr);
+      norm_rope_head<T, NCH>(x, nw, qk.eps, Dh, css, qk.adjacent, qks + h * Dh, lane);
     }
     __syncthreads();
     if (ks <= pos && pos < ke) {  // this block's range holds the new row: store it
@@ -443,8 +471,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   }
   for (int base = ks; base < ke; base += KPB) {  // uniform over the block
     const int key = base + koff;
-    Slice<T, E> kn, vn;
-    load_kv(key + KPB, kn, vn);
+    Slice<T, E> kn2, vn2;  // the iteration after the next (kDeep), else the next
+    load_kv(key + (kDeep ? 2 : 1) * KPB, kDeep ? kn2 : kn, kDeep ? vn2 : vn);
     float kf[E], vf[E];
     if (kQk && key == pos) {  // the new row, as stored above
       const T* vnew = static_cast<const T*>(qk.v) + int64_t(hk) * Dh + dl * E;
@@ -481,6 +509,10 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     }
     kr = kn;
     vr = vn;
+    if (kDeep) {
+      kn = kn2;
+      vn = vn2;
+    }
   }
   // Merge the warp's lane groups (butterfly), then the warps (in warp order).
 #pragma unroll
@@ -584,11 +616,17 @@ template <class T, int KPW, bool kQk>
 void attn_decode_launch(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk, dim3 grid,
                         size_t smem, cudaStream_t s) {
   const dim3 block(kDecWarps * 32);
+  auto go = [&](auto kernel) {
+    if (smem > 48 * 1024)  // groups of 5+ at Dh 256: past the default limit
+      ARB_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
+    launch_k(kernel, grid, block, smem, s, a, counters, qk);
+  };
   switch (a.Dh / 32) {
-    case 1: launch_k(attn_decode_kernel<T, KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    case 2: launch_k(attn_decode_kernel<T, 2 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    case 4: launch_k(attn_decode_kernel<T, 4 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    default: launch_k(attn_decode_kernel<T, 8 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 1: go(attn_decode_kernel<T, KPW, KPW, kQk>); break;
+    case 2: go(attn_decode_kernel<T, 2 * KPW, KPW, kQk>); break;
+    case 4: go(attn_decode_kernel<T, 4 * KPW, KPW, kQk>); break;
+    default: go(attn_decode_kernel<T, 8 * KPW, KPW, kQk>); break;
   }
 }
 
@@ -597,7 +635,9 @@ void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& 
                        cudaStream_t s) {
   const dim3 grid(unsigned(a.Hkv), unsigned(a.n_splits));
   const int group = a.H / a.Hkv;
-  const size_t smem = sizeof(float) * (kDecWarps * size_t(group) + (kQk ? group + 1 : 0)) * a.Dh;
+  // [kDecWarps][group][Dh] partial outputs; kQk: roped q and k, norm weights, RoPE row
+  const size_t smem =
+      sizeof(float) * (kDecWarps * size_t(group) + (kQk ? group + 1 + 2 + 1 : 0)) * a.Dh;
   if (group <= 2) attn_decode_launch<T, 4, kQk>(a, counters, qk, grid, smem, s);
   else if (group <= 4) attn_decode_launch<T, 2, kQk>(a, counters, qk, grid, smem, s);
   else attn_decode_launch<T, 1, kQk>(a, counters, qk, grid, smem, s);
