@@ -91,16 +91,28 @@ void launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
   (void)cudaLaunchKernelEx(&cfg, kernel, KArgs(args)...);  // errors: ARB_LAUNCHED
 }
 
+/// 16 read-only bytes that bypass L1 (ld.global.nc.L1::no_allocate): for data read once, so
+/// that what the SM's warps share stays in L1.
+__device__ __forceinline__ uint4 ldg_no_l1(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
 /// 16-byte row chunks of a warp: lane l holds elements [l V + j 32 V, + V) in chunk j
 /// (zeros past n). The canonical order of the tier's row reductions: a lane sums its chunks
-/// in order, element by element, then the warp's shuffle tree (warp_sum).
-template <class T, int NCH>
+/// in order, element by element, then the warp's shuffle tree (warp_sum). kNoL1: loaded by
+/// ldg_no_l1 (weight rows, each read once).
+template <class T, int NCH, bool kNoL1 = false>
 __device__ __forceinline__ void load_chunks(const T* p, int n, int lane, uint4 (&v)[NCH]) {
   constexpr int V = Vec16<T>::N;
 #pragma unroll
   for (int j = 0; j < NCH; ++j) {
     const int k = lane * V + j * 32 * V;
-    v[j] = k < n ? __ldg(reinterpret_cast<const uint4*>(p + k)) : make_uint4(0, 0, 0, 0);
+    const uint4* q = reinterpret_cast<const uint4*>(p + k);
+    v[j] = k >= n ? make_uint4(0, 0, 0, 0) : kNoL1 ? ldg_no_l1(q) : __ldg(q);
   }
 }
 /// Sum of squares of a row held in chunks, in the canonical order; the same in every lane.

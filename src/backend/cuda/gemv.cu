@@ -5,8 +5,10 @@
 // Register kernel (rows of K <= 16 x 32 x V elements, K % V == 0, V = 16 / sizeof(T)): one
 // warp per output row (grid-stride over rows when there are more rows than resident warps);
 // each lane loads its NCH 16-byte chunks of the row (all of them at once: the whole row is
-// in flight; not allocated in L1) BEFORE griddep_wait(), i.e. while the previous kernel still
-// runs under programmatic dependent launch; then it reads x (normalising it first in the fused-norm
+// in flight) BEFORE griddep_wait(), i.e. while the previous kernel still runs under
+// programmatic dependent launch, without allocating them in L1, which keeps x and the norm
+// weights that every warp of the SM reads (H200, synth qwen3-0.6b bf16 decode: 1,362 vs
+// 1,234-1,262 tok/s in one call); then it reads x (normalising it first in the fused-norm
 // forms), multiplies in f32 and reduces in a fixed order (chunk j into accumulator j % 4,
 // then (a0 + a1) + (a2 + a3), then the warp's shuffle tree): deterministic, and the same
 // arithmetic in the fused and the unfused forms, so a fused decode step is byte-identical to
@@ -44,24 +46,6 @@ __device__ __forceinline__ float dot_chunks(const uint4 (&w)[NCH], const uint4 (
   return warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
-/// A row's 16-byte chunks of weights, as load_chunks, but without allocating in L1: each weight
-/// byte is read once, while x and the norm weights, which every warp of the SM reads, stay in
-/// L1 (H200, synth qwen3-0.6b bf16 decode: 1,362 vs 1,234-1,262 tok/s in one call).
-template <class T, int NCH>
-__device__ __forceinline__ void load_weights(const T* p, int n, int lane, uint4 (&v)[NCH]) {
-  constexpr int V = Vec16<T>::N;
-#pragma unroll
-  for (int j = 0; j < NCH; ++j) {
-    const int k = lane * V + j * 32 * V;
-    uint4 r = make_uint4(0, 0, 0, 0);
-    if (k < n)
-      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-          : "l"(p + k));
-    v[j] = r;
-  }
-}
-
 template <class T>
 __device__ __forceinline__ void store_out(void* out, int out_f32, int row, float v) {
   if (out_f32) static_cast<float*>(out)[row] = v;
@@ -89,10 +73,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32,
   if (row < a.N) {
     locate(row, si, rr);
     const GemvSeg& g = a.seg[si];
-    load_weights<T, NCH>(static_cast<const T*>(g.W) + int64_t(rr) * g.ld, a.K, lane, w);
+    load_chunks<T, NCH, true>(static_cast<const T*>(g.W) + int64_t(rr) * g.ld, a.K, lane, w);
     if (MODE == kGemvNormSwiglu)
-      load_weights<T, NCH>(static_cast<const T*>(a.seg[1].W) + int64_t(rr) * a.seg[1].ld, a.K,
-                           lane, w2);
+      load_chunks<T, NCH, true>(static_cast<const T*>(a.seg[1].W) + int64_t(rr) * a.seg[1].ld,
+                                a.K, lane, w2);
   }
   griddep_wait();
   griddep_launch();
@@ -136,10 +120,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32,
     if (row >= a.N) break;
     locate(row, si, rr);
     const GemvSeg& h = a.seg[si];
-    load_weights<T, NCH>(static_cast<const T*>(h.W) + int64_t(rr) * h.ld, a.K, lane, w);
+    load_chunks<T, NCH, true>(static_cast<const T*>(h.W) + int64_t(rr) * h.ld, a.K, lane, w);
     if (MODE == kGemvNormSwiglu)
-      load_weights<T, NCH>(static_cast<const T*>(a.seg[1].W) + int64_t(rr) * a.seg[1].ld, a.K,
-                           lane, w2);
+      load_chunks<T, NCH, true>(static_cast<const T*>(a.seg[1].W) + int64_t(rr) * a.seg[1].ld,
+                                a.K, lane, w2);
   }
 }
 
