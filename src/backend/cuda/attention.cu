@@ -308,7 +308,8 @@ void attn_init_type() {
 // One block per (KV head, key split), kDecWarps warps. A warp takes KPW keys at a time, one
 // per group of 32 / KPW lanes (each lane holds E = Dh KPW / 32 head elements), so a block
 // covers kDecWarps x KPW keys per iteration, with the next two iterations' keys and values
-// already in flight (one for Dh 256); each lane group keeps an online softmax per query head of the group.
+// already in flight (one when a lane's slices exceed 32 bytes: more would spill); each lane
+// group keeps an online softmax per query head of the group.
 // KPW is 4, 2 or 1 for groups of <= 2, <= 4, <= 8 query heads per KV head (q and the output
 // stay at group x E <= Dh / 4 values per lane). The lane groups of a warp merge by a
 // butterfly of shuffles (every lane gets the same sums: each step adds two values, in either
@@ -389,8 +390,9 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   const int chunk = (pos - lo + 1 + S - 1) / S;
   const int ks = lo + split * chunk, ke = min(pos + 1, ks + chunk);
   // The first iterations' keys and values, two deep when a lane's slices are at most 32 bytes
-  // (registers; Dh 256 keeps one). kQk: before the wait (the new row, at pos, is taken from
-  // qks); otherwise the kernel before this one stored it: after the wait.
+  // each (else one: Dh 256, f32 at Dh 128 with 4 keys per warp, would spill). kQk: before the
+  // wait (the new row, at pos, is taken from qks); otherwise the kernel before this one
+  // stored the new row: after the wait.
   constexpr bool kDeep = E * sizeof(T) <= 32;
   const T* kc = static_cast<const T*>(a.k_cache) + int64_t(hk) * Dh + dl * E;
   const T* vc = static_cast<const T*>(a.v_cache) + int64_t(hk) * Dh + dl * E;
