@@ -166,6 +166,39 @@ TEST_P(CudaOps, MatmulGemvAndCublasLt) {
 #endif
 }
 
+// The final norm + logits of a decode step (rmsnorm_matmul at T = 1 with f32 output): more
+// rows than the fused GEMV's grid has warps, so each warp loops over rows (the shipped models'
+// vocabularies fit one pass). The normalised x is rounded to the compute type (one u^2 more
+// in the bound).
+TEST_P(CudaOps, RmsnormMatmulLogits) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  uint64_t seed = 350;
+  for (const auto& [N, K] : {std::pair{50257, 1024}, std::pair{9000, 512}}) {
+    ++seed;
+    auto W = make_tensor("W", {N, K}, random_values(int64_t(N) * K, seed, 0.05, dt),
+                         storage_of(dt));
+    std::vector<double> wv = random_values(K, seed + 1, 0.1, "f32");
+    for (double& w : wv) w += 1.0;
+    auto nw = make_tensor("norm", {K}, wv, DType::F32);
+    const auto x = random_values(K, seed + 2, 1.0, dt);
+    Buf xc(*cu, x), xr(*ref, x), nc(*cu, K), nr(*ref, K);
+    Buf oc(*cu, N, true), orf(*ref, N, true);
+    poison(*cu, oc.b);
+    const Backend::MatmulTarget tc{&W->t, nullptr, &oc.b}, tr{&W->t, nullptr, &orf.b};
+    cu->rmsnorm_matmul(xc.b, nw->t, 1, K, 1e-6, nc.b, &tc, 1);
+    ref->rmsnorm_matmul(xr.b, nw->t, 1, K, 1e-6, nr.b, &tr, 1);
+    const double u = unit_roundoff(dt);
+    check_close("norm_gemv", dt, strformat("N=%d K=%d logits", N, K), seed,
+                read_all(*cu, oc.b, N), read_all(*ref, orf.b, N),
+                nmse_bound("f32", K) + kSafety * u * u);
+  }
+#if ARBITER_HAVE_CUDA
+  EXPECT_GT(cu->stats().calls().count("rmsnorm_matmul"), 0u);
+#endif
+}
+
 TEST_P(CudaOps, WeightUploadFromOtherStorage) {
   const std::string dt = GetParam();
   ARB_CUDA_OR_SKIP(cu, dt);
