@@ -614,22 +614,38 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   if (threadIdx.x == 0) counters[hk] = 0u;  // ready for the next launch (graph replays too)
 }
 
+/// Dynamic shared memory of the decode kernel: [kDecWarps][group][Dh] partial outputs; kQk:
+/// roped q and k, the q/k norm weights, the RoPE row.
+size_t attn_decode_smem_bytes(int group, int Dh, bool qk) {
+  return sizeof(float) * (kDecWarps * size_t(group) + (qk ? group + 1 + 2 + 1 : 0)) * Dh;
+}
+
 template <class T, int KPW, bool kQk>
 void attn_decode_launch(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk, dim3 grid,
                         size_t smem, cudaStream_t s) {
   const dim3 block(kDecWarps * 32);
-  auto go = [&](auto kernel) {
-    if (smem > 48 * 1024)  // groups of 5+ at Dh 256: past the default limit
+  switch (a.Dh / 32) {
+    case 1: launch_k(attn_decode_kernel<T, KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 2: launch_k(attn_decode_kernel<T, 2 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 4: launch_k(attn_decode_kernel<T, 4 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    default: launch_k(attn_decode_kernel<T, 8 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+  }
+}
+
+/// The shared-memory limit of the decode kernels of one KPW where their largest group (8 / KPW
+/// query heads per KV head) needs more than the default 48 KB (groups of 5+ at Dh 256).
+template <class T, int KPW, bool kQk>
+void attn_decode_init() {
+  auto allow = [](auto kernel, int Dh) {
+    const size_t smem = attn_decode_smem_bytes(kDecMaxGroup / KPW, Dh, kQk);
+    if (smem > 48 * 1024)
       ARB_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem)));
-    launch_k(kernel, grid, block, smem, s, a, counters, qk);
   };
-  switch (a.Dh / 32) {
-    case 1: go(attn_decode_kernel<T, KPW, KPW, kQk>); break;
-    case 2: go(attn_decode_kernel<T, 2 * KPW, KPW, kQk>); break;
-    case 4: go(attn_decode_kernel<T, 4 * KPW, KPW, kQk>); break;
-    default: go(attn_decode_kernel<T, 8 * KPW, KPW, kQk>); break;
-  }
+  allow(attn_decode_kernel<T, KPW, KPW, kQk>, 32);
+  allow(attn_decode_kernel<T, 2 * KPW, KPW, kQk>, 64);
+  allow(attn_decode_kernel<T, 4 * KPW, KPW, kQk>, 128);
+  allow(attn_decode_kernel<T, 8 * KPW, KPW, kQk>, 256);
 }
 
 template <class T, bool kQk>
@@ -637,13 +653,21 @@ void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& 
                        cudaStream_t s) {
   const dim3 grid(unsigned(a.Hkv), unsigned(a.n_splits));
   const int group = a.H / a.Hkv;
-  // [kDecWarps][group][Dh] partial outputs; kQk: roped q and k, norm weights, RoPE row
-  const size_t smem =
-      sizeof(float) * (kDecWarps * size_t(group) + (kQk ? group + 1 + 2 + 1 : 0)) * a.Dh;
+  const size_t smem = attn_decode_smem_bytes(group, a.Dh, kQk);
   if (group <= 2) attn_decode_launch<T, 4, kQk>(a, counters, qk, grid, smem, s);
   else if (group <= 4) attn_decode_launch<T, 2, kQk>(a, counters, qk, grid, smem, s);
   else attn_decode_launch<T, 1, kQk>(a, counters, qk, grid, smem, s);
   ARB_LAUNCHED("attn_decode_kernel", s);
+}
+
+template <class T>
+void attn_decode_init_type() {
+  attn_decode_init<T, 4, false>();
+  attn_decode_init<T, 4, true>();
+  attn_decode_init<T, 2, false>();
+  attn_decode_init<T, 2, true>();
+  attn_decode_init<T, 1, false>();
+  attn_decode_init<T, 1, true>();
 }
 
 template <class T>
@@ -922,6 +946,9 @@ void attention_init() {
   attn_init_type<float>();
   attn_init_type<__half>();
   attn_init_type<__nv_bfloat16>();
+  attn_decode_init_type<float>();
+  attn_decode_init_type<__half>();
+  attn_decode_init_type<__nv_bfloat16>();
   attn_tc_init_type<__half>();
   attn_tc_init_type<__nv_bfloat16>();
 }
