@@ -9,11 +9,12 @@
 // programmatic dependent launch, without allocating them in L1, which keeps x and the norm
 // weights that every warp of the SM reads (H200, synth qwen3-0.6b bf16 decode: 1,362 vs
 // 1,234-1,262 tok/s in one call); then it reads x (in the fused-norm forms normalised once
-// per block, each warp a share of the chunks, through shared memory), multiplies in f32 and reduces in a fixed order (chunk j into accumulator j % 4,
-// then (a0 + a1) + (a2 + a3), then the warp's shuffle tree): deterministic, and the same
-// arithmetic in the fused and the unfused forms, so a fused decode step is byte-identical to
-// the same step run op by op (tests/cuda). Other shapes use the loop kernel (4 x 16-byte
-// loads in flight per lane), and the fused forms fall back to the op-by-op composition.
+// per block, each warp a share of the chunks, through shared memory), multiplies in f32 and
+// reduces in a fixed order (chunk j into accumulator j % 4, then (a0 + a1) + (a2 + a3), then
+// the warp's shuffle tree): deterministic, and the same arithmetic in the fused and the
+// unfused forms, so a fused decode step is byte-identical to the same step run op by op
+// (tests/cuda). Other shapes use the loop kernel (4 x 16-byte loads in flight per lane), and
+// the fused forms fall back to the op-by-op composition.
 #include "backend/cuda/device_common.cuh"
 #include <algorithm>
 
