@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/session.h"
+
 namespace arbiter::test {
 
 std::string source_path(const std::string& rel) { return std::string(ARBITER_SOURCE_DIR) + "/" + rel; }
@@ -67,6 +69,32 @@ CliResult run_cli(const std::string& args) {
   r.out = read_file(out);
   r.err = read_file(err);
   return r;
+}
+
+std::vector<int32_t> greedy_by_summarize(Session& s, const std::vector<int32_t>& prompt, int n) {
+  s.reset();
+  s.prefill(prompt);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) {
+    const int T = s.last_T();
+    ids.push_back(s.summarize(1, std::vector<int32_t>(size_t(T), -1))[size_t(T - 1)].top_ids[0]);
+    if (i + 1 < n) s.forward({ids.back()});
+  }
+  return ids;
+}
+
+std::vector<int32_t> greedy_by_pick(Session& s, const std::vector<int32_t>& prompt, int n) {
+  s.reset();
+  s.prefill(prompt);
+  std::vector<int32_t> ids;
+  s.pick();
+  for (int i = 1; i < n; ++i) {
+    s.forward_picked();
+    s.pick();
+    ids.push_back(s.take_pick());
+  }
+  ids.push_back(s.take_pick());
+  return ids;
 }
 
 }  // namespace arbiter::test

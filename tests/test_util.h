@@ -1,7 +1,13 @@
 // Helpers shared by the test suites: paths to shipped models and fixtures, temp dirs,
-// running the CLI.
+// running the CLI, greedy decoding two ways.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
+
+namespace arbiter {
+class Session;
+}
 
 namespace arbiter::test {
 
@@ -19,5 +25,12 @@ struct CliResult {
 CliResult run_cli(const std::string& args);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& data);
+
+/// n greedy ids after a prefill of prompt (s is reset first), each token read back with
+/// summarize's top-1 and fed as a host id; the session is left after the last forward.
+std::vector<int32_t> greedy_by_summarize(Session& s, const std::vector<int32_t>& prompt, int n);
+/// The same with the tokens kept on the tier (Session::pick / forward_picked / take_pick, a
+/// token taken after the next step is queued, as generate and bench run it).
+std::vector<int32_t> greedy_by_pick(Session& s, const std::vector<int32_t>& prompt, int n);
 
 }  // namespace arbiter::test

@@ -5,6 +5,7 @@
 // comments use B (unused, batch 1), T (tokens in this forward), D, H, Hkv, Dh, F, V, L.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -157,6 +158,19 @@ class Backend {
                                  int Dh, int pos0, const ModelConfig& cfg, Buffer& k_cache,
                                  Buffer& v_cache, int window, Buffer& out);
 
+  // --- greedy decode with the token kept on the tier (backend/fused_ops.cpp) -------------
+  // A greedy generation loop needs each token only to embed it next; a tier that keeps it
+  // where the logits live can queue the next step without waiting for the host. The
+  // defaults go through summarize() and embed(), so every tier picks the same token.
+
+  /// Picks the next token from logits row `row` of [row + 1, V]: summarize's top-1 (the
+  /// largest logit, ties to the lower id, non-finite values last).
+  virtual void pick_greedy(const Buffer& logits, int row, int V);
+  /// out[1, D] = table[the token of the latest pick_greedy].
+  virtual void embed_picked(const Tensor& table, Buffer& out);
+  /// The oldest pick not yet taken (waits for it when the tier is still computing it).
+  virtual int32_t take_pick();
+
   /// Device memory read bandwidth in GB/s (1e9 bytes/s) of each of `passes` timed reads of a
   /// large buffer, for bench's decode limit; empty when the tier has no such probe (bench
   /// then measures its own lower bound).
@@ -170,6 +184,10 @@ class Backend {
 
  protected:
   OpStats stats_;
+
+ private:
+  int32_t last_pick_ = -1;         // the defaults' picks: latest, and those not yet taken
+  std::deque<int32_t> picks_;
 };
 
 /// Parses "ref", "cpu", "cuda", "cuda:N" (+ dtype for cuda: "bf16", "f16", "f32") and

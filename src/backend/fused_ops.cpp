@@ -3,6 +3,8 @@
 // cpu use these; the CUDA tier overrides them for single-token forwards.
 #include "backend/backend.h"
 
+#include "core/error.h"
+
 namespace arbiter {
 
 void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps,
@@ -43,6 +45,25 @@ void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Ten
                                 Buffer& v_cache, int window, Buffer& out) {
   qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, cfg, k_cache, v_cache);
   attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
+}
+
+void Backend::pick_greedy(const Buffer& logits, int row, int V) {
+  std::vector<LogitsSummary> s;
+  summarize(logits, row + 1, V, 1, std::vector<int32_t>(size_t(row) + 1, -1).data(), s);
+  last_pick_ = s[size_t(row)].top_ids[0];
+  picks_.push_back(last_pick_);
+}
+
+void Backend::embed_picked(const Tensor& table, Buffer& out) {
+  ARB_CHECK(last_pick_ >= 0, "[%s] embed of a picked token before any pick", device_name().c_str());
+  embed(table, &last_pick_, 1, out);
+}
+
+int32_t Backend::take_pick() {
+  ARB_CHECK(!picks_.empty(), "[%s] no pick left to take", device_name().c_str());
+  const int32_t id = picks_.front();
+  picks_.pop_front();
+  return id;
 }
 
 }  // namespace arbiter

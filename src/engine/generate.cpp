@@ -27,13 +27,19 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_ma
   s.prefill(prompt);
   r.prefill_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
+  // Greedy keeps each token on the tier (Session::pick) and queues the next step before the
+  // host looks at the token, so the tier never waits for the host; the step after a stop
+  // token runs for nothing. Sampling needs the whole row on the host.
+  const bool greedy = sampler.params().temperature == 0;
+  if (greedy && n_max > 0) s.pick();
   for (int i = 0; i < n_max; ++i) {
-    // Greedy needs only the argmax, computed where the logits live (summarize with K = 1);
-    // sampling needs the whole row.
     int32_t next;
-    if (sampler.params().temperature == 0) {
-      std::vector<int32_t> no_targets(size_t(s.last_T()), -1);
-      next = s.summarize(1, no_targets)[size_t(s.last_T() - 1)].top_ids[0];
+    if (greedy) {
+      if (i + 1 < n_max) {
+        s.forward_picked();
+        s.pick();
+      }
+      next = s.take_pick();
     } else {
       next = sampler.sample(s.logits(s.last_T() - 1));
     }
@@ -43,7 +49,7 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_ma
     }
     r.tokens.push_back(next);
     if (on_token) on_token(next);
-    if (i + 1 < n_max) s.forward({next});
+    if (!greedy && i + 1 < n_max) s.forward({next});
   }
   r.decode_s = seconds_since(t0);
   return r;

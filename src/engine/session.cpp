@@ -13,20 +13,47 @@ Session::Session(const Model& m, Backend& be, int max_ctx, int max_T) : m_(m), b
 }
 
 Session::~Session() {
+  try {  // picks not taken would otherwise be the next session's on this backend
+    while (picks_pending_-- > 0) be_.take_pick();
+  } catch (...) {
+  }
   scratch_free(be_, s_);
   kv_cache_free(be_, kv_);
 }
 
-void Session::forward(const std::vector<int32_t>& ids) { run(ids, true); }
+void Session::reset() {
+  pos_ = 0;
+  while (picks_pending_ > 0) take_pick();
+  picked_ = false;
+}
 
-void Session::run(const std::vector<int32_t>& ids, bool logits) {
-  int T = int(ids.size());
+void Session::forward(const std::vector<int32_t>& ids) { run(ids.data(), int(ids.size()), true); }
+
+void Session::pick() {
+  ARB_CHECK(last_T_ > 0, "[session] pick before any forward");
+  be_.pick_greedy(s_.logits, last_T_ - 1, m_.config.vocab);
+  picked_ = true;
+  ++picks_pending_;
+}
+
+void Session::forward_picked() {
+  ARB_CHECK(picked_, "[session] forward of a picked token before any pick");
+  run(nullptr, 1, true);
+}
+
+int32_t Session::take_pick() {
+  ARB_CHECK(picks_pending_ > 0, "[session] no pick left to take");
+  --picks_pending_;
+  return be_.take_pick();
+}
+
+void Session::run(const int32_t* ids, int T, bool logits) {
   ARB_CHECK(T >= 1 && T <= s_.max_T, "[session] forward of %d tokens (widest is %d)", T, s_.max_T);
   ARB_CHECK(pos_ + T <= kv_.max_ctx, "[session] context full: %d + %d tokens > %d", pos_, T,
             kv_.max_ctx);
-  for (int32_t id : ids)
-    ARB_CHECK(id >= 0 && id < m_.config.vocab, "[session] token id %d outside vocabulary [0, %d)",
-              id, m_.config.vocab);
+  for (int t = 0; ids && t < T; ++t)
+    ARB_CHECK(ids[t] >= 0 && ids[t] < m_.config.vocab,
+              "[session] token id %d outside vocabulary [0, %d)", ids[t], m_.config.vocab);
   StageHook hook;
   if (inject_.active || capture_) {
     int pos0 = pos_;
@@ -35,7 +62,7 @@ void Session::run(const std::vector<int32_t>& ids, bool logits) {
       if (capture_) capture_(st, layer, b, rows, cols);
     };
   }
-  arbiter::forward(m_, be_, kv_, s_, ids.data(), T, pos_, hook, logits);
+  arbiter::forward(m_, be_, kv_, s_, ids, T, pos_, hook, logits);
   pos_ += T;
   last_T_ = logits ? T : 0;
 }
@@ -43,8 +70,7 @@ void Session::run(const std::vector<int32_t>& ids, bool logits) {
 void Session::run_pieces(const std::vector<int32_t>& ids, bool last_logits) {
   for (size_t i = 0; i < ids.size(); i += size_t(s_.max_T)) {
     size_t n = std::min(ids.size() - i, size_t(s_.max_T));
-    run(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n),
-        last_logits && i + n == ids.size());
+    run(ids.data() + i, int(n), last_logits && i + n == ids.size());
   }
 }
 

@@ -21,8 +21,8 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  /// Empties the cache (positions restart at 0).
-  void reset() { pos_ = 0; }
+  /// Empties the cache (positions restart at 0) and drops picks not taken.
+  void reset();
   int pos() const { return pos_; }
   int max_ctx() const { return kv_.max_ctx; }
 
@@ -35,6 +35,14 @@ class Session {
   /// Fills the cache with ids (pieces of at most max_T tokens) and computes no logits: the
   /// untraced context of a teacher-forced chunk. summarize()/logits() are unavailable after.
   void context(const std::vector<int32_t>& ids);
+
+  /// Greedy decode with the token kept on the tier: pick() chooses the next token from the
+  /// last forward's last logits row (summarize's top-1), forward_picked() runs the latest
+  /// pick as the next one-token forward without waiting for it on the host, and take_pick()
+  /// returns the picks in order, waiting for each.
+  void pick();
+  void forward_picked();
+  int32_t take_pick();
 
   /// Summaries of the last forward's logits rows (targets[t] < 0: no target).
   std::vector<LogitsSummary> summarize(int K, const std::vector<int32_t>& targets);
@@ -57,10 +65,12 @@ class Session {
   Scratch s_;
   int pos_ = 0;
   int last_T_ = 0;  // rows of logits the last forward left; 0 after context()
+  bool picked_ = false;  // a pick since the last reset (forward_picked may run)
+  int picks_pending_ = 0;  // picks not taken yet
   InjectSpec inject_;
   StageHook capture_;
 
-  void run(const std::vector<int32_t>& ids, bool logits);
+  void run(const int32_t* ids, int T, bool logits);  // ids == nullptr: the latest pick
   // Pieces of at most max_T tokens; logits only for the last piece, and only if last_logits.
   void run_pieces(const std::vector<int32_t>& ids, bool last_logits);
 };

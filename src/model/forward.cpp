@@ -84,7 +84,9 @@ void forward(const Model& m, Backend& be, KVCache& kv, Scratch& s, const int32_t
     if (hook) hook(st, layer, b, rows, cols);
   };
 
-  be.embed(w.embed, ids, T, s.x);  // x [T, D]
+  ARB_CHECK(ids || T == 1, "[model] a forward of %d picked tokens (only one is kept)", T);
+  if (ids) be.embed(w.embed, ids, T, s.x);  // x [T, D]
+  else be.embed_picked(w.embed, s.x);
   emit(Stage::Embed, -1, s.x, T, D);
 
   for (int l = 0; l < c.n_layer; ++l) {

@@ -45,7 +45,8 @@ void scratch_free(Backend& be, Scratch& s);
 
 /// Runs ids[T] at positions pos0.. through the model and writes logits [T, V] into s.logits,
 /// or, when logits is false (a context pass that only fills the cache), stops after the last
-/// layer. The cache rows [0, pos0) must hold earlier tokens. hook may be empty.
+/// layer. ids == nullptr (T == 1): the token of the backend's latest pick_greedy. The cache
+/// rows [0, pos0) must hold earlier tokens. hook may be empty.
 void forward(const Model& m, Backend& be, KVCache& kv, Scratch& s, const int32_t* ids, int T,
              int pos0, const StageHook& hook, bool logits);
 

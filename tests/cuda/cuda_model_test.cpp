@@ -6,7 +6,8 @@
 //    by >= 2.0, DESIGN.md section 4);
 //  - determinism: two runs byte-identical; decode steps replayed from a CUDA graph are
 //    byte-identical to the same steps run op by op;
-//  - prefill and token-by-token decode agree; every op was served by a CUDA provider.
+//  - prefill and token-by-token decode agree; every op was served by a CUDA provider;
+//  - greedy with the token kept on the device picks what reading it back picks.
 // To add a model: ship it under models/ with a greedy_reference.json and add a case below.
 #include <cmath>
 #include <cstring>
@@ -227,6 +228,37 @@ TEST(CudaDeterminism, TwoRunsAndGraphReplayAreByteIdentical) {
         << dt << ": graph replay differs from op-by-op decode";
 #endif
   }
+}
+
+// Greedy with the token kept on the device (Session::pick, what generate and bench run)
+// picks the ids that reading each token back picks and leaves the same logits bytes, from
+// graphs and op by op; a generation stopped early (its last pick never taken) leaves the next
+// one unaffected.
+TEST(CudaGreedy, PickedTokensEqualSummarizedTokens) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+  const std::string path = find_model("TinyStories-656K");
+  if (path.empty()) GTEST_SKIP() << "model not shipped: TinyStories-656K";
+  auto m = load_model(path);
+  const std::vector<int32_t> prompt = {1, 80, 147, 201, 282, 57, 8};
+  const int n = 40;
+  for (const char* dt : {"bf16", "f32"})
+    for (bool graphs : {true, false}) {
+      SCOPED_TRACE(std::string(dt) + (graphs ? ", graphs" : ", op by op"));
+      auto be = make_cuda_backend(0, dt);
+#if ARBITER_HAVE_CUDA
+      CudaTuning t = cuda_tuning(*be);
+      t.graphs = graphs;
+      cuda_set_tuning(*be, t);
+#endif
+      Session a(*m, *be, int(prompt.size()) + n), b(*m, *be, int(prompt.size()) + n);
+      const std::vector<int32_t> want = greedy_by_summarize(a, prompt, n);
+      EXPECT_EQ(greedy_by_pick(b, prompt, n), want);
+      const std::vector<double> la = a.logits(0), lb = b.logits(0);
+      EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(double)));
+      Sampler sampler(SamplerParams{});
+      EXPECT_TRUE(generate(b, prompt, n, sampler, {want[3]}, nullptr).stopped_on_eos);
+      EXPECT_EQ(generate(b, prompt, n, sampler, {}, nullptr).tokens, want);
+    }
 }
 
 TEST(CudaDeterminism, PrefillEqualsDecodeF32) {

@@ -4,7 +4,9 @@
 // To add a model: ship it under models/ with a greedy_reference.json and add a TEST below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -174,4 +176,43 @@ TEST(Session, ContextFillsTheCacheLikeForward) {
     std::vector<double> la = a.logits(0), lb = b.logits(0);
     EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(double)));
   }
+}
+
+// Greedy with the token kept on the tier (Session::pick, what generate and bench run) picks
+// the same ids as reading each token back with summarize, and leaves the same logits.
+TEST(Session, PickedTokensEqualSummarizedTokens) {
+  auto m = load_model(test::source_path("models/TinyStories-656K"));
+  const std::vector<int32_t> prompt = m->tokenizer->encode("Lily had a red ball.", true, false);
+  const int n = 24;
+  for (const char* tier : kTiers) {
+    SCOPED_TRACE(tier);
+    auto be = backend(tier);
+    Session a(*m, *be, int(prompt.size()) + n), b(*m, *be, int(prompt.size()) + n);
+    const std::vector<int32_t> want = test::greedy_by_summarize(a, prompt, n);
+    EXPECT_EQ(test::greedy_by_pick(b, prompt, n), want);
+    std::vector<double> la = a.logits(0), lb = b.logits(0);
+    EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(double)));
+  }
+}
+
+// Misuse of the picks fails with an error, and reset() (generate calls it) drops a pick left
+// behind by a generation that stopped early.
+TEST(Session, PicksAreCheckedAndResetDropsThem) {
+  auto m = load_model(test::source_path("models/stories260K/stories260K.gguf"));
+  auto be = backend("cpu");
+  Session s(*m, *be, 16);
+  EXPECT_THROW(s.pick(), arbiter::Error);            // no forward yet
+  EXPECT_THROW(s.forward_picked(), arbiter::Error);  // no pick yet
+  EXPECT_THROW(s.take_pick(), arbiter::Error);
+  s.context({1, 2});
+  EXPECT_THROW(s.pick(), arbiter::Error);  // a context pass leaves no logits
+  const std::vector<int32_t> prompt = {1, 300, 40};
+  const std::vector<int32_t> want = test::greedy_by_summarize(s, prompt, 6);
+  Sampler sampler(SamplerParams{});
+  GenerateResult stopped = generate(s, prompt, 6, sampler, {want[2]}, nullptr);
+  EXPECT_TRUE(stopped.stopped_on_eos);
+  const auto first_stop = std::find(want.begin(), want.end(), want[2]);
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>(want.begin(), first_stop));
+  EXPECT_EQ(generate(s, prompt, 6, sampler, {}, nullptr).tokens, want);
+  EXPECT_THROW(s.take_pick(), arbiter::Error);  // generate took every pick it made
 }

@@ -135,6 +135,8 @@ class CudaBackend final : public Backend {
     ARB_CUDA(cudaEventCreateWithFlags(&step_ev_, cudaEventDisableTiming));
     ARB_CUDA(cudaMallocHost(&h_step_, 2 * sizeof(int)));
     ARB_CUDA(cudaMalloc(&d_step_, 2 * sizeof(int)));
+    ARB_CUDA(cudaMallocHost(&h_picks_, kPickSlots * sizeof(int32_t)));
+    for (cudaEvent_t& e : pick_ev_) ARB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     ARB_CUBLAS(cublasLtCreate(&lt_));
     ARB_CUDA(cudaMalloc(&lt_ws_, kLtWorkspace));
     cuda::attention_init();
@@ -182,6 +184,8 @@ class CudaBackend final : public Backend {
     cudaFree(d_step_);
     cudaFreeHost(h_step_);
     cudaEventDestroy(step_ev_);
+    cudaFreeHost(h_picks_);
+    for (cudaEvent_t e : pick_ev_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
 
@@ -290,31 +294,85 @@ class CudaBackend final : public Backend {
 
   // --- ops --------------------------------------------------------------------------------
   void embed(const Tensor& table, const int32_t* ids, int T, Buffer& out) override {
-    stats_.record("embed", "cuda.embed");
-    flush();  // an embed starts a new forward
-    const DevMat& m = device_matrix(table);
-    check_act(out, int64_t(T) * m.cols, "embed out");
-    for (int t = 0; t < T; ++t)
-      ARB_CHECK(ids[t] >= 0 && ids[t] < m.rows, "[cuda] embed: token id %d outside [0, %lld)",
-                ids[t], (long long)m.rows);
-    if (T == 1 && tuning_.graphs) {
-      step_open_ = true;
-      step_uploaded_ = false;
-      step_pos_set_ = false;
-      seg_pos_uniform_ = true;
-      step_pos_ = 0;
-      step_id_ = ids[0];
-    } else {
-      ensure(ids_, size_t(T) * sizeof(int32_t));
-      ARB_CUDA(cudaMemcpyAsync(ids_.ptr, ids, size_t(T) * sizeof(int32_t),
+    embed_ids(table, ids, T, out);
+  }
+
+  void embed_picked(const Tensor& table, Buffer& out) override {
+    ARB_CHECK(has_pick_, "[cuda] embed of a picked token before any pick");
+    embed_ids(table, nullptr, 1, out);
+  }
+
+  // --- greedy decode with the token kept on the device ------------------------------------
+  // The top-1 of summarize's kernel goes to the step's device token slot (d_step_[1], which
+  // the next embed_picked's step then does not upload) and to a pinned slot with an event,
+  // so the next step can be queued before the host has the token.
+  void pick_greedy(const Buffer& logits, int row, int V) override {
+    stats_.record("pick_greedy", "cuda.summarize_radix");
+    ARB_CHECK(row >= 0, "[cuda] pick: row %d", row);
+    ARB_CHECK(pending_picks_.size() < size_t(kPickSlots), "[cuda] pick: %d picks not taken",
+              kPickSlots);
+    flush();
+    const int32_t* top = summarize_on_device(logits, row + 1, V, 1, nullptr).top_ids + row;
+    ARB_CUDA(cudaMemcpyAsync(d_step_ + 1, top, sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                             stream_));
+    const int slot = next_pick_slot_;
+    next_pick_slot_ = (slot + 1) % kPickSlots;
+    ARB_CUDA(cudaMemcpyAsync(h_picks_ + slot, top, sizeof(int32_t), cudaMemcpyDeviceToHost,
+                             stream_));
+    ARB_CUDA(cudaEventRecord(pick_ev_[slot], stream_));
+    pending_picks_.push_back(slot);
+    has_pick_ = true;
+  }
+
+  /// Queues summarize's kernel for logits rows [T, V] (targets: host ids, or nullptr for
+  /// none) into sum_out_: lse f64[T], nonfinite u64[T], target f32[T], top ids i32[T*K], top
+  /// values f32[T*K]; returns those device pointers.
+  void check_summarize(const Buffer& logits, int T, int V, int K) const {
+    ARB_CHECK(logits.dtype == DType::F32 && logits.n >= int64_t(T) * V,
+              "[cuda] summarize: logits buffer of %lld %s elements for [%d, %d]",
+              (long long)logits.n, dtype_name(logits.dtype), T, V);
+    ARB_CHECK(K >= 1 && K <= V && K <= cuda::kMaxTopK, "[cuda] summarize: top-k %d outside [1, %d]",
+              K, std::min(V, cuda::kMaxTopK));
+  }
+  cuda::SummaryOut summarize_on_device(const Buffer& logits, int T, int V, int K,
+                                       const int32_t* targets) {
+    check_summarize(logits, T, V, K);
+    const size_t n_lse = size_t(T) * 8, n_nf = size_t(T) * 8, n_tg = size_t(T) * 4,
+                 n_ids = size_t(T) * K * 4, n_vals = size_t(T) * K * 4;
+    ensure(sum_out_, n_lse + n_nf + n_tg + n_ids + n_vals);
+    ensure(targets_, size_t(T) * sizeof(int32_t));
+    const int S = cuda::summarize_slices(T, V, sm_count_);
+    ensure(sum_scratch_, size_t(T) * S * 32);
+    if (targets)
+      ARB_CUDA(cudaMemcpyAsync(targets_.ptr, targets, size_t(T) * sizeof(int32_t),
                                cudaMemcpyHostToDevice, stream_));
-    }
-    const void* tp = m.ptr;
-    const int64_t ld = m.ld, D = m.cols;
-    void* op = out.ptr;
-    submit({1, int64_t(tp), ld, D, T, int64_t(op)}, false, 0, [=, this](const StepCtx& c) {
-      cuda::launch_embed(ct_, tp, ld, D, c.ids_dev, T, op, stream_);
-    });
+    else  // every id -1: no target
+      ARB_CUDA(cudaMemsetAsync(targets_.ptr, 0xff, size_t(T) * sizeof(int32_t), stream_));
+    auto* base = static_cast<uint8_t*>(sum_out_.ptr);
+    cuda::SummaryOut o;
+    o.lse = reinterpret_cast<double*>(base);
+    o.nonfinite = reinterpret_cast<unsigned long long*>(base + n_lse);
+    o.target = reinterpret_cast<float*>(base + n_lse + n_nf);
+    o.top_ids = reinterpret_cast<int32_t*>(base + n_lse + n_nf + n_tg);
+    o.top_vals = reinterpret_cast<float*>(base + n_lse + n_nf + n_tg + n_ids);
+    auto* sb = static_cast<uint8_t*>(sum_scratch_.ptr);
+    const size_t n_part = size_t(T) * S;
+    cuda::SummaryScratch w;
+    w.nonfinite = reinterpret_cast<unsigned long long*>(sb);
+    w.best = reinterpret_cast<unsigned long long*>(sb + n_part * 8);
+    w.sum = reinterpret_cast<double*>(sb + n_part * 16);
+    w.max = reinterpret_cast<float*>(sb + n_part * 24);
+    cuda::launch_summarize(static_cast<const float*>(logits.ptr), T, V, K,
+                           static_cast<const int32_t*>(targets_.ptr), S, w, o, stream_);
+    return o;
+  }
+
+  int32_t take_pick() override {
+    ARB_CHECK(!pending_picks_.empty(), "[cuda] no pick left to take");
+    const int slot = pending_picks_.front();
+    pending_picks_.pop_front();
+    ARB_CUDA(cudaEventSynchronize(pick_ev_[slot]));
+    return h_picks_[slot];
   }
 
   void rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps, Buffer& out) override {
@@ -679,43 +737,16 @@ class CudaBackend final : public Backend {
   void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
                  std::vector<LogitsSummary>& out) override {
     stats_.record("summarize", "cuda.summarize_radix");
-    ARB_CHECK(logits.dtype == DType::F32 && logits.n >= int64_t(T) * V,
-              "[cuda] summarize: logits buffer of %lld %s elements for [%d, %d]",
-              (long long)logits.n, dtype_name(logits.dtype), T, V);
-    ARB_CHECK(K >= 1 && K <= V && K <= cuda::kMaxTopK, "[cuda] summarize: top-k %d outside [1, %d]",
-              K, std::min(V, cuda::kMaxTopK));
+    check_summarize(logits, T, V, K);
     flush();
     out.assign(size_t(T), LogitsSummary{});
     if (T <= 0) return;
-    // One device block of results: lse f64[T], nonfinite u64[T], target f32[T],
-    // top ids i32[T*K], top values f32[T*K].
-    const size_t n_lse = size_t(T) * 8, n_nf = size_t(T) * 8, n_tg = size_t(T) * 4,
-                 n_ids = size_t(T) * K * 4, n_vals = size_t(T) * K * 4;
-    const size_t total = n_lse + n_nf + n_tg + n_ids + n_vals;
-    ensure(sum_out_, total);
-    ensure(targets_, size_t(T) * sizeof(int32_t));
-    const int S = cuda::summarize_slices(T, V, sm_count_);
-    ensure(sum_scratch_, size_t(T) * S * 32);
-    ARB_CUDA(cudaMemcpyAsync(targets_.ptr, targets, size_t(T) * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream_));
-    auto* base = static_cast<uint8_t*>(sum_out_.ptr);
-    cuda::SummaryOut o;
-    o.lse = reinterpret_cast<double*>(base);
-    o.nonfinite = reinterpret_cast<unsigned long long*>(base + n_lse);
-    o.target = reinterpret_cast<float*>(base + n_lse + n_nf);
-    o.top_ids = reinterpret_cast<int32_t*>(base + n_lse + n_nf + n_tg);
-    o.top_vals = reinterpret_cast<float*>(base + n_lse + n_nf + n_tg + n_ids);
-    auto* sb = static_cast<uint8_t*>(sum_scratch_.ptr);
-    const size_t n_part = size_t(T) * S;
-    cuda::SummaryScratch w;
-    w.nonfinite = reinterpret_cast<unsigned long long*>(sb);
-    w.best = reinterpret_cast<unsigned long long*>(sb + n_part * 8);
-    w.sum = reinterpret_cast<double*>(sb + n_part * 16);
-    w.max = reinterpret_cast<float*>(sb + n_part * 24);
-    cuda::launch_summarize(static_cast<const float*>(logits.ptr), T, V, K,
-                           static_cast<const int32_t*>(targets_.ptr), S, w, o, stream_);
-    std::vector<uint8_t> host(total);
-    ARB_CUDA(cudaMemcpyAsync(host.data(), base, total, cudaMemcpyDeviceToHost, stream_));
+    const cuda::SummaryOut o = summarize_on_device(logits, T, V, K, targets);
+    // One copy of the whole block; the offsets of its parts are those of o.
+    const auto* base = reinterpret_cast<const uint8_t*>(o.lse);
+    auto off = [&](const void* p) { return size_t(static_cast<const uint8_t*>(p) - base); };
+    std::vector<uint8_t> host(off(o.top_vals + size_t(T) * K));
+    ARB_CUDA(cudaMemcpyAsync(host.data(), base, host.size(), cudaMemcpyDeviceToHost, stream_));
     ARB_CUDA(cudaStreamSynchronize(stream_));
     const uint8_t* h = host.data();
     for (int t = 0; t < T; ++t) {
@@ -723,9 +754,9 @@ class CudaBackend final : public Backend {
       double lse;
       unsigned long long nf;
       float tg;
-      std::memcpy(&lse, h + size_t(t) * 8, 8);
-      std::memcpy(&nf, h + n_lse + size_t(t) * 8, 8);
-      std::memcpy(&tg, h + n_lse + n_nf + size_t(t) * 4, 4);
+      std::memcpy(&lse, h + off(o.lse + t), 8);
+      std::memcpy(&nf, h + off(o.nonfinite + t), 8);
+      std::memcpy(&tg, h + off(o.target + t), 4);
       s.lse = lse;
       s.n_nonfinite = int64_t(nf);
       s.target_logit = targets[t] >= 0 && targets[t] < V ? double(tg) : std::nan("");
@@ -733,8 +764,8 @@ class CudaBackend final : public Backend {
       s.top_logits.resize(K);
       for (int k = 0; k < K; ++k) {
         float v;
-        std::memcpy(&s.top_ids[k], h + n_lse + n_nf + n_tg + (size_t(t) * K + k) * 4, 4);
-        std::memcpy(&v, h + n_lse + n_nf + n_tg + n_ids + (size_t(t) * K + k) * 4, 4);
+        std::memcpy(&s.top_ids[k], h + off(o.top_ids + size_t(t) * K + k), 4);
+        std::memcpy(&v, h + off(o.top_vals + size_t(t) * K + k), 4);
         s.top_logits[k] = v;
       }
     }
@@ -902,6 +933,39 @@ class CudaBackend final : public Backend {
     b.bytes = want;
   }
 
+  /// The embedding gather of host ids, or (ids == nullptr, T == 1) of the latest pick, which
+  /// pick_greedy left in the device token slot.
+  void embed_ids(const Tensor& table, const int32_t* ids, int T, Buffer& out) {
+    stats_.record("embed", "cuda.embed");
+    flush();  // an embed starts a new forward
+    const DevMat& m = device_matrix(table);
+    check_act(out, int64_t(T) * m.cols, "embed out");
+    for (int t = 0; ids && t < T; ++t)
+      ARB_CHECK(ids[t] >= 0 && ids[t] < m.rows, "[cuda] embed: token id %d outside [0, %lld)",
+                ids[t], (long long)m.rows);
+    const bool step = T == 1 && tuning_.graphs;
+    if (step) {
+      step_open_ = true;
+      step_uploaded_ = false;
+      step_pos_set_ = false;
+      seg_pos_uniform_ = true;
+      step_pos_ = 0;
+      step_id_ = ids ? ids[0] : 0;
+      step_id_on_device_ = !ids;
+    } else if (ids) {
+      ensure(ids_, size_t(T) * sizeof(int32_t));
+      ARB_CUDA(cudaMemcpyAsync(ids_.ptr, ids, size_t(T) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+    }
+    const int32_t* eager_ids = ids ? static_cast<const int32_t*>(ids_.ptr) : d_step_ + 1;
+    const void* tp = m.ptr;
+    const int64_t ld = m.ld, D = m.cols;
+    void* op = out.ptr;
+    submit({1, int64_t(tp), ld, D, T, int64_t(op)}, false, 0, [=, this](const StepCtx& c) {
+      cuda::launch_embed(ct_, tp, ld, D, step ? c.ids_dev : eager_ids, T, op, stream_);
+    });
+  }
+
   /// Runs a launch now, or queues it while a single-token step is open. sig identifies the
   /// launch (all arguments but the position); pos_dep marks launches that read pos0.
   void submit(std::vector<int64_t> sig, bool pos_dep, int pos0,
@@ -947,7 +1011,9 @@ class CudaBackend final : public Backend {
       ARB_CUDA(cudaEventSynchronize(step_ev_));
       h_step_[0] = step_pos_;
       h_step_[1] = step_id_;
-      ARB_CUDA(cudaMemcpyAsync(d_step_, h_step_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+      // A picked token is in d_step_[1] already (pick_greedy wrote it there).
+      const size_t n = step_id_on_device_ ? 1 : 2;
+      ARB_CUDA(cudaMemcpyAsync(d_step_, h_step_, n * sizeof(int), cudaMemcpyHostToDevice, stream_));
       ARB_CUDA(cudaEventRecord(step_ev_, stream_));
       step_uploaded_ = true;
     }
@@ -1170,6 +1236,13 @@ class CudaBackend final : public Backend {
   std::vector<Queued> queue_;
   std::deque<std::vector<int64_t>> seen_sigs_;  // segments seen (captured on a second sighting)
   std::deque<CachedGraph> graphs_;
+  bool step_id_on_device_ = false;  // the open step embeds the latest pick
+  static constexpr int kPickSlots = 64;
+  int32_t* h_picks_ = nullptr;  // pinned, a slot per pick not taken
+  cudaEvent_t pick_ev_[kPickSlots] = {};
+  std::deque<int> pending_picks_;  // slots, oldest first
+  int next_pick_slot_ = 0;
+  bool has_pick_ = false;
   int* h_step_ = nullptr;  // pinned (pos, id)
   int* d_step_ = nullptr;
   cudaEvent_t step_ev_ = nullptr;
