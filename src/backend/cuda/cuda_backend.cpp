@@ -324,49 +324,6 @@ class CudaBackend final : public Backend {
     has_pick_ = true;
   }
 
-  /// Queues summarize's kernel for logits rows [T, V] (targets: host ids, or nullptr for
-  /// none) into sum_out_: lse f64[T], nonfinite u64[T], target f32[T], top ids i32[T*K], top
-  /// values f32[T*K]; returns those device pointers.
-  void check_summarize(const Buffer& logits, int T, int V, int K) const {
-    ARB_CHECK(logits.dtype == DType::F32 && logits.n >= int64_t(T) * V,
-              "[cuda] summarize: logits buffer of %lld %s elements for [%d, %d]",
-              (long long)logits.n, dtype_name(logits.dtype), T, V);
-    ARB_CHECK(K >= 1 && K <= V && K <= cuda::kMaxTopK, "[cuda] summarize: top-k %d outside [1, %d]",
-              K, std::min(V, cuda::kMaxTopK));
-  }
-  cuda::SummaryOut summarize_on_device(const Buffer& logits, int T, int V, int K,
-                                       const int32_t* targets) {
-    check_summarize(logits, T, V, K);
-    const size_t n_lse = size_t(T) * 8, n_nf = size_t(T) * 8, n_tg = size_t(T) * 4,
-                 n_ids = size_t(T) * K * 4, n_vals = size_t(T) * K * 4;
-    ensure(sum_out_, n_lse + n_nf + n_tg + n_ids + n_vals);
-    ensure(targets_, size_t(T) * sizeof(int32_t));
-    const int S = cuda::summarize_slices(T, V, sm_count_);
-    ensure(sum_scratch_, size_t(T) * S * 32);
-    if (targets)
-      ARB_CUDA(cudaMemcpyAsync(targets_.ptr, targets, size_t(T) * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, stream_));
-    else  // every id -1: no target
-      ARB_CUDA(cudaMemsetAsync(targets_.ptr, 0xff, size_t(T) * sizeof(int32_t), stream_));
-    auto* base = static_cast<uint8_t*>(sum_out_.ptr);
-    cuda::SummaryOut o;
-    o.lse = reinterpret_cast<double*>(base);
-    o.nonfinite = reinterpret_cast<unsigned long long*>(base + n_lse);
-    o.target = reinterpret_cast<float*>(base + n_lse + n_nf);
-    o.top_ids = reinterpret_cast<int32_t*>(base + n_lse + n_nf + n_tg);
-    o.top_vals = reinterpret_cast<float*>(base + n_lse + n_nf + n_tg + n_ids);
-    auto* sb = static_cast<uint8_t*>(sum_scratch_.ptr);
-    const size_t n_part = size_t(T) * S;
-    cuda::SummaryScratch w;
-    w.nonfinite = reinterpret_cast<unsigned long long*>(sb);
-    w.best = reinterpret_cast<unsigned long long*>(sb + n_part * 8);
-    w.sum = reinterpret_cast<double*>(sb + n_part * 16);
-    w.max = reinterpret_cast<float*>(sb + n_part * 24);
-    cuda::launch_summarize(static_cast<const float*>(logits.ptr), T, V, K,
-                           static_cast<const int32_t*>(targets_.ptr), S, w, o, stream_);
-    return o;
-  }
-
   int32_t take_pick() override {
     ARB_CHECK(!pending_picks_.empty(), "[cuda] no pick left to take");
     const int slot = pending_picks_.front();
@@ -931,6 +888,49 @@ class CudaBackend final : public Backend {
     b = DevBuf{};
     ARB_CUDA(cudaMalloc(&b.ptr, want));
     b.bytes = want;
+  }
+
+  void check_summarize(const Buffer& logits, int T, int V, int K) const {
+    ARB_CHECK(logits.dtype == DType::F32 && logits.n >= int64_t(T) * V,
+              "[cuda] summarize: logits buffer of %lld %s elements for [%d, %d]",
+              (long long)logits.n, dtype_name(logits.dtype), T, V);
+    ARB_CHECK(K >= 1 && K <= V && K <= cuda::kMaxTopK, "[cuda] summarize: top-k %d outside [1, %d]",
+              K, std::min(V, cuda::kMaxTopK));
+  }
+  /// Queues summarize's kernel for logits rows [T, V] (targets: host ids, or nullptr for
+  /// none) into sum_out_: lse f64[T], nonfinite u64[T], target f32[T], top ids i32[T*K], top
+  /// values f32[T*K]; returns those device pointers.
+  cuda::SummaryOut summarize_on_device(const Buffer& logits, int T, int V, int K,
+                                       const int32_t* targets) {
+    check_summarize(logits, T, V, K);
+    const size_t n_lse = size_t(T) * 8, n_nf = size_t(T) * 8, n_tg = size_t(T) * 4,
+                 n_ids = size_t(T) * K * 4, n_vals = size_t(T) * K * 4;
+    ensure(sum_out_, n_lse + n_nf + n_tg + n_ids + n_vals);
+    ensure(targets_, size_t(T) * sizeof(int32_t));
+    const int S = cuda::summarize_slices(T, V, sm_count_);
+    ensure(sum_scratch_, size_t(T) * S * 32);
+    if (targets)
+      ARB_CUDA(cudaMemcpyAsync(targets_.ptr, targets, size_t(T) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+    else  // every id -1: no target
+      ARB_CUDA(cudaMemsetAsync(targets_.ptr, 0xff, size_t(T) * sizeof(int32_t), stream_));
+    auto* base = static_cast<uint8_t*>(sum_out_.ptr);
+    cuda::SummaryOut o;
+    o.lse = reinterpret_cast<double*>(base);
+    o.nonfinite = reinterpret_cast<unsigned long long*>(base + n_lse);
+    o.target = reinterpret_cast<float*>(base + n_lse + n_nf);
+    o.top_ids = reinterpret_cast<int32_t*>(base + n_lse + n_nf + n_tg);
+    o.top_vals = reinterpret_cast<float*>(base + n_lse + n_nf + n_tg + n_ids);
+    auto* sb = static_cast<uint8_t*>(sum_scratch_.ptr);
+    const size_t n_part = size_t(T) * S;
+    cuda::SummaryScratch w;
+    w.nonfinite = reinterpret_cast<unsigned long long*>(sb);
+    w.best = reinterpret_cast<unsigned long long*>(sb + n_part * 8);
+    w.sum = reinterpret_cast<double*>(sb + n_part * 16);
+    w.max = reinterpret_cast<float*>(sb + n_part * 24);
+    cuda::launch_summarize(static_cast<const float*>(logits.ptr), T, V, K,
+                           static_cast<const int32_t*>(targets_.ptr), S, w, o, stream_);
+    return o;
   }
 
   /// The embedding gather of host ids, or (ids == nullptr, T == 1) of the latest pick, which
