@@ -14,7 +14,7 @@ Session::Session(const Model& m, Backend& be, int max_ctx, int max_T) : m_(m), b
 
 Session::~Session() {
   try {  // picks not taken would otherwise be the next session's on this backend
-    while (picks_pending_-- > 0) be_.take_pick();
+    drop_picks();
   } catch (...) {
   }
   scratch_free(be_, s_);
@@ -23,8 +23,12 @@ Session::~Session() {
 
 void Session::reset() {
   pos_ = 0;
-  while (picks_pending_ > 0) take_pick();
+  drop_picks();
   picked_ = false;
+}
+
+void Session::drop_picks() {
+  while (picks_pending_ > 0) take_pick();
 }
 
 void Session::forward(const std::vector<int32_t>& ids) { run(ids.data(), int(ids.size()), true); }

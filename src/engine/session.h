@@ -71,6 +71,7 @@ class Session {
   StageHook capture_;
 
   void run(const int32_t* ids, int T, bool logits);  // ids == nullptr: the latest pick
+  void drop_picks();  // takes (and discards) every pick not taken
   // Pieces of at most max_T tokens; logits only for the last piece, and only if last_logits.
   void run_pieces(const std::vector<int32_t>& ids, bool last_logits);
 };
