@@ -166,6 +166,28 @@ TEST_P(CudaOps, MatmulGemvAndCublasLt) {
 #endif
 }
 
+// The tier uploads each weight once, looked up by its host tensor: two views of the same bytes
+// with different shapes ([64, 128] and [128, 64]) are two matrices, not one found twice.
+TEST_P(CudaOps, MatmulViewsOfOneBufferKeepTheirShapes) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  const uint64_t seed = 390;
+  auto W = make_tensor("W", {64, 128}, random_values(64 * 128, seed, 0.05, dt), storage_of(dt));
+  Tensor wide = W->t, tall = W->t;
+  tall.shape = {128, 64};
+  for (const Tensor* w : {&wide, &tall}) {
+    const int N = int(w->rows()), K = int(w->cols());
+    const auto x = random_values(K, seed + uint64_t(N), 1.0, dt);
+    Buf xc(*cu, x), xr(*ref, x), oc(*cu, N), orf(*ref, N);
+    poison(*cu, oc.b);
+    cu->matmul(xc.b, *w, nullptr, 1, oc.b);
+    ref->matmul(xr.b, *w, nullptr, 1, orf.b);
+    check_close("matmul.view", dt, strformat("N=%d K=%d", N, K), seed, read_all(*cu, oc.b, N),
+                read_all(*ref, orf.b, N), nmse_bound(dt, K));
+  }
+}
+
 // The final norm + logits of a decode step (rmsnorm_matmul at T = 1 with f32 output): more
 // rows than the fused GEMV's grid has warps, so each warp loops over rows (the shipped models'
 // vocabularies fit one pass). The normalised x is rounded to the compute type (one u^2 more

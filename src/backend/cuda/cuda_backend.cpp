@@ -71,15 +71,16 @@ struct DevBuf {
   size_t bytes = 0;
 };
 
-/// Identity of a host weight tensor: its address, size, dtype and a sample of its bytes
+/// Identity of a host weight tensor: its address, shape, dtype and a sample of its bytes
 /// (so a different model mapped at the same address is not mistaken for the old one).
 struct WeightKey {
   const void* data;
-  int64_t numel;
+  int64_t numel, cols;  // the shape too: two views of the same bytes are different matrices
   DType dt;
   uint64_t sample;
   bool operator==(const WeightKey& o) const {
-    return data == o.data && numel == o.numel && dt == o.dt && sample == o.sample;
+    return data == o.data && numel == o.numel && cols == o.cols && dt == o.dt &&
+           sample == o.sample;
   }
 };
 struct WeightKeyHash {
@@ -96,7 +97,7 @@ WeightKey weight_key(const Tensor& t) {
   const size_t offs[4] = {0, n / 3, 2 * n / 3, n >= 16 ? n - 16 : 0};
   for (size_t off : offs)
     for (size_t i = off; i < std::min(n, off + 16); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return WeightKey{t.data, t.numel(), t.dtype, h};
+  return WeightKey{t.data, t.numel(), t.cols(), t.dtype, h};
 }
 
 /// Weight matrix on the device in the compute dtype, rows padded to a 16-byte stride.
