@@ -26,8 +26,9 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-// One teacher-forced trace of a named shape into a temporary file (removed afterwards),
-// sized like `arbiter trace`; returns its throughput or the reason it could not run.
+// Teacher-forced traces of a named shape into a temporary file (removed afterwards), sized
+// like `arbiter trace`: one untimed (graph captures, library heuristics and first-touch pages
+// land there), then opt.reps timed; returns their throughput or the reason they could not run.
 BenchTrace time_trace(const Model& m, Backend& be, const std::string& shape, const BenchOptions& opt) {
   BenchTrace bt;
   bt.shape = shape;
@@ -45,17 +46,24 @@ BenchTrace time_trace(const Model& m, Backend& be, const std::string& shape, con
     to.progress = false;
     const int bos_rows = m.tokenizer->bos_id() >= 0 ? 1 : 0;
     const int W = to.shape.chunk_tokens, ctx = to.shape.prefill + bos_rows + W;
-    Session s(m, be, ctx, std::max(W, std::min(ctx, 512)));
-    verify::TraceRunResult r = verify::run_trace(s, to);
-    bt.rows = r.rows;
-    bt.elapsed_s = r.elapsed_s;
-    bt.positions_per_s = r.elapsed_s > 0 ? double(r.rows) / r.elapsed_s : 0;
+    std::vector<double> elapsed, pos_s;
+    for (int rep = 0; rep <= std::max(1, opt.reps); ++rep) {
+      Session s(m, be, ctx, std::max(W, std::min(ctx, 512)));
+      const verify::TraceRunResult r = verify::run_trace(s, to);
+      bt.rows = r.rows;
+      if (rep == 0) continue;
+      elapsed.push_back(r.elapsed_s);
+      pos_s.push_back(r.elapsed_s > 0 ? double(r.rows) / r.elapsed_s : 0);
+    }
+    bt.positions_per_s_reps = bench_stat(pos_s);
+    bt.positions_per_s = bt.positions_per_s_reps.median;
+    bt.elapsed_s = bt.positions_per_s > 0 ? double(bt.rows) / bt.positions_per_s : bench_stat(elapsed).median;
     // The context of chunk c is BOS + the min(P, begin) corpus tokens before it (trace_run.h).
     for (int c = 0; c < to.shape.max_chunks; ++c) {
       const int64_t b = verify::chunk_begin(to.shape, c);
       bt.forward_tokens += bos_rows + std::min<int64_t>(to.shape.prefill, b) + W;
     }
-    bt.forward_tokens_per_s = r.elapsed_s > 0 ? double(bt.forward_tokens) / r.elapsed_s : 0;
+    bt.forward_tokens_per_s = bt.elapsed_s > 0 ? double(bt.forward_tokens) / bt.elapsed_s : 0;
   } catch (const Error& e) {
     bt.error = e.what();
   }

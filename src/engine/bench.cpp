@@ -574,8 +574,10 @@ std::string bench_report_text(const BenchReport& r) {
     if (!t.error.empty())
       s << strformat("| trace %-8s | %s\n", t.shape.c_str(), t.error.c_str());
     else
-      s << strformat("| trace %-8s | %20.1f pos/s | %lld rows in %.2f s; forwards %.1f tok/s (%lld tokens)\n",
-                     t.shape.c_str(), t.positions_per_s, (long long)t.rows, t.elapsed_s, t.forward_tokens_per_s,
+      s << strformat("| trace %-8s | %21s pos/s | %10.1f | %lld rows in %.3f s (median); forwards %.1f tok/s (%lld tokens)\n",
+                     t.shape.c_str(),
+                     strformat("%.1f ± %.1f", t.positions_per_s_reps.mean, t.positions_per_s_reps.sd).c_str(),
+                     t.positions_per_s, (long long)t.rows, t.elapsed_s, t.forward_tokens_per_s,
                      (long long)t.forward_tokens);
   }
   s << "\nlimits measured in this run\n";
@@ -653,6 +655,7 @@ std::string bench_report_json(const BenchReport& r) {
               {"rows", t.rows},
               {"elapsed_s", t.elapsed_s},
               {"positions_per_s", t.positions_per_s},
+              {"positions_per_s_reps", t.positions_per_s_reps.empty() ? json(nullptr) : stat_json(t.positions_per_s_reps)},
               {"forward_tokens", t.forward_tokens},
               {"forward_tokens_per_s", t.forward_tokens_per_s}};
     if (!t.error.empty()) x["error"] = t.error;

@@ -63,12 +63,14 @@ struct BenchOptions {
   std::function<void(const std::string&)> progress;  // stderr lines for the CLI; may be empty
 };
 
-/// Throughput of one teacher-forced trace (verify::run_trace) of a named shape.
+/// Throughput of teacher-forced traces (verify::run_trace) of a named shape: one untimed
+/// warm-up trace, then `reps` timed ones; the scalars are of the median repetition.
 struct BenchTrace {
   std::string shape;
   int64_t rows = 0;
   double elapsed_s = 0;
   double positions_per_s = 0;
+  BenchStat positions_per_s_reps;  // every timed repetition
   // Tokens the forwards processed (each chunk's context pass + its W traced tokens) per
   // second: for shapes with a context (w8, w1ctx512, ...) most of the work is the context.
   int64_t forward_tokens = 0;

@@ -125,7 +125,7 @@ TEST(BenchCli, TextTableAndTraceShapes) {
     text += "Once upon a time, a little girl named Lily found a shiny stone in the park. She was happy. ";
   const std::string corpus = test::temp_dir("bench-corpus") + "/corpus.txt";
   test::write_file(corpus, text);
-  auto r = test::run_cli("bench -m " + model + " -p 8 -n 4 -r 1 --no-probes --shapes w1,w256 --corpus " + corpus +
+  auto r = test::run_cli("bench -m " + model + " -p 8 -n 4 -r 2 --no-probes --shapes w1,w256 --corpus " + corpus +
                          " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json j = json::parse(r.out);
@@ -133,6 +133,9 @@ TEST(BenchCli, TextTableAndTraceShapes) {
   for (const json& t : j["traces"]) {
     EXPECT_FALSE(t.contains("error")) << t.dump();
     expect_positive(t["positions_per_s"], "positions_per_s");
+    // Each shape is timed -r times after an untimed trace; the headline is their median.
+    expect_stat(t["positions_per_s_reps"], "positions_per_s_reps", 2);
+    EXPECT_EQ(t["positions_per_s"], t["positions_per_s_reps"]["median"]) << t.dump();
   }
   EXPECT_EQ(j["traces"][0]["rows"], 128);  // w1: 128 chunks of 1
   EXPECT_EQ(j["traces"][1]["rows"], 512);  // w256: 2 chunks of 256
