@@ -46,18 +46,16 @@ BenchTrace time_trace(const Model& m, Backend& be, const std::string& shape, con
     to.progress = false;
     const int bos_rows = m.tokenizer->bos_id() >= 0 ? 1 : 0;
     const int W = to.shape.chunk_tokens, ctx = to.shape.prefill + bos_rows + W;
-    std::vector<double> elapsed, pos_s;
+    std::vector<double> pos_s;
     for (int rep = 0; rep <= std::max(1, opt.reps); ++rep) {
       Session s(m, be, ctx, std::max(W, std::min(ctx, 512)));
       const verify::TraceRunResult r = verify::run_trace(s, to);
       bt.rows = r.rows;
-      if (rep == 0) continue;
-      elapsed.push_back(r.elapsed_s);
-      pos_s.push_back(r.elapsed_s > 0 ? double(r.rows) / r.elapsed_s : 0);
+      if (rep > 0) pos_s.push_back(r.elapsed_s > 0 ? double(r.rows) / r.elapsed_s : 0);
     }
     bt.positions_per_s_reps = bench_stat(pos_s);
     bt.positions_per_s = bt.positions_per_s_reps.median;
-    bt.elapsed_s = bt.positions_per_s > 0 ? double(bt.rows) / bt.positions_per_s : bench_stat(elapsed).median;
+    bt.elapsed_s = bt.positions_per_s > 0 ? double(bt.rows) / bt.positions_per_s : 0;
     // The context of chunk c is BOS + the min(P, begin) corpus tokens before it (trace_run.h).
     for (int c = 0; c < to.shape.max_chunks; ++c) {
       const int64_t b = verify::chunk_begin(to.shape, c);

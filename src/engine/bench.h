@@ -64,7 +64,8 @@ struct BenchOptions {
 };
 
 /// Throughput of teacher-forced traces (verify::run_trace) of a named shape: one untimed
-/// warm-up trace, then `reps` timed ones; the scalars are of the median repetition.
+/// warm-up trace, then `reps` timed ones; positions_per_s is their median, elapsed_s and
+/// forward_tokens_per_s follow from it.
 struct BenchTrace {
   std::string shape;
   int64_t rows = 0;
