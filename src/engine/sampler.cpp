@@ -25,12 +25,17 @@ int32_t Sampler::sample(const std::vector<double>& logits) {
     return best;
   }
   // Candidates sorted by logit (ties to lower id), cut by top-k, softmax at temperature,
-  // cut by top-p (smallest prefix whose mass reaches p), renormalise, draw.
+  // cut by top-p (smallest prefix whose mass reaches p), renormalise, draw. Under top-k only
+  // the first k are ordered: sorting a 152k vocabulary took ~20 ms per token, the partial sort
+  // of the first 40 under 1 ms (same tokens).
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(),
-                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  int n = p_.top_k > 0 ? std::min(p_.top_k, V) : V;
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  const int n = p_.top_k > 0 ? std::min(p_.top_k, V) : V;
+  if (n < V) std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), before);
+  else std::stable_sort(idx.begin(), idx.end(), before);
   std::vector<double> prob(n);
   const double mx = logits[idx[0]];
   double sum = 0;

@@ -1,7 +1,11 @@
 // Unit tests of the engine pieces that need no model: sampler, fault-injection specs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
 
 #include "core/error.h"
 #include "engine/inject.h"
@@ -38,6 +42,53 @@ TEST(Sampler, TopPKeepsSmallestPrefix) {
   p.top_p = 0.5;  // the top token alone has mass ~0.98 >= 0.5
   Sampler s(p);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample({0.0, 0.0, 5.0}), 2);
+}
+
+// The ordering of the candidates (a partial sort under top-k) must not change which token a
+// seed draws: against the plain algorithm (every logit stable-sorted), on logits with many
+// ties, for several temperatures, top-k and top-p.
+TEST(Sampler, DrawsTheTokensOfAFullStableSort) {
+  auto reference = [](const SamplerParams& p, std::mt19937_64& rng, const std::vector<double>& logits) {
+    const int V = int(logits.size());
+    std::vector<int32_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    const int n = p.top_k > 0 ? std::min(p.top_k, V) : V;
+    std::vector<double> prob(n);
+    double sum = 0;
+    for (int i = 0; i < n; ++i) sum += prob[i] = std::exp((logits[idx[i]] - logits[idx[0]]) / p.temperature);
+    double mass = 0;
+    int keep = n;
+    for (int i = 0; i < n; ++i)
+      if ((mass += prob[i] / sum) >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    double r = std::uniform_real_distribution<double>(0.0, std::accumulate(prob.begin(), prob.begin() + keep, 0.0))(rng);
+    for (int i = 0; i < keep; ++i)
+      if ((r -= prob[i]) < 0) return idx[i];
+    return idx[keep - 1];
+  };
+  std::mt19937_64 gen(7);
+  std::normal_distribution<double> normal(0.0, 2.0);
+  std::vector<double> logits(5000);
+  for (double& x : logits) x = std::round(normal(gen) * 4) / 4;  // quarter steps: many ties
+  int checked = 0;
+  for (double t : {0.7, 1.3})
+    for (int k : {1, 5, 50, 0})
+      for (double top_p : {1.0, 0.9, 0.3}) {
+        SamplerParams p;
+        p.temperature = t;
+        p.top_k = k;
+        p.top_p = top_p;
+        p.seed = uint64_t(k) * 31 + 3;
+        Sampler s(p);
+        std::mt19937_64 rng(p.seed);
+        for (int i = 0; i < 50; ++i, ++checked)
+          ASSERT_EQ(s.sample(logits), reference(p, rng, logits))
+              << "T " << t << " top-k " << k << " top-p " << top_p << " draw " << i;
+      }
+  EXPECT_EQ(checked, 2 * 4 * 3 * 50);
 }
 
 TEST(Sampler, BadParamsRefused) {
