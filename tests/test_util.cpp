@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/sampler.h"
 #include "engine/session.h"
 
 namespace arbiter::test {
@@ -78,6 +79,19 @@ std::vector<int32_t> greedy_by_summarize(Session& s, const std::vector<int32_t>&
   for (int i = 0; i < n; ++i) {
     const int T = s.last_T();
     ids.push_back(s.summarize(1, std::vector<int32_t>(size_t(T), -1))[size_t(T - 1)].top_ids[0]);
+    if (i + 1 < n) s.forward({ids.back()});
+  }
+  return ids;
+}
+
+std::vector<int32_t> sampled_by_rows(Session& s, const std::vector<int32_t>& prompt, int n,
+                                     const SamplerParams& p) {
+  Sampler sampler(p);
+  s.reset();
+  s.prefill(prompt);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) {
+    ids.push_back(sampler.sample(s.logits(s.last_T() - 1)));
     if (i + 1 < n) s.forward({ids.back()});
   }
   return ids;

@@ -1,5 +1,5 @@
 // Helpers shared by the test suites: paths to shipped models and fixtures, temp dirs,
-// running the CLI, greedy decoding two ways.
+// running the CLI, greedy decoding two ways, sampling from whole logits rows.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,6 +7,7 @@
 
 namespace arbiter {
 class Session;
+struct SamplerParams;
 }
 
 namespace arbiter::test {
@@ -32,5 +33,10 @@ std::vector<int32_t> greedy_by_summarize(Session& s, const std::vector<int32_t>&
 /// The same with the tokens kept on the tier (Session::pick / forward_picked / take_pick, a
 /// token taken after the next step is queued, as generate and bench run it).
 std::vector<int32_t> greedy_by_pick(Session& s, const std::vector<int32_t>& prompt, int n);
+/// n sampled tokens after prompt, each drawn by `p`'s sampler from the whole logits row read
+/// back to the host (what generate() did for every sampled token before it asked summarize
+/// for the top-k).
+std::vector<int32_t> sampled_by_rows(Session& s, const std::vector<int32_t>& prompt, int n,
+                                     const SamplerParams& p);
 
 }  // namespace arbiter::test

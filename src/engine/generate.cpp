@@ -29,8 +29,16 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_ma
   t0 = std::chrono::steady_clock::now();
   // Greedy keeps each token on the tier (Session::pick) and queues the next step before the
   // host looks at the token, so the tier never waits for the host; the step after a stop
-  // token runs for nothing. Sampling needs the whole row on the host.
+  // token runs for nothing. Sampling with a top-k takes the row's top-k from summarize (the
+  // same candidates in the same order, so the same tokens); without one it needs the row.
   const bool greedy = sampler.params().temperature == 0;
+  const int top_k = sampler.params().top_k;
+  const bool top_on_tier = top_k > 0 && top_k <= std::min(kMaxSummaryTopK, s.model().config.vocab);
+  auto sample = [&] {
+    if (!top_on_tier) return sampler.sample(s.logits(s.last_T() - 1));
+    const LogitsSummary row = s.summarize(top_k, std::vector<int32_t>(size_t(s.last_T()), -1)).back();
+    return sampler.sample_top(row.top_ids, row.top_logits);
+  };
   if (greedy && n_max > 0) s.pick();
   for (int i = 0; i < n_max; ++i) {
     int32_t next;
@@ -41,7 +49,7 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_ma
       }
       next = s.take_pick();
     } else {
-      next = sampler.sample(s.logits(s.last_T() - 1));
+      next = sample();
     }
     if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
       r.stopped_on_eos = true;

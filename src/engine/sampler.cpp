@@ -8,6 +8,37 @@
 
 namespace arbiter {
 
+namespace {
+
+/// The draw among the n best candidates ids[0..n), best first, logit(i) the logit of ids[i]:
+/// softmax at the temperature, top-p cut (the smallest prefix whose mass reaches p),
+/// renormalise, one uniform number from rng.
+template <class Logit>
+int32_t draw(const SamplerParams& p, std::mt19937_64& rng, const int32_t* ids, Logit logit, int n) {
+  std::vector<double> prob(n);
+  const double mx = logit(0);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += prob[i] = std::exp((logit(i) - mx) / p.temperature);
+  double mass = 0;
+  int keep = n;
+  for (int i = 0; i < n; ++i) {
+    mass += prob[i] / sum;
+    if (mass >= p.top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  double kept = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
+  double r = std::uniform_real_distribution<double>(0.0, kept)(rng);
+  for (int i = 0; i < keep; ++i) {
+    r -= prob[i];
+    if (r < 0) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+}  // namespace
+
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
   ARB_CHECK(p.temperature >= 0 && std::isfinite(p.temperature),
             "[sampler] temperature %g must be >= 0", p.temperature);
@@ -24,38 +55,29 @@ int32_t Sampler::sample(const std::vector<double>& logits) {
       if (logits[v] > logits[best]) best = v;
     return best;
   }
-  // Candidates sorted by logit (ties to lower id), cut by top-k, softmax at temperature,
-  // cut by top-p (smallest prefix whose mass reaches p), renormalise, draw. Under top-k only
-  // the first k are ordered: sorting a 152k vocabulary took ~20 ms per token, the partial sort
-  // of the first 40 under 1 ms (same tokens).
+  // Candidates sorted by logit (ties to lower id), cut by top-k, then draw(). Under top-k
+  // only the first k are ordered: sorting a 152k vocabulary took ~20 ms per token, the
+  // partial sort of the first 40 under 1 ms (same tokens).
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
-  auto before = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
   const int n = p_.top_k > 0 ? std::min(p_.top_k, V) : V;
-  if (n < V) std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), before);
-  else std::stable_sort(idx.begin(), idx.end(), before);
-  std::vector<double> prob(n);
-  const double mx = logits[idx[0]];
-  double sum = 0;
-  for (int i = 0; i < n; ++i) sum += prob[i] = std::exp((logits[idx[i]] - mx) / p_.temperature);
-  double mass = 0;
-  int keep = n;
-  for (int i = 0; i < n; ++i) {
-    mass += prob[i] / sum;
-    if (mass >= p_.top_p) {
-      keep = i + 1;
-      break;
-    }
-  }
-  double kept = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
-  double r = std::uniform_real_distribution<double>(0.0, kept)(rng_);
-  for (int i = 0; i < keep; ++i) {
-    r -= prob[i];
-    if (r < 0) return idx[i];
-  }
-  return idx[keep - 1];
+  if (n < V)  // not stable: ties are ordered by id explicitly
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+  else  // stable: ties keep the id order (a comparator with the tie clause was 15% slower)
+    std::stable_sort(idx.begin(), idx.end(),
+                     [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  return draw(p_, rng_, idx.data(), [&](int i) { return logits[size_t(idx[size_t(i)])]; }, n);
+}
+
+int32_t Sampler::sample_top(const std::vector<int32_t>& ids, const std::vector<double>& logits) {
+  ARB_CHECK(p_.top_k > 0, "[sampler] sampling from the top candidates needs a top-k");
+  ARB_CHECK(ids.size() == logits.size() && ids.size() >= size_t(p_.top_k),
+            "[sampler] %zu candidates (%zu logits) for top-k %d", ids.size(), logits.size(),
+            p_.top_k);
+  if (p_.temperature == 0) return ids[0];
+  return draw(p_, rng_, ids.data(), [&](int i) { return logits[size_t(i)]; }, p_.top_k);
 }
 
 }  // namespace arbiter

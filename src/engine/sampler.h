@@ -20,6 +20,10 @@ class Sampler {
   explicit Sampler(const SamplerParams& p);
   /// logits [V] in f64; returns the chosen id.
   int32_t sample(const std::vector<double>& logits);
+  /// The same choice from the row's best candidates alone, when top_k > 0: ids and logits in
+  /// descending order, ties to the lower id (summarize's top-K), at least top_k of them. The
+  /// tier then never sends the whole row to the host.
+  int32_t sample_top(const std::vector<int32_t>& ids, const std::vector<double>& logits);
   const SamplerParams& params() const { return p_; }
 
  private:

@@ -261,6 +261,26 @@ TEST(CudaGreedy, PickedTokensEqualSummarizedTokens) {
     }
 }
 
+// Sampling under top-k on the tier: generate() takes summarize's top-K instead of the row;
+// the same tokens as drawing from the whole row read back.
+TEST(CudaGreedy, SampledTokensFromTheTopKEqualThoseFromTheRow) {
+  ARB_CUDA_OR_SKIP(cu, "bf16");
+  const std::string path = find_model("TinyStories-656K");
+  if (path.empty()) GTEST_SKIP() << "model not shipped: TinyStories-656K";
+  auto m = load_model(path);
+  const std::vector<int32_t> prompt = {1, 80, 147, 201, 282, 57, 8};
+  const int n = 40;
+  SamplerParams p;
+  p.temperature = 1.1;
+  p.top_k = 40;
+  p.top_p = 0.95;
+  p.seed = 17;
+  Session s(*m, *cu, int(prompt.size()) + n);
+  const std::vector<int32_t> want = sampled_by_rows(s, prompt, n, p);
+  Sampler sampler(p);
+  EXPECT_EQ(generate(s, prompt, n, sampler, {}, nullptr).tokens, want);
+}
+
 TEST(CudaDeterminism, PrefillEqualsDecodeF32) {
   ARB_CUDA_OR_SKIP(cu, "f32");
   const std::string path = find_model("TinyStories-656K/fp32");

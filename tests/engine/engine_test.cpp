@@ -91,6 +91,40 @@ TEST(Sampler, DrawsTheTokensOfAFullStableSort) {
   EXPECT_EQ(checked, 2 * 4 * 3 * 50);
 }
 
+// generate() samples under top-k from summarize's top-K (ids and logits best first, ties to
+// the lower id) instead of the whole row: the same seed must draw the same tokens.
+TEST(Sampler, TopCandidatesDrawTheTokensOfTheWholeRow) {
+  std::mt19937_64 gen(11);
+  std::normal_distribution<double> normal(0.0, 2.0);
+  std::vector<double> logits(3000);
+  for (double& x : logits) x = std::round(normal(gen) * 4) / 4;  // many ties
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  for (double t : {0.0, 0.8})
+    for (int k : {1, 7, 40, 1024})
+      for (double top_p : {1.0, 0.8}) {
+        SamplerParams p;
+        p.temperature = t;
+        p.top_k = k;
+        p.top_p = top_p;
+        p.seed = uint64_t(k) + 5;
+        Sampler whole(p), top(p);
+        const std::vector<int32_t> ids(order.begin(), order.begin() + k);
+        std::vector<double> vals;
+        for (int32_t id : ids) vals.push_back(logits[size_t(id)]);
+        for (int i = 0; i < 40; ++i)
+          ASSERT_EQ(top.sample_top(ids, vals), whole.sample(logits))
+              << "T " << t << " top-k " << k << " top-p " << top_p << " draw " << i;
+      }
+  SamplerParams p;
+  p.temperature = 1.0;
+  EXPECT_THROW(Sampler(p).sample_top({1, 2}, {3.0, 2.0}), arbiter::Error);  // no top-k
+  p.top_k = 3;
+  EXPECT_THROW(Sampler(p).sample_top({1, 2}, {3.0, 2.0}), arbiter::Error);  // too few
+  EXPECT_THROW(Sampler(p).sample_top({1, 2, 3}, {3.0, 2.0}), arbiter::Error);
+}
+
 TEST(Sampler, BadParamsRefused) {
   SamplerParams p;
   p.temperature = -1;

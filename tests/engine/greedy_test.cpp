@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
@@ -192,6 +193,28 @@ TEST(Session, PickedTokensEqualSummarizedTokens) {
     EXPECT_EQ(test::greedy_by_pick(b, prompt, n), want);
     std::vector<double> la = a.logits(0), lb = b.logits(0);
     EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(double)));
+  }
+}
+
+// Sampling under top-k: generate() draws from summarize's top-K, the whole row stays on the
+// tier; the tokens are those of drawing from the whole row read back.
+TEST(Session, SampledTokensFromTheTopKEqualThoseFromTheRow) {
+  auto m = load_model(test::source_path("models/TinyStories-656K"));
+  const std::vector<int32_t> prompt = m->tokenizer->encode("Lily had a red ball.", true, false);
+  const int n = 24;
+  SamplerParams p;
+  p.temperature = 1.1;
+  p.top_k = 40;
+  p.top_p = 0.95;
+  p.seed = 17;
+  for (const char* tier : kTiers) {
+    SCOPED_TRACE(tier);
+    auto be = backend(tier);
+    Session s(*m, *be, int(prompt.size()) + n);
+    const std::vector<int32_t> want = test::sampled_by_rows(s, prompt, n, p);
+    Sampler sampler(p);
+    EXPECT_EQ(generate(s, prompt, n, sampler, {}, nullptr).tokens, want);
+    EXPECT_GT(std::set<int32_t>(want.begin(), want.end()).size(), 8u) << "hardly sampled";
   }
 }
 

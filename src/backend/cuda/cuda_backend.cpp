@@ -71,6 +71,8 @@ struct DevBuf {
   size_t bytes = 0;
 };
 
+static_assert(cuda::kMaxTopK >= kMaxSummaryTopK, "summarize must take every K the engine asks for");
+
 /// Identity of a host weight tensor: its address, shape, dtype and a sample of its bytes
 /// (so a different model mapped at the same address is not mistaken for the old one).
 struct WeightKey {
