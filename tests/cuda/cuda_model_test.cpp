@@ -270,11 +270,7 @@ TEST(CudaGreedy, SampledTokensFromTheTopKEqualThoseFromTheRow) {
   auto m = load_model(path);
   const std::vector<int32_t> prompt = {1, 80, 147, 201, 282, 57, 8};
   const int n = 40;
-  SamplerParams p;
-  p.temperature = 1.1;
-  p.top_k = 40;
-  p.top_p = 0.95;
-  p.seed = 17;
+  const SamplerParams p{1.1, 40, 0.95, 17};  // temperature, top-k, top-p, seed
   Session s(*m, *cu, int(prompt.size()) + n);
   const std::vector<int32_t> want = sampled_by_rows(s, prompt, n, p);
   Sampler sampler(p);

@@ -202,11 +202,7 @@ TEST(Session, SampledTokensFromTheTopKEqualThoseFromTheRow) {
   auto m = load_model(test::source_path("models/TinyStories-656K"));
   const std::vector<int32_t> prompt = m->tokenizer->encode("Lily had a red ball.", true, false);
   const int n = 24;
-  SamplerParams p;
-  p.temperature = 1.1;
-  p.top_k = 40;
-  p.top_p = 0.95;
-  p.seed = 17;
+  const SamplerParams p{1.1, 40, 0.95, 17};  // temperature, top-k, top-p, seed
   for (const char* tier : kTiers) {
     SCOPED_TRACE(tier);
     auto be = backend(tier);
