@@ -61,11 +61,11 @@ class OpStats {
   int64_t fallbacks_ = 0;
 };
 
-/// Top-k, logsumexp and target logit of one logits row, computed on the device and
-/// brought back small (the full row only when asked).
 /// The largest K that every tier's summarize() takes (the CUDA tier's radix select).
 constexpr int kMaxSummaryTopK = 1024;
 
+/// Top-k, logsumexp and target logit of one logits row, computed on the device and
+/// brought back small (the full row only when asked).
 struct LogitsSummary {
   double lse = 0;            // log-sum-exp over the whole vocabulary
   double target_logit = 0;   // logit of the target id (NaN when no target)
