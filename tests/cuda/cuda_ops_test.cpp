@@ -438,33 +438,39 @@ TEST_P(CudaOps, SwigluAndAdd) {
   }
 }
 
+// Logits rows for the summary tests. special: 0 random, 1 ties, 2 non-finite, 3 signed zeros.
+struct SummaryCase { int T, V, K; int special; };
+const std::vector<SummaryCase> kSummaryCases = {
+    {2, 151936, 8, 0}, {3, 512, 64, 0}, {1, 33, 33, 0},     {2, 2048, 16, 1}, {2, 1000, 10, 2},
+    {1, 128, 5, 3},    {1, 32000, 1, 0}, {2, 2048, 1, 1},   {2, 1000, 1, 2},  {1, 128, 1, 3},
+    {1, 50000, 1, 2},  {1, 50000, 4, 1}, {3, 151936, 1, 0}, {1, 7, 1, 1}};
+std::vector<double> summary_case_values(const SummaryCase& c, uint64_t seed) {
+  auto v = random_values(int64_t(c.T) * c.V, seed, 3.0, "f32");
+  std::mt19937_64 rng(seed);
+  if (c.special == 1)  // few distinct values: long runs of ties, broken by the lower id
+    for (double& x : v) x = double(int(rng() % 7)) - 3.0;
+  if (c.special == 2) {
+    v[5] = std::nan("");
+    v[17] = INFINITY;
+    v[40] = -INFINITY;
+    if (c.T > 1) v[c.V + 3] = std::nan("");  // second row: NaN only
+  }
+  if (c.special == 3)
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 3 == 0) ? -0.0 : (i % 3 == 1 ? 0.0 : -1.0);
+  return v;
+}
+
+// Long rows with few rows are split into many slices (K = 1 then comes from the slices'
+// partials).
 TEST_P(CudaOps, Summarize) {
   const std::string dt = GetParam();
   ARB_CUDA_OR_SKIP(cu, dt);
   auto ref = make_ref_backend();
-  // special: 0 random, 1 ties, 2 non-finite, 3 signed zeros. Long rows with few rows are
-  // split into many slices (K = 1 then comes from the slices' partials).
-  struct Case { int T, V, K; int special; };
-  const std::vector<Case> cases = {{2, 151936, 8, 0}, {3, 512, 64, 0}, {1, 33, 33, 0},
-                                   {2, 2048, 16, 1},  {2, 1000, 10, 2}, {1, 128, 5, 3},
-                                   {1, 32000, 1, 0},  {2, 2048, 1, 1},  {2, 1000, 1, 2},
-                                   {1, 128, 1, 3},    {1, 50000, 1, 2}, {1, 50000, 4, 1},
-                                   {3, 151936, 1, 0}};
   uint64_t seed = 900;
-  for (const Case& c : cases) {
+  for (const SummaryCase& c : kSummaryCases) {
     ++seed;
-    auto v = random_values(int64_t(c.T) * c.V, seed, 3.0, "f32");
+    const auto v = summary_case_values(c, seed);
     std::mt19937_64 rng(seed);
-    if (c.special == 1)  // few distinct values: long runs of ties, broken by the lower id
-      for (double& x : v) x = double(int(rng() % 7)) - 3.0;
-    if (c.special == 2) {
-      v[5] = std::nan("");
-      v[17] = INFINITY;
-      v[40] = -INFINITY;
-      if (c.T > 1) v[c.V + 3] = std::nan("");  // second row: NaN only
-    }
-    if (c.special == 3)
-      for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 3 == 0) ? -0.0 : (i % 3 == 1 ? 0.0 : -1.0);
     std::vector<int32_t> targets(size_t(c.T));
     for (int t = 0; t < c.T; ++t) targets[t] = t == 0 ? -1 : int32_t(rng() % uint64_t(c.V));
     Buf lc(*cu, v, true), lr(*ref, v, true);
@@ -497,6 +503,29 @@ TEST_P(CudaOps, Summarize) {
                 "summarize", dt.c_str(),
                 strformat("T=%d V=%d K=%d special=%d", c.T, c.V, c.K, c.special).c_str(),
                 (unsigned long long)seed, worst_lse);
+  }
+}
+
+// The greedy pick (one kernel, an atomicMax of the slices' best) takes summarize's top-1 of
+// the ref tier on every row, ties and non-finite values included, and hands the picks back
+// in order.
+TEST_P(CudaOps, PickEqualsSummarizeTop1) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  uint64_t seed = 950;
+  for (const SummaryCase& c : kSummaryCases) {
+    ++seed;
+    const auto v = summary_case_values(c, seed);
+    Buf lc(*cu, v, true), lr(*ref, v, true);
+    std::vector<LogitsSummary> sr;
+    const std::vector<int32_t> no_targets(size_t(c.T), -1);
+    ref->summarize(lr.b, c.T, c.V, 1, no_targets.data(), sr);
+    for (int t = 0; t < c.T; ++t) cu->pick_greedy(lc.b, t, c.V);
+    for (int t = 0; t < c.T; ++t)
+      EXPECT_EQ(cu->take_pick(), sr[t].top_ids[0])
+          << strformat("T=%d V=%d special=%d row %d seed %llu", c.T, c.V, c.special, t,
+                       (unsigned long long)seed);
   }
 }
 

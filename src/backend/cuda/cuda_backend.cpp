@@ -138,7 +138,10 @@ class CudaBackend final : public Backend {
     ARB_CUDA(cudaEventCreateWithFlags(&step_ev_, cudaEventDisableTiming));
     ARB_CUDA(cudaMallocHost(&h_step_, 2 * sizeof(int)));
     ARB_CUDA(cudaMalloc(&d_step_, 2 * sizeof(int)));
-    ARB_CUDA(cudaMallocHost(&h_picks_, kPickSlots * sizeof(int32_t)));
+    ARB_CUDA(cudaHostAlloc(&h_picks_, kPickSlots * sizeof(int32_t), cudaHostAllocMapped));
+    ARB_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_picks_), h_picks_, 0));
+    ARB_CUDA(cudaMalloc(&pick_state_, sizeof(cuda::PickState)));
+    ARB_CUDA(cudaMemset(pick_state_, 0, sizeof(cuda::PickState)));
     for (cudaEvent_t& e : pick_ev_) ARB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     ARB_CUBLAS(cublasLtCreate(&lt_));
     ARB_CUDA(cudaMalloc(&lt_ws_, kLtWorkspace));
@@ -188,6 +191,7 @@ class CudaBackend final : public Backend {
     cudaFreeHost(h_step_);
     cudaEventDestroy(step_ev_);
     cudaFreeHost(h_picks_);
+    cudaFree(pick_state_);
     for (cudaEvent_t e : pick_ev_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
@@ -306,22 +310,33 @@ class CudaBackend final : public Backend {
   }
 
   // --- greedy decode with the token kept on the device ------------------------------------
-  // The top-1 of summarize's kernel goes to the step's device token slot (d_step_[1], which
-  // the next embed_picked's step then does not upload) and to a pinned slot with an event,
-  // so the next step can be queued before the host has the token.
+  // One kernel (launch_pick) takes summarize's top-1 and writes it to the step's device token
+  // slot (d_step_[1], which the next embed_picked's step then does not upload) and to a
+  // host-mapped slot with an event, so the next step can be queued before the host has the
+  // token. Inside a decode step the pick is the step graph's last kernel and also advances
+  // the device position (d_step_[0]), so a step at the next position uploads nothing: the
+  // GPU goes from one step to the next without a copy between them.
   void pick_greedy(const Buffer& logits, int row, int V) override {
-    stats_.record("pick_greedy", "cuda.summarize_radix");
+    stats_.record("pick_greedy", "cuda.pick");
     ARB_CHECK(row >= 0, "[cuda] pick: row %d", row);
+    check_summarize(logits, row + 1, V, 1);
     ARB_CHECK(pending_picks_.size() < size_t(kPickSlots), "[cuda] pick: %d picks not taken",
               kPickSlots);
+    const float* x = static_cast<const float*>(logits.ptr) + int64_t(row) * V;
+    cuda::PickArgs p;
+    p.state = pick_state_;
+    p.token = d_step_ + 1;
+    p.ring = d_picks_;
+    p.n_ring = kPickSlots;
+    submit({17, int64_t(x), V}, false, 0, [=, this](const StepCtx& c) {
+      cuda::PickArgs q = p;
+      q.pos = c.pos_dev ? d_step_ : nullptr;
+      cuda::launch_pick(x, V, q, sm_count_, stream_);
+    }, true);
     flush();
-    const int32_t* top = summarize_on_device(logits, row + 1, V, 1, nullptr).top_ids + row;
-    ARB_CUDA(cudaMemcpyAsync(d_step_ + 1, top, sizeof(int32_t), cudaMemcpyDeviceToDevice,
-                             stream_));
+    // The kernel wrote slot seq % kPickSlots; seq counts picks as next_pick_slot_ does.
     const int slot = next_pick_slot_;
     next_pick_slot_ = (slot + 1) % kPickSlots;
-    ARB_CUDA(cudaMemcpyAsync(h_picks_ + slot, top, sizeof(int32_t), cudaMemcpyDeviceToHost,
-                             stream_));
     ARB_CUDA(cudaEventRecord(pick_ev_[slot], stream_));
     pending_picks_.push_back(slot);
     has_pick_ = true;
@@ -751,6 +766,7 @@ class CudaBackend final : public Backend {
   struct Queued {
     std::vector<int64_t> sig;
     std::function<void(const StepCtx&)> run;
+    bool advances_pos = false;
   };
   struct CachedGraph {
     std::vector<int64_t> sig;
@@ -970,8 +986,10 @@ class CudaBackend final : public Backend {
 
   /// Runs a launch now, or queues it while a single-token step is open. sig identifies the
   /// launch (all arguments but the position); pos_dep marks launches that read pos0.
+  /// advances_pos: the launch adds one to the device position when it runs in a step
+  /// (launch_pick).
   void submit(std::vector<int64_t> sig, bool pos_dep, int pos0,
-              std::function<void(const StepCtx&)> run) {
+              std::function<void(const StepCtx&)> run, bool advances_pos = false) {
     if (!step_open_) {
       run(StepCtx{nullptr, static_cast<const int32_t*>(ids_.ptr)});
       return;
@@ -985,7 +1003,7 @@ class CudaBackend final : public Backend {
       }
     }
     sig.insert(sig.begin(), int64_t(sig.size()));
-    queue_.push_back(Queued{std::move(sig), std::move(run)});
+    queue_.push_back(Queued{std::move(sig), std::move(run), advances_pos});
     // A full segment runs now, so the GPU works while the host queues the rest of the step
     // (once the position is known: the first segment uploads it).
     if (tuning_.graph_segment_ops > 0 && step_pos_set_ &&
@@ -1009,17 +1027,24 @@ class CudaBackend final : public Backend {
     seg_pos_uniform_ = true;
     if (ops.empty()) return;
     if (!step_uploaded_) {
-      // The previous step's upload of (pos, id) must have been consumed before we rewrite it.
-      ARB_CUDA(cudaEventSynchronize(step_ev_));
-      h_step_[0] = step_pos_;
-      h_step_[1] = step_id_;
-      // A picked token is in d_step_[1] already (pick_greedy wrote it there).
-      const size_t n = step_id_on_device_ ? 1 : 2;
-      ARB_CUDA(cudaMemcpyAsync(d_step_, h_step_, n * sizeof(int), cudaMemcpyHostToDevice, stream_));
-      ARB_CUDA(cudaEventRecord(step_ev_, stream_));
+      // A picked token is in d_step_[1] already (pick_greedy wrote it there), and the pick
+      // of the previous step may have left this step's position in d_step_[0].
+      if (!step_id_on_device_ || device_pos_ != step_pos_) {
+        // The previous upload of (pos, id) must have been consumed before we rewrite it.
+        ARB_CUDA(cudaEventSynchronize(step_ev_));
+        h_step_[0] = step_pos_;
+        h_step_[1] = step_id_;
+        const size_t n = step_id_on_device_ ? 1 : 2;
+        ARB_CUDA(cudaMemcpyAsync(d_step_, h_step_, n * sizeof(int), cudaMemcpyHostToDevice,
+                                 stream_));
+        ARB_CUDA(cudaEventRecord(step_ev_, stream_));
+        device_pos_ = step_pos_;
+      }
       step_uploaded_ = true;
     }
     const StepCtx ctx{uniform ? d_step_ : nullptr, d_step_ + 1};
+    for (const Queued& q : ops)
+      if (uniform && q.advances_pos) ++device_pos_;
     if (!uniform) {
       for (Queued& q : ops) q.run(ctx);
       ++gstats_.eager_steps;
@@ -1240,13 +1265,16 @@ class CudaBackend final : public Backend {
   std::deque<CachedGraph> graphs_;
   bool step_id_on_device_ = false;  // the open step embeds the latest pick
   static constexpr int kPickSlots = 64;
-  int32_t* h_picks_ = nullptr;  // pinned, a slot per pick not taken
+  int32_t* h_picks_ = nullptr;  // pinned and mapped, a slot per pick not taken
+  int32_t* d_picks_ = nullptr;  // h_picks_ as the device sees it
+  cuda::PickState* pick_state_ = nullptr;
   cudaEvent_t pick_ev_[kPickSlots] = {};
   std::deque<int> pending_picks_;  // slots, oldest first
   int next_pick_slot_ = 0;
   bool has_pick_ = false;
   int* h_step_ = nullptr;  // pinned (pos, id)
   int* d_step_ = nullptr;
+  int device_pos_ = -1;  // what d_step_[0] holds once the queued work has run (-1: unknown)
   cudaEvent_t step_ev_ = nullptr;
 };
 

@@ -183,4 +183,23 @@ int summarize_slices(int T, int V, int sm_count);
 void launch_summarize(const float* logits, int T, int V, int K, const int32_t* targets, int S,
                       const SummaryScratch& w, const SummaryOut& o, cudaStream_t s);
 
+/// Greedy pick (launch_pick): the device state, zeroed once; each launch leaves best and
+/// ticket zeroed and advances seq.
+struct PickState {
+  unsigned long long best;  // summarize's packed (order key, ~id) of the best slice so far
+  unsigned ticket;          // blocks done
+  unsigned seq;             // picks done: the host-ring slot of the next one is seq % n_ring
+};
+struct PickArgs {
+  PickState* state = nullptr;
+  int32_t* token = nullptr;  // device slot the next step embeds
+  int32_t* ring = nullptr;   // host-mapped ring of n_ring slots: ring[seq % n_ring] = token
+  int n_ring = 1;
+  int* pos = nullptr;  // non-null: *pos += 1, the next step's position (a step's device slot)
+};
+/// Summarize's top-1 of one f32 logits row [V] (the largest logit, ties to the lower id,
+/// NaN last) in one PDL-chained kernel: slices of the row reduce to packed (key, id) and
+/// meet in one atomicMax, which is order-free, so the result is deterministic.
+void launch_pick(const float* row, int V, const PickArgs& p, int sm_count, cudaStream_t s);
+
 }  // namespace arbiter::cuda

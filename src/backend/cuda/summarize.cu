@@ -6,7 +6,10 @@
 // f64 with the row max from the partials. summarize_final (one block of 1024 per row): the
 // partials combined in slice order (deterministic), lse, target, and the top-K; K = 1 comes
 // from the slices' best (key, id), larger K from the radix select below. S fills the device
-// when T is small (a decode step has one row of up to ~150k logits).
+// when T is small (a decode step has one row of up to ~150k logits). The greedy pick
+// (pick_kernel) takes the same top-1 of one row in one kernel that can sit at the end of a
+// decode step's graph: the slices' best meet in an atomicMax, and the last block hands the
+// token to the next step on the device and to the host through mapped memory.
 // Top-K is an exact radix select on an order-preserving
 // 32-bit key (four 8-bit histogram passes find the K-th largest key tau), then every key
 // above tau plus the lowest-id keys equal to tau (a block scan over contiguous id ranges)
@@ -253,6 +256,37 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kSliceThreads) pick_kernel(const float* x, int V, PickArgs p) {
+  __shared__ unsigned long long red[kSliceThreads / 32];
+  __shared__ bool last;
+  griddep_wait();
+  griddep_launch();
+  int lo, hi;
+  slice_of(V, int(gridDim.x), int(blockIdx.x), lo, hi);
+  unsigned long long best = 0;
+  for (int i = lo + int(threadIdx.x); i < hi; i += kSliceThreads) {
+    const unsigned long long b = pack_best(order_key(x[i]), i);
+    best = b > best ? b : best;
+  }
+  best = block_reduce(
+      best, red, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; }, 0ull);
+  if (threadIdx.x == 0) {
+    atomicMax(&p.state->best, best);
+    __threadfence();
+    last = atomicAdd(&p.state->ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return;
+  __threadfence();
+  const int32_t id = int32_t(0xffffffffu - uint32_t(atomicExch(&p.state->best, 0ull)));
+  p.state->ticket = 0;
+  *p.token = id;
+  if (p.pos) *p.pos += 1;
+  p.ring[p.state->seq % unsigned(p.n_ring)] = id;
+  p.state->seq += 1;
+  __threadfence_system();
+}
+
 }  // namespace
 
 int summarize_slices(int T, int V, int sm_count) {
@@ -270,6 +304,12 @@ void launch_summarize(const float* logits, int T, int V, int K, const int32_t* t
   ARB_LAUNCHED("row_expsum_kernel", s);
   summarize_kernel<<<T, kThreads, 0, s>>>(logits, V, K, S, targets, w, o);
   ARB_LAUNCHED("summarize_kernel", s);
+}
+
+void launch_pick(const float* row, int V, const PickArgs& p, int sm_count, cudaStream_t s) {
+  const int S = summarize_slices(1, V, sm_count);
+  launch_k(pick_kernel, dim3(unsigned(S)), dim3(kSliceThreads), 0, s, row, V, p);
+  ARB_LAUNCHED("pick_kernel", s);
 }
 
 }  // namespace arbiter::cuda
