@@ -261,6 +261,34 @@ TEST(CudaGreedy, PickedTokensEqualSummarizedTokens) {
     }
 }
 
+// A step that embeds a pick is queued while the GPU runs the step before it, so it runs as
+// one graph however short the segments are; a step whose token comes from the host still
+// runs in segments (the GPU starts on them while the host queues the rest).
+TEST(CudaGreedy, PickedStepsRunAsOneGraph) {
+  ARB_CUDA_OR_SKIP(cu, "bf16");
+  const std::string path = find_model("TinyStories-656K");
+  if (path.empty()) GTEST_SKIP() << "model not shipped: TinyStories-656K";
+#if ARBITER_HAVE_CUDA
+  auto m = load_model(path);
+  CudaTuning t = cuda_tuning(*cu);
+  t.graph_segment_ops = 4;
+  cuda_set_tuning(*cu, t);
+  const std::vector<int32_t> prompt = {1, 80, 147, 201, 282, 57, 8};
+  const int n = 12;
+  Session s(*m, *cu, int(prompt.size()) + n);
+  auto segments = [&] {
+    const CudaGraphStats g = cuda_graph_stats(*cu);
+    return g.replays + g.captures + g.eager_steps;
+  };
+  const int64_t s0 = segments();
+  const std::vector<int32_t> picked = greedy_by_pick(s, prompt, n);
+  const int64_t s1 = segments();
+  EXPECT_EQ(s1 - s0, n - 1) << "picked steps ran in more than one segment each";
+  EXPECT_EQ(greedy_by_summarize(s, prompt, n), picked);
+  EXPECT_GT(segments() - s1, 2 * (n - 1)) << "steps of host tokens were not segmented";
+#endif
+}
+
 // Sampling under top-k on the tier: generate() takes summarize's top-K instead of the row;
 // the same tokens as drawing from the whole row read back.
 TEST(CudaGreedy, SampledTokensFromTheTopKEqualThoseFromTheRow) {

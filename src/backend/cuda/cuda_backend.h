@@ -35,7 +35,8 @@ struct CudaTuning {
                               // uses those the position needs; ARBITER_CUDA_ATTN_SPLIT_KEYS)
   int graph_segment_ops = 32;  // a single-token step runs (as a graph) in segments of this many
                                // launches while the host queues the rest; 0: the whole step at
-                               // once (ARBITER_CUDA_GRAPH_SEGMENT)
+                               // once (ARBITER_CUDA_GRAPH_SEGMENT). Steps that embed a pick
+                               // (queued ahead of the GPU) always run whole.
 };
 
 /// Throws arbiter::Error when be is not the CUDA tier.
