@@ -101,6 +101,41 @@ TEST(CudaFused, DecodeEqualsOpByOpPath) {
 #endif
 }
 
+// The same at a real model's shapes (two layers of Qwen3-0.6B: 1024-wide x, 2048- and
+// 3072-element rows of the o and down projections, which keep x in shared memory and launch
+// the next GEMV early, 4096 q/k/v and 3072 gate/up rows, a 151,936-row logits GEMV), in both
+// 16-bit dtypes, with greedy picks on the device as generate runs them.
+TEST(CudaFused, DecodeEqualsOpByOpPathAtQwen3Shape) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+#if ARBITER_HAVE_CUDA
+  auto syn = synthetic_qwen3_06b(2);
+  const std::vector<int32_t> prompt = {1, 80, 147, 201, 57};
+  for (const char* dt : {"bf16", "f16"}) {
+    SCOPED_TRACE(dt);
+    const int n = 8, ctx = int(prompt.size()) + n + 1;
+    auto a = make_cuda_backend(0, dt);
+    Session sa(syn->m, *a, ctx);
+    const std::vector<int32_t> ids = greedy_by_pick(sa, prompt, n);
+    const auto ta = decode_logits(syn->m, *a, prompt, n);
+    EXPECT_GT(a->stats().calls().count("matmul_add"), 0u) << "fused ops did not run";
+    auto b = make_cuda_backend(0, dt);
+    CudaTuning t = cuda_tuning(*b);
+    t.fused = false;
+    t.pdl = false;
+    cuda_set_tuning(*b, t);
+    Session sb(syn->m, *b, ctx);
+    EXPECT_EQ(greedy_by_summarize(sb, prompt, n), ids);
+    const auto tb = decode_logits(syn->m, *b, prompt, n);
+    t.pdl = true;
+    cuda_set_tuning(*b, t);  // PDL is process-wide: restore it
+    EXPECT_EQ(b->stats().calls().count("rmsnorm_matmul"), 0u);
+    ASSERT_EQ(ta.size(), tb.size());
+    EXPECT_EQ(0, std::memcmp(ta.data(), tb.data(), ta.size() * sizeof(double)))
+        << "fused decode differs from op-by-op";
+  }
+#endif
+}
+
 // The direct decode attention (one launch, splits merged by the last block) against the
 // flash kernel + combine it replaced for T == 1: different summation orders, both f32.
 TEST(CudaFused, DirectDecodeAttentionMatchesFlashPath) {

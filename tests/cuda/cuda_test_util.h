@@ -22,6 +22,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "model/model.h"
 #include "test_util.h"
 
 namespace arbiter::test {
@@ -213,6 +214,69 @@ inline std::vector<double> read_all(Backend& be, const Buffer& b, int64_t n) {
 inline void poison(Backend& be, Buffer& b) {
   std::vector<double> nan(size_t(b.n), std::nan(""));
   be.write(b, 0, b.n, nan.data());
+}
+
+/// A model with random bf16 weights (uniform, small) of the given shape; norms are 1.
+struct SyntheticModel {
+  std::vector<uint16_t> store;
+  Model m;
+  int64_t matrix_params = 0;  // elements of every matrix read per token (layers + lm_head)
+};
+
+/// n_layer layers of Qwen3-0.6B's shape (28 in the real model).
+inline std::unique_ptr<SyntheticModel> synthetic_qwen3_06b(int n_layer = 28) {
+  auto s = std::make_unique<SyntheticModel>();
+  ModelConfig& c = s->m.config;
+  c.arch = "qwen3";
+  c.n_layer = n_layer;
+  c.d_model = 1024;
+  c.n_head = 16;
+  c.n_head_kv = 8;
+  c.head_dim = 128;
+  c.d_ff = 3072;
+  c.vocab = 151936;
+  c.max_pos = 40960;
+  c.norm_eps = 1e-6;
+  c.rope_theta = 1e6;
+  c.qk_norm = true;
+  c.tied_embeddings = true;
+  const int64_t D = c.d_model, q = int64_t(c.n_head) * c.head_dim,
+                kv = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff, V = c.vocab,
+                Dh = c.head_dim;
+  struct Spec { Tensor* t; int64_t r, k; bool norm; };
+  std::vector<Spec> specs;
+  Weights& w = s->m.weights;
+  w.layers.resize(c.n_layer);
+  specs.push_back({&w.embed, V, D, false});
+  specs.push_back({&w.out_norm, 1, D, true});
+  for (LayerWeights& l : w.layers) {
+    specs.insert(specs.end(), {{&l.attn_norm, 1, D, true}, {&l.wq, q, D, false},
+                               {&l.wk, kv, D, false},     {&l.wv, kv, D, false},
+                               {&l.q_norm, 1, Dh, true},  {&l.k_norm, 1, Dh, true},
+                               {&l.wo, D, q, false},      {&l.ffn_norm, 1, D, true},
+                               {&l.w_gate, F, D, false},  {&l.w_up, F, D, false},
+                               {&l.w_down, D, F, false}});
+  }
+  int64_t total = 0;
+  for (const Spec& sp : specs) total += sp.r * sp.k;
+  s->store.resize(size_t(total));
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  int64_t off = 0;
+  for (const Spec& sp : specs) {
+    sp.t->dtype = DType::BF16;
+    sp.t->shape = sp.norm ? std::vector<int64_t>{sp.k} : std::vector<int64_t>{sp.r, sp.k};
+    sp.t->data = s->store.data() + off;
+    for (int64_t i = 0; i < sp.r * sp.k; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+      const float u = float(int64_t(x >> 40) - (1 << 23)) / float(1 << 23);  // [-1, 1)
+      s->store[size_t(off + i)] = f32_to_bf16(sp.norm ? 1.0f : 0.04f * u);
+    }
+    if (!sp.norm && sp.t != &w.embed) s->matrix_params += sp.r * sp.k;
+    off += sp.r * sp.k;
+  }
+  w.lm_head = w.embed;  // tied
+  s->matrix_params += V * D;
+  return s;
 }
 
 }  // namespace arbiter::test
