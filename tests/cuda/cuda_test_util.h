@@ -22,6 +22,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "engine/synth.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -223,23 +224,12 @@ struct SyntheticModel {
   int64_t matrix_params = 0;  // elements of every matrix read per token (layers + lm_head)
 };
 
-/// n_layer layers of Qwen3-0.6B's shape (28 in the real model).
+/// n_layer layers of Qwen3-0.6B's shape (arbiter synth's preset; 28 in the real model).
 inline std::unique_ptr<SyntheticModel> synthetic_qwen3_06b(int n_layer = 28) {
   auto s = std::make_unique<SyntheticModel>();
   ModelConfig& c = s->m.config;
-  c.arch = "qwen3";
+  c = synth_preset("qwen3-0.6b").config;
   c.n_layer = n_layer;
-  c.d_model = 1024;
-  c.n_head = 16;
-  c.n_head_kv = 8;
-  c.head_dim = 128;
-  c.d_ff = 3072;
-  c.vocab = 151936;
-  c.max_pos = 40960;
-  c.norm_eps = 1e-6;
-  c.rope_theta = 1e6;
-  c.qk_norm = true;
-  c.tied_embeddings = true;
   const int64_t D = c.d_model, q = int64_t(c.n_head) * c.head_dim,
                 kv = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff, V = c.vocab,
                 Dh = c.head_dim;
