@@ -1046,8 +1046,8 @@ class CudaBackend final : public Backend {
       step_uploaded_ = true;
     }
     const StepCtx ctx{uniform ? d_step_ : nullptr, d_step_ + 1};
-    for (const Queued& q : ops)
-      if (uniform && q.advances_pos) ++device_pos_;
+    if (uniform)  // the launches that advance the device position get it (ctx.pos_dev)
+      for (const Queued& q : ops) device_pos_ += q.advances_pos ? 1 : 0;
     if (!uniform) {
       for (Queued& q : ops) q.run(ctx);
       ++gstats_.eager_steps;
