@@ -10,15 +10,29 @@ namespace arbiter {
 
 namespace {
 
+/// The candidates' order: the larger logit first, NaN after every number (summarize's
+/// order, so a tier's NaN is never drawn while a number is left), ties to the lower id.
+bool ranks_before(double a, int32_t ia, double b, int32_t ib) {
+  if (std::isnan(a) || std::isnan(b)) return !std::isnan(a) || (std::isnan(b) && ia < ib);
+  return a > b || (a == b && ia < ib);
+}
+
 /// The draw among the n best candidates ids[0..n), best first, logit(i) the logit of ids[i]:
 /// softmax at the temperature, top-p cut (the smallest prefix whose mass reaches p),
-/// renormalise, one uniform number from rng.
+/// renormalise, one uniform number from rng. NaN logits get no mass; when the best logit is
+/// infinite, the candidates equal to it share the draw.
 template <class Logit>
 int32_t draw(const SamplerParams& p, std::mt19937_64& rng, const int32_t* ids, Logit logit, int n) {
   std::vector<double> prob(n);
   const double mx = logit(0);
+  ARB_CHECK(!std::isnan(mx), "[sampler] every logit is NaN");
   double sum = 0;
-  for (int i = 0; i < n; ++i) sum += prob[i] = std::exp((logit(i) - mx) / p.temperature);
+  for (int i = 0; i < n; ++i) {
+    const double l = logit(i);
+    sum += prob[i] = std::isnan(l)     ? 0.0
+                     : std::isinf(mx) ? (l == mx ? 1.0 : 0.0)
+                                      : std::exp((l - mx) / p.temperature);
+  }
   double mass = 0;
   int keep = n;
   for (int i = 0; i < n; ++i) {
@@ -28,6 +42,7 @@ int32_t draw(const SamplerParams& p, std::mt19937_64& rng, const int32_t* ids, L
       break;
     }
   }
+  while (keep > 1 && prob[size_t(keep - 1)] == 0) --keep;  // the fallback below has mass
   double kept = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
   double r = std::uniform_real_distribution<double>(0.0, kept)(rng);
   for (int i = 0; i < keep; ++i) {
@@ -52,7 +67,7 @@ int32_t Sampler::sample(const std::vector<double>& logits) {
   if (p_.temperature == 0) {
     int32_t best = 0;
     for (int v = 1; v < V; ++v)
-      if (logits[v] > logits[best]) best = v;
+      if (ranks_before(logits[v], v, logits[best], best)) best = v;
     return best;
   }
   // Candidates sorted by logit (ties to lower id), cut by top-k, then draw(). Under top-k
@@ -63,11 +78,12 @@ int32_t Sampler::sample(const std::vector<double>& logits) {
   const int n = p_.top_k > 0 ? std::min(p_.top_k, V) : V;
   if (n < V)  // not stable: ties are ordered by id explicitly
     std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      return ranks_before(logits[a], a, logits[b], b);
     });
   else  // stable: ties keep the id order (a comparator with the tie clause was 15% slower)
-    std::stable_sort(idx.begin(), idx.end(),
-                     [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+      return !std::isnan(logits[a]) && (std::isnan(logits[b]) || logits[a] > logits[b]);
+    });
   return draw(p_, rng_, idx.data(), [&](int i) { return logits[size_t(idx[size_t(i)])]; }, n);
 }
 

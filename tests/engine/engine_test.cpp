@@ -125,6 +125,46 @@ TEST(Sampler, TopCandidatesDrawTheTokensOfTheWholeRow) {
   EXPECT_THROW(Sampler(p).sample_top({1, 2, 3}, {3.0, 2.0}), arbiter::Error);
 }
 
+// A tier that produces NaN logits is broken, but sampling must stay defined: NaN ranks after
+// every number (as in summarize's order) and gets no mass, so it is never drawn while a
+// number is left, and the draws are those of the row with -inf in its place; infinite
+// logits share the draw; a row of NaN only is refused.
+TEST(Sampler, NanLogitsAreNeverDrawn) {
+  std::mt19937_64 gen(5);
+  std::normal_distribution<double> normal(0.0, 1.5);
+  std::vector<double> with_nan(400), with_inf;
+  for (double& x : with_nan) x = std::round(normal(gen) * 4) / 4;
+  for (size_t i = 0; i < with_nan.size(); i += 7) with_nan[i] = std::nan("");  // index 0 too
+  with_inf = with_nan;
+  for (double& x : with_inf)
+    if (std::isnan(x)) x = -INFINITY;
+  for (double t : {0.0, 1.0})
+    for (int k : {0, 3, 100})
+      for (double top_p : {1.0, 0.9}) {
+        SamplerParams p;
+        p.temperature = t;
+        p.top_k = k;
+        p.top_p = top_p;
+        p.seed = 17;
+        Sampler a(p), b(p);
+        for (int i = 0; i < 60; ++i) {
+          const int32_t id = a.sample(with_nan);
+          ASSERT_FALSE(std::isnan(with_nan[size_t(id)])) << "T " << t << " top-k " << k;
+          ASSERT_EQ(id, b.sample(with_inf)) << "T " << t << " top-k " << k << " draw " << i;
+        }
+      }
+  SamplerParams p;
+  p.temperature = 1.0;
+  Sampler s(p);
+  std::vector<int> drawn(4, 0);
+  for (int i = 0; i < 200; ++i) ++drawn[size_t(s.sample({5.0, INFINITY, std::nan(""), INFINITY}))];
+  EXPECT_EQ(drawn[0] + drawn[2], 0);
+  EXPECT_GT(drawn[1], 0);
+  EXPECT_GT(drawn[3], 0);
+  EXPECT_THROW(s.sample({std::nan(""), std::nan("")}), arbiter::Error);
+  EXPECT_EQ(Sampler(SamplerParams{}).sample({std::nan(""), 1.0, std::nan("")}), 1);
+}
+
 TEST(Sampler, BadParamsRefused) {
   SamplerParams p;
   p.temperature = -1;
