@@ -3,7 +3,8 @@
 // add folded behind). Memory-bound: every weight byte is read once.
 //
 // Register kernel (rows of K <= 16 x 32 x V elements, K % V == 0, V = 16 / sizeof(T)): one
-// warp per output row (grid-stride over rows when there are more rows than resident warps);
+// warp per output row (two for the q/k/v form; grid-stride over rows when there are more rows
+// than resident warps);
 // each lane loads its NCH 16-byte chunks of the row (all of them at once: the whole row is
 // in flight) BEFORE griddep_wait(), i.e. while the previous kernel still runs under
 // programmatic dependent launch, without allocating them in L1, which keeps x and the norm
@@ -66,35 +67,51 @@ __device__ __forceinline__ void store_out(void* out, int out_f32, int row, float
 // GEMV's blocks load their weights during the attention, the q/k/v GEMV's during the down
 // projection. H200, synth qwen3-0.6b bf16 decode, one call: 1,660 tok/s against 1,620
 // (-p 512: 1,657 against 1,611); x in shared memory without the early launch lost (1,578).
-template <class T, int NCH, int MODE>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32,
-                                  NCH <= 4 ? (MODE == kGemvNormSwiglu ? 3 : 4) : 1)
+// ROWS > 1 (the norm form of short rows, i.e. the q/k/v projection): a warp loads its first
+// ROWS rows (row, row + stride, ...) before the wait, and blocks have 4 warps. Sharing x and
+// the norm across two rows, a row costs 48 registers instead of 64, and the finer blocks pack
+// beside the down GEMV's block of the layer before, so more of the projection's weights load
+// during it (H200, synth qwen3-0.6b bf16 decode, one call: 1,700 against 1,673-1,679 tok/s;
+// three rows per warp 1,670-1,671).
+template <int ROWS>
+constexpr int warps_per_block() { return ROWS > 1 ? 4 : kWarpsPerBlock; }
+template <class T, int NCH, int MODE, int ROWS = 1>
+__global__ void __launch_bounds__(warps_per_block<ROWS>() * 32,
+                                  ROWS > 1 ? 4 : NCH <= 4 ? (MODE == kGemvNormSwiglu ? 3 : 4) : 1)
     gemv_reg_kernel(GemvArgs a) {
+  static_assert(ROWS == 1 || MODE == kGemvNorm, "several rows per warp: the norm form only");
+  constexpr int WPB = warps_per_block<ROWS>();
   constexpr bool kSmemX = MODE == kGemvAdd && NCH >= 8;
   if (kSmemX) griddep_launch();
   const int lane = threadIdx.x % 32;
-  const int stride = gridDim.x * kWarpsPerBlock;
-  int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int stride = gridDim.x * WPB;
+  int row = blockIdx.x * WPB + threadIdx.x / 32;  // the warp's rows: row + r * stride, r < ROWS
   // Segment of a row (the fused q/k/v projection stacks up to three matrices).
   auto locate = [&](int r, int& si, int& rr) {
     si = 0;
     rr = r;
     while (si + 1 < a.n_seg && rr >= a.seg[si].rows) rr -= a.seg[si++].rows;
   };
-  uint4 w[NCH], w2[NCH];
-  int si = 0, rr = 0;
-  if (row < a.N) {
-    locate(row, si, rr);
-    const GemvSeg& g = a.seg[si];
-    load_chunks<T, NCH, true>(static_cast<const T*>(g.W) + int64_t(rr) * g.ld, a.K, lane, w);
-    if (MODE == kGemvNormSwiglu)
-      load_chunks<T, NCH, true>(static_cast<const T*>(a.seg[1].W) + int64_t(rr) * a.seg[1].ld,
+  uint4 w[ROWS][NCH], w2[MODE == kGemvNormSwiglu ? NCH : 1];  // w2: the up row
+  int si[ROWS], rr[ROWS];
+  auto load_rows = [&] {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      if (row + r * stride >= a.N) break;
+      locate(row + r * stride, si[r], rr[r]);
+      const GemvSeg& g = a.seg[si[r]];
+      load_chunks<T, NCH, true>(static_cast<const T*>(g.W) + int64_t(rr[r]) * g.ld, a.K, lane,
+                                w[r]);
+    }
+    if constexpr (MODE == kGemvNormSwiglu)
+      load_chunks<T, NCH, true>(static_cast<const T*>(a.seg[1].W) + int64_t(rr[0]) * a.seg[1].ld,
                                 a.K, lane, w2);
-  }
+  };
+  if (row < a.N) load_rows();
   griddep_wait();
   if (!kSmemX) griddep_launch();
   // x in chunks, normalised (and rounded to T, as the op-by-op RMSNorm stores it) when fused;
-  // kSmemX: in shared memory, chunk j loaded by warp j % 8.
+  // kSmemX: in shared memory, chunk j loaded by warp j % WPB.
   uint4 x[NCH];
   __shared__ uint4 xs[kSmemX ? NCH * 32 : 1];
   if (kSmemX) {
@@ -103,7 +120,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32,
 #pragma unroll
     for (int j = 0; j < NCH; ++j) {
       const int k = lane * V + j * 32 * V;
-      if (j % kWarpsPerBlock == warp)
+      if (j % WPB == warp)
         xs[j * 32 + lane] = k < a.K ? __ldg(reinterpret_cast<const uint4*>(
                                           static_cast<const T*>(a.x) + k))
                                     : make_uint4(0, 0, 0, 0);
@@ -115,7 +132,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32,
   auto x_at = [&](int j) { return kSmemX ? xs[j * 32 + lane] : x[j]; };
   if (MODE == kGemvNorm || MODE == kGemvNormSwiglu) {
     // Every warp takes the sum of squares in the canonical order, but chunk j is normalised
-    // by warp j % 8 alone and shared through shared memory: with every warp normalising all
+    // by warp j % WPB alone and shared through shared memory: with every warp normalising all
     // of x (and reading all of its f32 weights) the SM's issue slots, not the DRAM, bounded
     // these kernels (H200, synth qwen3-0.6b bf16 decode, one call: 1,459 vs 1,319 tok/s).
     constexpr int V = Vec16<T>::N;
@@ -126,7 +143,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32,
     for (int j = 0; j < NCH; ++j) {
       const int k = lane * V + j * 32 * V;
       T* e = reinterpret_cast<T*>(&x[j]);
-      if (j % kWarpsPerBlock == warp && k < a.K) {
+      if (j % WPB == warp && k < a.K) {
         float nw[V];
         load_f32s<V>(a.norm_w + k, nw);
 #pragma unroll
@@ -140,31 +157,30 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32,
       if (lane * V + j * 32 * V < a.K) x[j] = xn[j * 32 + lane];
   }
   while (row < a.N) {
-    const GemvSeg& g = a.seg[si];
-    const float acc = dot_chunks<T, NCH>(w, x_at);
-    if (MODE == kGemvNormSwiglu) {
-      // act = silu(gate) * up with gate and up rounded to T first, as the op-by-op path does.
-      const float gu = dot_chunks<T, NCH>(w2, x_at);
-      if (lane == 0) {
-        const float gt = to_f(from_f<T>(acc)), up = to_f(from_f<T>(gu));
-        static_cast<T*>(a.res)[rr] = from_f<T>(gt / (1.0f + expf(-gt)) * up);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      if (row + r * stride >= a.N) break;
+      const GemvSeg& g = a.seg[si[r]];
+      const float acc = dot_chunks<T, NCH>(w[r], x_at);
+      if constexpr (MODE == kGemvNormSwiglu) {
+        // act = silu(gate) * up with gate and up rounded to T first, as the op-by-op path does.
+        const float gu = dot_chunks<T, NCH>(w2, x_at);
+        if (lane == 0) {
+          const float gt = to_f(from_f<T>(acc)), up = to_f(from_f<T>(gu));
+          static_cast<T*>(a.res)[rr[r]] = from_f<T>(gt / (1.0f + expf(-gt)) * up);
+        }
+      } else if constexpr (MODE == kGemvAdd) {
+        if (lane == 0) {
+          T* res = static_cast<T*>(a.res);
+          res[rr[r]] = from_f<T>(to_f(res[rr[r]]) + to_f(from_f<T>(acc)));
+        }
+      } else if (lane == 0) {
+        store_out<T>(g.out, g.out_f32, rr[r], g.bias ? acc + g.bias[rr[r]] : acc);
       }
-    } else if (MODE == kGemvAdd) {
-      if (lane == 0) {
-        T* res = static_cast<T*>(a.res);
-        res[rr] = from_f<T>(to_f(res[rr]) + to_f(from_f<T>(acc)));
-      }
-    } else if (lane == 0) {
-      store_out<T>(g.out, g.out_f32, rr, g.bias ? acc + g.bias[rr] : acc);
     }
-    row += stride;
+    row += ROWS * stride;
     if (row >= a.N) break;
-    locate(row, si, rr);
-    const GemvSeg& h = a.seg[si];
-    load_chunks<T, NCH, true>(static_cast<const T*>(h.W) + int64_t(rr) * h.ld, a.K, lane, w);
-    if (MODE == kGemvNormSwiglu)
-      load_chunks<T, NCH, true>(static_cast<const T*>(a.seg[1].W) + int64_t(rr) * a.seg[1].ld,
-                                a.K, lane, w2);
+    load_rows();
   }
 }
 
@@ -229,22 +245,30 @@ void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int 
              static_cast<T*>(out));
 }
 
+/// Blocks of the kernel that fit on one SM (the occupancy calculator, once per kernel).
+template <class T, int NCH, int MODE, int ROWS>
+int blocks_per_sm() {
+  static const int n = [] {
+    int v = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, gemv_reg_kernel<T, NCH, MODE, ROWS>,
+                                                      warps_per_block<ROWS>() * 32,
+                                                      0) != cudaSuccess) {
+      cudaGetLastError();
+      v = 1;
+    }
+    return std::max(v, 1);
+  }();
+  return n;
+}
+
 /// At most one wave of resident blocks (more rows loop inside the kernel: a second wave
 /// would pay the whole load latency again).
-template <class T, int NCH, int MODE>
+template <class T, int NCH, int MODE, int ROWS = 1>
 void gemv_reg_launch(const GemvArgs& a, int sm_count, cudaStream_t s) {
-  static const int per_sm = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_reg_kernel<T, NCH, MODE>,
-                                                      kWarpsPerBlock * 32, 0) != cudaSuccess) {
-      cudaGetLastError();
-      n = 1;
-    }
-    return std::max(n, 1);
-  }();
-  const int blocks =
-      std::max(1, std::min((a.N + kWarpsPerBlock - 1) / kWarpsPerBlock, per_sm * sm_count));
-  launch_k(gemv_reg_kernel<T, NCH, MODE>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s, a);
+  constexpr int WPB = warps_per_block<ROWS>();
+  const int blocks = std::max(1, std::min((a.N + ROWS * WPB - 1) / (ROWS * WPB),
+                                          blocks_per_sm<T, NCH, MODE, ROWS>() * sm_count));
+  launch_k(gemv_reg_kernel<T, NCH, MODE, ROWS>, dim3(blocks), dim3(WPB * 32), 0, s, a);
 }
 
 template <class T, int MODE>
@@ -258,11 +282,24 @@ void gemv_reg_mode(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   }
 }
 
+/// The norm form of short rows with ROWS rows per warp, when they fit in one wave.
+template <class T, int ROWS>
+bool gemv_norm_rows(const GemvArgs& a, int sm_count, cudaStream_t s) {
+  if (a.N > ROWS * warps_per_block<ROWS>() * blocks_per_sm<T, 4, kGemvNorm, ROWS>() * sm_count)
+    return false;
+  gemv_reg_launch<T, 4, kGemvNorm, ROWS>(a, sm_count, s);
+  return true;
+}
+
 template <class T>
 void gemv_reg(const GemvArgs& a, int mode, int nch, int sm_count, cudaStream_t s) {
   switch (mode) {
     case kGemvPlain: gemv_reg_mode<T, kGemvPlain>(a, nch, sm_count, s); break;
-    case kGemvNorm: gemv_reg_mode<T, kGemvNorm>(a, nch, sm_count, s); break;
+    case kGemvNorm:
+      // Rows of four chunks (the q/k/v projection of D = 1024 in bf16/f16): two per warp.
+      if (nch != 4 || !gemv_norm_rows<T, 2>(a, sm_count, s))
+        gemv_reg_mode<T, kGemvNorm>(a, nch, sm_count, s);
+      break;
     case kGemvNormSwiglu: gemv_reg_mode<T, kGemvNormSwiglu>(a, nch, sm_count, s); break;
     default: gemv_reg_mode<T, kGemvAdd>(a, nch, sm_count, s); break;
   }
