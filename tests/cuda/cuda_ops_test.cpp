@@ -263,6 +263,36 @@ TEST_P(CudaOps, RmsnormMatmulThreeSegments) {
 #endif
 }
 
+// The gate/up form (rmsnorm_swiglu at T = 1): 3,001 rows of 1,024 elements, which the fused
+// kernel takes two gate/up pairs per warp in bf16/f16; the last warps hold one pair. gate, up
+// and the normalised x are rounded to the compute type before the product (three u^2 more).
+TEST_P(CudaOps, RmsnormSwigluOddRows) {
+  const std::string dt = GetParam();
+  ARB_CUDA_OR_SKIP(cu, dt);
+  auto ref = make_ref_backend();
+  const int K = 1024, F = 3001;
+  const uint64_t seed = 370;
+  auto Wg = make_tensor("gate", {F, K}, random_values(int64_t(F) * K, seed, 0.05, dt),
+                        storage_of(dt));
+  auto Wu = make_tensor("up", {F, K}, random_values(int64_t(F) * K, seed + 1, 0.05, dt),
+                        storage_of(dt));
+  std::vector<double> wv = random_values(K, seed + 2, 0.1, "f32");
+  for (double& w : wv) w += 1.0;
+  auto nw = make_tensor("norm", {K}, wv, DType::F32);
+  const auto x = random_values(K, seed + 3, 1.0, dt);
+  Buf xc(*cu, x), xr(*ref, x), nc(*cu, K), nr(*ref, K);
+  Buf gc(*cu, F), gr(*ref, F), uc(*cu, F), ur(*ref, F), ac(*cu, F), ar(*ref, F);
+  poison(*cu, ac.b);
+  cu->rmsnorm_swiglu(xc.b, nw->t, 1, K, 1e-6, nc.b, Wg->t, Wu->t, gc.b, uc.b, ac.b);
+  ref->rmsnorm_swiglu(xr.b, nw->t, 1, K, 1e-6, nr.b, Wg->t, Wu->t, gr.b, ur.b, ar.b);
+  const double u = unit_roundoff(dt);
+  check_close("norm_swiglu", dt, strformat("F=%d K=%d", F, K), seed, read_all(*cu, ac.b, F),
+              read_all(*ref, ar.b, F), nmse_bound(dt, K) + kSafety * 3 * u * u);
+#if ARBITER_HAVE_CUDA
+  EXPECT_GT(cu->stats().calls().count("rmsnorm_swiglu"), 0u);
+#endif
+}
+
 TEST_P(CudaOps, WeightUploadFromOtherStorage) {
   const std::string dt = GetParam();
   ARB_CUDA_OR_SKIP(cu, dt);

@@ -3,8 +3,8 @@
 // add folded behind). Memory-bound: every weight byte is read once.
 //
 // Register kernel (rows of K <= 16 x 32 x V elements, K % V == 0, V = 16 / sizeof(T)): one
-// warp per output row (two for the q/k/v form; grid-stride over rows when there are more rows
-// than resident warps);
+// warp per output row (two for the q/k/v and gate/up forms of 1,024-element rows; grid-stride
+// over rows when there are more rows than resident warps);
 // each lane loads its NCH 16-byte chunks of the row (all of them at once: the whole row is
 // in flight) BEFORE griddep_wait(), i.e. while the previous kernel still runs under
 // programmatic dependent launch, without allocating them in L1, which keeps x and the norm
@@ -56,30 +56,34 @@ __device__ __forceinline__ void store_out(void* out, int out_f32, int row, float
   else static_cast<T*>(out)[row] = from_f<T>(v);
 }
 
-// Short rows (NCH <= 4, the D = 1024-class projections) are capped at 64 registers (four
-// 8-warp blocks per SM: the 4096-row fused q/k/v GEMV runs in one wave on 132 SMs), 80 for
-// the gate/up form (three blocks: its 3072 rows in one wave; 94 registers uncapped, two).
+// Short rows (NCH <= 4, the D = 1024-class projections) with one row per warp are capped at
+// 64 registers (four 8-warp blocks per SM), 80 for the gate/up form (three blocks).
+//
+// The norm forms of rows of four chunks (the q/k/v and gate/up projections of qwen3-0.6b)
+// take ROWS = 2: a warp loads its two rows (row and row + stride; for gate/up two gate and two
+// up rows) before the wait, in blocks of 4 warps. x and its norm are shared by the rows, so a
+// row costs 48 registers instead of 64 (a gate/up pair 63 instead of 80), and the finer blocks
+// pack beside the kernel before them (the down GEMV of the previous layer, the o GEMV), so
+// more of the weights load while it runs. H200, synth qwen3-0.6b bf16 decode, one call each:
+// q/k/v 1,700 tok/s against 1,673-1,679 (three rows per warp 1,670); then gate/up 1,735-1,736
+// against 1,700 (in blocks of 2 warps 1,717-1,718).
 //
 // The add form with long rows (the o and down projections, NCH >= 8) keeps x in shared
-// memory instead of registers (80 and 115 registers instead of 150 and 206 for qwen3-0.6b's
+// memory instead of registers (81 and 118 registers instead of 150 and 206 for qwen3-0.6b's
 // 2048- and 3072-element rows), which leaves room on each SM for blocks of the next GEMV,
 // and lets that GEMV launch at once (launch_dependents before its own wait): the gate/up
 // GEMV's blocks load their weights during the attention, the q/k/v GEMV's during the down
 // projection. H200, synth qwen3-0.6b bf16 decode, one call: 1,660 tok/s against 1,620
-// (-p 512: 1,657 against 1,611); x in shared memory without the early launch lost (1,578).
-// ROWS > 1 (the norm form of short rows, i.e. the q/k/v projection): a warp loads its first
-// ROWS rows (row, row + stride, ...) before the wait, and blocks have 4 warps. Sharing x and
-// the norm across two rows, a row costs 48 registers instead of 64, and the finer blocks pack
-// beside the down GEMV's block of the layer before, so more of the projection's weights load
-// during it (H200, synth qwen3-0.6b bf16 decode, one call: 1,700 against 1,673-1,679 tok/s;
-// three rows per warp 1,670-1,671).
+// (-p 512: 1,657 against 1,611); x in shared memory without the early launch lost (1,578);
+// these in blocks of 4 warps lost (1,673 against 1,700).
 template <int ROWS>
 constexpr int warps_per_block() { return ROWS > 1 ? 4 : kWarpsPerBlock; }
 template <class T, int NCH, int MODE, int ROWS = 1>
 __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32,
                                   ROWS > 1 ? 4 : NCH <= 4 ? (MODE == kGemvNormSwiglu ? 3 : 4) : 1)
     gemv_reg_kernel(GemvArgs a) {
-  static_assert(ROWS == 1 || MODE == kGemvNorm, "several rows per warp: the norm form only");
+  static_assert(ROWS == 1 || MODE == kGemvNorm || MODE == kGemvNormSwiglu,
+                "several rows per warp: the norm forms only");
   constexpr int WPB = warps_per_block<ROWS>();
   constexpr bool kSmemX = MODE == kGemvAdd && NCH >= 8;
   if (kSmemX) griddep_launch();
@@ -92,7 +96,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32,
     rr = r;
     while (si + 1 < a.n_seg && rr >= a.seg[si].rows) rr -= a.seg[si++].rows;
   };
-  uint4 w[ROWS][NCH], w2[MODE == kGemvNormSwiglu ? NCH : 1];  // w2: the up row
+  constexpr int kUp = MODE == kGemvNormSwiglu ? ROWS : 0;
+  uint4 w[ROWS][NCH], w2[kUp ? kUp : 1][NCH];  // w2: the up rows (SwiGLU)
   int si[ROWS], rr[ROWS];
   auto load_rows = [&] {
 #pragma unroll
@@ -102,10 +107,10 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32,
       const GemvSeg& g = a.seg[si[r]];
       load_chunks<T, NCH, true>(static_cast<const T*>(g.W) + int64_t(rr[r]) * g.ld, a.K, lane,
                                 w[r]);
+      if constexpr (kUp > 0)
+        load_chunks<T, NCH, true>(
+            static_cast<const T*>(a.seg[1].W) + int64_t(rr[r]) * a.seg[1].ld, a.K, lane, w2[r]);
     }
-    if constexpr (MODE == kGemvNormSwiglu)
-      load_chunks<T, NCH, true>(static_cast<const T*>(a.seg[1].W) + int64_t(rr[0]) * a.seg[1].ld,
-                                a.K, lane, w2);
   };
   if (row < a.N) load_rows();
   griddep_wait();
@@ -164,7 +169,7 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32,
       const float acc = dot_chunks<T, NCH>(w[r], x_at);
       if constexpr (MODE == kGemvNormSwiglu) {
         // act = silu(gate) * up with gate and up rounded to T first, as the op-by-op path does.
-        const float gu = dot_chunks<T, NCH>(w2, x_at);
+        const float gu = dot_chunks<T, NCH>(w2[r], x_at);
         if (lane == 0) {
           const float gt = to_f(from_f<T>(acc)), up = to_f(from_f<T>(gu));
           static_cast<T*>(a.res)[rr[r]] = from_f<T>(gt / (1.0f + expf(-gt)) * up);
@@ -282,25 +287,23 @@ void gemv_reg_mode(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   }
 }
 
-/// The norm form of short rows with ROWS rows per warp, when they fit in one wave.
-template <class T, int ROWS>
-bool gemv_norm_rows(const GemvArgs& a, int sm_count, cudaStream_t s) {
-  if (a.N > ROWS * warps_per_block<ROWS>() * blocks_per_sm<T, 4, kGemvNorm, ROWS>() * sm_count)
-    return false;
-  gemv_reg_launch<T, 4, kGemvNorm, ROWS>(a, sm_count, s);
-  return true;
+/// A norm form: rows of four chunks (D = 1024 in bf16/f16: the q/k/v and gate/up
+/// projections) two per warp when they fit in one wave, else one.
+template <class T, int MODE>
+void gemv_norm_form(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
+  constexpr int R = 2;
+  if (nch == 4 && a.N <= R * warps_per_block<R>() * blocks_per_sm<T, 4, MODE, R>() * sm_count)
+    gemv_reg_launch<T, 4, MODE, R>(a, sm_count, s);
+  else
+    gemv_reg_mode<T, MODE>(a, nch, sm_count, s);
 }
 
 template <class T>
 void gemv_reg(const GemvArgs& a, int mode, int nch, int sm_count, cudaStream_t s) {
   switch (mode) {
     case kGemvPlain: gemv_reg_mode<T, kGemvPlain>(a, nch, sm_count, s); break;
-    case kGemvNorm:
-      // Rows of four chunks (the q/k/v projection of D = 1024 in bf16/f16): two per warp.
-      if (nch != 4 || !gemv_norm_rows<T, 2>(a, sm_count, s))
-        gemv_reg_mode<T, kGemvNorm>(a, nch, sm_count, s);
-      break;
-    case kGemvNormSwiglu: gemv_reg_mode<T, kGemvNormSwiglu>(a, nch, sm_count, s); break;
+    case kGemvNorm: gemv_norm_form<T, kGemvNorm>(a, nch, sm_count, s); break;
+    case kGemvNormSwiglu: gemv_norm_form<T, kGemvNormSwiglu>(a, nch, sm_count, s); break;
     default: gemv_reg_mode<T, kGemvAdd>(a, nch, sm_count, s); break;
   }
 }
