@@ -188,6 +188,18 @@ TEST_P(CudaOps, MatmulViewsOfOneBufferKeepTheirShapes) {
   }
 }
 
+/// The input of a fused norm GEMV: RMSNorm weights 1 + N(0, 0.1^2) (seed) and x ~ N(0, 1) in
+/// the compute type (seed + 1).
+struct NormInput {
+  std::unique_ptr<HostTensor> w;
+  std::vector<double> x;
+};
+NormInput norm_input(int K, uint64_t seed, const std::string& dt) {
+  std::vector<double> wv = random_values(K, seed, 0.1, "f32");
+  for (double& w : wv) w += 1.0;
+  return {make_tensor("norm", {K}, wv, DType::F32), random_values(K, seed + 1, 1.0, dt)};
+}
+
 // The final norm + logits of a decode step (rmsnorm_matmul at T = 1 with f32 output): more
 // rows than the fused GEMV's grid has warps, so each warp loops over rows (the shipped models'
 // vocabularies fit one pass). The normalised x is rounded to the compute type (one u^2 more
@@ -201,16 +213,13 @@ TEST_P(CudaOps, RmsnormMatmulLogits) {
     ++seed;
     auto W = make_tensor("W", {N, K}, random_values(int64_t(N) * K, seed, 0.05, dt),
                          storage_of(dt));
-    std::vector<double> wv = random_values(K, seed + 1, 0.1, "f32");
-    for (double& w : wv) w += 1.0;
-    auto nw = make_tensor("norm", {K}, wv, DType::F32);
-    const auto x = random_values(K, seed + 2, 1.0, dt);
-    Buf xc(*cu, x), xr(*ref, x), nc(*cu, K), nr(*ref, K);
+    const NormInput in = norm_input(K, seed + 1, dt);
+    Buf xc(*cu, in.x), xr(*ref, in.x), nc(*cu, K), nr(*ref, K);
     Buf oc(*cu, N, true), orf(*ref, N, true);
     poison(*cu, oc.b);
     const Backend::MatmulTarget tc{&W->t, nullptr, &oc.b}, tr{&W->t, nullptr, &orf.b};
-    cu->rmsnorm_matmul(xc.b, nw->t, 1, K, 1e-6, nc.b, &tc, 1);
-    ref->rmsnorm_matmul(xr.b, nw->t, 1, K, 1e-6, nr.b, &tr, 1);
+    cu->rmsnorm_matmul(xc.b, in.w->t, 1, K, 1e-6, nc.b, &tc, 1);
+    ref->rmsnorm_matmul(xr.b, in.w->t, 1, K, 1e-6, nr.b, &tr, 1);
     const double u = unit_roundoff(dt);
     check_close("norm_gemv", dt, strformat("N=%d K=%d logits", N, K), seed,
                 read_all(*cu, oc.b, N), read_all(*ref, orf.b, N),
@@ -240,18 +249,15 @@ TEST_P(CudaOps, RmsnormMatmulThreeSegments) {
     orf.push_back(std::make_unique<Buf>(*ref, rows[i]));
     poison(*cu, oc.back()->b);
   }
-  std::vector<double> wv = random_values(K, seed + 3, 0.1, "f32");
-  for (double& w : wv) w += 1.0;
-  auto nw = make_tensor("norm", {K}, wv, DType::F32);
-  const auto x = random_values(K, seed + 4, 1.0, dt);
-  Buf xc(*cu, x), xr(*ref, x), nc(*cu, K), nr(*ref, K);
+  const NormInput in = norm_input(K, seed + 3, dt);
+  Buf xc(*cu, in.x), xr(*ref, in.x), nc(*cu, K), nr(*ref, K);
   Backend::MatmulTarget tc[3], tr[3];
   for (int i = 0; i < 3; ++i) {
     tc[i] = {&W[size_t(i)]->t, nullptr, &oc[size_t(i)]->b};
     tr[i] = {&W[size_t(i)]->t, nullptr, &orf[size_t(i)]->b};
   }
-  cu->rmsnorm_matmul(xc.b, nw->t, 1, K, 1e-6, nc.b, tc, 3);
-  ref->rmsnorm_matmul(xr.b, nw->t, 1, K, 1e-6, nr.b, tr, 3);
+  cu->rmsnorm_matmul(xc.b, in.w->t, 1, K, 1e-6, nc.b, tc, 3);
+  ref->rmsnorm_matmul(xr.b, in.w->t, 1, K, 1e-6, nr.b, tr, 3);
   const double u = unit_roundoff(dt);
   for (int i = 0; i < 3; ++i)
     check_close("norm_gemv", dt, strformat("segment %d of 3, N=%d K=%d", i, rows[i], K), seed,
@@ -276,15 +282,12 @@ TEST_P(CudaOps, RmsnormSwigluOddRows) {
                         storage_of(dt));
   auto Wu = make_tensor("up", {F, K}, random_values(int64_t(F) * K, seed + 1, 0.05, dt),
                         storage_of(dt));
-  std::vector<double> wv = random_values(K, seed + 2, 0.1, "f32");
-  for (double& w : wv) w += 1.0;
-  auto nw = make_tensor("norm", {K}, wv, DType::F32);
-  const auto x = random_values(K, seed + 3, 1.0, dt);
-  Buf xc(*cu, x), xr(*ref, x), nc(*cu, K), nr(*ref, K);
+  const NormInput in = norm_input(K, seed + 2, dt);
+  Buf xc(*cu, in.x), xr(*ref, in.x), nc(*cu, K), nr(*ref, K);
   Buf gc(*cu, F), gr(*ref, F), uc(*cu, F), ur(*ref, F), ac(*cu, F), ar(*ref, F);
   poison(*cu, ac.b);
-  cu->rmsnorm_swiglu(xc.b, nw->t, 1, K, 1e-6, nc.b, Wg->t, Wu->t, gc.b, uc.b, ac.b);
-  ref->rmsnorm_swiglu(xr.b, nw->t, 1, K, 1e-6, nr.b, Wg->t, Wu->t, gr.b, ur.b, ar.b);
+  cu->rmsnorm_swiglu(xc.b, in.w->t, 1, K, 1e-6, nc.b, Wg->t, Wu->t, gc.b, uc.b, ac.b);
+  ref->rmsnorm_swiglu(xr.b, in.w->t, 1, K, 1e-6, nr.b, Wg->t, Wu->t, gr.b, ur.b, ar.b);
   const double u = unit_roundoff(dt);
   check_close("norm_swiglu", dt, strformat("F=%d K=%d", F, K), seed, read_all(*cu, ac.b, F),
               read_all(*ref, ar.b, F), nmse_bound(dt, K) + kSafety * 3 * u * u);
