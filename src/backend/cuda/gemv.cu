@@ -3,8 +3,9 @@
 // add folded behind). Memory-bound: every weight byte is read once.
 //
 // Register kernel (rows of K <= 16 x 32 x V elements, K % V == 0, V = 16 / sizeof(T)): one
-// warp per output row (two for the q/k/v and gate/up forms of 1,024-element rows; grid-stride
-// over rows when there are more rows than resident warps);
+// warp per output row (two for the norm forms of rows of four chunks: the q/k/v and gate/up
+// projections of 1,024-element rows in bf16/f16; grid-stride over rows when there are more
+// rows than resident warps);
 // each lane loads its NCH 16-byte chunks of the row (all of them at once: the whole row is
 // in flight) BEFORE griddep_wait(), i.e. while the previous kernel still runs under
 // programmatic dependent launch, without allocating them in L1, which keeps x and the norm
@@ -287,8 +288,8 @@ void gemv_reg_mode(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   }
 }
 
-/// A norm form: rows of four chunks (D = 1024 in bf16/f16: the q/k/v and gate/up
-/// projections) two per warp when they fit in one wave, else one.
+/// A norm form: rows of four chunks (1,024 elements in bf16/f16, 512 in f32; the q/k/v and
+/// gate/up projections) two per warp when they fit in one wave, else one.
 template <class T, int MODE>
 void gemv_norm_form(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   constexpr int R = 2;
