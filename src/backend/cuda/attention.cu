@@ -325,6 +325,8 @@ void attn_init_type() {
 // Before griddep_wait a block reads what no kernel of the step writes, so that it overlaps the
 // q/k/v GEMV: the position, the first two iterations' keys and values of earlier positions
 // (kQk; their rows were written by earlier steps), the q/k norm weights and the RoPE row.
+// The next kernel is let in (launch_dependents) after the wait, or with kQk once the q and k
+// heads are normalised and rotated.
 //
 // kQk (the fused qk_rope_attention): the kernel also does qk_rope_store's work for its KV
 // head, so that op needs no launch of its own. Every block normalises and rotates the raw q
@@ -425,9 +427,10 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     }
   }
   griddep_wait();
-  griddep_launch();
-  if (!kQk) load_first();
-  if (kQk) {
+  if (!kQk) {
+    griddep_launch();
+    load_first();
+  } else {
     constexpr int NCH = (E * LPK + 32 * Vec16<T>::N - 1) / (32 * Vec16<T>::N);
     __syncthreads();  // nws, css
     for (int h = warp; h <= group; h += kDecWarps) {
@@ -438,6 +441,12 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       norm_rope_head<T, NCH>(x, nw, qk.eps, Dh, css, qk.adjacent, qks + h * Dh, lane);
     }
     __syncthreads();
+    // The o GEMV (and through its early launch the gate/up GEMV) starts loading its weights
+    // only now, after the raw q and k reads above (with which, started at the wait, its loads
+    // probably compete). H200, synth qwen3-0.6b bf16 decode, one call (with the q/k/v GEMV at
+    // 88 registers, gemv.cu): 1,750-1,755 against 1,742 tok/s; after the key loop 1,717-1,722
+    // (docs/evidence/h200/decode-variants-s11.txt).
+    griddep_launch();
     if (ks <= pos && pos < ke) {  // this block's range holds the new row: store it
       const int64_t row = int64_t(pos) * kv_dim + int64_t(hk) * Dh;
       T* kcw = static_cast<T*>(qk.k_cache) + row;

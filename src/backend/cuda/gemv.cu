@@ -77,16 +77,35 @@ __device__ __forceinline__ void store_out(void* out, int out_f32, int row, float
 // projection. H200, synth qwen3-0.6b bf16 decode, one call: 1,660 tok/s against 1,620
 // (-p 512: 1,657 against 1,611); x in shared memory without the early launch lost (1,578);
 // these in blocks of 4 warps lost (1,673 against 1,700).
+//
+// The q/k/v form (kGemvNorm, two rows per warp) reads the normalised x from shared memory in
+// its dot products instead of holding it in registers, and is capped at 88 registers (91
+// uncapped, 96 before): a block takes 11,264 registers instead of 12,288, so three of them
+// instead of two load their rows beside a block of the down GEMV before it. H200, synth
+// qwen3-0.6b bf16 decode (docs/evidence/h200/decode-variants-s11.txt): 1,741 tok/s against
+// 1,735 in one call; with the decode attention's later launch_dependents (attention.cu)
+// 1,752-1,755 against 1,739-1,741 in another. A cap of 80 lost (1,719-1,731), and so did the
+// same for gate/up, whose blocks then all fit beside the o GEMV during the attention (1,684-
+// 1,700).
 template <int ROWS>
 constexpr int warps_per_block() { return ROWS > 1 ? 4 : kWarpsPerBlock; }
+/// Register cap per thread: the kernel's blocks per SM (64: four blocks of 8 warps; 80: three;
+/// 128: four blocks of 4 warps), 88 for the q/k/v form (above), else none.
+template <int NCH, int MODE, int ROWS>
+constexpr int max_regs() {
+  if (ROWS > 1) return MODE == kGemvNorm ? 88 : 128;
+  if (NCH <= 4) return MODE == kGemvNormSwiglu ? 80 : 64;
+  return 255;
+}
 template <class T, int NCH, int MODE, int ROWS = 1>
-__global__ void __launch_bounds__(warps_per_block<ROWS>() * 32,
-                                  ROWS > 1 ? 4 : NCH <= 4 ? (MODE == kGemvNormSwiglu ? 3 : 4) : 1)
-    gemv_reg_kernel(GemvArgs a) {
+__global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
+    __maxnreg__((max_regs<NCH, MODE, ROWS>())) gemv_reg_kernel(GemvArgs a) {
   static_assert(ROWS == 1 || MODE == kGemvNorm || MODE == kGemvNormSwiglu,
                 "several rows per warp: the norm forms only");
   constexpr int WPB = warps_per_block<ROWS>();
   constexpr bool kSmemX = MODE == kGemvAdd && NCH >= 8;
+  constexpr bool kNorm = MODE == kGemvNorm || MODE == kGemvNormSwiglu;
+  constexpr bool kXnShared = MODE == kGemvNorm && ROWS > 1;  // the dots read xn below
   if (kSmemX) griddep_launch();
   const int lane = threadIdx.x % 32;
   const int stride = gridDim.x * WPB;
@@ -135,14 +154,16 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32,
   } else {
     load_chunks<T, NCH>(static_cast<const T*>(a.x), a.K, lane, x);
   }
-  auto x_at = [&](int j) { return kSmemX ? xs[j * 32 + lane] : x[j]; };
-  if (MODE == kGemvNorm || MODE == kGemvNormSwiglu) {
+  __shared__ uint4 xn[kNorm ? NCH * 32 : 1];  // the normalised x
+  auto x_at = [&](int j) {
+    return kSmemX ? xs[j * 32 + lane] : kXnShared ? xn[j * 32 + lane] : x[j];
+  };
+  if (kNorm) {
     // Every warp takes the sum of squares in the canonical order, but chunk j is normalised
     // by warp j % WPB alone and shared through shared memory: with every warp normalising all
     // of x (and reading all of its f32 weights) the SM's issue slots, not the DRAM, bounded
     // these kernels (H200, synth qwen3-0.6b bf16 decode, one call: 1,459 vs 1,319 tok/s).
     constexpr int V = Vec16<T>::N;
-    __shared__ uint4 xn[NCH * 32];
     const int warp = threadIdx.x / 32;
     const float inv = inv_rms(chunks_sumsq<T, NCH>(x), a.K, a.eps);
 #pragma unroll
@@ -155,12 +176,16 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32,
 #pragma unroll
         for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, nw[i]);
         xn[j * 32 + lane] = x[j];
+      } else if (kXnShared && j % WPB == warp) {
+        xn[j * 32 + lane] = make_uint4(0, 0, 0, 0);  // past K: read by the dots
       }
     }
     __syncthreads();
+    if (!kXnShared) {
 #pragma unroll
-    for (int j = 0; j < NCH; ++j)
-      if (lane * V + j * 32 * V < a.K) x[j] = xn[j * 32 + lane];
+      for (int j = 0; j < NCH; ++j)
+        if (lane * V + j * 32 * V < a.K) x[j] = xn[j * 32 + lane];
+    }
   }
   while (row < a.N) {
 #pragma unroll
