@@ -602,8 +602,8 @@ class CudaBackend final : public Backend {
     a.res = act.ptr;
     int64_t ebits;
     std::memcpy(&ebits, &eps, 8);
-    submit({21, int64_t(x.ptr), int64_t(nv.ptr), D, int64_t(g.ptr), int64_t(u.ptr), g.ld, g.rows,
-            int64_t(act.ptr), ebits},
+    submit({kTagNormSwiglu, int64_t(x.ptr), int64_t(nv.ptr), D, int64_t(g.ptr), int64_t(u.ptr),
+            g.ld, g.rows, int64_t(act.ptr), ebits},
            false, 0, [=, this](const StepCtx&) {
              cuda::launch_gemv_fused(ct_, cuda::kGemvNormSwiglu, a, sm_, stream_);
            });
@@ -624,8 +624,13 @@ class CudaBackend final : public Backend {
     a.n_seg = 1;
     a.seg[0] = cuda::GemvSeg{m.ptr, m.ld, nullptr, nullptr, int(m.rows), 0};
     a.res = residual.ptr;
-    submit({22, int64_t(x.ptr), int64_t(m.ptr), m.ld, m.rows, m.cols, int64_t(residual.ptr)}, false,
-           0, [=, this](const StepCtx&) {
+    // The next kernel loads its weights during this one unless the launch before is the
+    // gate/up GEMV (this is the down projection): then those loads would compete with the
+    // gate/up rows still streaming after its wait (gemv.cu).
+    a.launch_early = last_tag_ != kTagNormSwiglu;
+    submit({22, int64_t(x.ptr), int64_t(m.ptr), m.ld, m.rows, m.cols, int64_t(residual.ptr),
+            a.launch_early},
+           false, 0, [=, this](const StepCtx&) {
              cuda::launch_gemv_fused(ct_, cuda::kGemvAdd, a, sm_, stream_);
            });
   }
@@ -990,6 +995,7 @@ class CudaBackend final : public Backend {
   /// (launch_pick).
   void submit(std::vector<int64_t> sig, bool pos_dep, int pos0,
               std::function<void(const StepCtx&)> run, bool advances_pos = false) {
+    last_tag_ = sig.empty() ? 0 : sig[0];
     if (!step_open_) {
       run(StepCtx{nullptr, static_cast<const int32_t*>(ids_.ptr)});
       return;
@@ -1267,6 +1273,8 @@ class CudaBackend final : public Backend {
   std::deque<std::vector<int64_t>> seen_sigs_;  // segments seen (captured on a second sighting)
   std::deque<CachedGraph> graphs_;
   bool step_id_on_device_ = false;  // the open step embeds the latest pick
+  static constexpr int64_t kTagNormSwiglu = 21;  // rmsnorm_swiglu's signature tag
+  int64_t last_tag_ = 0;  // the signature tag of the latest launch submitted (matmul_add)
   static constexpr int kPickSlots = 64;
   int32_t* h_picks_ = nullptr;  // pinned and mapped, a slot per pick not taken
   int32_t* d_picks_ = nullptr;  // h_picks_ as the device sees it

@@ -72,11 +72,15 @@ __device__ __forceinline__ void store_out(void* out, int out_f32, int row, float
 // The add form with long rows (the o and down projections, NCH >= 8) keeps x in shared
 // memory instead of registers (81 and 118 registers instead of 150 and 206 for qwen3-0.6b's
 // 2048- and 3072-element rows), which leaves room on each SM for blocks of the next GEMV,
-// and lets that GEMV launch at once (launch_dependents before its own wait): the gate/up
-// GEMV's blocks load their weights during the attention, the q/k/v GEMV's during the down
-// projection. H200, synth qwen3-0.6b bf16 decode, one call: 1,660 tok/s against 1,620
+// and with a.launch_early lets that GEMV launch at once (launch_dependents before its own
+// wait): behind the o projection the gate/up GEMV's blocks then load their weights during
+// the attention. H200, synth qwen3-0.6b bf16 decode, one call: 1,660 tok/s against 1,620
 // (-p 512: 1,657 against 1,611); x in shared memory without the early launch lost (1,578);
-// these in blocks of 4 warps lost (1,673 against 1,700).
+// these in blocks of 4 warps lost (1,673 against 1,700). Behind the down projection an early
+// launch lost since: the next q/k/v GEMV's loads then run during the gate/up GEMV's, whose
+// rows still stream after its wait, and the backend lets it in after the down GEMV's wait
+// (session 11, docs/evidence/h200/decode-variants-s11.txt: 1,764-1,766 against 1,745 tok/s;
+// -p 512 1,777 against 1,732; -p 2048 1,731 against 1,711).
 //
 // The q/k/v form (kGemvNorm, two rows per warp) reads the normalised x from shared memory in
 // its dot products instead of holding it in registers, and is capped at 88 registers (91
@@ -106,7 +110,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   constexpr bool kSmemX = MODE == kGemvAdd && NCH >= 8;
   constexpr bool kNorm = MODE == kGemvNorm || MODE == kGemvNormSwiglu;
   constexpr bool kXnShared = MODE == kGemvNorm && ROWS > 1;  // the dots read xn below
-  if (kSmemX) griddep_launch();
+  const bool early = kSmemX && a.launch_early;
+  if (early) griddep_launch();
   const int lane = threadIdx.x % 32;
   const int stride = gridDim.x * WPB;
   int row = blockIdx.x * WPB + threadIdx.x / 32;  // the warp's rows: row + r * stride, r < ROWS
@@ -134,7 +139,7 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   };
   if (row < a.N) load_rows();
   griddep_wait();
-  if (!kSmemX) griddep_launch();
+  if (!early) griddep_launch();
   // x in chunks, normalised (and rounded to T, as the op-by-op RMSNorm stores it) when fused;
   // kSmemX: in shared memory, chunk j loaded by warp j % WPB.
   uint4 x[NCH];

@@ -88,6 +88,9 @@ struct GemvArgs {
   int n_seg = 1;
   GemvSeg seg[3];
   void* res = nullptr;
+  /// kGemvAdd with x in shared memory (rows of 8+ chunks): let the next kernel in at the start
+  /// (launch_dependents before the wait) instead of after the wait (gemv.cu says when).
+  bool launch_early = false;
 };
 /// Whether the register GEMV (and so the fused forms) takes rows of K elements.
 bool gemv_fusable(CType ct, int K);
