@@ -114,7 +114,7 @@ void decode(benchmark::State& state, DType dt, int threads, bool huge) {
   int pos = 0;
   int32_t id = 1;
   for (auto _ : state) {
-    forward(sm->model, *be, kv, s, &id, 1, pos, {});
+    forward(sm->model, *be, kv, s, &id, 1, pos, {}, true);
     pos = (pos + 1) % 256;  // attention over a context of 0..255 tokens: weights dominate
     id = (id * 31 + 7) % sm->model.config.vocab;
   }
@@ -136,7 +136,7 @@ void prefill(benchmark::State& state, DType dt, int threads, int T) {
   scratch_init(*be, sm->model.config, T, s);
   std::vector<int32_t> ids(static_cast<size_t>(T));
   for (int t = 0; t < T; ++t) ids[size_t(t)] = (t * 7919) % sm->model.config.vocab;
-  for (auto _ : state) forward(sm->model, *be, kv, s, ids.data(), T, 0, {});
+  for (auto _ : state) forward(sm->model, *be, kv, s, ids.data(), T, 0, {}, true);
   kv_cache_free(*be, kv);
   scratch_free(*be, s);
   // Matmul FLOPs only (the embedding table is read, not multiplied, except as lm_head).
