@@ -56,7 +56,9 @@ TEST_P(HfReference, LogitsMatchTransformersFloat64) {
   std::string corpus = test::read_file(test::source_path(ref["corpus"].get<std::string>()));
   std::vector<int32_t> ours = m->tokenizer->encode(corpus, false, false);
   const size_t skip = m->tokenizer->bos_id() >= 0 ? 1 : 0;
-  if (skip) EXPECT_EQ(prompt[0], m->tokenizer->bos_id());
+  if (skip) {
+    EXPECT_EQ(prompt[0], m->tokenizer->bos_id());
+  }
   ASSERT_GE(ours.size(), prompt.size() - skip);
   EXPECT_EQ(std::vector<int32_t>(ours.begin(), ours.begin() + (prompt.size() - skip)),
             std::vector<int32_t>(prompt.begin() + skip, prompt.end()));
