@@ -14,6 +14,10 @@ struct SamplerParams {
   uint64_t seed = 0;
 };
 
+/// Every id of the row in the sampler's candidate order: the larger logit first, -0 equal
+/// to +0, NaN after every number, ties to the lower id (the order of a stable sort by logit).
+std::vector<int32_t> rank_row(const std::vector<double>& logits);
+
 class Sampler {
  public:
   /// Throws arbiter::Error on out-of-range parameters.

@@ -91,6 +91,47 @@ TEST(Sampler, DrawsTheTokensOfAFullStableSort) {
   EXPECT_EQ(checked, 2 * 4 * 3 * 50);
 }
 
+// rank_row (a radix sort of order keys) against the stable sort it replaced, on rows with
+// ties, signed zeros, infinities, subnormals, the extremes and NaN: rows of f32 values
+// (32-bit keys) and rows with values only f64 holds (64-bit keys).
+TEST(Sampler, RankRowIsTheStableSortByLogit) {
+  auto reference = [](const std::vector<double>& l) {
+    std::vector<int32_t> idx(l.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+      return !std::isnan(l[size_t(a)]) && (std::isnan(l[size_t(b)]) || l[size_t(a)] > l[size_t(b)]);
+    });
+    return idx;
+  };
+  // f32 values (rank_row's 32-bit keys) and values only f64 holds (its 64-bit keys)
+  const std::vector<double> specials32 = {
+      0.0, -0.0, INFINITY, -INFINITY, std::nan(""), -std::nan(""), 1.401298464324817e-45,
+      -1.401298464324817e-45, 3.4028234663852886e38, -3.4028234663852886e38, 1.0, -1.0};
+  const std::vector<double> specials64 = {0.0, -0.0, INFINITY, -INFINITY, std::nan(""),
+                                          4.9e-324, -4.9e-324, 2.2e-308, -2.2e-308,
+                                          1.7976931348623157e308, -1.7976931348623157e308};
+  for (const double x : specials32) ASSERT_TRUE(std::isnan(x) || double(float(x)) == x) << x;
+  std::mt19937_64 gen(23);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  int rows = 0;
+  for (const size_t V : {size_t(0), size_t(1), size_t(2), size_t(257), size_t(5000)})
+    for (const bool widened : {false, true})
+      for (const bool with_specials : {false, true}) {
+        std::vector<double> l(V);
+        for (double& x : l) {
+          x = normal(gen);
+          if (gen() % 3 == 0) x = std::round(x * 4) / 4;  // ties
+          if (widened) x = double(float(x));
+        }
+        const std::vector<double>& sp = widened ? specials32 : specials64;
+        if (with_specials)
+          for (size_t i = 0; i < V; i += 3) l[i] = sp[gen() % sp.size()];
+        ASSERT_EQ(rank_row(l), reference(l)) << "V " << V << " widened " << widened;
+        ++rows;
+      }
+  EXPECT_EQ(rows, 20);
+}
+
 // generate() samples under top-k from summarize's top-K (ids and logits best first, ties to
 // the lower id) instead of the whole row: the same seed must draw the same tokens.
 TEST(Sampler, TopCandidatesDrawTheTokensOfTheWholeRow) {
