@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 
 #include "core/error.h"
@@ -54,6 +55,16 @@ int32_t draw(const SamplerParams& p, std::mt19937_64& rng, const int32_t* ids, L
   return ids[keep - 1];
 }
 
+/// The bits of an IEEE value as an unsigned key that orders the values from the largest down;
+/// every NaN (either sign) the largest key.
+template <class U>
+U descending_key(U bits) {
+  constexpr U sign = U(1) << (8 * sizeof(U) - 1);
+  constexpr U exp_mask = std::is_same_v<U, uint32_t> ? U(0x7f800000u) : U(0x7ff0000000000000u);
+  if ((bits & ~sign) > exp_mask) return ~U(0);  // NaN: last
+  return ~((bits & sign) ? ~bits : (bits | sign));
+}
+
 }  // namespace
 
 // A stable LSD radix sort of order keys (the logit's bits made to compare as unsigned
@@ -73,16 +84,9 @@ std::vector<int32_t> rank_row(const std::vector<double>& logits) {
   idx.resize(V);
   idx_tmp.resize(V);
   for (size_t i = 0; i < V; ++i) {
-    const double x = logits[i];
-    uint64_t k = f32 ? ~uint32_t(0) : ~uint64_t(0);  // NaN: last
-    if (!std::isnan(x) && f32) {
-      const uint32_t b = std::bit_cast<uint32_t>(x == 0 ? 0.0f : float(x));
-      k = uint32_t(~((b >> 31) ? ~b : (b | uint32_t(1) << 31)));
-    } else if (!std::isnan(x)) {
-      const uint64_t b = std::bit_cast<uint64_t>(x == 0 ? 0.0 : x);
-      k = ~((b >> 63) ? ~b : (b | uint64_t(1) << 63));
-    }
-    key[i] = k;
+    const double x = logits[i] == 0 ? 0.0 : logits[i];  // -0 as +0
+    key[i] = f32 ? descending_key(std::bit_cast<uint32_t>(float(x)))
+                 : descending_key(std::bit_cast<uint64_t>(x));
     idx[i] = int32_t(i);
   }
   for (int shift = 0; shift < (f32 ? 32 : 64); shift += 8) {
