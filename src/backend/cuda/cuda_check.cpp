@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -29,6 +31,15 @@ int& pdl_state() {
 
 bool pdl_enabled() { return pdl_state() != 0; }
 void set_pdl(bool on) { pdl_state() = on && !sync_after_launch() ? 1 : 0; }
+
+void prefer_max_shared(const void* kernel) {
+  static std::mutex mu;
+  static std::unordered_set<const void*> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done.insert(kernel).second) return;
+  ARB_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                int(cudaSharedmemCarveoutMaxShared)));
+}
 
 void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
   if (e == cudaSuccess) return;

@@ -21,6 +21,12 @@ bool sync_after_launch();
 /// ARBITER_CUDA_PDL=0 turns it off; ARBITER_CUDA_SYNC=1 too. set_pdl overrides (tests).
 bool pdl_enabled();
 void set_pdl(bool on);
+/// Sets the kernel's preferred L1/shared-memory split to the most shared memory (once per
+/// kernel; launch_k calls it). The split is chosen per kernel from its shared memory, and
+/// blocks of kernels with different splits do not share an SM: under PDL the next kernel's
+/// blocks, launched early to load their weights, would wait for the SM to drain instead. One
+/// split for every kernel keeps them co-resident (docs/evidence/h200/decode-variants-s12.txt).
+void prefer_max_shared(const void* kernel);
 
 }  // namespace arbiter::cuda
 

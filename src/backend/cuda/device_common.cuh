@@ -88,31 +88,38 @@ void launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  prefer_max_shared(reinterpret_cast<const void*>(kernel));
   (void)cudaLaunchKernelEx(&cfg, kernel, KArgs(args)...);  // errors: ARB_LAUNCHED
 }
 
-/// 16 read-only bytes that bypass L1 (ld.global.nc.L1::no_allocate): for data read once, so
-/// that what the SM's warps share stays in L1.
-__device__ __forceinline__ uint4 ldg_no_l1(const uint4* p) {
+/// 16 read-only bytes of a weight row, which a decode step streams once: not allocated in L1
+/// (ld.global.nc.L1::no_allocate), so that what the SM's warps share stays there, and first
+/// out of L2 (an L2::evict_first policy), so that what later kernels and steps read again
+/// stays there: the KV cache, the activations, the norm weights. H200, synth qwen3-0.6b bf16
+/// decode, one call (docs/evidence/h200/decode-variants-s12.txt): 1,828-1,829 against
+/// 1,808-1,809 tok/s; -p 2048 1,818-1,819 against 1,792-1,799.
+__device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
   uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
       : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
+      : "l"(p), "l"(pol));
   return r;
 }
 
 /// 16-byte row chunks of a warp: lane l holds elements [l V + j 32 V, + V) in chunk j
 /// (zeros past n). The canonical order of the tier's row reductions: a lane sums its chunks
-/// in order, element by element, then the warp's shuffle tree (warp_sum). kNoL1: loaded by
-/// ldg_no_l1 (weight rows, each read once).
-template <class T, int NCH, bool kNoL1 = false>
+/// in order, element by element, then the warp's shuffle tree (warp_sum). kStream: loaded by
+/// ldg_stream (weight rows, each read once per step).
+template <class T, int NCH, bool kStream = false>
 __device__ __forceinline__ void load_chunks(const T* p, int n, int lane, uint4 (&v)[NCH]) {
   constexpr int V = Vec16<T>::N;
 #pragma unroll
   for (int j = 0; j < NCH; ++j) {
     const int k = lane * V + j * 32 * V;
     const uint4* q = reinterpret_cast<const uint4*>(p + k);
-    v[j] = k >= n ? make_uint4(0, 0, 0, 0) : kNoL1 ? ldg_no_l1(q) : __ldg(q);
+    v[j] = k >= n ? make_uint4(0, 0, 0, 0) : kStream ? ldg_stream(q) : __ldg(q);
   }
 }
 /// Sum of squares of a row held in chunks, in the canonical order; the same in every lane.
