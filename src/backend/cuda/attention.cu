@@ -338,6 +338,7 @@ void attn_init_type() {
 // back in place, as qk_rope_store leaves them.
 constexpr int kDecWarps = 8;
 constexpr int kDecMaxGroup = 8;
+static_assert(kMaxHeadDim <= kDecWarps * 32, "kQk: an element of a head per thread");
 
 /// E consecutive elements of T (the largest vector loads their alignment allows; L2 only:
 /// cache rows are written by other kernels of the step).
@@ -418,6 +419,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   float* qks = dec_o + kDecWarps * group * Dh;  // kQk: roped q heads of the group, then k
   float* nws = qks + (group + 1) * Dh;          // kQk: q norm weights, k norm weights
   float2* css = reinterpret_cast<float2*>(nws + 2 * Dh);  // kQk: the position's RoPE row
+  float* vns = reinterpret_cast<float*>(css + Dh / 2);     // kQk: the new row's value
   if (kQk) {
     const float2* cs = qk.cs + int64_t(pos) * (Dh / 2);
     for (int i = threadIdx.x; i < Dh / 2; i += blockDim.x) css[i] = cs[i];
@@ -432,6 +434,12 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     load_first();
   } else {
     constexpr int NCH = (E * LPK + 32 * Vec16<T>::N - 1) / (32 * Vec16<T>::N);
+    // The new row's value (an element per thread: Dh <= blockDim), loaded at once with the
+    // raw q and k below rather than in the key loop, where the lanes of the new key waited for
+    // it (gemv.cu gives the measurement, with the add form's early residual read).
+    const bool has_v = int(threadIdx.x) < Dh;
+    const T vnew = has_v ? static_cast<const T*>(qk.v)[int64_t(hk) * Dh + threadIdx.x]
+                         : from_f<T>(0.f);
     __syncthreads();  // nws, css
     for (int h = warp; h <= group; h += kDecWarps) {
       const bool is_k = h == group;
@@ -440,6 +448,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       const float* nw = is_k ? (qk.kn ? nws + Dh : nullptr) : (qk.qn ? nws : nullptr);
       norm_rope_head<T, NCH>(x, nw, qk.eps, Dh, css, qk.adjacent, qks + h * Dh, lane);
     }
+    if (has_v) vns[threadIdx.x] = to_f(vnew);
     __syncthreads();
     // The o GEMV (and through its early launch the gate/up GEMV) starts loading its weights
     // only now, after the raw q and k reads above (with which, started at the wait, its loads
@@ -447,15 +456,10 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     // 88 registers, gemv.cu): 1,750-1,755 against 1,742 tok/s; after the key loop 1,717-1,722
     // (docs/evidence/h200/decode-variants-s11.txt).
     griddep_launch();
-    if (ks <= pos && pos < ke) {  // this block's range holds the new row: store it
-      const int64_t row = int64_t(pos) * kv_dim + int64_t(hk) * Dh;
-      T* kcw = static_cast<T*>(qk.k_cache) + row;
-      T* vcw = static_cast<T*>(qk.v_cache) + row;
-      const T* vn = static_cast<const T*>(qk.v) + int64_t(hk) * Dh;
-      for (int i = threadIdx.x; i < Dh; i += blockDim.x) {
-        kcw[i] = from_f<T>(qks[group * Dh + i]);
-        vcw[i] = vn[i];
-      }
+    if (ks <= pos && pos < ke && has_v) {  // this block's range holds the new row: store it
+      const int64_t row = int64_t(pos) * kv_dim + int64_t(hk) * Dh + threadIdx.x;
+      static_cast<T*>(qk.k_cache)[row] = from_f<T>(qks[group * Dh + threadIdx.x]);
+      static_cast<T*>(qk.v_cache)[row] = vnew;
     }
   }
   float q[MAXG][E], o[MAXG][E], m[MAXG], l[MAXG];
@@ -486,11 +490,10 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     load_kv(key + (kDeep ? 2 : 1) * KPB, kDeep ? kn2 : kn, kDeep ? vn2 : vn);
     float kf[E], vf[E];
     if (kQk && key == pos) {  // the new row, as stored above
-      const T* vnew = static_cast<const T*>(qk.v) + int64_t(hk) * Dh + dl * E;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         kf[e] = qks[group * Dh + dl * E + e];
-        vf[e] = to_f(vnew[e]);
+        vf[e] = vns[dl * E + e];
       }
     } else {
 #pragma unroll
@@ -630,9 +633,9 @@ __global__ void __launch_bounds__(kDecWarps * 32)
 }
 
 /// Dynamic shared memory of the decode kernel: [kDecWarps][group][Dh] partial outputs; kQk:
-/// roped q and k, the q/k norm weights, the RoPE row.
+/// roped q and k, the q/k norm weights, the RoPE row, the new row's value.
 size_t attn_decode_smem_bytes(int group, int Dh, bool qk) {
-  return sizeof(float) * (kDecWarps * size_t(group) + (qk ? group + 1 + 2 + 1 : 0)) * Dh;
+  return sizeof(float) * (kDecWarps * size_t(group) + (qk ? group + 1 + 2 + 1 + 1 : 0)) * Dh;
 }
 
 template <class T, int KPW, bool kQk>

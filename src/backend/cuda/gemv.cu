@@ -138,15 +138,21 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     }
   };
   if (row < a.N) load_rows();
+  constexpr int V = Vec16<T>::N;
+  const int warp = threadIdx.x / 32;
   griddep_wait();
   if (!early) griddep_launch();
+  // The add form's residual element, read with x right after the wait rather than after the
+  // dot product, whose store it held up by a load's latency. With the decode attention's new
+  // value row read early too (attention.cu), H200, synth qwen3-0.6b bf16 decode, one call:
+  // 1,803-1,804 against 1,785 tok/s (docs/evidence/h200/decode-variants-s12.txt).
+  T res0 = from_f<T>(0.f);
+  if (MODE == kGemvAdd && lane == 0 && row < a.N) res0 = static_cast<const T*>(a.res)[rr[0]];
   // x in chunks, normalised (and rounded to T, as the op-by-op RMSNorm stores it) when fused;
   // kSmemX: in shared memory, chunk j loaded by warp j % WPB.
   uint4 x[NCH];
   __shared__ uint4 xs[kSmemX ? NCH * 32 : 1];
   if (kSmemX) {
-    constexpr int V = Vec16<T>::N;
-    const int warp = threadIdx.x / 32;
 #pragma unroll
     for (int j = 0; j < NCH; ++j) {
       const int k = lane * V + j * 32 * V;
@@ -168,8 +174,6 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     // by warp j % WPB alone and shared through shared memory: with every warp normalising all
     // of x (and reading all of its f32 weights) the SM's issue slots, not the DRAM, bounded
     // these kernels (H200, synth qwen3-0.6b bf16 decode, one call: 1,459 vs 1,319 tok/s).
-    constexpr int V = Vec16<T>::N;
-    const int warp = threadIdx.x / 32;
     const float inv = inv_rms(chunks_sumsq<T, NCH>(x), a.K, a.eps);
 #pragma unroll
     for (int j = 0; j < NCH; ++j) {
@@ -192,6 +196,7 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
         if (lane * V + j * 32 * V < a.K) x[j] = xn[j * 32 + lane];
     }
   }
+  bool first = true;
   while (row < a.N) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -208,13 +213,14 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
       } else if constexpr (MODE == kGemvAdd) {
         if (lane == 0) {
           T* res = static_cast<T*>(a.res);
-          res[rr[r]] = from_f<T>(to_f(res[rr[r]]) + to_f(from_f<T>(acc)));
+          res[rr[r]] = from_f<T>(to_f(first ? res0 : res[rr[r]]) + to_f(from_f<T>(acc)));
         }
       } else if (lane == 0) {
         store_out<T>(g.out, g.out_f32, rr[r], g.bias ? acc + g.bias[rr[r]] : acc);
       }
     }
     row += ROWS * stride;
+    first = false;
     if (row >= a.N) break;
     load_rows();
   }
