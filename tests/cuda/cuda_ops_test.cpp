@@ -380,6 +380,9 @@ TEST_P(CudaOps, KvStore) {
 TEST_P(CudaOps, Attention) {
   const std::string dt = GetParam();
   ARB_CUDA_OR_SKIP(cu, dt);
+#if ARBITER_HAVE_CUDA
+  set_attn_split_keys(*cu, 128);  // the split counts the cases name
+#endif
   auto ref = make_ref_backend();
   struct Case { int T, pos0, H, Hkv, Dh, window; };
   const std::vector<Case> cases = {
@@ -440,6 +443,8 @@ TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
   CudaTuning t = cuda_tuning(*plain);
   t.fused = false;
   cuda_set_tuning(*plain, t);
+  set_attn_split_keys(*cu, 128);  // the split counts the cases name, on both tiers
+  set_attn_split_keys(*plain, 128);
   struct Case { int H, Hkv, Dh, pos, cap, window; bool qk_norm; RopeLayout layout; };
   const std::vector<Case> cases = {
       {16, 8, 128, 700, 760, 0, true, RopeLayout::Half},       // qwen3-0.6B, 5 splits

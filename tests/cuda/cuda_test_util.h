@@ -18,6 +18,9 @@
 
 #include "backend/backend.h"
 #include "backend/cuda_factory.h"
+#if ARBITER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "backend/ref/ref_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -47,6 +50,15 @@ inline std::unique_ptr<Backend> try_make_cuda(const std::string& dtype, std::str
     return nullptr;
   }
 }
+
+#if ARBITER_HAVE_CUDA
+/// One decode-attention key split per n keys (tests that name their split counts set it).
+inline void set_attn_split_keys(Backend& be, int n) {
+  CudaTuning t = cuda_tuning(be);
+  t.attn_split_keys = n;
+  cuda_set_tuning(be, t);
+}
+#endif
 
 }  // namespace arbiter::test
 

@@ -816,7 +816,7 @@ class CudaBackend final : public Backend {
 
   /// The direct decode attention (T == 1), with the step's q/k norm + RoPE + KV store folded
   /// in when qk is given. The grid's splits come from the cache size, never the position (one
-  /// graph serves every position): about two blocks per SM, at least attn_split_keys (128)
+  /// graph serves every position): about two blocks per SM, at least attn_split_keys (512)
   /// cache rows per split, at most 32 splits; the kernel uses the first ceil(keys /
   /// attn_split_keys) of them.
   void submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,

@@ -30,9 +30,13 @@ struct CudaTuning {
                             // from global memory; ARBITER_CUDA_ATTN_DIRECT); off: flash + combine
   bool attn_mma = true;  // T > 1 attention on tensor cores (bf16/f16, Dh 64/128;
                          // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel
-  int attn_split_keys = 128;  // direct decode attention: one key split per this many keys (a
+  int attn_split_keys = 512;  // direct decode attention: one key split per this many keys (a
                               // grid of up to 32 splits sized by the cache rows; the kernel
-                              // uses those the position needs; ARBITER_CUDA_ATTN_SPLIT_KEYS)
+                              // uses those the position needs; ARBITER_CUDA_ATTN_SPLIT_KEYS).
+                              // With the weights first out of L2 the cache rows stay there,
+                              // and fewer, longer splits won over 128 (H200, synth qwen3-0.6b
+                              // bf16 decode, -p 2048: 1,836-1,848 against 1,815-1,816 tok/s;
+                              // -p 512: 1,838-1,839 against 1,823-1,832; decode-variants-s12)
   int graph_segment_ops = 32;  // a single-token step runs (as a graph) in segments of this many
                                // launches while the host queues the rest; 0: the whole step at
                                // once (ARBITER_CUDA_GRAPH_SEGMENT). Steps that embed a pick
