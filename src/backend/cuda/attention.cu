@@ -643,10 +643,10 @@ void attn_decode_launch(const AttnArgs& a, unsigned* counters, const QkRopeArgs&
                         size_t smem, cudaStream_t s) {
   const dim3 block(kDecWarps * 32);
   switch (a.Dh / 32) {
-    case 1: launch_k(attn_decode_kernel<T, KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    case 2: launch_k(attn_decode_kernel<T, 2 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    case 4: launch_k(attn_decode_kernel<T, 4 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    default: launch_k(attn_decode_kernel<T, 8 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 1: launch_decode_k(attn_decode_kernel<T, KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 2: launch_decode_k(attn_decode_kernel<T, 2 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 4: launch_decode_k(attn_decode_kernel<T, 4 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    default: launch_decode_k(attn_decode_kernel<T, 8 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
   }
 }
 

@@ -22,7 +22,7 @@ bool sync_after_launch();
 bool pdl_enabled();
 void set_pdl(bool on);
 /// Sets the kernel's preferred L1/shared-memory split to the most shared memory (once per
-/// kernel; launch_k calls it). The split is chosen per kernel from its shared memory, and
+/// kernel; launch_decode_k calls it). The split is chosen per kernel from its shared memory, and
 /// blocks of kernels with different splits do not share an SM: under PDL the next kernel's
 /// blocks, launched early to load their weights, would wait for the SM to drain instead. One
 /// split for every kernel keeps them co-resident (docs/evidence/h200/decode-variants-s12.txt).

@@ -88,8 +88,17 @@ void launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  prefer_max_shared(reinterpret_cast<const void*>(kernel));
   (void)cudaLaunchKernelEx(&cfg, kernel, KArgs(args)...);  // errors: ARB_LAUNCHED
+}
+/// launch_k for the kernels of a decode step's chain (embedding, GEMVs, decode attention,
+/// pick): each with the most-shared L1/shared split (prefer_max_shared), so that the next
+/// kernel's blocks can land beside the running one's. Not the prefill kernels: their own
+/// splits are left to the driver.
+template <class... KArgs, class... Args>
+void launch_decode_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                     cudaStream_t s, Args... args) {
+  prefer_max_shared(reinterpret_cast<const void*>(kernel));
+  launch_k(kernel, grid, block, smem, s, args...);
 }
 
 /// 16 read-only bytes of a weight row, which a decode step streams once: not allocated in L1

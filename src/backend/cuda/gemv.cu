@@ -278,11 +278,11 @@ void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int 
                CType ot, void* out, cudaStream_t s) {
   const int blocks = (N + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (ot == CType::F32)
-    launch_k(gemv_kernel<T, float>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
+    launch_decode_k(gemv_kernel<T, float>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
              static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
              static_cast<float*>(out));
   else
-    launch_k(gemv_kernel<T, T>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
+    launch_decode_k(gemv_kernel<T, T>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
              static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
              static_cast<T*>(out));
 }
@@ -310,7 +310,7 @@ void gemv_reg_launch(const GemvArgs& a, int sm_count, cudaStream_t s) {
   constexpr int WPB = warps_per_block<ROWS>();
   const int blocks = std::max(1, std::min((a.N + ROWS * WPB - 1) / (ROWS * WPB),
                                           blocks_per_sm<T, NCH, MODE, ROWS>() * sm_count));
-  launch_k(gemv_reg_kernel<T, NCH, MODE, ROWS>, dim3(blocks), dim3(WPB * 32), 0, s, a);
+  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS>, dim3(blocks), dim3(WPB * 32), 0, s, a);
 }
 
 template <class T, int MODE>

@@ -308,7 +308,7 @@ void launch_summarize(const float* logits, int T, int V, int K, const int32_t* t
 
 void launch_pick(const float* row, int V, const PickArgs& p, int sm_count, cudaStream_t s) {
   const int S = summarize_slices(1, V, sm_count);
-  launch_k(pick_kernel, dim3(unsigned(S)), dim3(kSliceThreads), 0, s, row, V, p);
+  launch_decode_k(pick_kernel, dim3(unsigned(S)), dim3(kSliceThreads), 0, s, row, V, p);
   ARB_LAUNCHED("pick_kernel", s);
 }
 
