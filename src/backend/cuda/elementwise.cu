@@ -299,7 +299,8 @@ void launch_embed(CType ct, const void* table, int64_t ld, int64_t D, const int3
   dim3 grid(unsigned((D + kThreads - 1) / kThreads), unsigned(T));
   ARB_DISPATCH_CTYPE(ct, E,
                      launch_decode_k(embed_kernel<E>, grid, dim3(kThreads), 0, s,
-                              static_cast<const E*>(table), ld, D, ids, T, static_cast<E*>(out)));
+                                     static_cast<const E*>(table), ld, D, ids, T,
+                                     static_cast<E*>(out)));
   ARB_LAUNCHED("embed_kernel", s);
 }
 

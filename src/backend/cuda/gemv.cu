@@ -279,12 +279,12 @@ void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int 
   const int blocks = (N + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (ot == CType::F32)
     launch_decode_k(gemv_kernel<T, float>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
-             static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
-             static_cast<float*>(out));
+                    static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
+                    static_cast<float*>(out));
   else
     launch_decode_k(gemv_kernel<T, T>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
-             static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
-             static_cast<T*>(out));
+                    static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
+                    static_cast<T*>(out));
 }
 
 /// Blocks of the kernel that fit on one SM (the occupancy calculator, once per kernel).
