@@ -5,22 +5,11 @@
 // models/SHA256SUMS, the --json form, and a one-line error for a bad path.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "io/io_test_util.h"
 
 using namespace arbiter;
-
-namespace {
-std::string published_sha(const std::string& rel) {
-  std::ifstream f(test::shared_path("models/SHA256SUMS"));
-  std::string line;
-  while (std::getline(f, line))
-    if (line.size() > 66 && line.substr(66) == "./" + rel) return line.substr(0, 64);
-  return "";
-}
-}  // namespace
 
 TEST(InfoCli, TinyStories656k) {
   std::string dir = test::tinystories656k_dir();
@@ -36,8 +25,9 @@ TEST(InfoCli, TinyStories656k) {
   EXPECT_NE(r.out.find("norm_eps      1e-06\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tied=yes"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("weight_dtype  bf16"), std::string::npos) << r.out;
-  std::string sha = published_sha("TinyStories-656K/model.safetensors");
-  if (!sha.empty()) EXPECT_NE(r.out.find("sha256        " + sha), std::string::npos) << r.out;
+  const std::string sha = test::published_sha("TinyStories-656K/model.safetensors");
+  EXPECT_EQ(sha.size(), 64u) << "models/SHA256SUMS lists no TinyStories-656K/model.safetensors";
+  EXPECT_NE(r.out.find("sha256        " + sha), std::string::npos) << r.out;
   EXPECT_TRUE(r.err.empty()) << r.err;  // nothing on stderr for a good run
 
   auto f = test::run_cli("info " + dir + "/fp32");
@@ -69,8 +59,7 @@ TEST(InfoCli, Stories260kJson) {
   EXPECT_EQ(j["tokenizer"]["vocab"], 512);
   EXPECT_EQ(j["tokenizer"]["bos"], 1);
   EXPECT_EQ(j["tokenizer"]["eos"], 2);
-  std::string sha = published_sha("stories260K/stories260K.gguf");
-  if (!sha.empty()) EXPECT_EQ(j["weights_sha256"], sha);
+  EXPECT_EQ(j["weights_sha256"], test::published_sha("stories260K/stories260K.gguf"));
 
   auto h = test::run_cli("info " + path);
   ASSERT_EQ(h.exit_code, 0) << h.err;

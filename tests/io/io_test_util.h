@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,15 @@ inline std::string model_path(const std::string& rel) {
 }
 inline std::string stories260k_gguf() { return model_path("stories260K/stories260K.gguf"); }
 inline std::string tinystories656k_dir() { return model_path("TinyStories-656K"); }
+/// The sha256 that models/SHA256SUMS (model_path's copy) lists for models/rel, or "" when it
+/// lists none: a check against it then fails instead of being skipped.
+inline std::string published_sha(const std::string& rel) {
+  std::ifstream f(model_path("SHA256SUMS"));
+  std::string line;
+  while (std::getline(f, line))
+    if (line.size() > 66 && line.substr(66) == "./" + rel) return line.substr(0, 64);
+  return "";
+}
 
 // ---- little-endian byte appenders ---------------------------------------------------
 template <typename T>

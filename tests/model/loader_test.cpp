@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -24,15 +23,6 @@ using test::GgufWriter;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string published_sha(const std::string& rel) {
-  std::string sums = test::shared_path("models/SHA256SUMS");
-  std::ifstream f(sums);
-  std::string line;
-  while (std::getline(f, line))
-    if (line.size() > 66 && line.substr(66) == "./" + rel) return line.substr(0, 64);
-  return "";
-}
 
 std::string error_of(const std::string& path) {
   try {
@@ -87,8 +77,7 @@ TEST(Loader, Stories260kGguf) {
   EXPECT_EQ(m->weights.layers[4].w_down.shape, (std::vector<int64_t>{64, 172}));
   EXPECT_TRUE(m->weights.layers[0].bq.empty());
   EXPECT_EQ(m->eos_ids, (std::vector<int32_t>{2}));
-  std::string sha = published_sha("stories260K/stories260K.gguf");
-  if (!sha.empty()) EXPECT_EQ(m->weights_sha256, sha);
+  EXPECT_EQ(m->weights_sha256, test::published_sha("stories260K/stories260K.gguf"));
   ASSERT_NE(m->tokenizer, nullptr);
   EXPECT_EQ(m->tokenizer->vocab_size(), 512);
 }
@@ -111,8 +100,7 @@ TEST(Loader, TinyStories656kBf16) {
   EXPECT_EQ(m->n_params, 2048 * 128 + 2 * (128 + 16384 + 2 * 8192 + 16384 + 128 + 3 * 49152) + 128);
   EXPECT_EQ(m->n_params, 656000);
   EXPECT_EQ(m->eos_ids, (std::vector<int32_t>{2}));
-  std::string sha = published_sha("TinyStories-656K/model.safetensors");
-  if (!sha.empty()) EXPECT_EQ(m->weights_sha256, sha);
+  EXPECT_EQ(m->weights_sha256, test::published_sha("TinyStories-656K/model.safetensors"));
   EXPECT_EQ(m->weights.layers[1].wk.shape, (std::vector<int64_t>{64, 128}));
   EXPECT_EQ(m->weights.layers[1].wk.name, "model.layers.1.self_attn.k_proj.weight");
 }
@@ -129,8 +117,7 @@ TEST(Loader, TinyStories656kFp32TiedStoredAsLmHead) {
   EXPECT_EQ(floats(m->weights.embed), floats(ref->weights.embed));  // F32 = BF16 widened (README)
   EXPECT_EQ(m->n_params, 656000);
   EXPECT_EQ(m->weight_dtype, DType::F32);
-  std::string sha = published_sha("TinyStories-656K/fp32/model.safetensors");
-  if (!sha.empty()) EXPECT_EQ(m->weights_sha256, sha);
+  EXPECT_EQ(m->weights_sha256, test::published_sha("TinyStories-656K/fp32/model.safetensors"));
 }
 
 TEST(Loader, TinyFixturesOnePerArch) {
