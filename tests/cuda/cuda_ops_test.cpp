@@ -401,31 +401,38 @@ TEST_P(CudaOps, Attention) {
       {96, 40, 8, 2, 64, 48},      // tensor-core prefill: sliding window across key tiles
       {70, 5, 16, 4, 128, 0},      // tensor-core prefill: group of 4, partial last row block
   };
-  uint64_t seed = 700;
-  for (const Case& c : cases) {
-    ++seed;
-    const int kv_dim = c.Hkv * c.Dh, end = c.pos0 + c.T;
-    const int cap = end + 13;  // cache rows past the last position stay poisoned
-    const int lo_min = c.window > 0 ? std::max(0, c.pos0 - c.window + 1) : 0;
-    const auto q = random_values(int64_t(c.T) * c.H * c.Dh, seed, 1.0, dt);
-    auto kcv = random_values(int64_t(cap) * kv_dim, seed + 1, 1.0, dt);
-    auto vcv = random_values(int64_t(cap) * kv_dim, seed + 2, 1.0, dt);
-    Buf qr(*ref, q), kr(*ref, kcv), vr(*ref, vcv), orf(*ref, q.size());
-    // Rows no query may see are NaN in the CUDA cache: reading one would poison the output.
-    for (int64_t i = 0; i < int64_t(cap) * kv_dim; ++i) {
-      const int64_t row = i / kv_dim;
-      if (row < lo_min || row >= end) kcv[i] = vcv[i] = std::nan("");
+  // Decode blocks of one query head (the default) and of a whole group.
+  for (const int hpb : {1, 8}) {
+#if ARBITER_HAVE_CUDA
+    set_attn_heads_per_block(*cu, hpb);
+#endif
+    uint64_t seed = 700;
+    for (const Case& c : cases) {
+      ++seed;
+      if (c.T > 1 && hpb != 1) continue;  // prefill does not take the setting
+      const int kv_dim = c.Hkv * c.Dh, end = c.pos0 + c.T;
+      const int cap = end + 13;  // cache rows past the last position stay poisoned
+      const int lo_min = c.window > 0 ? std::max(0, c.pos0 - c.window + 1) : 0;
+      const auto q = random_values(int64_t(c.T) * c.H * c.Dh, seed, 1.0, dt);
+      auto kcv = random_values(int64_t(cap) * kv_dim, seed + 1, 1.0, dt);
+      auto vcv = random_values(int64_t(cap) * kv_dim, seed + 2, 1.0, dt);
+      Buf qr(*ref, q), kr(*ref, kcv), vr(*ref, vcv), orf(*ref, q.size());
+      // Rows no query may see are NaN in the CUDA cache: reading one would poison the output.
+      for (int64_t i = 0; i < int64_t(cap) * kv_dim; ++i) {
+        const int64_t row = i / kv_dim;
+        if (row < lo_min || row >= end) kcv[i] = vcv[i] = std::nan("");
+      }
+      Buf qc(*cu, q), kc(*cu, kcv), vc(*cu, vcv), oc(*cu, q.size());
+      poison(*cu, oc.b);
+      cu->attention(qc.b, kc.b, vc.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, oc.b);
+      ref->attention(qr.b, kr.b, vr.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, orf.b);
+      const int keys = c.window > 0 ? std::min(end, c.window) : end;
+      check_close(c.T == 1 ? "attn.dec" : "attn.pre", dt,
+                  strformat("T=%d pos0=%d H=%d Hkv=%d Dh=%d win=%d hpb=%d", c.T, c.pos0, c.H, c.Hkv,
+                            c.Dh, c.window, hpb),
+                  seed, read_all(*cu, oc.b, q.size()), read_all(*ref, orf.b, q.size()),
+                  nmse_bound(dt, c.Dh + keys));
     }
-    Buf qc(*cu, q), kc(*cu, kcv), vc(*cu, vcv), oc(*cu, q.size());
-    poison(*cu, oc.b);
-    cu->attention(qc.b, kc.b, vc.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, oc.b);
-    ref->attention(qr.b, kr.b, vr.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, orf.b);
-    const int keys = c.window > 0 ? std::min(end, c.window) : end;
-    check_close(c.T == 1 ? "attn.dec" : "attn.pre", dt,
-                strformat("T=%d pos0=%d H=%d Hkv=%d Dh=%d win=%d", c.T, c.pos0, c.H, c.Hkv, c.Dh,
-                          c.window),
-                seed, read_all(*cu, oc.b, q.size()), read_all(*ref, orf.b, q.size()),
-                nmse_bound(dt, c.Dh + keys));
   }
 }
 
@@ -453,50 +460,66 @@ TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
       {8, 8, 64, 0, 64, 0, false, RopeLayout::Adjacent},       // first token, one split
       {16, 2, 256, 200, 300, 0, true, RopeLayout::Half},       // group of 8 at Dh 256 (78 KB)
   };
-  uint64_t seed = 900;
-  for (const Case& c : cases) {
-    ++seed;
-    SCOPED_TRACE(strformat("H=%d Hkv=%d Dh=%d pos=%d cap=%d window=%d", c.H, c.Hkv, c.Dh, c.pos,
-                           c.cap, c.window));
-    ModelConfig cfg;
-    cfg.head_dim = c.Dh;
-    cfg.rope_theta = 1e6;
-    cfg.rope_layout = c.layout;
-    const int kv_dim = c.Hkv * c.Dh;
-    const auto q = random_values(int64_t(c.H) * c.Dh, seed, 1.0, dt);
-    const auto k = random_values(kv_dim, seed + 1, 1.0, dt);
-    const auto v = random_values(kv_dim, seed + 2, 1.0, dt);
-    auto kc = random_values(int64_t(c.cap) * kv_dim, seed + 3, 1.0, dt);
-    auto vc = random_values(int64_t(c.cap) * kv_dim, seed + 4, 1.0, dt);
-    for (int64_t i = int64_t(c.pos) * kv_dim; i < int64_t(c.cap) * kv_dim; ++i)
-      kc[size_t(i)] = vc[size_t(i)] = std::nan("");
-    auto qn = make_tensor("q_norm", {c.Dh}, random_values(c.Dh, seed + 5, 0.3, "f32"), DType::F32);
-    auto kn = make_tensor("k_norm", {c.Dh}, random_values(c.Dh, seed + 6, 0.3, "f32"), DType::F32);
-    std::vector<std::vector<double>> got[2];
-    Backend* tiers[2] = {cu.get(), plain.get()};
-    for (int i = 0; i < 2; ++i) {
-      Backend& be = *tiers[i];
-      Buf qb(be, q), kb(be, k), vb(be, v), kcb(be, kc), vcb(be, vc), ob(be, q.size());
-      poison(be, ob.b);
-      be.qk_rope_attention(qb.b, kb.b, vb.b, c.qk_norm ? &qn->t : nullptr,
-                           c.qk_norm ? &kn->t : nullptr, 1e-6, 1, c.H, c.Hkv, c.Dh, c.pos, cfg,
-                           kcb.b, vcb.b, c.window, ob.b);
-      got[i] = {read_all(be, qb.b, qb.b.n), read_all(be, kb.b, kb.b.n),
-                read_all(be, kcb.b, kcb.b.n), read_all(be, vcb.b, vcb.b.n),
-                read_all(be, ob.b, ob.b.n)};
-    }
-    EXPECT_GT(cu->stats().calls().count("qk_rope_attention"), 0u) << "the fused kernel did not run";
-    const char* names[] = {"q", "k", "k cache", "v cache", "out"};
-    for (int j = 0; j < 5; ++j) {
-      int64_t diff = 0;
-      for (size_t e = 0; e < got[0][j].size(); ++e) {
-        const double a = got[0][j][e], b = got[1][j][e];
-        diff += !(a == b || (std::isnan(a) && std::isnan(b)));
+  // Decode blocks of one query head (the default: the first column's block writes k back
+  // once the others have read it) and of a whole group, the same on both tiers; in groups of
+  // up to 2 (the same keys per warp either way) the two give the same bits.
+  std::vector<std::vector<std::vector<double>>> per_head(cases.size());
+  for (const int hpb : {1, 8}) {
+    set_attn_heads_per_block(*cu, hpb);
+    set_attn_heads_per_block(*plain, hpb);
+    uint64_t seed = 900;
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& c = cases[ci];
+      ++seed;
+      SCOPED_TRACE(strformat("H=%d Hkv=%d Dh=%d pos=%d cap=%d window=%d heads/block=%d", c.H,
+                             c.Hkv, c.Dh, c.pos, c.cap, c.window, hpb));
+      ModelConfig cfg;
+      cfg.head_dim = c.Dh;
+      cfg.rope_theta = 1e6;
+      cfg.rope_layout = c.layout;
+      const int kv_dim = c.Hkv * c.Dh;
+      const auto q = random_values(int64_t(c.H) * c.Dh, seed, 1.0, dt);
+      const auto k = random_values(kv_dim, seed + 1, 1.0, dt);
+      const auto v = random_values(kv_dim, seed + 2, 1.0, dt);
+      auto kc = random_values(int64_t(c.cap) * kv_dim, seed + 3, 1.0, dt);
+      auto vc = random_values(int64_t(c.cap) * kv_dim, seed + 4, 1.0, dt);
+      for (int64_t i = int64_t(c.pos) * kv_dim; i < int64_t(c.cap) * kv_dim; ++i)
+        kc[size_t(i)] = vc[size_t(i)] = std::nan("");
+      auto qn = make_tensor("q_norm", {c.Dh}, random_values(c.Dh, seed + 5, 0.3, "f32"), DType::F32);
+      auto kn = make_tensor("k_norm", {c.Dh}, random_values(c.Dh, seed + 6, 0.3, "f32"), DType::F32);
+      std::vector<std::vector<double>> got[2];
+      Backend* tiers[2] = {cu.get(), plain.get()};
+      for (int i = 0; i < 2; ++i) {
+        Backend& be = *tiers[i];
+        Buf qb(be, q), kb(be, k), vb(be, v), kcb(be, kc), vcb(be, vc), ob(be, q.size());
+        poison(be, ob.b);
+        be.qk_rope_attention(qb.b, kb.b, vb.b, c.qk_norm ? &qn->t : nullptr,
+                             c.qk_norm ? &kn->t : nullptr, 1e-6, 1, c.H, c.Hkv, c.Dh, c.pos, cfg,
+                             kcb.b, vcb.b, c.window, ob.b);
+        got[i] = {read_all(be, qb.b, qb.b.n), read_all(be, kb.b, kb.b.n),
+                  read_all(be, kcb.b, kcb.b.n), read_all(be, vcb.b, vcb.b.n),
+                  read_all(be, ob.b, ob.b.n)};
       }
-      EXPECT_EQ(diff, 0) << names[j] << ": " << diff << " of " << got[0][j].size()
-                         << " elements differ from the ops one by one";
+      EXPECT_GT(cu->stats().calls().count("qk_rope_attention"), 0u) << "the fused kernel did not run";
+      const char* names[] = {"q", "k", "k cache", "v cache", "out"};
+      auto differing = [](const std::vector<double>& x, const std::vector<double>& y) {
+        int64_t diff = 0;
+        for (size_t e = 0; e < x.size(); ++e)
+          diff += !(x[e] == y[e] || (std::isnan(x[e]) && std::isnan(y[e])));
+        return diff;
+      };
+      for (int j = 0; j < 5; ++j)
+        EXPECT_EQ(differing(got[0][j], got[1][j]), 0)
+            << names[j] << " of " << got[0][j].size() << " elements differ from the ops one by one";
+      EXPECT_FALSE(std::isnan(got[0][4][0])) << "output not written";
+      if (hpb == 1) {
+        per_head[ci] = got[0];
+      } else if (c.H / c.Hkv <= 2) {
+        for (int j = 0; j < 5; ++j)
+          EXPECT_EQ(differing(got[0][j], per_head[ci][j]), 0)
+              << names[j] << ": a block per KV head differs from a block per query head";
+      }
     }
-    EXPECT_FALSE(std::isnan(got[0][4][0])) << "output not written";
   }
 #endif
 }

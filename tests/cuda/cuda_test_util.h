@@ -58,6 +58,12 @@ inline void set_attn_split_keys(Backend& be, int n) {
   t.attn_split_keys = n;
   cuda_set_tuning(be, t);
 }
+/// The decode attention's query heads per block (1: a column per query head; 8: per KV head).
+inline void set_attn_heads_per_block(Backend& be, int n) {
+  CudaTuning t = cuda_tuning(be);
+  t.attn_heads_per_block = n;
+  cuda_set_tuning(be, t);
+}
 #endif
 
 }  // namespace arbiter::test

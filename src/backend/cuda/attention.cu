@@ -305,20 +305,27 @@ void attn_init_type() {
 
 
 // --- decode (T == 1) ------------------------------------------------------------------------
-// One block per (KV head, key split), kDecWarps warps. A warp takes KPW keys at a time, one
-// per group of 32 / KPW lanes (each lane holds E = Dh KPW / 32 head elements), so a block
-// covers kDecWarps x KPW keys per iteration, with the next two iterations' keys and values
-// already in flight (one when a lane's slices exceed 32 bytes: more would spill); each lane
-// group keeps an online softmax per query head of the group.
-// KPW is 4, 2 or 1 for groups of <= 2, <= 4, <= 8 query heads per KV head (q and the output
-// stay at group x E <= Dh / 4 values per lane). The lane groups of a warp merge by a
+// One block per (heads_per_block query heads of one KV head, key split), kDecWarps warps: a
+// column of blocks per query head by default (the host's attn_heads_per_block), so that the
+// heads of a group run on separate SMs. Each such block reads its KV head's keys and values
+// itself (from L2); every head's arithmetic is the same whichever block takes it, as long as
+// KPW is. H200, bf16 decode, synth models, one call each (docs/evidence/h200/decode-variants-
+// s13.txt): qwen3-0.6b (group 2) 1,902-1,903 tok/s against 1,824-1,826 with a block per KV
+// head; llama-3.2-1b (group 4) 1,066 against 1,021; qwen2.5-0.5b (group 7) 1,564 against
+// 1,177, and at --depth 1024 1,153 against 408.
+// A warp takes KPW keys at a time, one per group of 32 / KPW lanes (each lane holds
+// E = Dh KPW / 32 head elements), so a block covers kDecWarps x KPW keys per iteration, with
+// the next two iterations' keys and values already in flight (one when a lane's slices exceed
+// 32 bytes: more would spill); each lane group keeps an online softmax per query head of the
+// block. KPW is 4, 2 or 1 for blocks of <= 2, <= 4, <= 8 query heads (q and the output stay
+// at heads x E <= Dh / 4 values per lane). The lane groups of a warp merge by a
 // butterfly of shuffles (every lane gets the same sums: each step adds two values, in either
 // order the same), the warps in warp order through shared memory.
 //
 // Splits: the host sizes the grid from the cache (one graph serves every position); the
 // blocks use the first S = min(gridDim.y, ceil(keys / a.split_keys)) splits of the current
 // key range and the others exit at once, so short contexts pay no split merge. With S > 1
-// each block writes its (o, m, l) partial, and the last block of a KV head to finish (an
+// each block writes its (o, m, l) partial, and the last block of a column to finish (an
 // atomic ticket, reset by that block) merges the splits in split order: one kernel,
 // deterministic.
 //
@@ -329,13 +336,15 @@ void attn_init_type() {
 // heads are normalised and rotated.
 //
 // kQk (the fused qk_rope_attention): the kernel also does qk_rope_store's work for its KV
-// head, so that op needs no launch of its own. Every block normalises and rotates the raw q
-// heads of its group and k head hk (norm_rope_head, the arithmetic of qk_rope_store_kernel)
-// into shared memory and uses those values for q. The new position's key and value come from
-// there and from v (the exact values the cache row gets), so the block whose key range holds
-// the position writes that row without reading it back; the block that finishes the KV head
-// last (every other block of it has read the raw q and k by then) writes the roped q and k
-// back in place, as qk_rope_store leaves them.
+// head, so that op needs no launch of its own. Every block normalises and rotates its raw q
+// heads and k head hk (norm_rope_head, the arithmetic of qk_rope_store_kernel) into shared
+// memory and uses those values for q. The new position's key and value come from there and
+// from v (the exact values the cache row gets), so the first column's block whose key range
+// holds the position writes that row without reading it back. The roped q and k go back in
+// place, as qk_rope_store leaves them: each column's last block writes its q heads (every
+// block of the column has read them by then), and the first column's last block writes k
+// once every block of the KV head has counted itself as past its raw k read (a counter per
+// KV head; with one column per KV head the ticket says as much).
 constexpr int kDecWarps = 8;
 constexpr int kDecMaxGroup = 8;
 static_assert(kMaxHeadDim <= kDecWarps * 32, "kQk: an element of a head per thread");
@@ -373,14 +382,17 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     attn_decode_kernel(AttnArgs a, unsigned* counters, QkRopeArgs qk) {
   constexpr int LPK = 32 / KPW;            // lanes per key
   constexpr int KPB = kDecWarps * KPW;     // keys per block iteration
-  constexpr int MAXG = kDecMaxGroup / KPW;  // query heads per KV head the lanes hold
-  // [kDecWarps][group][Dh], then kQk: [group + 1][Dh] roped q and k, [2][Dh] the q and k norm
+  constexpr int MAXG = kDecMaxGroup / KPW;  // query heads per block the lanes hold
+  // [kDecWarps][hb][Dh], then kQk: [hb + 1][Dh] roped q and k, [2][Dh] the q and k norm
   // weights, [Dh / 2] (cos, sin) of the position
   extern __shared__ float dec_o[];
   __shared__ float dec_m[kDecWarps][kDecMaxGroup], dec_l[kDecWarps][kDecMaxGroup];
   __shared__ int dec_last;
-  const int hk = blockIdx.x, split = blockIdx.y;
-  const int group = a.H / a.Hkv, Dh = E * LPK, kv_dim = a.Hkv * Dh;
+  const int hb = a.heads_per_block, columns = a.H / a.Hkv / hb;  // columns per KV head
+  const int hk = blockIdx.x / columns, column = blockIdx.x % columns, split = blockIdx.y;
+  const int hq0 = blockIdx.x * hb;  // the block's first query head
+  const int Dh = E * LPK, kv_dim = a.Hkv * Dh;
+  unsigned* k_readers = counters + kMaxDecodeHeads + hk;  // blocks past their raw k read
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / LPK, dl = lane % LPK;  // key of the warp's KPW, slice of the head
   // Before griddep_wait, what no kernel of this step writes: the position (uploaded before
@@ -416,8 +428,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   };
   if (kQk) load_first();
   const T* qp = static_cast<const T*>(a.q);
-  float* qks = dec_o + kDecWarps * group * Dh;  // kQk: roped q heads of the group, then k
-  float* nws = qks + (group + 1) * Dh;          // kQk: q norm weights, k norm weights
+  float* qks = dec_o + kDecWarps * hb * Dh;  // kQk: the block's roped q heads, then k
+  float* nws = qks + (hb + 1) * Dh;          // kQk: q norm weights, k norm weights
   float2* css = reinterpret_cast<float2*>(nws + 2 * Dh);  // kQk: the position's RoPE row
   float* vns = reinterpret_cast<float*>(css + Dh / 2);     // kQk: the new row's value
   if (kQk) {
@@ -441,24 +453,25 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     const T vnew = has_v ? static_cast<const T*>(qk.v)[int64_t(hk) * Dh + threadIdx.x]
                          : from_f<T>(0.f);
     __syncthreads();  // nws, css
-    for (int h = warp; h <= group; h += kDecWarps) {
-      const bool is_k = h == group;
+    for (int h = warp; h <= hb; h += kDecWarps) {
+      const bool is_k = h == hb;
       const T* x = is_k ? static_cast<const T*>(qk.k) + int64_t(hk) * Dh
-                        : qp + int64_t(hk * group + h) * Dh;
+                        : qp + int64_t(hq0 + h) * Dh;
       const float* nw = is_k ? (qk.kn ? nws + Dh : nullptr) : (qk.qn ? nws : nullptr);
       norm_rope_head<T, NCH>(x, nw, qk.eps, Dh, css, qk.adjacent, qks + h * Dh, lane);
     }
     if (has_v) vns[threadIdx.x] = to_f(vnew);
     __syncthreads();
+    if (columns > 1 && threadIdx.x == 0) atomicAdd(k_readers, 1u);  // raw q and k read
     // The o GEMV (and through its early launch the gate/up GEMV) starts loading its weights
     // only now, after the raw q and k reads above (with which, started at the wait, its loads
     // probably compete). H200, synth qwen3-0.6b bf16 decode, one call (with the q/k/v GEMV at
     // 88 registers, gemv.cu): 1,750-1,755 against 1,742 tok/s; after the key loop 1,717-1,722
     // (docs/evidence/h200/decode-variants-s11.txt).
     griddep_launch();
-    if (ks <= pos && pos < ke && has_v) {  // this block's range holds the new row: store it
+    if (column == 0 && ks <= pos && pos < ke && has_v) {  // the new row is in range: store it
       const int64_t row = int64_t(pos) * kv_dim + int64_t(hk) * Dh + threadIdx.x;
-      static_cast<T*>(qk.k_cache)[row] = from_f<T>(qks[group * Dh + threadIdx.x]);
+      static_cast<T*>(qk.k_cache)[row] = from_f<T>(qks[hb * Dh + threadIdx.x]);
       static_cast<T*>(qk.v_cache)[row] = vnew;
     }
   }
@@ -472,13 +485,13 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       o[g][e] = 0.f;
       q[g][e] = 0.f;
     }
-    if (g < group) {
+    if (g < hb) {
       if (kQk) {
 #pragma unroll
         for (int e = 0; e < E; ++e) q[g][e] = qks[g * Dh + dl * E + e];
       } else {
         Slice<T, E> qs;
-        load_slice(qp + int64_t(hk * group + g) * Dh + dl * E, qs);
+        load_slice(qp + int64_t(hq0 + g) * Dh + dl * E, qs);
 #pragma unroll
         for (int e = 0; e < E; ++e) q[g][e] = to_f(qs.v[e]);
       }
@@ -492,7 +505,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     if (kQk && key == pos) {  // the new row, as stored above
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        kf[e] = qks[group * Dh + dl * E + e];
+        kf[e] = qks[hb * Dh + dl * E + e];
         vf[e] = vns[dl * E + e];
       }
     } else {
@@ -504,7 +517,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     }
 #pragma unroll
     for (int g = 0; g < MAXG; ++g) {
-      if (g >= group) break;
+      if (g >= hb) break;
       float sc = 0.f;
 #pragma unroll
       for (int e = 0; e < E; ++e) sc = fmaf(q[g][e], kf[e], sc);
@@ -528,10 +541,16 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       vn = vn2;
     }
   }
+  // kQk, the first of several columns: the count of blocks past their raw k read, loaded now
+  // so that its latency passes during the merges (the other columns' blocks counted
+  // themselves when this one did, before the keys): the k write-back below rarely waits.
+  unsigned k_seen = 0;
+  if (kQk && column == 0 && columns > 1 && threadIdx.x == 0)
+    k_seen = *reinterpret_cast<volatile unsigned*>(k_readers);
   // Merge the warp's lane groups (butterfly), then the warps (in warp order).
 #pragma unroll
   for (int g = 0; g < MAXG; ++g) {
-    if (g >= group) break;
+    if (g >= hb) break;
     float M = m[g];
 #pragma unroll
     for (int off = LPK; off < 32; off <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
@@ -544,7 +563,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       float O = o[g][e] * c;
 #pragma unroll
       for (int off = LPK; off < 32; off <<= 1) O += __shfl_xor_sync(0xffffffffu, O, off);
-      if (sub == 0) dec_o[(warp * group + g) * Dh + dl * E + e] = O;
+      if (sub == 0) dec_o[(warp * hb + g) * Dh + dl * E + e] = O;
     }
     if (lane == 0) {
       dec_m[warp][g] = M;
@@ -558,8 +577,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   // qwen3-0.6b bf16 decode, one call: 1,670-1,671 against 1,652 tok/s; -p 2048: 1,662-1,687
   // against 1,643-1,649).
   const int stride = Dh + 2;
-  for (int t = threadIdx.x; t < group * Dh; t += blockDim.x) {
-    const int g = t / Dh, d = t % Dh, h = hk * group + g;
+  for (int t = threadIdx.x; t < hb * Dh; t += blockDim.x) {
+    const int g = t / Dh, d = t % Dh, h = hq0 + g;
     float M = -INFINITY;
     for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, dec_m[w][g]);
     float L = 0.f, O = 0.f;
@@ -568,7 +587,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       if (dec_m[w][g] == -INFINITY) continue;
       const float cw = expf(dec_m[w][g] - M);  // warp w's weight e^(m_w - M)
       L += dec_l[w][g] * cw;
-      O = fmaf(dec_o[(w * group + g) * Dh + d], cw, O);
+      O = fmaf(dec_o[(w * hb + g) * Dh + d], cw, O);
     }
     if (S == 1) {
       static_cast<T*>(a.out)[int64_t(h) * Dh + d] = from_f<T>(O / L);
@@ -581,15 +600,24 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       }
     }
   }
-  // Writes the roped q and k back in place (kQk; by the block that finishes last).
+  // Writes the roped q and k back in place (kQk; by the column's last block, k by the first
+  // column's once every block of the KV head has read the raw k: S blocks per column).
   auto write_back_qk = [&] {
     if (!kQk) return;
-    T* qo = static_cast<T*>(qk.q) + int64_t(hk * group) * Dh;
+    T* qo = static_cast<T*>(qk.q) + int64_t(hq0) * Dh;
     T* ko = static_cast<T*>(qk.k) + int64_t(hk) * Dh;
-    for (int i = threadIdx.x; i < (group + 1) * Dh; i += blockDim.x) {
+    const int n = column == 0 ? hb + 1 : hb;
+    if (column == 0 && columns > 1) {
+      if (threadIdx.x == 0) {
+        while (k_seen < unsigned(columns * S)) k_seen = *reinterpret_cast<volatile unsigned*>(k_readers);
+        *k_readers = 0u;  // ready for the next launch
+      }
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < n * Dh; i += blockDim.x) {
       const T y = from_f<T>(qks[i]);
-      if (i < group * Dh) qo[i] = y;
-      else ko[i - group * Dh] = y;
+      if (i < hb * Dh) qo[i] = y;
+      else ko[i - hb * Dh] = y;
     }
   };
   if (S == 1) {
@@ -598,18 +626,18 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   }
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) dec_last = atomicAdd(&counters[hk], 1u) == unsigned(S - 1);
+  if (threadIdx.x == 0) dec_last = atomicAdd(&counters[blockIdx.x], 1u) == unsigned(S - 1);
   __syncthreads();
   if (!dec_last) return;
   __threadfence();
   write_back_qk();
-  // Last block of this KV head: merge the splits in split order. Warp g reads head g's (m, l)
+  // Last block of this column: merge the splits in split order. Warp g reads head g's (m, l)
   // (lane s split s's; n_splits <= 32) and leaves the splits' weights e^(m_s - M) and the
   // sum L in shared memory; then one thread per (head, element) adds the splits' partial
   // outputs, all loaded independently of each other.
   __shared__ float dec_ws[kDecMaxGroup][32], dec_sum[kDecMaxGroup];
-  for (int g = warp; g < group; g += kDecWarps) {
-    const float* pr = a.part + int64_t(hk * group + g) * S * stride;
+  for (int g = warp; g < hb; g += kDecWarps) {
+    const float* pr = a.part + int64_t(hq0 + g) * S * stride;
     const float ms = lane < S ? __ldcg(pr + lane * stride + Dh) : -INFINITY;
     const float ls = lane < S ? __ldcg(pr + lane * stride + Dh + 1) : 0.f;
     const float M = warp_max(ms);
@@ -621,15 +649,15 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     if (lane == 0) dec_sum[g] = L;
   }
   __syncthreads();
-  for (int t = threadIdx.x; t < group * Dh; t += blockDim.x) {
-    const int g = t / Dh, d = t % Dh, h = hk * group + g;
+  for (int t = threadIdx.x; t < hb * Dh; t += blockDim.x) {
+    const int g = t / Dh, d = t % Dh, h = hq0 + g;
     const float* pr = a.part + int64_t(h) * S * stride;
     float acc = 0.f;
 #pragma unroll 8
     for (int s2 = 0; s2 < S; ++s2) acc = fmaf(__ldcg(pr + s2 * stride + d), dec_ws[g][s2], acc);
     static_cast<T*>(a.out)[int64_t(h) * Dh + d] = from_f<T>(acc / dec_sum[g]);
   }
-  if (threadIdx.x == 0) counters[hk] = 0u;  // ready for the next launch (graph replays too)
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0u;  // ready for the next launch (graph replays too)
 }
 
 /// Dynamic shared memory of the decode kernel: [kDecWarps][group][Dh] partial outputs; kQk:
@@ -669,12 +697,21 @@ void attn_decode_init() {
 template <class T, bool kQk>
 void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk,
                        cudaStream_t s) {
-  const dim3 grid(unsigned(a.Hkv), unsigned(a.n_splits));
   const int group = a.H / a.Hkv;
-  const size_t smem = attn_decode_smem_bytes(group, a.Dh, kQk);
-  if (group <= 2) attn_decode_launch<T, 4, kQk>(a, counters, qk, grid, smem, s);
-  else if (group <= 4) attn_decode_launch<T, 2, kQk>(a, counters, qk, grid, smem, s);
-  else attn_decode_launch<T, 1, kQk>(a, counters, qk, grid, smem, s);
+  AttnArgs b = a;
+  b.heads_per_block = a.heads_per_block > 0 ? a.heads_per_block : group;
+  ARB_CHECK(group % b.heads_per_block == 0, "[cuda] attention_decode: %d heads per block of a group of %d",
+            b.heads_per_block, group);
+  const int hb = b.heads_per_block;
+  // A block of the first column may wait for the other columns' blocks (kQk's k write-back):
+  // at most one per KV head waits, far fewer than the device has block slots.
+  ARB_CHECK(hb == group || a.Hkv <= kMaxSplitColumnsKvHeads,
+            "[cuda] attention_decode: %d KV heads in columns of %d heads", a.Hkv, hb);
+  const dim3 grid(unsigned(a.H / hb), unsigned(a.n_splits));
+  const size_t smem = attn_decode_smem_bytes(hb, a.Dh, kQk);
+  if (hb <= 2) attn_decode_launch<T, 4, kQk>(b, counters, qk, grid, smem, s);
+  else if (hb <= 4) attn_decode_launch<T, 2, kQk>(b, counters, qk, grid, smem, s);
+  else attn_decode_launch<T, 1, kQk>(b, counters, qk, grid, smem, s);
   ARB_LAUNCHED("attn_decode_kernel", s);
 }
 
@@ -994,7 +1031,7 @@ int attention_blocks(int T, int H, int Hkv) {
 bool attention_decode_fits(int H, int Hkv, int Dh) {
   const int e = Dh / 32;
   return Hkv > 0 && H % Hkv == 0 && H / Hkv <= kDecMaxGroup && Dh % 32 == 0 &&
-         (e == 1 || e == 2 || e == 4 || e == 8) && Hkv <= kMaxDecodeKvHeads;
+         (e == 1 || e == 2 || e == 4 || e == 8) && H <= kMaxDecodeHeads;
 }
 
 void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters,

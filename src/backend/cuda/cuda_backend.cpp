@@ -146,8 +146,8 @@ class CudaBackend final : public Backend {
     ARB_CUBLAS(cublasLtCreate(&lt_));
     ARB_CUDA(cudaMalloc(&lt_ws_, kLtWorkspace));
     cuda::attention_init();
-    ARB_CUDA(cudaMalloc(&counters_, sizeof(unsigned) * cuda::kMaxDecodeKvHeads));
-    ARB_CUDA(cudaMemset(counters_, 0, sizeof(unsigned) * cuda::kMaxDecodeKvHeads));
+    ARB_CUDA(cudaMalloc(&counters_, sizeof(unsigned) * cuda::kDecodeCounterWords));
+    ARB_CUDA(cudaMemset(counters_, 0, sizeof(unsigned) * cuda::kDecodeCounterWords));
     tuning_.gemv = env_on("ARBITER_CUDA_GEMV", true);
     tuning_.graphs = env_on("ARBITER_CUDA_GRAPH", true) && !cuda::sync_after_launch();
     tuning_.fused = env_on("ARBITER_CUDA_FUSED", true);
@@ -155,6 +155,8 @@ class CudaBackend final : public Backend {
     tuning_.attn_mma = env_on("ARBITER_CUDA_ATTN_MMA", true);
     tuning_.attn_split_keys =
         env_int("ARBITER_CUDA_ATTN_SPLIT_KEYS", tuning_.attn_split_keys, 1, kMaxSplitKeys);
+    tuning_.attn_heads_per_block = env_int("ARBITER_CUDA_ATTN_HEADS_PER_BLOCK",
+                                           tuning_.attn_heads_per_block, 1, cuda::kMaxDecodeHeads);
     tuning_.graph_segment_ops =
         env_int("ARBITER_CUDA_GRAPH_SEGMENT", tuning_.graph_segment_ops, 0, 1 << 20);
     tuning_.pdl = cuda::pdl_enabled();
@@ -832,10 +834,18 @@ class CudaBackend final : public Backend {
     }
     cuda::AttnArgs a = attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, out, n_splits, part);
     a.split_keys = split_keys;
+    const int group = H / Hkv;
+    a.heads_per_block = group;
+    if (Hkv <= cuda::kMaxSplitColumnsKvHeads)
+      for (int d = std::min(tuning_.attn_heads_per_block, group); d >= 1; --d)
+        if (group % d == 0) {
+          a.heads_per_block = d;
+          break;
+        }
     unsigned* ctr = counters_;
     std::vector<int64_t> sig = {24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache),
                                 int64_t(a.out), int64_t(part), H, Hkv, Dh, window, n_splits,
-                                a.split_keys, int64_t(ctr)};
+                                a.split_keys, a.heads_per_block, int64_t(ctr)};
     const bool fused = qk != nullptr;
     const cuda::QkRopeArgs qa = fused ? *qk : cuda::QkRopeArgs{};
     if (fused) append_qk_sig(sig, qa);
@@ -1254,7 +1264,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_ws_ = nullptr;
-  unsigned* counters_ = nullptr;  // decode attention's split tickets (kMaxDecodeKvHeads)
+  unsigned* counters_ = nullptr;  // decode attention's tickets (kDecodeCounterWords)
   CudaTuning tuning_;
   CudaGraphStats gstats_;
 

@@ -37,6 +37,10 @@ struct CudaTuning {
                               // and fewer, longer splits won over 128 (H200, synth qwen3-0.6b
                               // bf16 decode, -p 2048: 1,836-1,848 against 1,815-1,816 tok/s;
                               // -p 512: 1,838-1,839 against 1,823-1,832; decode-variants-s12)
+  int attn_heads_per_block = 1;  // direct decode attention: query heads per block (the largest
+                                 // divisor of the group up to this, a whole group past 64 KV
+                                 // heads; ARBITER_CUDA_ATTN_HEADS_PER_BLOCK). One head per
+                                 // block spreads a group over SMs (attention.cu)
   int graph_segment_ops = 32;  // a single-token step runs (as a graph) in segments of this many
                                // launches while the host queues the rest; 0: the whole step at
                                // once (ARBITER_CUDA_GRAPH_SEGMENT). Steps that embed a pick

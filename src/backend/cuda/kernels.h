@@ -130,6 +130,7 @@ struct AttnArgs {
   float* part = nullptr;          // n_splits > 1: [T * H, n_splits, Dh + 2] (o..., m, l)
   int T = 0, H = 0, Hkv = 0, Dh = 0, window = 0, n_splits = 1;
   int split_keys = 512;  // decode: the first ceil(keys / split_keys) of the n_splits are used
+  int heads_per_block = 0;  // decode: query heads per block, a divisor of H / Hkv (0: H / Hkv)
   PosRef pos;
   float scale = 1.f;
 };
@@ -147,10 +148,14 @@ void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s);
 /// tiles of 64 keys; P is rounded to the compute type before the P V product.
 bool attention_mma_fits(CType ct, int T, int Dh);
 void launch_attention_mma(CType ct, const AttnArgs& a, cudaStream_t s);
-/// Decode attention (T == 1): grid (Hkv, n_splits), keys read straight from global memory,
-/// splits merged by the last block of each KV head (counters: kMaxDecodeKvHeads zeroed
-/// words, left zeroed). Takes Dh in {32, 64, 128, 256}, groups H / Hkv <= 8, n_splits <= 32.
-constexpr int kMaxDecodeKvHeads = 1024;
+/// Decode attention (T == 1): grid (H / heads_per_block, n_splits), keys read straight from
+/// global memory, splits merged by the last block of each column (counters:
+/// kDecodeCounterWords zeroed words, left zeroed). Takes Dh in {32, 64, 128, 256}, groups
+/// H / Hkv <= 8, H <= kMaxDecodeHeads, n_splits <= 32.
+constexpr int kMaxDecodeHeads = 1024;
+/// Most KV heads whose groups the decode attention splits into several columns of blocks.
+constexpr int kMaxSplitColumnsKvHeads = 64;
+constexpr int kDecodeCounterWords = 2 * kMaxDecodeHeads;
 bool attention_decode_fits(int H, int Hkv, int Dh);
 /// qk (may be null): the decode step's q/k norm + RoPE + KV store (launch_qk_rope_store's
 /// work, same bits) done inside the attention kernel (q/k heads of Dh <= 64 x V elements);
