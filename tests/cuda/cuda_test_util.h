@@ -52,10 +52,12 @@ inline std::unique_ptr<Backend> try_make_cuda(const std::string& dtype, std::str
 }
 
 #if ARBITER_HAVE_CUDA
-/// One decode-attention key split per n keys (tests that name their split counts set it).
+/// One decode-attention key split per n keys, up to 32 splits (tests that name their split
+/// counts set it).
 inline void set_attn_split_keys(Backend& be, int n) {
   CudaTuning t = cuda_tuning(be);
   t.attn_split_keys = n;
+  t.attn_max_splits = 32;
   cuda_set_tuning(be, t);
 }
 /// The decode attention's query heads per block (1: a column per query head; 8: per KV head).

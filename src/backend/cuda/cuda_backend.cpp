@@ -155,6 +155,7 @@ class CudaBackend final : public Backend {
     tuning_.attn_mma = env_on("ARBITER_CUDA_ATTN_MMA", true);
     tuning_.attn_split_keys =
         env_int("ARBITER_CUDA_ATTN_SPLIT_KEYS", tuning_.attn_split_keys, 1, kMaxSplitKeys);
+    tuning_.attn_max_splits = env_int("ARBITER_CUDA_ATTN_MAX_SPLITS", tuning_.attn_max_splits, 1, 32);
     tuning_.attn_heads_per_block = env_int("ARBITER_CUDA_ATTN_HEADS_PER_BLOCK",
                                            tuning_.attn_heads_per_block, 1, cuda::kMaxDecodeHeads);
     tuning_.graph_segment_ops =
@@ -818,15 +819,23 @@ class CudaBackend final : public Backend {
 
   /// The direct decode attention (T == 1), with the step's q/k norm + RoPE + KV store folded
   /// in when qk is given. The grid's splits come from the cache size, never the position (one
-  /// graph serves every position): about two blocks per SM, at least attn_split_keys (512)
-  /// cache rows per split, at most 32 splits; the kernel uses the first ceil(keys /
+  /// graph serves every position): about two blocks per SM, at least attn_split_keys (256)
+  /// cache rows per split, at most attn_max_splits (8); the kernel uses the first ceil(keys /
   /// attn_split_keys) of them.
   void submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                                int H, int Hkv, int Dh, int window, Buffer& out, int cap, int pos0,
                                const cuda::QkRopeArgs* qk) {
-    const int split_keys = std::clamp(tuning_.attn_split_keys, 1, kMaxSplitKeys);
-    const int n_splits =
-        std::clamp(std::min((2 * sm_count_ + Hkv - 1) / Hkv, cap / split_keys), 1, 32);
+    const int group = H / Hkv;
+    int hpb = group;  // query heads per block
+    if (Hkv <= cuda::kMaxSplitColumnsKvHeads)
+      for (int d = std::min(tuning_.attn_heads_per_block, group); d >= 1; --d)
+        if (group % d == 0) {
+          hpb = d;
+          break;
+        }
+    const int columns = H / hpb, split_keys = std::clamp(tuning_.attn_split_keys, 1, kMaxSplitKeys);
+    const int n_splits = std::clamp(std::min((2 * sm_count_ + columns - 1) / columns, cap / split_keys),
+                                    1, std::clamp(tuning_.attn_max_splits, 1, 32));
     float* part = nullptr;
     if (n_splits > 1) {
       ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
@@ -834,14 +843,7 @@ class CudaBackend final : public Backend {
     }
     cuda::AttnArgs a = attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, out, n_splits, part);
     a.split_keys = split_keys;
-    const int group = H / Hkv;
-    a.heads_per_block = group;
-    if (Hkv <= cuda::kMaxSplitColumnsKvHeads)
-      for (int d = std::min(tuning_.attn_heads_per_block, group); d >= 1; --d)
-        if (group % d == 0) {
-          a.heads_per_block = d;
-          break;
-        }
+    a.heads_per_block = hpb;
     unsigned* ctr = counters_;
     std::vector<int64_t> sig = {24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache),
                                 int64_t(a.out), int64_t(part), H, Hkv, Dh, window, n_splits,

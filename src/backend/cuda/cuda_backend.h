@@ -30,13 +30,15 @@ struct CudaTuning {
                             // from global memory; ARBITER_CUDA_ATTN_DIRECT); off: flash + combine
   bool attn_mma = true;  // T > 1 attention on tensor cores (bf16/f16, Dh 64/128;
                          // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel
-  int attn_split_keys = 512;  // direct decode attention: one key split per this many keys (a
-                              // grid of up to 32 splits sized by the cache rows; the kernel
-                              // uses those the position needs; ARBITER_CUDA_ATTN_SPLIT_KEYS).
-                              // With the weights first out of L2 the cache rows stay there,
-                              // and fewer, longer splits won over 128 (H200, synth qwen3-0.6b
-                              // bf16 decode, -p 2048: 1,836-1,848 against 1,815-1,816 tok/s;
-                              // -p 512: 1,838-1,839 against 1,823-1,832; decode-variants-s12)
+  int attn_split_keys = 256;  // direct decode attention: the fewest keys per key split (the
+                              // grid's splits are sized by the cache rows; the kernel uses
+                              // those the position needs; ARBITER_CUDA_ATTN_SPLIT_KEYS)
+  int attn_max_splits = 8;    // and the most splits (ARBITER_CUDA_ATTN_MAX_SPLITS, <= 32).
+                              // H200, synth qwen3-0.6b bf16 decode, tg128 (session 13,
+                              // decode-variants-s13): keys per split 128 / 256 / 512 / 1024 at
+                              // --depth 1024 1,238 / 1,313 / 1,119 / 908 tok/s, at --depth 4096
+                              // 764 / 963 / 1,106 / 858 (at most 32 splits): about 4-8 splits
+                              // of 256+ keys each. Short contexts run one split.
   int attn_heads_per_block = 1;  // direct decode attention: query heads per block (the largest
                                  // divisor of the group up to this, a whole group past 64 KV
                                  // heads; ARBITER_CUDA_ATTN_HEADS_PER_BLOCK). One head per
