@@ -88,7 +88,9 @@ static int cmd_bench(int argc, char** argv) {
                  "[-n 128] [-r 5]\n"
                  "       [--depth D] [--shapes w1,w8,w256 --corpus FILE] [--json | --json-out FILE] [--no-probes]"
                  " [--stats]\n"
-                 "Throughput next to limits measured in the same run (read bandwidth, matmul peak).\n");
+                 "Throughput next to limits measured in the same run (read bandwidth, matmul peak).\n"
+                 "--depth D runs pp and tg behind D context tokens: tg's context is D plus the tokens\n"
+                 "generated (-p sizes the prefill test, not tg's context).\n");
     return 0;
   }
   ARB_CHECK(a.positional().empty(), "[cli] bench: unexpected argument '%s'", a.positional()[0].c_str());
