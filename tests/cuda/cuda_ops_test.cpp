@@ -485,8 +485,10 @@ TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
       auto vc = random_values(int64_t(c.cap) * kv_dim, seed + 4, 1.0, dt);
       for (int64_t i = int64_t(c.pos) * kv_dim; i < int64_t(c.cap) * kv_dim; ++i)
         kc[size_t(i)] = vc[size_t(i)] = std::nan("");
-      auto qn = make_tensor("q_norm", {c.Dh}, random_values(c.Dh, seed + 5, 0.3, "f32"), DType::F32);
-      auto kn = make_tensor("k_norm", {c.Dh}, random_values(c.Dh, seed + 6, 0.3, "f32"), DType::F32);
+      auto qn =
+          make_tensor("q_norm", {c.Dh}, random_values(c.Dh, seed + 5, 0.3, "f32"), DType::F32);
+      auto kn =
+          make_tensor("k_norm", {c.Dh}, random_values(c.Dh, seed + 6, 0.3, "f32"), DType::F32);
       std::vector<std::vector<double>> got[2];
       Backend* tiers[2] = {cu.get(), plain.get()};
       for (int i = 0; i < 2; ++i) {
@@ -500,7 +502,8 @@ TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
                   read_all(be, kcb.b, kcb.b.n), read_all(be, vcb.b, vcb.b.n),
                   read_all(be, ob.b, ob.b.n)};
       }
-      EXPECT_GT(cu->stats().calls().count("qk_rope_attention"), 0u) << "the fused kernel did not run";
+      EXPECT_GT(cu->stats().calls().count("qk_rope_attention"), 0u)
+          << "the fused kernel did not run";
       const char* names[] = {"q", "k", "k cache", "v cache", "out"};
       auto differing = [](const std::vector<double>& x, const std::vector<double>& y) {
         int64_t diff = 0;

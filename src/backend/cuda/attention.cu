@@ -609,7 +609,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     const int n = column == 0 ? hb + 1 : hb;
     if (column == 0 && columns > 1) {
       if (threadIdx.x == 0) {
-        while (k_seen < unsigned(columns * S)) k_seen = *reinterpret_cast<volatile unsigned*>(k_readers);
+        while (k_seen < unsigned(columns * S))
+          k_seen = *reinterpret_cast<volatile unsigned*>(k_readers);
         *k_readers = 0u;  // ready for the next launch
       }
       __syncthreads();
@@ -700,8 +701,9 @@ void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& 
   const int group = a.H / a.Hkv;
   AttnArgs b = a;
   b.heads_per_block = a.heads_per_block > 0 ? a.heads_per_block : group;
-  ARB_CHECK(group % b.heads_per_block == 0, "[cuda] attention_decode: %d heads per block of a group of %d",
-            b.heads_per_block, group);
+  ARB_CHECK(group % b.heads_per_block == 0,
+            "[cuda] attention_decode: %d heads per block of a group of %d", b.heads_per_block,
+            group);
   const int hb = b.heads_per_block;
   // A block of the first column may wait for the other columns' blocks (kQk's k write-back):
   // at most one per KV head waits, far fewer than the device has block slots.

@@ -155,7 +155,8 @@ class CudaBackend final : public Backend {
     tuning_.attn_mma = env_on("ARBITER_CUDA_ATTN_MMA", true);
     tuning_.attn_split_keys =
         env_int("ARBITER_CUDA_ATTN_SPLIT_KEYS", tuning_.attn_split_keys, 1, kMaxSplitKeys);
-    tuning_.attn_max_splits = env_int("ARBITER_CUDA_ATTN_MAX_SPLITS", tuning_.attn_max_splits, 1, 32);
+    tuning_.attn_max_splits =
+        env_int("ARBITER_CUDA_ATTN_MAX_SPLITS", tuning_.attn_max_splits, 1, 32);
     tuning_.attn_heads_per_block = env_int("ARBITER_CUDA_ATTN_HEADS_PER_BLOCK",
                                            tuning_.attn_heads_per_block, 1, cuda::kMaxDecodeHeads);
     tuning_.graph_segment_ops =
@@ -833,9 +834,11 @@ class CudaBackend final : public Backend {
           hpb = d;
           break;
         }
-    const int columns = H / hpb, split_keys = std::clamp(tuning_.attn_split_keys, 1, kMaxSplitKeys);
-    const int n_splits = std::clamp(std::min((2 * sm_count_ + columns - 1) / columns, cap / split_keys),
-                                    1, std::clamp(tuning_.attn_max_splits, 1, 32));
+    const int columns = H / hpb;
+    const int split_keys = std::clamp(tuning_.attn_split_keys, 1, kMaxSplitKeys);
+    const int n_splits =
+        std::clamp(std::min((2 * sm_count_ + columns - 1) / columns, cap / split_keys), 1,
+                   std::clamp(tuning_.attn_max_splits, 1, 32));
     float* part = nullptr;
     if (n_splits > 1) {
       ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
