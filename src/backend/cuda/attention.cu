@@ -698,22 +698,18 @@ void attn_decode_init() {
 template <class T, bool kQk>
 void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk,
                        cudaStream_t s) {
-  const int group = a.H / a.Hkv;
-  AttnArgs b = a;
-  b.heads_per_block = a.heads_per_block > 0 ? a.heads_per_block : group;
-  ARB_CHECK(group % b.heads_per_block == 0,
-            "[cuda] attention_decode: %d heads per block of a group of %d", b.heads_per_block,
-            group);
-  const int hb = b.heads_per_block;
+  const int group = a.H / a.Hkv, hb = a.heads_per_block;
+  ARB_CHECK(hb >= 1 && group % hb == 0,
+            "[cuda] attention_decode: %d heads per block of a group of %d", hb, group);
   // A block of the first column may wait for the other columns' blocks (kQk's k write-back):
   // at most one per KV head waits, far fewer than the device has block slots.
   ARB_CHECK(hb == group || a.Hkv <= kMaxSplitColumnsKvHeads,
             "[cuda] attention_decode: %d KV heads in columns of %d heads", a.Hkv, hb);
   const dim3 grid(unsigned(a.H / hb), unsigned(a.n_splits));
   const size_t smem = attn_decode_smem_bytes(hb, a.Dh, kQk);
-  if (hb <= 2) attn_decode_launch<T, 4, kQk>(b, counters, qk, grid, smem, s);
-  else if (hb <= 4) attn_decode_launch<T, 2, kQk>(b, counters, qk, grid, smem, s);
-  else attn_decode_launch<T, 1, kQk>(b, counters, qk, grid, smem, s);
+  if (hb <= 2) attn_decode_launch<T, 4, kQk>(a, counters, qk, grid, smem, s);
+  else if (hb <= 4) attn_decode_launch<T, 2, kQk>(a, counters, qk, grid, smem, s);
+  else attn_decode_launch<T, 1, kQk>(a, counters, qk, grid, smem, s);
   ARB_LAUNCHED("attn_decode_kernel", s);
 }
 

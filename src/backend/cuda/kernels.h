@@ -130,7 +130,7 @@ struct AttnArgs {
   float* part = nullptr;          // n_splits > 1: [T * H, n_splits, Dh + 2] (o..., m, l)
   int T = 0, H = 0, Hkv = 0, Dh = 0, window = 0, n_splits = 1;
   int split_keys = 256;  // decode: the first ceil(keys / split_keys) of the n_splits are used
-  int heads_per_block = 0;  // decode: query heads per block, a divisor of H / Hkv (0: H / Hkv)
+  int heads_per_block = 0;  // decode: query heads per block, a divisor of H / Hkv (required)
   PosRef pos;
   float scale = 1.f;
 };
