@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "engine/bench.h"
 #include "engine/session.h"
-#include "verify/trace_run.h"
+#include "verify/trace/trace_run.h"
 
 namespace arbiter::cli {
 

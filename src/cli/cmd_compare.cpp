@@ -8,7 +8,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
-#include "verify/compare.h"
+#include "verify/judge/compare.h"
 
 namespace arbiter::cli {
 

@@ -1,4 +1,4 @@
-// arbiter drift: where in the forward do two tiers part? (verify/drift.h, docs/localize.md)
+// arbiter drift: where in the forward do two tiers part? (verify/localize/drift.h, docs/localize.md)
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -6,8 +6,8 @@
 
 #include "cli/common.h"
 #include "core/error.h"
-#include "verify/drift.h"
-#include "verify/svg.h"
+#include "verify/localize/drift.h"
+#include "verify/localize/svg.h"
 
 namespace arbiter::cli {
 

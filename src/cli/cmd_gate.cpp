@@ -1,9 +1,9 @@
-// arbiter gate: greedy token gate across tiers (verify/gate.h, docs/localize.md).
+// arbiter gate: greedy token gate across tiers (verify/localize/gate.h, docs/localize.md).
 #include <cstdio>
 
 #include "cli/common.h"
 #include "core/error.h"
-#include "verify/gate.h"
+#include "verify/localize/gate.h"
 
 namespace arbiter::cli {
 

@@ -8,8 +8,8 @@
 #include "cli/command.h"
 #include "cli/common.h"
 #include "core/error.h"
-#include "verify/matrix_report.h"
-#include "verify/matrix_run.h"
+#include "verify/matrix/matrix_report.h"
+#include "verify/matrix/matrix_run.h"
 
 namespace arbiter::cli {
 

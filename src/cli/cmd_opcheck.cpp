@@ -1,5 +1,5 @@
 // arbiter opcheck: every op with the model's real shapes and weights against the f64 ref
-// tier on identical (captured) inputs (verify/opcheck.h, docs/localize.md).
+// tier on identical (captured) inputs (verify/localize/opcheck.h, docs/localize.md).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -7,8 +7,8 @@
 
 #include "cli/common.h"
 #include "core/error.h"
-#include "verify/opcheck.h"
-#include "verify/svg.h"
+#include "verify/localize/opcheck.h"
+#include "verify/localize/svg.h"
 
 namespace arbiter::cli {
 

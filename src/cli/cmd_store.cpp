@@ -4,7 +4,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
-#include "verify/store.h"
+#include "verify/trace/store.h"
 
 namespace arbiter::cli {
 

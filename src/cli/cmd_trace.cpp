@@ -5,8 +5,8 @@
 #include "backend/mix.h"
 #include "cli/common.h"
 #include "core/error.h"
-#include "verify/host_info.h"
-#include "verify/trace_run.h"
+#include "verify/trace/host_info.h"
+#include "verify/trace/trace_run.h"
 
 namespace arbiter::cli {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
-#include "verify/trace.h"
+#include "verify/trace/trace.h"
 
 using namespace arbiter;
 

@@ -11,8 +11,8 @@
 #include "io/sha256.h"
 #include "model/model.h"
 #include "test_util.h"
-#include "verify/trace.h"
-#include "verify/trace_run.h"
+#include "verify/trace/trace.h"
+#include "verify/trace/trace_run.h"
 
 using namespace arbiter;
 using namespace arbiter::test;

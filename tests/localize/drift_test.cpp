@@ -3,7 +3,7 @@
 // own capture must reproduce it bit for bit); faults injected at (op, layer) must be the first
 // flagged stage; without a fault nothing is flagged on cpu vs ref.
 // To add a fault case: append {model, inject spec, expected stage, expected layer} to kFaults.
-#include "verify/drift.h"
+#include "verify/localize/drift.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include "engine/session.h"
 #include "model/model.h"
 #include "test_util.h"
-#include "verify/opcheck.h"
+#include "verify/localize/opcheck.h"
 
 using namespace arbiter;
 using namespace arbiter::verify;

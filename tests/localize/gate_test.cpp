@@ -2,7 +2,7 @@
 // near-tie vs defect, first divergence, self-consistency, contested steps, verdicts.
 // To add a case: build GateSideRuns, a TeacherForcedFn returning chosen logits, and check
 // the report fields.
-#include "verify/gate.h"
+#include "verify/localize/gate.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Side specs (verify/side.h), --mix specs (backend/mix.h) and the unit roundoffs the bounds
+// Side specs (verify/localize/side.h), --mix specs (backend/mix.h) and the unit roundoffs the bounds
 // are built from. To add a case: a spec string and the fields it must give (or the words its
 // error must contain).
-#include "verify/side.h"
+#include "verify/localize/side.h"
 
 #include <gtest/gtest.h>
 

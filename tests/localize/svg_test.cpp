@@ -1,6 +1,6 @@
 // The SVG chart writer: axis mapping, ticks, ranges, escaping and document structure.
 // Expected values are hand-derived from the axis definitions.
-#include "verify/svg.h"
+#include "verify/localize/svg.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "matrix_test_util.h"
-#include "verify/trace.h"
+#include "verify/trace/trace.h"
 
 using namespace arbiter;
 namespace fs = std::filesystem;

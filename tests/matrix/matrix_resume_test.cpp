@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "matrix_test_util.h"
-#include "verify/trace.h"
+#include "verify/trace/trace.h"
 
 using namespace arbiter;
 namespace fs = std::filesystem;

@@ -1,8 +1,8 @@
-// Matrix spec parsing (src/verify/matrix_spec.h): a valid spec reads back as written, the
+// Matrix spec parsing (src/verify/matrix/matrix_spec.h): a valid spec reads back as written, the
 // shipped specs parse, and every kind of bad input gives one error naming the file, the
 // line, the key and the problem. To add a case: append to kBad with a fragment of the
 // expected message.
-#include "verify/matrix_spec.h"
+#include "verify/matrix/matrix_spec.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "test_util.h"
-#include "verify/host_info.h"
+#include "verify/trace/host_info.h"
 
 using namespace arbiter;
 using namespace arbiter::verify;

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "fixtures.h"
 #include "test_util.h"
-#include "verify/compare.h"
+#include "verify/judge/compare.h"
 
 using namespace arbiter;
 using namespace arbiter::verify;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "verify/trace.h"
+#include "verify/trace/trace.h"
 
 namespace arbiter::test {
 

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "fixtures.h"
 #include "test_util.h"
-#include "verify/store.h"
+#include "verify/trace/store.h"
 
 using namespace arbiter;
 using namespace arbiter::verify;

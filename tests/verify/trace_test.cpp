@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "fixtures.h"
 #include "test_util.h"
-#include "verify/compare.h"
-#include "verify/trace.h"
+#include "verify/judge/compare.h"
+#include "verify/trace/trace.h"
 
 using namespace arbiter;
 using namespace arbiter::verify;

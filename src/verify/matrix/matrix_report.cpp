@@ -2,7 +2,7 @@
 // verify the store, compare every pair, write report.md / report.html / results.json and
 // the SVG plots. Everything is derived from files on disk (and DIR/run-status.tsv for the
 // traces a run skipped or failed), so `matrix report DIR` rebuilds what `matrix run` wrote.
-#include "verify/matrix_report.h"
+#include "verify/matrix/matrix_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,10 +15,10 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "verify/matrix_doc.h"
-#include "verify/matrix_run.h"
-#include "verify/store.h"
-#include "verify/svg.h"
+#include "verify/matrix/matrix_doc.h"
+#include "verify/matrix/matrix_run.h"
+#include "verify/trace/store.h"
+#include "verify/localize/svg.h"
 
 namespace arbiter::verify {
 

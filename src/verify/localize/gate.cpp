@@ -1,4 +1,4 @@
-#include "verify/gate.h"
+#include "verify/localize/gate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "engine/session.h"
 #include "io/sha256.h"
-#include "verify/drift.h"
+#include "verify/localize/drift.h"
 
 namespace arbiter::verify {
 

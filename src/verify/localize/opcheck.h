@@ -1,7 +1,7 @@
 // opcheck: every op of the model, with its real shapes and weights, on one tier against the
 // f64 ref tier, on identical inputs: the inputs each op saw in a ref forward of real tokens
 // (captured), written into the checked tier's buffers. Reports max abs, mean abs and NMSE
-// per (stage, layer) and per op against the bound of verify/drift.h; an op over its bound
+// per (stage, layer) and per op against the bound of verify/localize/drift.h; an op over its bound
 // (or producing NaN/Inf) is flagged. Also checks the logits summary (lse, top-k) on the
 // ref's logits. Adding an op: give its stage a replay in StageReplayer and a bound row.
 #pragma once
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "verify/drift.h"
+#include "verify/localize/drift.h"
 
 namespace arbiter::verify {
 

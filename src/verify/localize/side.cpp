@@ -1,4 +1,4 @@
-#include "verify/side.h"
+#include "verify/localize/side.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // in-process (one model load per model, a fresh backend per trace, as `arbiter trace` does)
 // or, when an arm sets environment variables, as a child `arbiter trace` with that
 // environment (variables are read once by the tiers, so they cannot be switched in-process).
-#include "verify/matrix_run.h"
+#include "verify/matrix/matrix_run.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -25,9 +25,9 @@
 #include "engine/session.h"
 #include "io/sha256.h"
 #include "model/model.h"
-#include "verify/host_info.h"
-#include "verify/svg.h"
-#include "verify/trace_run.h"
+#include "verify/trace/host_info.h"
+#include "verify/localize/svg.h"
+#include "verify/trace/trace_run.h"
 
 namespace arbiter::verify {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "verify/compare.h"
+#include "verify/judge/compare.h"
 
 namespace arbiter::verify {
 

@@ -1,11 +1,11 @@
-#include "verify/drift.h"
+#include "verify/localize/drift.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
-#include "verify/svg.h"
+#include "verify/localize/svg.h"
 
 namespace arbiter::verify {
 

@@ -1,8 +1,8 @@
-#include "verify/matrix_doc.h"
+#include "verify/matrix/matrix_doc.h"
 
 #include <cctype>
 
-#include "verify/svg.h"
+#include "verify/localize/svg.h"
 
 namespace arbiter::verify {
 

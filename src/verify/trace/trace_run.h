@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/session.h"
-#include "verify/trace.h"
+#include "verify/trace/trace.h"
 
 namespace arbiter::verify {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "verify/matrix_spec.h"
+#include "verify/matrix/matrix_spec.h"
 
 namespace arbiter::verify {
 

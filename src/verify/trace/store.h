@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "verify/compare.h"
+#include "verify/judge/compare.h"
 
 namespace arbiter::verify {
 

@@ -9,7 +9,7 @@
 //
 // Bound (one table for drift and opcheck), relative L2 of a stage's output:
 //   bound = C * ( u_s * (sqrt(m) + amp) + u_a * sqrt(n) ),   C = kBoundSafety = 4
-// u_s/u_a: storage/accumulation unit roundoff of the coarser side (verify/side.h);
+// u_s/u_a: storage/accumulation unit roundoff of the coarser side (verify/localize/side.h);
 // m: storage roundings feeding one output element (inputs, weights, output);
 // n: reduction length (terms summed per output element);
 // amp: extra error amplification (attention: rounding q and k moves each score, and softmax
@@ -28,7 +28,7 @@
 
 #include "engine/session.h"
 #include "model/forward.h"
-#include "verify/side.h"
+#include "verify/localize/side.h"
 
 namespace arbiter::verify {
 

@@ -1,4 +1,4 @@
-#include "verify/svg.h"
+#include "verify/localize/svg.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "verify/opcheck.h"
+#include "verify/localize/opcheck.h"
 
 #include <algorithm>
 #include <cmath>

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "verify/compare.h"
-#include "verify/side.h"
+#include "verify/judge/compare.h"
+#include "verify/localize/side.h"
 
 namespace arbiter::verify {
 

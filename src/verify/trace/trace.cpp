@@ -2,7 +2,7 @@
 // The reader is deliberately strict: a trace is evidence, so anything it cannot account for
 // (a malformed line, a missing `# end`, a duplicate position) is an error with file and line,
 // never a skipped line.
-#include "verify/trace.h"
+#include "verify/trace/trace.h"
 
 #include <algorithm>
 #include <bit>

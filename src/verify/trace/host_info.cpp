@@ -1,4 +1,4 @@
-#include "verify/host_info.h"
+#include "verify/trace/host_info.h"
 
 #include <unistd.h>
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "verify/trace.h"
+#include "verify/trace/trace.h"
 
 namespace arbiter::verify {
 

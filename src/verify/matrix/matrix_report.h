@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "verify/compare.h"
-#include "verify/matrix_spec.h"
+#include "verify/judge/compare.h"
+#include "verify/matrix/matrix_spec.h"
 
 namespace arbiter::verify {
 

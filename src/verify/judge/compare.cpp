@@ -1,6 +1,6 @@
 // compare_traces: the statistics of docs/traces.md. Every statistic here has a definition
 // in that document; keep the two in step.
-#include "verify/compare.h"
+#include "verify/judge/compare.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "verify/side.h"
+#include "verify/localize/side.h"
 
 namespace arbiter::verify {
 

@@ -1,7 +1,7 @@
 // Trace store: add (copy + regenerate METADATA.txt, RUNS.txt, SHA256SUMS), verify, compare.
 // The metadata files are regenerated from the traces' own headers on every add, so they can
 // never drift from the evidence they describe.
-#include "verify/store.h"
+#include "verify/trace/store.h"
 
 #include "core/build_info.h"
 

@@ -1,4 +1,4 @@
-#include "verify/trace_run.h"
+#include "verify/trace/trace_run.h"
 
 #include "core/build_info.h"
 

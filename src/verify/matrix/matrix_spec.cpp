@@ -1,6 +1,6 @@
 // Matrix spec: strict TOML reading (every key consumed or named as unknown), validation of
 // devices, dtypes, shapes, arms and controls, and the list of traces that follows.
-#include "verify/matrix_spec.h"
+#include "verify/matrix/matrix_spec.h"
 
 #include <toml++/toml.h>
 
