@@ -13,7 +13,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "bench_util.h"
-#include "model/forward.h"
+#include "engine/session.h"
 #include "model/model.h"
 
 namespace arbiter::bench {
@@ -30,9 +30,11 @@ ModelConfig llama_1b() {
   c.d_ff = 8192;
   c.vocab = 128256;
   c.max_pos = 131072;
-  c.rope_theta = 500000;
-  c.rope_scaling.kind = RopeScaling::Kind::Llama3;
-  c.rope_scaling.factor = 32;
+  c.norm_eps = 1e-5;
+  c.rope.dims = c.head_dim;
+  c.rope.theta = 500000;
+  c.rope.scaling.kind = RopeScaling::Kind::Llama3;
+  c.rope.scaling.factor = 32;
   c.tied_embeddings = true;
   return c;
 }
@@ -50,50 +52,40 @@ std::unique_ptr<SyntheticModel> make_model(DType dt, bool huge) {
   Model& m = sm->model;
   m.config = llama_1b();
   const ModelConfig& c = m.config;
-  const int64_t D = c.d_model, F = c.d_ff, q_dim = int64_t(c.n_head) * c.head_dim;
-  const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim;
-  struct Spec {
-    Tensor* t;
-    int64_t rows, cols;
-    bool matmul;
-  };
-  std::vector<Spec> specs;
-  m.weights.layers.resize(size_t(c.n_layer));
-  specs.push_back({&m.weights.embed, c.vocab, D, true});
-  specs.push_back({&m.weights.out_norm, 1, D, false});
-  for (auto& l : m.weights.layers) {
-    specs.push_back({&l.attn_norm, 1, D, false});
-    specs.push_back({&l.ffn_norm, 1, D, false});
-    specs.push_back({&l.wq, q_dim, D, true});
-    specs.push_back({&l.wk, kv_dim, D, true});
-    specs.push_back({&l.wv, kv_dim, D, true});
-    specs.push_back({&l.wo, D, q_dim, true});
-    specs.push_back({&l.w_gate, F, D, true});
-    specs.push_back({&l.w_up, F, D, true});
-    specs.push_back({&l.w_down, D, F, true});
-  }
+  m.arch = &arch_of(c.arch);
+  m.weights.specs = m.arch->tensors(c);
+  m.weights.resize(m.arch->global_slots(), c.n_layer, m.arch->layer_slots());
   size_t total = 0;
-  for (const Spec& s : specs) total += (dtype_bytes(dt, s.rows * s.cols) + 63) / 64 * 64;
+  for (const TensorSpec& s : m.weights.specs)
+    if (!s.tie_to)
+      total += (dtype_bytes(s.kind == TensorKind::Matrix ? dt : DType::F32,
+                            s.shape.size() == 2 ? s.shape[0] * s.shape[1] : s.shape[0]) + 63) / 64 * 64;
   sm->storage = HugeBuffer(total, huge);
   size_t off = 0;
   uint64_t seed = 1;
-  for (const Spec& s : specs) {
-    s.t->dtype = s.matmul ? dt : DType::F32;
-    s.t->shape = s.rows == 1 ? std::vector<int64_t>{s.cols} : std::vector<int64_t>{s.rows, s.cols};
-    s.t->data = sm->storage.as<uint8_t>() + off;
+  for (const TensorSpec& s : m.weights.specs) {
+    if (s.tie_to) continue;  // lm_head: the embedding (below)
+    Tensor& t = m.weights.at(s);
+    const bool matmul = s.kind == TensorKind::Matrix;
+    const int64_t rows = s.shape.size() == 2 ? s.shape[0] : 1, cols = s.shape.back();
+    t.name = s.hf;
+    t.dtype = matmul ? dt : DType::F32;
+    t.shape = s.shape;
+    t.data = sm->storage.as<uint8_t>() + off;
     // Norm weights near 1, matrices scaled like a trained model's (std ~ 1/sqrt(fan-in)).
-    if (s.matmul) {
-      fill_random(dt, const_cast<void*>(s.t->data), s.rows * s.cols, seed++,
-                  float(1.7 / std::sqrt(double(s.cols))));
-      sm->matmul_bytes += dtype_bytes(dt, s.rows * s.cols);
-      sm->matmul_params += double(s.rows * s.cols);
+    if (matmul) {
+      fill_random(dt, const_cast<void*>(t.data), rows * cols, seed++,
+                  float(1.7 / std::sqrt(double(cols))));
+      sm->matmul_bytes += dtype_bytes(dt, rows * cols);
+      sm->matmul_params += double(rows * cols);
     } else {
-      float* w = static_cast<float*>(const_cast<void*>(s.t->data));
-      for (int64_t i = 0; i < s.cols; ++i) w[i] = 1.f;
+      float* w = static_cast<float*>(const_cast<void*>(t.data));
+      for (int64_t i = 0; i < cols; ++i) w[i] = 1.f;
     }
-    off += (s.t->nbytes() + 63) / 64 * 64;
+    off += (t.nbytes() + 63) / 64 * 64;
   }
-  m.weights.lm_head = m.weights.embed;
+  for (const TensorSpec& s : m.weights.specs)
+    if (s.tie_to) m.weights.at(s) = *m.weights.find(s.tie_to);
   m.weight_dtype = dt;
   return sm;
 }
@@ -107,19 +99,13 @@ std::unique_ptr<Backend> make_be(int threads) {
 void decode(benchmark::State& state, DType dt, int threads, bool huge) {
   auto sm = make_model(dt, huge);
   auto be = make_be(threads);
-  KVCache kv;
-  Scratch s;
-  kv_cache_init(*be, sm->model.config, 1024, kv);
-  scratch_init(*be, sm->model.config, 1, s);
-  int pos = 0;
+  Session s(sm->model, *be, 1024, 1);
   int32_t id = 1;
   for (auto _ : state) {
-    forward(sm->model, *be, kv, s, &id, 1, pos, {}, true);
-    pos = (pos + 1) % 256;  // attention over a context of 0..255 tokens: weights dominate
+    s.forward({id});
+    if (s.pos() == 256) s.reset();  // attention over a context of 0..255 tokens: weights dominate
     id = (id * 31 + 7) % sm->model.config.vocab;
   }
-  kv_cache_free(*be, kv);
-  scratch_free(*be, s);
   // Every matrix is read once per token (the tied embedding in full, as lm_head); the
   // embedding row and the norm vectors are noise next to that and not counted.
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(sm->matmul_bytes));
@@ -130,15 +116,13 @@ void decode(benchmark::State& state, DType dt, int threads, bool huge) {
 void prefill(benchmark::State& state, DType dt, int threads, int T) {
   auto sm = make_model(dt, true);
   auto be = make_be(threads);
-  KVCache kv;
-  Scratch s;
-  kv_cache_init(*be, sm->model.config, T, kv);
-  scratch_init(*be, sm->model.config, T, s);
+  Session s(sm->model, *be, T, T);
   std::vector<int32_t> ids(static_cast<size_t>(T));
   for (int t = 0; t < T; ++t) ids[size_t(t)] = (t * 7919) % sm->model.config.vocab;
-  for (auto _ : state) forward(sm->model, *be, kv, s, ids.data(), T, 0, {}, true);
-  kv_cache_free(*be, kv);
-  scratch_free(*be, s);
+  for (auto _ : state) {
+    s.reset();
+    s.forward(ids);
+  }
   // Matmul FLOPs only (the embedding table is read, not multiplied, except as lm_head).
   const double params = sm->matmul_params;
   state.counters["FLOP/s"] =

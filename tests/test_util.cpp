@@ -12,6 +12,7 @@
 
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "model/model.h"
 
 namespace arbiter::test {
 
@@ -109,6 +110,23 @@ std::vector<int32_t> greedy_by_pick(Session& s, const std::vector<int32_t>& prom
   }
   ids.push_back(s.take_pick());
   return ids;
+}
+
+Tensor weight(const Model& m, const char* role, int layer) {
+  const Tensor* t = m.weights.find(role, layer);
+  return t ? *t : Tensor{};
+}
+
+LlamaLayer llama_layer(const Model& m, int l) {
+  LlamaLayer r;
+  const std::pair<const char*, Tensor*> roles[] = {
+      {"attn_norm", &r.attn_norm}, {"wq", &r.wq},         {"wk", &r.wk},
+      {"wv", &r.wv},               {"bq", &r.bq},         {"bk", &r.bk},
+      {"bv", &r.bv},               {"q_norm", &r.q_norm}, {"k_norm", &r.k_norm},
+      {"wo", &r.wo},               {"ffn_norm", &r.ffn_norm}, {"w_gate", &r.w_gate},
+      {"w_up", &r.w_up},           {"w_down", &r.w_down}};
+  for (const auto& [role, t] : roles) *t = weight(m, role, l);
+  return r;
 }
 
 }  // namespace arbiter::test

@@ -5,8 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+
 namespace arbiter {
 class Session;
+struct Model;
 struct SamplerParams;
 }
 
@@ -38,5 +41,14 @@ std::vector<int32_t> greedy_by_pick(Session& s, const std::vector<int32_t>& prom
 /// for the top-k).
 std::vector<int32_t> sampled_by_rows(Session& s, const std::vector<int32_t>& prompt, int n,
                                      const SamplerParams& p);
+
+/// A bound weight by its role (model/archs/): "embed", "lm_head", or a layer's "wq" with
+/// layer >= 0. An empty tensor when the model has none.
+Tensor weight(const Model& m, const char* role, int layer = -1);
+/// The llama family's tensors of one layer, by role (tests read their shapes and bytes).
+struct LlamaLayer {
+  Tensor attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, w_gate, w_up, w_down;
+};
+LlamaLayer llama_layer(const Model& m, int layer);
 
 }  // namespace arbiter::test

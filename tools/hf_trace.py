@@ -17,7 +17,7 @@ Definitions (the same as arbiter's trace writer):
 * Chunk c (0 <= c < C) feeds the W input tokens corpus[b .. b+W-1] with
   b = max(S, P) + c*W, so every chunk has its full P tokens of context (shape w8 has
   start 0 and prefill 512: its first chunk begins at token 512). Same rule as arbiter's
-  runner (src/verify/trace_run.cpp, docs/traces.md).
+  runner (src/verify/trace/trace_run.cpp, docs/traces.md).
   The logits at input token corpus[i] predict target corpus[i+1]; the row's abs_pos is
   i+1, the corpus index of the target. So row (c, pos) has i = b+pos,
   target = corpus[i+1], abs_pos = i+1. A chunk whose last target would lie past the

@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "backend/rope.h"
+#include "backend/tap.h"
 #include "core/tensor.h"
-#include "model/config.h"
 
 namespace arbiter {
 
@@ -80,11 +81,22 @@ class Backend {
 
   /// "ref", "cpu", "cuda:0 NVIDIA H200".
   virtual std::string device_name() const = 0;
-  /// Compute type of activations: "f64", "f32", "bf16", "f16".
-  virtual std::string compute_name() const = 0;
+  /// Compute type of activations: f64, f32, bf16 or f16.
+  virtual DType compute() const = 0;
 
-  /// Called once per model before any op: upload or convert weights if the tier needs to.
-  virtual void prepare(const ModelConfig& cfg, const Weights& w) { (void)cfg; (void)w; }
+  /// What a model will run, told once before any op: its weights (each with the --mix family
+  /// of the ops that read it), its RoPEs and its positions. A tier may upload or convert
+  /// the weights and precompute tables.
+  struct WeightUse {
+    const Tensor* tensor = nullptr;
+    const char* family = "";
+  };
+  struct Prepare {
+    std::vector<WeightUse> weights;
+    std::vector<RopeSpec> ropes;
+    int max_pos = 0;
+  };
+  virtual void prepare(const Prepare& p) { (void)p; }
 
   // --- memory --------------------------------------------------------------------------
   /// n activation elements (logits: true gives the tier's logits type).
@@ -107,8 +119,8 @@ class Backend {
   /// out[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]). out may be a logits buffer.
   virtual void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T,
                       Buffer& out) = 0;
-  /// In place on x[T, nh, Dh], token t at position pos0 + t.
-  virtual void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) = 0;
+  /// In place on x[T, nh, Dh], token t at position pos0 + t (rope.dims == Dh).
+  virtual void rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpec& rope) = 0;
   /// Appends k, v [T, Hkv*Dh] at rows pos0.. of the layer's cache [max_ctx, Hkv*Dh].
   virtual void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache,
                         int T, int pos0, int kv_dim) = 0;
@@ -125,41 +137,60 @@ class Backend {
   virtual void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
                          std::vector<LogitsSummary>& out) = 0;
 
-  // --- fused ops (backend/fused_ops.cpp) -------------------------------------------------
-  // Each has a default made of the ops above, called one by one, so a tier without a fused
-  // kernel (ref, cpu) computes exactly what it computed before; a tier with one (cuda, for
-  // T == 1) must give the bits of its own op-by-op path. The forward pass calls them only
-  // when no stage hook needs the intermediates they may skip writing.
+  // --- stage taps and fused ops (backend/fused_ops.cpp) -----------------------------------
+  // Each fused op has a default made of the ops above, called one by one with the stage taps
+  // (backend/tap.h) applied between them, so a tier without a fused kernel (ref, cpu)
+  // computes exactly the op-by-op path; a tier with one (cuda, for T == 1) must give the bits
+  // of its own op-by-op path, and apply every tap where the value is (inside the kernel for
+  // the stages a kernel never writes out). A null tap leaves its stage alone.
 
-  /// One output of rmsnorm_matmul: out[T, N] = xn @ W[N, K]^T (+ bias[N]).
+  /// Applies a tap to out [rows, cols] through read()/write(): the host path of every tier.
+  void apply_tap(const StageTap* tap, Buffer& out, int rows, int cols);
+
+  /// One output of rmsnorm_matmul: out[T, N] = xn @ W[N, K]^T (+ bias[N]), then tap.
   struct MatmulTarget {
     const Tensor* W = nullptr;
-    const Tensor* bias = nullptr;  // may be null
+    const Tensor* bias = nullptr;  // may be null or empty
     Buffer* out = nullptr;
+    const StageTap* tap = nullptr;
   };
-  /// xn[T, D] = rmsnorm(x; w, eps), then outs[i].out = xn @ outs[i].W^T (+ bias) for each i.
-  /// Afterwards xn's contents are unspecified (a fused kernel never writes it).
+  /// xn[T, D] = rmsnorm(x; w, eps) (tap norm_tap), then outs[i].out = xn @ outs[i].W^T (+ bias)
+  /// for each i. Afterwards xn's contents are unspecified (a fused kernel never writes it).
   virtual void rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps,
-                              Buffer& xn, const MatmulTarget* outs, int n_outs);
+                              Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
+                              int n_outs);
+  /// The stages of rmsnorm_swiglu: the norm, the two projections and their product.
+  struct SwigluTaps {
+    const StageTap *norm = nullptr, *gate = nullptr, *up = nullptr, *act = nullptr;
+  };
   /// xn = rmsnorm(x; w, eps); act[T, F] = silu(xn @ w_gate^T) * (xn @ w_up^T). Afterwards the
   /// contents of xn, gate and up are unspecified.
   virtual void rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps,
                               Buffer& xn, const Tensor& w_gate, const Tensor& w_up, Buffer& gate,
-                              Buffer& up, Buffer& act);
-  /// residual[T, N] += x @ W^T, via tmp[T, N] (whose contents are then unspecified).
+                              Buffer& up, Buffer& act, const SwigluTaps& taps);
+  /// tmp[T, N] = x @ W^T (tap product), then residual[T, N] += tmp (tap sum). Afterwards tmp's
+  /// contents are unspecified.
   virtual void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp,
-                          Buffer& residual);
+                          Buffer& residual, const StageTap* product, const StageTap* sum);
+  /// The stages of qk_rope_attention, in order.
+  struct AttentionTaps {
+    const StageTap *q_norm = nullptr, *k_norm = nullptr, *q_rope = nullptr, *k_rope = nullptr,
+                   *out = nullptr;
+  };
   /// q [T, H, Dh], k [T, Hkv, Dh]: per-head RMSNorm when q_norm/k_norm are given (qwen3),
-  /// RoPE at positions pos0 + t, then k and v stored at rows pos0.. of the layer's cache.
+  /// RoPE at positions pos0 + t, then k and v stored at rows pos0.. of the layer's cache
+  /// (taps q_norm, k_norm, q_rope, k_rope).
   virtual void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                              const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                             int pos0, const ModelConfig& cfg, Buffer& k_cache,
-                             Buffer& v_cache);
-  /// qk_rope_store, then attention of the roped q over the layer's cache into out.
+                             int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                             const AttentionTaps& taps);
+  /// qk_rope_store, then attention of the roped q over the cache into out (see attention();
+  /// tap out).
   virtual void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                                  const Tensor* k_norm, double eps, int T, int H, int Hkv,
-                                 int Dh, int pos0, const ModelConfig& cfg, Buffer& k_cache,
-                                 Buffer& v_cache, int window, Buffer& out);
+                                 int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,
+                                 Buffer& v_cache, int window, Buffer& out,
+                                 const AttentionTaps& taps);
 
   // --- greedy decode with the token kept on the tier (backend/fused_ops.cpp) -------------
   // A greedy generation loop needs each token only to embed it next; a tier that keeps it

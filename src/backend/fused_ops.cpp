@@ -1,50 +1,104 @@
-// Default compositions of the fused ops of the Backend interface (backend.h): the plain ops
-// one by one, exactly as the forward pass called them before the fused ops existed. ref and
-// cpu use these; the CUDA tier overrides them for single-token forwards.
+// Stage taps on the host path, and the default compositions of the fused ops of the Backend
+// interface (backend.h): the plain ops one by one with each stage's tap right after the op
+// that computes it. ref and cpu use these; the CUDA tier overrides the fused ops for
+// single-token forwards and applies the taps inside its kernels.
 #include "backend/backend.h"
 
 #include "core/error.h"
 
 namespace arbiter {
 
+void Backend::apply_tap(const StageTap* tap, Buffer& out, int rows, int cols) {
+  if (!tap) return;
+  const int64_t n = int64_t(rows) * cols;
+  ARB_CHECK(!tap->fault || tap->noise.empty() || int64_t(tap->noise.size()) == n,
+            "[%s] stage tap: %zu noise values for %lld outputs", device_name().c_str(),
+            tap->noise.size(), (long long)n);
+  if (tap->fault || tap->record) {
+    std::vector<double> host(static_cast<size_t>(n));
+    read(out, 0, n, host.data());
+    if (tap->fault) {
+      for (int64_t i = 0; i < n; ++i) {
+        double& v = host[size_t(i)];
+        v = v * tap->scale + tap->bias;
+        if (!tap->noise.empty()) v += tap->noise[size_t(i)];
+      }
+      write(out, 0, n, host.data());
+      // What the next op reads is the stored value: record it rounded as stored.
+      if (tap->record) read(out, 0, n, host.data());
+    }
+    if (tap->record) *tap->record = std::move(host);
+  }
+  if (tap->overwrite) {
+    ARB_CHECK(int64_t(tap->overwrite->size()) == n,
+              "[%s] stage tap: %zu values to overwrite %lld outputs", device_name().c_str(),
+              tap->overwrite->size(), (long long)n);
+    write(out, 0, n, tap->overwrite->data());
+  }
+}
+
 void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps,
-                             Buffer& xn, const MatmulTarget* outs, int n_outs) {
+                             Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
+                             int n_outs) {
   rmsnorm(x, w, T, D, eps, xn);
-  for (int i = 0; i < n_outs; ++i)
-    matmul(xn, *outs[i].W, outs[i].bias && !outs[i].bias->empty() ? outs[i].bias : nullptr, T,
-           *outs[i].out);
+  apply_tap(norm_tap, xn, T, D);
+  for (int i = 0; i < n_outs; ++i) {
+    const MatmulTarget& o = outs[i];
+    matmul(xn, *o.W, o.bias && !o.bias->empty() ? o.bias : nullptr, T, *o.out);
+    apply_tap(o.tap, *o.out, T, int(o.W->rows()));
+  }
 }
 
 void Backend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps,
                              Buffer& xn, const Tensor& w_gate, const Tensor& w_up, Buffer& gate,
-                             Buffer& up, Buffer& act) {
+                             Buffer& up, Buffer& act, const SwigluTaps& taps) {
+  const int F = int(w_gate.rows());
   rmsnorm(x, w, T, D, eps, xn);
+  apply_tap(taps.norm, xn, T, D);
   matmul(xn, w_gate, nullptr, T, gate);
+  apply_tap(taps.gate, gate, T, F);
   matmul(xn, w_up, nullptr, T, up);
-  swiglu(gate, up, int64_t(T) * w_gate.rows(), act);
+  apply_tap(taps.up, up, T, F);
+  swiglu(gate, up, int64_t(T) * F, act);
+  apply_tap(taps.act, act, T, F);
 }
 
-void Backend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual) {
+void Backend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
+                         const StageTap* product, const StageTap* sum) {
+  const int N = int(W.rows());
   matmul(x, W, nullptr, T, tmp);
-  add(residual, tmp, int64_t(T) * W.rows());
+  apply_tap(product, tmp, T, N);
+  add(residual, tmp, int64_t(T) * N);
+  apply_tap(sum, residual, T, N);
 }
 
 void Backend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                             const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                            int pos0, const ModelConfig& cfg, Buffer& k_cache, Buffer& v_cache) {
-  if (q_norm) rmsnorm(q, *q_norm, T * H, Dh, eps, q);
-  if (k_norm) rmsnorm(k, *k_norm, T * Hkv, Dh, eps, k);
-  rope(q, T, H, Dh, pos0, cfg);
-  rope(k, T, Hkv, Dh, pos0, cfg);
+                            int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                            const AttentionTaps& taps) {
+  if (q_norm) {
+    rmsnorm(q, *q_norm, T * H, Dh, eps, q);
+    apply_tap(taps.q_norm, q, T, H * Dh);
+  }
+  if (k_norm) {
+    rmsnorm(k, *k_norm, T * Hkv, Dh, eps, k);
+    apply_tap(taps.k_norm, k, T, Hkv * Dh);
+  }
+  this->rope(q, T, H, Dh, pos0, rope);
+  apply_tap(taps.q_rope, q, T, H * Dh);
+  this->rope(k, T, Hkv, Dh, pos0, rope);
+  apply_tap(taps.k_rope, k, T, Hkv * Dh);
   kv_store(k, v, k_cache, v_cache, T, pos0, Hkv * Dh);
 }
 
 void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                                 const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                                int pos0, const ModelConfig& cfg, Buffer& k_cache,
-                                Buffer& v_cache, int window, Buffer& out) {
-  qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, cfg, k_cache, v_cache);
+                                int pos0, const RopeSpec& rope, Buffer& k_cache,
+                                Buffer& v_cache, int window, Buffer& out,
+                                const AttentionTaps& taps) {
+  qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope, k_cache, v_cache, taps);
   attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
+  apply_tap(taps.out, out, T, H * Dh);
 }
 
 void Backend::pick_greedy(const Buffer& logits, int row, int V) {

@@ -90,16 +90,17 @@ class MixBackend final : public Backend {
   }
 
   std::string device_name() const override { return tiers_[base_]->device_name(); }
-  std::string compute_name() const override { return tiers_[base_]->compute_name(); }
+  DType compute() const override { return tiers_[base_]->compute(); }
 
-  void prepare(const ModelConfig& cfg, const Weights& w) override {
+  void prepare(const Prepare& p) override {
+    // A matmul's family is that of its weight (q/k/v/o: attn; gate/up/down: mlp; lm_head:
+    // logits), as the architecture named it. The embedding table is read by embed alone
+    // (routed by op), even when lm_head is the same matrix.
     weight_fam_.clear();
-    for (const LayerWeights& l : w.layers) {
-      for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo}) weight_fam_[t->data] = "attn";
-      for (const Tensor* t : {&l.w_gate, &l.w_up, &l.w_down}) weight_fam_[t->data] = "mlp";
-    }
-    weight_fam_[w.lm_head.data] = "logits";
-    for (auto& t : tiers_) t->prepare(cfg, w);
+    for (const WeightUse& u : p.weights)
+      if (u.tensor->shape.size() == 2 && std::string(u.family) != "embed")
+        weight_fam_[u.tensor->data] = u.family;
+    for (auto& t : tiers_) t->prepare(p);
   }
 
   Buffer alloc(int64_t n, bool logits) override {
@@ -168,9 +169,9 @@ class MixBackend final : public Backend {
     tiers_[size_t(t)]->matmul(xi, W, bias, T, out_on(out, t, false));
   }
 
-  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) override {
+  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpec& rope) override {
     const int t = tier("attn", "rope");
-    tiers_[size_t(t)]->rope(out_on(x, t, true), T, nh, Dh, pos0, cfg);
+    tiers_[size_t(t)]->rope(out_on(x, t, true), T, nh, Dh, pos0, rope);
   }
 
   void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache, int T, int pos0,

@@ -7,6 +7,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "verify/localize/drift.h"
+#include "verify/localize/side.h"
 #include "verify/localize/svg.h"
 
 namespace arbiter::cli {
@@ -83,19 +84,19 @@ static int cmd_drift(int argc, char** argv) {
   s_b.set_inject(sb.inject);
   std::fprintf(stderr, "[drift] capturing %d positions on %s and %s\n", positions, sa.label.c_str(),
                sb.label.c_str());
-  verify::Capture ca = verify::capture_forwards(s_a, ids, wmax);
-  verify::Capture cb = verify::capture_forwards(s_b, ids, wmax);
-  verify::StageReplayer rep(*m, *be_b, sb.inject);
-  verify::Roundoff u = verify::coarser(verify::roundoff_of(be_a->compute_name()),
-                                       verify::roundoff_of(be_b->compute_name()));
+  Capture ca = capture_forwards(s_a, ids, wmax);
+  Capture cb = capture_forwards(s_b, ids, wmax);
   std::fprintf(stderr, "[drift] replaying every stage on %s from %s's inputs\n", sb.label.c_str(),
                sa.label.c_str());
-  verify::DriftReport r = verify::drift_compare(*m, ca, cb, rep, u);
+  Capture cl = replay_forwards(s_b, ca);
+  const Roundoff u = coarser(roundoff_of(be_a->compute()), roundoff_of(be_b->compute()));
+  verify::DriftReport r = verify::drift_compare(ca, cb, cl, u);
+  r.b_providers = be_b->stats().summary();
   r.model_path = a.str("model");
   r.corpus_path = corpus;
   r.a_label = sa.label, r.b_label = sb.label;
   r.a_device = be_a->device_name(), r.b_device = be_b->device_name();
-  r.a_compute = be_a->compute_name(), r.b_compute = be_b->compute_name();
+  r.a_compute = dtype_name(be_a->compute()), r.b_compute = dtype_name(be_b->compute());
   r.a_inject = sa.inject.text, r.b_inject = sb.inject.text;
 
   if (a.has("tsv")) verify::write_text_file(a.str("tsv"), verify::drift_tsv(r));

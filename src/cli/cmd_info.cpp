@@ -25,7 +25,7 @@ const char* scaling_name(RopeScaling::Kind k) {
 // Storage dtype -> number of distinct tensors the model reads in it.
 std::map<std::string, int> dtype_counts(const Weights& w) {
   std::map<std::string, int> out;
-  for_each_distinct_tensor(w, [&](const Tensor& t) { ++out[dtype_name(t.dtype)]; });
+  w.for_each_distinct([&](const TensorSpec&, const Tensor& t) { ++out[dtype_name(t.dtype)]; });
   return out;
 }
 
@@ -55,6 +55,7 @@ int cmd_info(int argc, char** argv) {
     j["path"] = m->path;
     j["format"] = m->format;
     j["arch"] = c.arch;
+    j["family"] = m->arch->family();
     j["n_layer"] = c.n_layer;
     j["d_model"] = c.d_model;
     j["n_head"] = c.n_head;
@@ -63,13 +64,13 @@ int cmd_info(int argc, char** argv) {
     j["d_ff"] = c.d_ff;
     j["vocab"] = c.vocab;
     j["max_pos"] = c.max_pos;
-    j["rope_theta"] = c.rope_theta;
-    j["rope_scaling"] = {{"kind", scaling_name(c.rope_scaling.kind)},
-                         {"factor", c.rope_scaling.factor},
-                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                         {"original_max_pos", c.rope_scaling.original_max_pos}};
-    j["rope_layout"] = c.rope_layout == RopeLayout::Half ? "half" : "adjacent";
+    j["rope_theta"] = c.rope.theta;
+    j["rope_scaling"] = {{"kind", scaling_name(c.rope.scaling.kind)},
+                         {"factor", c.rope.scaling.factor},
+                         {"low_freq_factor", c.rope.scaling.low_freq_factor},
+                         {"high_freq_factor", c.rope.scaling.high_freq_factor},
+                         {"original_max_pos", c.rope.scaling.original_max_pos}};
+    j["rope_layout"] = c.rope.layout == RopeLayout::Half ? "half" : "adjacent";
     j["norm_eps"] = c.norm_eps;
     j["qkv_bias"] = c.qkv_bias;
     j["qk_norm"] = c.qk_norm;
@@ -92,15 +93,15 @@ int cmd_info(int argc, char** argv) {
   for (int32_t id : m->eos_ids) eos += (eos.empty() ? "" : ",") + std::to_string(id);
   std::printf("model         %s\n", m->path.c_str());
   std::printf("format        %s\n", m->format.c_str());
-  std::printf("architecture  %s\n", c.arch.c_str());
+  std::printf("architecture  %s (family %s)\n", c.arch.c_str(), m->arch->family().c_str());
   std::printf("dims          L=%d D=%d H=%d Hkv=%d Dh=%d F=%d V=%d max_pos=%d\n", c.n_layer, c.d_model, c.n_head,
               c.n_head_kv, c.head_dim, c.d_ff, c.vocab, c.max_pos);
-  std::printf("rope          theta=%.9g scaling=%s", c.rope_theta, scaling_name(c.rope_scaling.kind));
-  if (c.rope_scaling.kind != RopeScaling::Kind::None) std::printf(" factor=%.9g", c.rope_scaling.factor);
-  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3)
-    std::printf(" low_freq_factor=%.9g high_freq_factor=%.9g original_max_pos=%lld", c.rope_scaling.low_freq_factor,
-                c.rope_scaling.high_freq_factor, (long long)c.rope_scaling.original_max_pos);
-  std::printf(" layout=%s\n", c.rope_layout == RopeLayout::Half ? "half" : "adjacent");
+  std::printf("rope          theta=%.9g scaling=%s", c.rope.theta, scaling_name(c.rope.scaling.kind));
+  if (c.rope.scaling.kind != RopeScaling::Kind::None) std::printf(" factor=%.9g", c.rope.scaling.factor);
+  if (c.rope.scaling.kind == RopeScaling::Kind::Llama3)
+    std::printf(" low_freq_factor=%.9g high_freq_factor=%.9g original_max_pos=%lld", c.rope.scaling.low_freq_factor,
+                c.rope.scaling.high_freq_factor, (long long)c.rope.scaling.original_max_pos);
+  std::printf(" layout=%s\n", c.rope.layout == RopeLayout::Half ? "half" : "adjacent");
   std::printf("norm_eps      %.9g\n", c.norm_eps);
   std::printf("flags         qkv_bias=%s qk_norm=%s tied=%s window=%d\n", c.qkv_bias ? "yes" : "no",
               c.qk_norm ? "yes" : "no", c.tied_embeddings ? "yes" : "no", c.sliding_window);

@@ -64,21 +64,21 @@ static int cmd_opcheck(int argc, char** argv) {
       for (int32_t t : body)
         if (int(ids.size()) < positions) ids.push_back(t);
   }
-  std::unique_ptr<Backend> ref = make_backend(DeviceSpec{"ref", "", 0, ""});
+  std::unique_ptr<Backend> ref = make_tier(DeviceSpec{"ref", "", 0, ""});
   Session s_ref(m, *ref, positions, width);
   std::fprintf(stderr, "[opcheck] ref forward of %d positions (capturing every op's inputs)\n",
                positions);
-  verify::Capture cap = verify::capture_forwards(s_ref, ids, width);
+  Capture cap = capture_forwards(s_ref, ids, width);
 
-  run.backend->prepare(m.config, m.weights);
-  verify::StageReplayer rep(m, *run.backend, run.inject);
-  verify::Roundoff u =
-      verify::coarser(verify::roundoff_of("f64"), verify::roundoff_of(run.backend->compute_name()));
+  Session s(m, *run.backend, positions, width);
+  s.set_inject(run.inject);
   std::fprintf(stderr, "[opcheck] replaying every op on %s\n", run.backend->device_name().c_str());
-  verify::OpcheckReport r = verify::run_opcheck(m, cap, rep, u);
+  Capture replayed = replay_forwards(s, cap);
+  const Roundoff u = coarser(roundoff_of(DType::F64), roundoff_of(run.backend->compute()));
+  verify::OpcheckReport r = verify::run_opcheck(cap, replayed, *run.backend, m.config.vocab, u);
   r.model_path = a.str("model");
   r.device = run.backend->device_name();
-  r.compute = run.backend->compute_name();
+  r.compute = dtype_name(run.backend->compute());
   r.inject = run.inject.text;
   if (a.has("tsv")) verify::write_text_file(a.str("tsv"), verify::opcheck_tsv(r));
   if (a.flag("json"))

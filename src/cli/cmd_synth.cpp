@@ -1,10 +1,10 @@
 // arbiter synth: a complete HF checkpoint with a real model's shapes and seeded random
-// weights, for speed measurements only (src/engine/synth.h).
+// weights, for speed measurements only (src/model/synth.h).
 #include <cstdio>
 
 #include "cli/command.h"
 #include "core/error.h"
-#include "engine/synth.h"
+#include "model/synth.h"
 
 namespace arbiter::cli {
 

@@ -1,5 +1,8 @@
 #include "core/dtype.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 
 namespace arbiter {
@@ -19,6 +22,34 @@ DType dtype_from_name(const std::string& name) {
   for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::Q8_0})
     if (name == dtype_name(t)) return t;
   throw Error("[dtype] unknown dtype '" + name + "' (expected f64, f32, f16, bf16 or q8_0)");
+}
+
+bool is_compute_dtype(DType t) { return t != DType::Q8_0; }
+
+DType compute_dtype_from_name(const std::string& name, const std::string& what) {
+  for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16})
+    if (name == dtype_name(t)) return t;
+  throw Error("[dtype] " + what + " '" + name + "' is not a compute type (expected f64, f32, bf16 or f16)");
+}
+
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::F64: return std::ldexp(1.0, -53);
+    case DType::F32: return std::ldexp(1.0, -24);
+    case DType::F16: return std::ldexp(1.0, -11);
+    case DType::BF16: return std::ldexp(1.0, -8);
+    case DType::Q8_0: break;
+  }
+  throw Error(std::string("[dtype] ") + dtype_name(t) + " is a storage type, not a compute type");
+}
+
+Roundoff roundoff_of(DType compute) {
+  const double u = unit_roundoff(compute);
+  return {u, compute == DType::F64 ? u : unit_roundoff(DType::F32)};
+}
+
+Roundoff coarser(const Roundoff& a, const Roundoff& b) {
+  return {std::max(a.storage, b.storage), std::max(a.accum, b.accum)};
 }
 
 size_t dtype_bytes(DType t, int64_t n) {

@@ -13,6 +13,26 @@ const char* dtype_name(DType t);
 /// Parses "f64", "f32", "f16", "bf16", "q8_0"; throws arbiter::Error otherwise.
 DType dtype_from_name(const std::string& name);
 
+/// Whether activations can be computed and stored in t (f64, f32, f16, bf16; not Q8_0).
+bool is_compute_dtype(DType t);
+/// Parses a compute type ("f64", "f32", "f16", "bf16"); `what` names the field in the error
+/// ("[dtype] --dtype 'q4': ...").
+DType compute_dtype_from_name(const std::string& name, const std::string& what = "dtype");
+
+/// Unit roundoff (half an ulp at 1) of a compute type: f64 2^-53, f32 2^-24, f16 2^-11,
+/// bf16 2^-8. The one table every bound and tolerance is derived from.
+double unit_roundoff(DType t);
+
+/// A tier's roundings: storage u_s (activations rounded to the compute type between ops)
+/// and accumulation u_a (dot products and sums; every reduced-precision tier accumulates in
+/// f32): f64 2^-53/2^-53, f32 2^-24/2^-24, bf16 2^-8/2^-24, f16 2^-11/2^-24.
+struct Roundoff {
+  double storage = 0, accum = 0;
+};
+Roundoff roundoff_of(DType compute);
+/// Componentwise max: a comparison of two inexact sides is bounded by the coarser one.
+Roundoff coarser(const Roundoff& a, const Roundoff& b);
+
 /// Q8_0: blocks of 32 values, one f16 scale then 32 int8 (ggml's layout, 34 bytes).
 constexpr int kQ8BlockSize = 32;
 struct BlockQ8_0 {

@@ -155,16 +155,18 @@ std::vector<double> tier_add_bandwidth(Backend& be, int passes) {
 // The tier's matmul on every distinct weight shape of one layer plus the output matrix, at
 // M = T rows, weighted by how often a forward runs each: GFLOP/s over a forward's matmuls.
 double tier_matmul_gflops(const Model& m, Backend& be, int T) {
-  const LayerWeights& L = m.weights.layers.at(0);
-  std::vector<const Tensor*> per_layer = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+  std::vector<const Tensor*> per_layer;  // layer 0's matrices
+  for (const TensorSpec& s : m.weights.specs)
+    if (s.layer == 0 && s.kind == TensorKind::Matrix) per_layer.push_back(&m.weights.at(s));
+  const Tensor& lm_head = *m.weights.find("lm_head");
   int64_t max_k = 0, max_n = 0;
   for (const Tensor* t : per_layer) {
     max_k = std::max(max_k, t->cols());
     max_n = std::max(max_n, t->rows());
   }
-  max_k = std::max<int64_t>(max_k, m.weights.lm_head.cols());
+  max_k = std::max<int64_t>(max_k, lm_head.cols());
   Buffer x = be.alloc(int64_t(T) * max_k), y = be.alloc(int64_t(T) * max_n);
-  Buffer lg = be.alloc(int64_t(T) * m.weights.lm_head.rows(), true);
+  Buffer lg = be.alloc(int64_t(T) * lm_head.rows(), true);
   double flops = 0, time = 0;
   try {
     std::vector<double> init(size_t(T) * size_t(max_k));
@@ -181,7 +183,7 @@ double tier_matmul_gflops(const Model& m, Backend& be, int T) {
       flops += 2.0 * T * double(w.rows()) * double(w.cols()) * count;
     };
     for (const Tensor* t : per_layer) one(*t, y, m.config.n_layer);
-    one(m.weights.lm_head, lg, 1);
+    one(lm_head, lg, 1);
   } catch (...) {
     be.free(x);
     be.free(y);
@@ -211,20 +213,8 @@ std::string host_cpu_name() {
 }
 
 uint64_t model_weight_bytes(const Model& m) {
-  std::vector<const void*> seen;
   uint64_t n = 0;
-  auto add = [&](const Tensor& t) {
-    if (t.empty() || std::find(seen.begin(), seen.end(), t.data) != seen.end()) return;
-    seen.push_back(t.data);
-    n += t.nbytes();
-  };
-  add(m.weights.embed);
-  add(m.weights.out_norm);
-  add(m.weights.lm_head);
-  for (const LayerWeights& l : m.weights.layers)
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                            &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-      add(*t);
+  m.weights.for_each_distinct([&](const TensorSpec&, const Tensor& t) { n += t.nbytes(); });
   return n;
 }
 
@@ -318,14 +308,14 @@ std::vector<double> measure_sgemm_gflops(int n, int threads, int passes) {
 }
 
 double decode_bytes_per_token(const Model& m, double ctx, int kv_elem_bytes, double* weights) {
+  // Every weight is read once per token, but the embedding table: one row of it.
   double w = 0;
-  for (const LayerWeights& l : m.weights.layers)
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                            &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-      if (!t->empty()) w += double(t->nbytes());
-  w += double(m.weights.out_norm.nbytes()) + double(m.weights.lm_head.nbytes());
-  const Tensor& e = m.weights.embed;
-  if (e.rows() > 0) w += double(e.nbytes()) / double(e.rows());  // one embedding row
+  for (const TensorSpec& s : m.weights.specs) {
+    const Tensor& t = m.weights.at(s);
+    if (t.empty()) continue;
+    w += std::string(s.family) == "embed" ? double(t.nbytes()) / double(std::max<int64_t>(t.rows(), 1))
+                                          : double(t.nbytes());
+  }
   const ModelConfig& c = m.config;
   const double window_ctx = c.sliding_window > 0 ? std::min<double>(ctx, c.sliding_window) : ctx;
   const double kv = 2.0 * c.n_layer * window_ctx * double(c.n_head_kv) * c.head_dim * kv_elem_bytes;
@@ -367,7 +357,7 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   r.n_params = m.n_params;
   r.weight_bytes = model_weight_bytes(m);
   r.device = be.device_name();
-  r.compute = be.compute_name();
+  r.compute = dtype_name(be.compute());
   r.threads = resolve_threads(opt.threads);
   r.host_cpu = host_cpu_name();
   r.host_cores = int(std::thread::hardware_concurrency());

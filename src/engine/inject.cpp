@@ -1,11 +1,13 @@
 #include "engine/inject.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
 #include <sstream>
 
 #include "core/error.h"
+#include "model/arch.h"
 
 namespace arbiter {
 
@@ -30,7 +32,13 @@ InjectSpec InjectSpec::parse(const std::string& spec) {
       return v;
     };
     if (key == "op") {
-      s.stage = stage_from_name(val);
+      const std::vector<std::string> names = all_stage_names();
+      if (std::find(names.begin(), names.end(), val) == names.end()) {
+        std::string valid;
+        for (const std::string& n : names) valid += (valid.empty() ? "" : ", ") + n;
+        throw Error("[inject] '" + spec + "': unknown stage '" + val + "' (valid: " + valid + ")");
+      }
+      s.stage = val;
       have_op = true;
     } else if (key == "layer") {
       double v = number("layer");
@@ -57,25 +65,23 @@ InjectSpec InjectSpec::parse(const std::string& spec) {
   return s;
 }
 
-void InjectSpec::apply(Backend& be, Stage st, int l, Buffer& buf, int rows, int cols,
-                       int pos0) const {
-  if (!active || st != stage || (layer >= 0 && l != layer)) return;
-  int64_t n = int64_t(rows) * cols;
-  std::vector<double> host(n);
-  be.read(buf, 0, n, host.data());
-  for (int r = 0; r < rows; ++r) {
-    // Noise is seeded by (stage, layer, absolute position) so it does not depend on how
-    // the tokens were split into forwards.
-    std::mt19937_64 rng(uint64_t(int(st)) * 1000003u + uint64_t(l + 1) * 7919u +
+void InjectSpec::fault(const StagePoint& p, int pos0, StageTap& tap) const {
+  tap.fault = true;
+  tap.scale = scale;
+  tap.bias = bias;
+  tap.noise.clear();
+  if (noise == 0) return;
+  // The stage's index among every family's stage names keeps the seeds of the llama family's
+  // stages what they were when those were an enum.
+  const std::vector<std::string> names = all_stage_names();
+  const uint64_t id = uint64_t(std::find(names.begin(), names.end(), stage) - names.begin());
+  tap.noise.resize(size_t(p.rows) * size_t(p.cols));
+  for (int r = 0; r < p.rows; ++r) {
+    std::mt19937_64 rng(id * 1000003u + uint64_t(p.layer + 1) * 7919u +
                         uint64_t(pos0 + r) * 104729u);
     std::normal_distribution<double> normal(0.0, 1.0);
-    for (int c = 0; c < cols; ++c) {
-      double& v = host[int64_t(r) * cols + c];
-      v = v * scale + bias;
-      if (noise != 0) v += noise * normal(rng);
-    }
+    for (int c = 0; c < p.cols; ++c) tap.noise[size_t(r) * p.cols + c] = noise * normal(rng);
   }
-  be.write(buf, 0, n, host.data());
 }
 
 }  // namespace arbiter

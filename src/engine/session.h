@@ -1,16 +1,25 @@
-// A model running on one tier: KV cache, positions, forward passes, fault injection and
-// capture hooks. Prefill (many tokens) and decode (one token) use the same forward().
+// A model running on one tier: per-sequence state (KV caches), positions, forward passes,
+// fault injection and stage observers. Prefill (many tokens) and decode (one token) run the
+// same forward, the architecture's own (model/arch.h).
 #pragma once
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "engine/inject.h"
-#include "model/forward.h"
 #include "model/model.h"
 
 namespace arbiter {
+
+/// Sees every stage of every forward of a session and may ask for its output (tap.record)
+/// or replace it (tap.overwrite): capture and replay (engine/probe.h).
+class StageObserver {
+ public:
+  virtual ~StageObserver() = default;
+  virtual void on_stage(const StagePoint& p, int pos0, StageTap& tap) = 0;
+};
 
 class Session {
  public:
@@ -24,7 +33,7 @@ class Session {
   /// Empties the cache (positions restart at 0) and drops picks not taken.
   void reset();
   int pos() const { return pos_; }
-  int max_ctx() const { return kv_.max_ctx; }
+  int max_ctx() const { return state_->max_ctx; }
 
   /// Runs ids at the current position as ONE forward of width ids.size() (must be <= max_T)
   /// and advances. Logits of those tokens stay on the device: see summarize()/logits().
@@ -50,30 +59,49 @@ class Session {
   std::vector<double> logits(int t);
   int last_T() const { return last_T_; }
 
-  void set_inject(const InjectSpec& spec) { inject_ = spec; }
+  /// The fault of this session's tier. A stage that no forward with logits has emitted (a
+  /// q_norm on a llama, a layer past the last) fails that forward with the model's stages.
+  void set_inject(const InjectSpec& spec);
   const InjectSpec& inject() const { return inject_; }
-  /// Extra hook called after each stage (after injection), e.g. capture for drift.
-  void set_capture(StageHook h) { capture_ = std::move(h); }
+  /// Sees every stage after injection (nullptr: none); not owned.
+  void set_observer(StageObserver* o) { observer_ = o; }
 
   const Model& model() const { return m_; }
   Backend& backend() { return be_; }
 
  private:
+  /// The forward's hook: the taps of injection and the observer, kept for one forward.
+  class Hook final : public StageHook {
+   public:
+    explicit Hook(Session& s) : s_(s) {}
+    const StageTap* at(const StagePoint& p, int pos0) override;
+    void clear() { taps_.clear(); }
+
+   private:
+    Session& s_;
+    std::deque<StageTap> taps_;  // stable addresses while the forward runs
+  };
+
   const Model& m_;
   Backend& be_;
-  KVCache kv_;
-  Scratch s_;
+  std::unique_ptr<ForwardState> state_;
+  Hook hook_{*this};
   int pos_ = 0;
   int last_T_ = 0;  // rows of logits the last forward left; 0 after context()
   bool picked_ = false;  // a pick since the last reset (forward_picked may run)
   int picks_pending_ = 0;  // picks not taken yet
   InjectSpec inject_;
-  StageHook capture_;
+  bool inject_matched_ = false;  // the fault's stage was seen since set_inject
+  std::vector<std::string> stages_seen_;  // names seen, for the message when it never is
+  StageObserver* observer_ = nullptr;
 
   void run(const int32_t* ids, int T, bool logits);  // ids == nullptr: the latest pick
   void drop_picks();  // takes (and discards) every pick not taken
   // Pieces of at most max_T tokens; logits only for the last piece, and only if last_logits.
   void run_pieces(const std::vector<int32_t>& ids, bool last_logits);
 };
+
+/// What a tier must be told about a model before its first op (Backend::prepare).
+Backend::Prepare prepare_spec(const Model& m);
 
 }  // namespace arbiter

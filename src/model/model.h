@@ -1,11 +1,14 @@
-// A loaded checkpoint: config, weight views (into mapped files), tokenizer and provenance.
+// A loaded checkpoint: config, architecture, weight views (into mapped files), tokenizer and
+// provenance.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "io/mmap.h"
+#include "model/arch.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace arbiter {
@@ -14,6 +17,7 @@ struct Model {
   std::string path;       // as given by the user
   std::string format;     // "gguf" or "hf"
   ModelConfig config;
+  const Arch* arch = nullptr;  // the family that parsed the config and runs the forward
   Weights weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::string weights_sha256;  // over the weight files' bytes, in sorted path order
@@ -27,5 +31,11 @@ struct Model {
 /// Loads a GGUF file or an HF model directory (config.json + safetensors + tokenizer.json).
 /// Refuses unknown architectures with the list of supported ones. Throws arbiter::Error.
 std::unique_ptr<Model> load_model(const std::string& path);
+
+/// config.json text -> config, through the family registered for its class (model/arch.h);
+/// `path` names the file in errors. For tests and tools; load_model uses it.
+ModelConfig parse_hf_config(const std::string& json_text, const std::string& path);
+/// DIR/config.json -> config.
+ModelConfig load_hf_config(const std::string& dir);
 
 }  // namespace arbiter

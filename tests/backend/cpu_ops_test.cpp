@@ -18,7 +18,7 @@
 #include "backend/cpu/simd.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
-#include "model/rope.h"
+#include "backend/rope.h"
 #include "op_test_util.h"
 
 namespace arbiter::test {
@@ -276,12 +276,12 @@ TEST_P(IsaTest, RopeMatchesRef) {
                            "seed=%llu",
                            c.T, c.nh, c.Dh, c.pos0, int(c.layout), int(c.scaling),
                            GetParam().name().c_str(), (unsigned long long)seed));
-    ModelConfig cfg;
-    cfg.head_dim = c.Dh;
-    cfg.rope_theta = 500000;
-    cfg.rope_layout = c.layout;
-    cfg.rope_scaling.kind = c.scaling;
-    cfg.rope_scaling.factor = 32;
+    RopeSpec cfg;
+    cfg.dims = c.Dh;
+    cfg.theta = 500000;
+    cfg.layout = c.layout;
+    cfg.scaling.kind = c.scaling;
+    cfg.scaling.factor = 32;
     std::mt19937_64 rng(seed);
     const int64_t n = int64_t(c.T) * c.nh * c.Dh;
     const std::vector<double> x = random_f32(rng, n);

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "engine/bench.h"
-#include "engine/synth.h"
+#include "model/synth.h"
 #include "model/model.h"
 #include "test_util.h"
 

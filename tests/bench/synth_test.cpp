@@ -1,4 +1,4 @@
-// Tests of `arbiter synth` (src/engine/synth.h) and the safetensors and GGUF writers it uses.
+// Tests of `arbiter synth` (src/model/synth.h) and the safetensors and GGUF writers it uses.
 // Expected dimensions come from each model's official config.json on the Hugging Face Hub
 // (repository named next to each case), not from synth.cpp's table; expected parameter
 // counts are worked out by hand from those dimensions. To add a preset, add its official
@@ -12,9 +12,10 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "engine/session.h"
-#include "engine/synth.h"
+#include "model/synth.h"
 #include "io/gguf.h"
-#include "io/hf_config.h"
+#include "io/json_config.h"
+#include "model/model.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
 #include "io/sha256.h"
@@ -181,7 +182,7 @@ TEST(SynthPresets, ConfigJsonCarriesTheOfficialValues) {
     EXPECT_EQ(c.d_ff, o.F);
     EXPECT_EQ(c.vocab, o.V);
     EXPECT_EQ(c.tied_embeddings, o.tied);
-    EXPECT_EQ(c.rope_theta, o.theta);
+    EXPECT_EQ(c.rope.theta, o.theta);
     EXPECT_EQ(c.norm_eps, o.eps);
     EXPECT_EQ(c.sliding_window, o.window);
     EXPECT_EQ(synth_plan(so).n_params, hand_params(o, o.L));
@@ -189,11 +190,11 @@ TEST(SynthPresets, ConfigJsonCarriesTheOfficialValues) {
   // Llama 3.2's RoPE scaling (config.json rope_scaling): llama3, factor 32, low 1, high 4,
   // original_max_position_embeddings 8192.
   ModelConfig c = parse_hf_config(synth_config_json(opts("llama-3.2-1b", "unused")), "config.json");
-  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::Llama3);
-  EXPECT_EQ(c.rope_scaling.factor, 32.0);
-  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
-  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
-  EXPECT_EQ(c.rope_scaling.original_max_pos, 8192);
+  EXPECT_EQ(c.rope.scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_EQ(c.rope.scaling.factor, 32.0);
+  EXPECT_EQ(c.rope.scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope.scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope.scaling.original_max_pos, 8192);
   // Totals: Llama-3.2-1B's published 1,235,814,400 (1.24B); Qwen3-0.6B by hand from the
   // dimensions, 596,049,920, of which 440,467,456 non-embedding (model card: 0.6B, 0.44B).
   EXPECT_EQ(synth_plan(opts("qwen3-0.6b", "unused")).n_params, 596049920);
@@ -257,12 +258,12 @@ TEST(SynthCheckpoint, TinyLoadsWithItsShapes) {
     EXPECT_EQ(c.vocab, 512);
     EXPECT_FALSE(c.tied_embeddings);
     EXPECT_EQ(m->weight_dtype, dt);
-    const LayerWeights& l = m->weights.layers.at(1);
+    const test::LlamaLayer l = test::llama_layer(*m, int(1));
     EXPECT_EQ(l.wq.shape, (std::vector<int64_t>{64, 64}));
     EXPECT_EQ(l.wk.shape, (std::vector<int64_t>{32, 64}));
     EXPECT_EQ(l.w_gate.shape, (std::vector<int64_t>{192, 64}));
     EXPECT_EQ(l.w_down.shape, (std::vector<int64_t>{64, 192}));
-    EXPECT_NE(m->weights.lm_head.data, m->weights.embed.data);
+    EXPECT_NE(test::weight(*m, "lm_head").data, test::weight(*m, "embed").data);
     // 512*64*2 + 64 + 2 * (2*64 + 64*64 + 2*32*64 + 64*64 + 3*64*192) = 164,160.
     EXPECT_EQ(m->n_params, 164160);
     EXPECT_EQ(res.n_params, 164160);
@@ -298,9 +299,9 @@ TEST(SynthCheckpoint, Qwen3OneLayerLoadsWithTheOfficialShapes) {
   EXPECT_EQ(c.n_layer, 1);
   EXPECT_TRUE(c.qk_norm);
   EXPECT_TRUE(c.tied_embeddings);
-  EXPECT_EQ(m->weights.embed.shape, (std::vector<int64_t>{151936, 1024}));
-  EXPECT_EQ(m->weights.lm_head.data, m->weights.embed.data);
-  const LayerWeights& l = m->weights.layers.at(0);
+  EXPECT_EQ(test::weight(*m, "embed").shape, (std::vector<int64_t>{151936, 1024}));
+  EXPECT_EQ(test::weight(*m, "lm_head").data, test::weight(*m, "embed").data);
+  const test::LlamaLayer l = test::llama_layer(*m, int(0));
   EXPECT_EQ(l.wq.shape, (std::vector<int64_t>{16 * 128, 1024}));
   EXPECT_EQ(l.wk.shape, (std::vector<int64_t>{8 * 128, 1024}));
   EXPECT_EQ(l.wo.shape, (std::vector<int64_t>{1024, 16 * 128}));
@@ -333,7 +334,7 @@ TEST(SynthCheckpoint, Qwen25OneLayerHasBiases) {
   auto m = load_model(dir);
   EXPECT_EQ(m->config.arch, "qwen2");
   EXPECT_TRUE(m->config.qkv_bias);
-  const LayerWeights& l = m->weights.layers.at(0);
+  const test::LlamaLayer l = test::llama_layer(*m, int(0));
   EXPECT_EQ(l.bq.shape, (std::vector<int64_t>{14 * 64}));
   EXPECT_EQ(l.bk.shape, (std::vector<int64_t>{2 * 64}));
   EXPECT_EQ(l.w_gate.shape, (std::vector<int64_t>{4864, 896}));
@@ -379,12 +380,12 @@ void expect_gguf_matches_hf(const std::string& preset, int layers, DType dt, dou
   EXPECT_EQ(y.tied_embeddings, x.tied_embeddings);
   EXPECT_EQ(y.qk_norm, x.qk_norm);
   EXPECT_EQ(y.norm_eps, x.norm_eps);
-  EXPECT_EQ(y.rope_theta, x.rope_theta);
-  EXPECT_EQ(y.rope_scaling.kind, x.rope_scaling.kind);
+  EXPECT_EQ(y.rope.theta, x.rope.theta);
+  EXPECT_EQ(y.rope.scaling.kind, x.rope.scaling.kind);
   EXPECT_EQ(b->n_params, a->n_params);
   EXPECT_EQ(b->weight_dtype, dt);
   for (int l = 0; l < x.n_layer; ++l) {
-    const LayerWeights &p = a->weights.layers.at(size_t(l)), &q = b->weights.layers.at(size_t(l));
+    const test::LlamaLayer p = test::llama_layer(*a, l), q = test::llama_layer(*b, l);
     EXPECT_EQ(q.wq.shape, p.wq.shape);
     EXPECT_EQ(q.wk.shape, p.wk.shape);
     EXPECT_EQ(q.wo.shape, p.wo.shape);
@@ -424,9 +425,9 @@ TEST(SynthGguf, Llama32ScalingAndCliFormatChoice) {
   auto r = run_cli("synth --preset llama-3.2-1b --layers 1 --dtype bf16 -o " + root + "/l.gguf");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto m = load_model(root + "/l.gguf");
-  EXPECT_EQ(m->config.rope_scaling.kind, RopeScaling::Kind::Llama3);
-  EXPECT_EQ(m->config.rope_scaling.factor, 32.0);
-  EXPECT_EQ(m->config.rope_scaling.original_max_pos, 8192);
+  EXPECT_EQ(m->config.rope.scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_EQ(m->config.rope.scaling.factor, 32.0);
+  EXPECT_EQ(m->config.rope.scaling.original_max_pos, 8192);
   EXPECT_EQ(m->config.vocab, 128256);
   EXPECT_TRUE(m->config.tied_embeddings);
   EXPECT_EQ(m->n_params, hand_params(kOfficial[3], 1));

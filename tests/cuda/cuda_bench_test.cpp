@@ -94,7 +94,7 @@ void bench_decode_variants(const char* name, const Model& m, Backend& be, int64_
     const double gbs = double(bytes_per_token) / s;
     std::printf("BENCH decode %-22s %-5s %-15s %9.1f tok/s  %8.1f GB/s  %.3f of copy bw  "
                 "(%.1f us/token)\n",
-                name, be.compute_name().c_str(), v.label, 1.0 / s, gbs / 1e9, gbs / copy_bw,
+                name, dtype_name(be.compute()), v.label, 1.0 / s, gbs / 1e9, gbs / copy_bw,
                 s * 1e6);
   }
   cuda_set_tuning(be, CudaTuning{});
@@ -114,7 +114,7 @@ TEST(CudaBench, Qwen3ShapeAndShippedModels) {
   for (const char* dt : {"bf16", "f32"}) {
     auto be = make_cuda_backend(0, dt);
     const double t0 = now_s();
-    be->prepare(syn->m.config, syn->m.weights);
+    be->prepare(prepare_spec(syn->m));
     be->sync();
     std::printf("BENCH upload %-5s %.2f s\n", dt, now_s() - t0);
     const int64_t bytes = syn->matrix_params * (std::string(dt) == "f32" ? 4 : 2);

@@ -218,8 +218,8 @@ TEST_P(CudaOps, RmsnormMatmulLogits) {
     Buf oc(*cu, N, true), orf(*ref, N, true);
     poison(*cu, oc.b);
     const Backend::MatmulTarget tc{&W->t, nullptr, &oc.b}, tr{&W->t, nullptr, &orf.b};
-    cu->rmsnorm_matmul(xc.b, in.w->t, 1, K, 1e-6, nc.b, &tc, 1);
-    ref->rmsnorm_matmul(xr.b, in.w->t, 1, K, 1e-6, nr.b, &tr, 1);
+    cu->rmsnorm_matmul(xc.b, in.w->t, 1, K, 1e-6, nc.b, nullptr, &tc, 1);
+    ref->rmsnorm_matmul(xr.b, in.w->t, 1, K, 1e-6, nr.b, nullptr, &tr, 1);
     const double u = unit_roundoff(dt);
     check_close("norm_gemv", dt, strformat("N=%d K=%d logits", N, K), seed,
                 read_all(*cu, oc.b, N), read_all(*ref, orf.b, N),
@@ -259,8 +259,8 @@ TEST_P(CudaOps, RmsnormMatmulThreeSegments) {
       tc[i] = {&W[size_t(i)]->t, nullptr, &oc[size_t(i)]->b};
       tr[i] = {&W[size_t(i)]->t, nullptr, &orf[size_t(i)]->b};
     }
-    cu->rmsnorm_matmul(xc.b, in.w->t, 1, K, 1e-6, nc.b, tc, 3);
-    ref->rmsnorm_matmul(xr.b, in.w->t, 1, K, 1e-6, nr.b, tr, 3);
+    cu->rmsnorm_matmul(xc.b, in.w->t, 1, K, 1e-6, nc.b, nullptr, tc, 3);
+    ref->rmsnorm_matmul(xr.b, in.w->t, 1, K, 1e-6, nr.b, nullptr, tr, 3);
     const double u = unit_roundoff(dt);
     for (int i = 0; i < 3; ++i)
       check_close("norm_gemv", dt, strformat("segment %d of 3, N=%d K=%d", i, rows[i], K), seed,
@@ -290,8 +290,8 @@ TEST_P(CudaOps, RmsnormSwigluOddRows) {
   Buf xc(*cu, in.x), xr(*ref, in.x), nc(*cu, K), nr(*ref, K);
   Buf gc(*cu, F), gr(*ref, F), uc(*cu, F), ur(*ref, F), ac(*cu, F), ar(*ref, F);
   poison(*cu, ac.b);
-  cu->rmsnorm_swiglu(xc.b, in.w->t, 1, K, 1e-6, nc.b, Wg->t, Wu->t, gc.b, uc.b, ac.b);
-  ref->rmsnorm_swiglu(xr.b, in.w->t, 1, K, 1e-6, nr.b, Wg->t, Wu->t, gr.b, ur.b, ar.b);
+  cu->rmsnorm_swiglu(xc.b, in.w->t, 1, K, 1e-6, nc.b, Wg->t, Wu->t, gc.b, uc.b, ac.b, {});
+  ref->rmsnorm_swiglu(xr.b, in.w->t, 1, K, 1e-6, nr.b, Wg->t, Wu->t, gr.b, ur.b, ar.b, {});
   const double u = unit_roundoff(dt);
   check_close("norm_swiglu", dt, strformat("F=%d K=%d", F, K), seed, read_all(*cu, ac.b, F),
               read_all(*ref, ar.b, F), nmse_bound(dt, K) + kSafety * 3 * u * u);
@@ -329,14 +329,14 @@ TEST_P(CudaOps, Rope) {
   uint64_t seed = 500;
   for (const Case& c : cases) {
     ++seed;
-    ModelConfig cfg;
-    cfg.head_dim = c.Dh;
-    cfg.rope_theta = c.theta;
-    cfg.rope_layout = c.layout;
+    RopeSpec cfg;
+    cfg.dims = c.Dh;
+    cfg.theta = c.theta;
+    cfg.layout = c.layout;
     if (c.llama3) {
-      cfg.rope_scaling.kind = RopeScaling::Kind::Llama3;
-      cfg.rope_scaling.factor = 32;
-      cfg.rope_scaling.original_max_pos = 8192;
+      cfg.scaling.kind = RopeScaling::Kind::Llama3;
+      cfg.scaling.factor = 32;
+      cfg.scaling.original_max_pos = 8192;
     }
     const auto x = random_values(int64_t(c.T) * c.nh * c.Dh, seed, 1.0, dt);
     Buf xc(*cu, x), xr(*ref, x);
@@ -473,10 +473,10 @@ TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
       ++seed;
       SCOPED_TRACE(strformat("H=%d Hkv=%d Dh=%d pos=%d cap=%d window=%d heads/block=%d", c.H,
                              c.Hkv, c.Dh, c.pos, c.cap, c.window, hpb));
-      ModelConfig cfg;
-      cfg.head_dim = c.Dh;
-      cfg.rope_theta = 1e6;
-      cfg.rope_layout = c.layout;
+      RopeSpec cfg;
+      cfg.dims = c.Dh;
+      cfg.theta = 1e6;
+      cfg.layout = c.layout;
       const int kv_dim = c.Hkv * c.Dh;
       const auto q = random_values(int64_t(c.H) * c.Dh, seed, 1.0, dt);
       const auto k = random_values(kv_dim, seed + 1, 1.0, dt);
@@ -497,7 +497,7 @@ TEST_P(CudaOps, QkRopeAttentionEqualsOpsOneByOne) {
         poison(be, ob.b);
         be.qk_rope_attention(qb.b, kb.b, vb.b, c.qk_norm ? &qn->t : nullptr,
                              c.qk_norm ? &kn->t : nullptr, 1e-6, 1, c.H, c.Hkv, c.Dh, c.pos, cfg,
-                             kcb.b, vcb.b, c.window, ob.b);
+                             kcb.b, vcb.b, c.window, ob.b, {});
         got[i] = {read_all(be, qb.b, qb.b.n), read_all(be, kb.b, kb.b.n),
                   read_all(be, kcb.b, kcb.b.n), read_all(be, vcb.b, vcb.b.n),
                   read_all(be, ob.b, ob.b.n)};
@@ -652,7 +652,7 @@ TEST(CudaTier, ReportsBuildAndRefusesBadDtype) {
   EXPECT_EQ(cuda_build_version().rfind("cuda-", 0), 0u) << cuda_build_version();
   EXPECT_THROW(make_cuda_backend(0, "f64"), Error);
   ARB_CUDA_OR_SKIP(cu, "bf16");
-  EXPECT_EQ(cu->compute_name(), "bf16");
+  EXPECT_EQ(cu->compute(), DType::BF16);
   EXPECT_EQ(cu->device_name().rfind("cuda:0 ", 0), 0u) << cu->device_name();
   EXPECT_THROW(make_cuda_backend(999, "bf16"), Error);
 }

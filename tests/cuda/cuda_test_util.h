@@ -25,7 +25,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "engine/synth.h"
+#include "model/synth.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -250,42 +250,36 @@ inline std::unique_ptr<SyntheticModel> synthetic_qwen3_06b(int n_layer = 28) {
   ModelConfig& c = s->m.config;
   c = synth_preset("qwen3-0.6b").config;
   c.n_layer = n_layer;
-  const int64_t D = c.d_model, q = int64_t(c.n_head) * c.head_dim,
-                kv = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff, V = c.vocab,
-                Dh = c.head_dim;
-  struct Spec { Tensor* t; int64_t r, k; bool norm; };
-  std::vector<Spec> specs;
-  Weights& w = s->m.weights;
-  w.layers.resize(c.n_layer);
-  specs.push_back({&w.embed, V, D, false});
-  specs.push_back({&w.out_norm, 1, D, true});
-  for (LayerWeights& l : w.layers) {
-    specs.insert(specs.end(), {{&l.attn_norm, 1, D, true}, {&l.wq, q, D, false},
-                               {&l.wk, kv, D, false},     {&l.wv, kv, D, false},
-                               {&l.q_norm, 1, Dh, true},  {&l.k_norm, 1, Dh, true},
-                               {&l.wo, D, q, false},      {&l.ffn_norm, 1, D, true},
-                               {&l.w_gate, F, D, false},  {&l.w_up, F, D, false},
-                               {&l.w_down, D, F, false}});
-  }
+  Model& m = s->m;
+  m.arch = &arch_of(c.arch);
+  m.weights.specs = m.arch->tensors(c);
+  m.weights.resize(m.arch->global_slots(), c.n_layer, m.arch->layer_slots());
   int64_t total = 0;
-  for (const Spec& sp : specs) total += sp.r * sp.k;
+  for (const TensorSpec& sp : m.weights.specs)
+    if (!sp.tie_to) total += sp.shape.size() == 2 ? sp.shape[0] * sp.shape[1] : sp.shape[0];
   s->store.resize(size_t(total));
   uint64_t x = 0x9e3779b97f4a7c15ull;
   int64_t off = 0;
-  for (const Spec& sp : specs) {
-    sp.t->dtype = DType::BF16;
-    sp.t->shape = sp.norm ? std::vector<int64_t>{sp.k} : std::vector<int64_t>{sp.r, sp.k};
-    sp.t->data = s->store.data() + off;
-    for (int64_t i = 0; i < sp.r * sp.k; ++i) {
+  for (const TensorSpec& sp : m.weights.specs) {
+    if (sp.tie_to) continue;  // lm_head: the embedding (tied, below)
+    const bool norm = sp.kind == TensorKind::Norm;
+    const int64_t n = sp.shape.size() == 2 ? sp.shape[0] * sp.shape[1] : sp.shape[0];
+    Tensor& t = m.weights.at(sp);
+    t.name = sp.hf;
+    t.dtype = DType::BF16;
+    t.shape = sp.shape;
+    t.data = s->store.data() + off;
+    for (int64_t i = 0; i < n; ++i) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
       const float u = float(int64_t(x >> 40) - (1 << 23)) / float(1 << 23);  // [-1, 1)
-      s->store[size_t(off + i)] = f32_to_bf16(sp.norm ? 1.0f : 0.04f * u);
+      s->store[size_t(off + i)] = f32_to_bf16(norm ? 1.0f : 0.04f * u);
     }
-    if (!sp.norm && sp.t != &w.embed) s->matrix_params += sp.r * sp.k;
-    off += sp.r * sp.k;
+    if (!norm && sp.role != "embed") s->matrix_params += n;
+    off += n;
   }
-  w.lm_head = w.embed;  // tied
-  s->matrix_params += V * D;
+  for (const TensorSpec& sp : m.weights.specs)
+    if (sp.tie_to) m.weights.at(sp) = *m.weights.find(sp.tie_to);  // tied
+  s->matrix_params += int64_t(c.vocab) * c.d_model;
   return s;
 }
 

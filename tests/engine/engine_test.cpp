@@ -218,7 +218,7 @@ TEST(Sampler, BadParamsRefused) {
 TEST(Inject, ParsesAndRefuses) {
   InjectSpec s = InjectSpec::parse("op=down,layer=1,scale=1.02");
   EXPECT_TRUE(s.active);
-  EXPECT_EQ(s.stage, Stage::Down);
+  EXPECT_EQ(s.stage, "down");
   EXPECT_EQ(s.layer, 1);
   EXPECT_DOUBLE_EQ(s.scale, 1.02);
   EXPECT_EQ(s.text, "op=down,layer=1,scale=1.02");

@@ -2,7 +2,7 @@
 // against the llama2.c .bin it was converted from; a hand-built file with every metadata
 // type and F32/F16/BF16/Q8_0 tensors of known values; one test per refusal; and seeded
 // truncation / byte-mutation runs where every attempt must load or throw arbiter::Error.
-// Add a refusal case: build a GgufWriter, break one field, expect_refused(bytes, "words").
+// Add a refusal case: build a GgufBuilder, break one field, expect_refused(bytes, "words").
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -13,7 +13,7 @@
 #include "io/io_test_util.h"
 
 using namespace arbiter;
-using test::GgufWriter;
+using test::GgufBuilder;
 using test::put;
 
 namespace {
@@ -157,8 +157,8 @@ TEST(GgufReal, Stories260kDataEqualsLlama2cBin) {
 
 namespace {
 
-GgufWriter small_writer() {
-  GgufWriter w;
+GgufBuilder small_writer() {
+  GgufBuilder w;
   w.kv("t.u8", 0, uint8_t(200));
   w.kv("t.i8", 1, int8_t(-100));
   w.kv("t.u16", 2, uint16_t(60000));
@@ -309,7 +309,7 @@ TEST(GgufSmall, TensorsOfEveryDtype) {
 }
 
 TEST(GgufSmall, CustomAlignmentAndVersion2) {
-  GgufWriter w = small_writer();
+  GgufBuilder w = small_writer();
   w.alignment = 64;
   w.kv_u32("general.alignment", 64);
   w.version = 2;
@@ -321,7 +321,7 @@ TEST(GgufSmall, CustomAlignmentAndVersion2) {
 }
 
 TEST(GgufSmall, NoTensorsAndNoDataSection) {
-  GgufWriter w;
+  GgufBuilder w;
   w.kv_string("general.architecture", "llama");
   std::string b = w.build();
   GgufFile g(write_tmp(b));
@@ -378,14 +378,14 @@ TEST(GgufRefuse, HugeLengthsAreErrorsNotAllocations) {
   s += std::string(64, 'x');
   expect_refused(s, "length 1152921504606846976");
   // String value length 2^64-1.
-  GgufWriter w;
+  GgufBuilder w;
   std::string v;
   put<uint64_t>(v, ~uint64_t(0));
   w.kv_raw("k", 8, v);
   expect_refused(w.build(), "string value");
   // Array of 2^60 u8 / 2^61 strings.
   for (uint32_t et : {0u, 8u}) {
-    GgufWriter a;
+    GgufBuilder a;
     std::string b;
     put<uint32_t>(b, et);
     put<uint64_t>(b, uint64_t(1) << 60);
@@ -395,39 +395,39 @@ TEST(GgufRefuse, HugeLengthsAreErrorsNotAllocations) {
 }
 
 TEST(GgufRefuse, MetadataDefects) {
-  GgufWriter a;
+  GgufBuilder a;
   std::string b;
   put<uint32_t>(b, 9);  // array of arrays
   put<uint64_t>(b, 1);
   a.kv_raw("nested", 9, b + std::string(16, '\0'));
   expect_refused(a.build(), "arrays of arrays");
 
-  GgufWriter t;
+  GgufBuilder t;
   t.kv_raw("bad", 13, "\0\0\0\0");
   expect_refused(t.build(), "unknown value type 13");
 
-  GgufWriter bad_elem;
+  GgufBuilder bad_elem;
   std::string e;
   put<uint32_t>(e, 77);
   put<uint64_t>(e, 1);
   bad_elem.kv_raw("arr", 9, e + "x");
   expect_refused(bad_elem.build(), "unknown element type 77");
 
-  GgufWriter boolw;
+  GgufBuilder boolw;
   boolw.kv("b", 7, uint8_t(2));
   expect_refused(boolw.build(), "expected 0 or 1");
 
-  GgufWriter dup;
+  GgufBuilder dup;
   dup.kv_u32("k", 1);
   dup.kv_u32("k", 2);
   expect_refused(dup.build(), "duplicate metadata key 'k'");
 
   for (uint32_t al : {0u, 3u, 48u}) {
-    GgufWriter w;
+    GgufBuilder w;
     w.kv_u32("general.alignment", al);
     expect_refused(w.build(), "power of two");
   }
-  GgufWriter w64;
+  GgufBuilder w64;
   w64.kv("general.alignment", 10, uint64_t(32));
   expect_refused(w64.build(), "expected UINT32");
 }
@@ -466,7 +466,7 @@ TEST(GgufRefuse, TensorInfoDefects) {
   }
   EXPECT_EQ(misaligned, 3);
 
-  GgufWriter dup;
+  GgufBuilder dup;
   dup.add_f32("x", {1}, {1.0f});
   dup.add_f32("x", {1}, {2.0f});
   expect_refused(dup.build(), "duplicate tensor 'x'");

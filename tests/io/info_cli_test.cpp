@@ -17,7 +17,7 @@ TEST(InfoCli, TinyStories656k) {
   auto r = test::run_cli("info " + dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("params        656000\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("architecture  llama\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("architecture  llama (family llama)\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("format        hf\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("dims          L=2 D=128 H=8 Hkv=4 Dh=16 F=384 V=2048 max_pos=512\n"), std::string::npos)
       << r.out;

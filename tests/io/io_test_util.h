@@ -46,7 +46,7 @@ inline void put_str(std::string& s, const std::string& v) {
 }
 
 /// Builds a GGUF file in memory. Type codes are docs/gguf.md's gguf_type and ggml_type.
-struct GgufWriter {
+struct GgufBuilder {
   uint32_t version = 3;
   uint64_t alignment = 32;
   std::string kvs;

@@ -46,14 +46,14 @@ TEST(Side, InjectAndMixSuffixes) {
   Side s = parse_side("cpu+inject=op=down,layer=0,scale=3");
   EXPECT_EQ(s.spec.device, "cpu");
   ASSERT_TRUE(s.inject.active);
-  EXPECT_EQ(s.inject.stage, Stage::Down);
+  EXPECT_EQ(s.inject.stage, "down");
   EXPECT_EQ(s.inject.layer, 0);
   EXPECT_DOUBLE_EQ(s.inject.scale, 3.0);
   EXPECT_EQ(s.label, "cpu+inject=op=down,layer=0,scale=3");
   s = parse_side("cuda:bf16+mix=attn=f32,mlp=bf16+inject=op=up,scale=2");
   EXPECT_EQ(s.spec.mix, "attn=f32,mlp=bf16");
   ASSERT_TRUE(s.inject.active);
-  EXPECT_EQ(s.inject.stage, Stage::Up);
+  EXPECT_EQ(s.inject.stage, "up");
   EXPECT_DOUBLE_EQ(s.inject.scale, 2.0);
 }
 
@@ -124,13 +124,17 @@ TEST(Mix, MakeBackendRefusesMixRatherThanIgnoreIt) {
 
 TEST(Roundoff, UnitRoundoffsOfEachType) {
   // u = 2^-p for p significand bits (f64 53, f32 24, bf16 8, f16 11).
-  EXPECT_EQ(roundoff_of("f64").storage, 1.1102230246251565e-16);
-  EXPECT_EQ(roundoff_of("f32").storage, 5.9604644775390625e-08);
-  EXPECT_EQ(roundoff_of("bf16").storage, 0.00390625);
-  EXPECT_EQ(roundoff_of("f16").storage, 0.00048828125);
-  EXPECT_EQ(roundoff_of("bf16").accum, 5.9604644775390625e-08);
-  Roundoff c = coarser(roundoff_of("f64"), roundoff_of("bf16"));
+  EXPECT_EQ(roundoff_of(DType::F64).storage, 1.1102230246251565e-16);
+  EXPECT_EQ(roundoff_of(DType::F32).storage, 5.9604644775390625e-08);
+  EXPECT_EQ(roundoff_of(DType::BF16).storage, 0.00390625);
+  EXPECT_EQ(roundoff_of(DType::F16).storage, 0.00048828125);
+  EXPECT_EQ(roundoff_of(DType::BF16).accum, 5.9604644775390625e-08);
+  EXPECT_EQ(roundoff_of(DType::F64).accum, 1.1102230246251565e-16);
+  Roundoff c = coarser(roundoff_of(DType::F64), roundoff_of(DType::BF16));
   EXPECT_EQ(c.storage, 0.00390625);
   EXPECT_EQ(c.accum, 5.9604644775390625e-08);
-  EXPECT_THROW(roundoff_of("q8"), Error);
+  EXPECT_THROW(roundoff_of(DType::Q8_0), Error);  // a storage type, not a compute type
+  EXPECT_EQ(compute_dtype_from_name("bf16"), DType::BF16);
+  EXPECT_THROW(compute_dtype_from_name("q8_0"), Error);
+  EXPECT_THROW(compute_dtype_from_name("f8"), Error);
 }

@@ -19,7 +19,7 @@
 #include "model/model.h"
 
 using namespace arbiter;
-using test::GgufWriter;
+using test::GgufBuilder;
 namespace fs = std::filesystem;
 
 namespace {
@@ -59,23 +59,23 @@ TEST(Loader, Stories260kGguf) {
   EXPECT_EQ(c.vocab, 512);
   EXPECT_EQ(c.max_pos, 2048);  // the converter's default, not the trained 512 (README)
   EXPECT_EQ(c.norm_eps, 1e-5);  // stored as f32; read back as the decimal it was written from
-  EXPECT_EQ(c.rope_theta, 10000.0);
-  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::None);
-  EXPECT_EQ(c.rope_layout, RopeLayout::Adjacent);
+  EXPECT_EQ(c.rope.theta, 10000.0);
+  EXPECT_EQ(c.rope.scaling.kind, RopeScaling::Kind::None);
+  EXPECT_EQ(c.rope.layout, RopeLayout::Adjacent);
   EXPECT_FALSE(c.qkv_bias);
   EXPECT_FALSE(c.qk_norm);
   EXPECT_TRUE(c.tied_embeddings);  // output.weight is an exact copy of token_embd.weight
   EXPECT_EQ(c.sliding_window, 0);
   // output.weight is stored separately: a distinct view, equal values.
-  EXPECT_NE(m->weights.lm_head.data, m->weights.embed.data);
-  EXPECT_EQ(floats(m->weights.lm_head), floats(m->weights.embed));
+  EXPECT_NE(test::weight(*m, "lm_head").data, test::weight(*m, "embed").data);
+  EXPECT_EQ(floats(test::weight(*m, "lm_head")), floats(test::weight(*m, "embed")));
   // 260,032 trainable + 32,768 for the stored output copy = 292,800 floats (README).
   EXPECT_EQ(m->n_params, 292800);
   EXPECT_EQ(m->weight_dtype, DType::F32);
-  ASSERT_EQ(m->weights.layers.size(), 5u);
-  EXPECT_EQ(m->weights.layers[4].wk.shape, (std::vector<int64_t>{32, 64}));
-  EXPECT_EQ(m->weights.layers[4].w_down.shape, (std::vector<int64_t>{64, 172}));
-  EXPECT_TRUE(m->weights.layers[0].bq.empty());
+  ASSERT_EQ(size_t(m->weights.n_layers()), 5u);
+  EXPECT_EQ(test::weight(*m, "wk", 4).shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(test::weight(*m, "w_down", 4).shape, (std::vector<int64_t>{64, 172}));
+  EXPECT_TRUE(test::weight(*m, "bq", 0).empty());
   EXPECT_EQ(m->eos_ids, (std::vector<int32_t>{2}));
   EXPECT_EQ(m->weights_sha256, test::published_sha("stories260K/stories260K.gguf"));
   ASSERT_NE(m->tokenizer, nullptr);
@@ -92,17 +92,17 @@ TEST(Loader, TinyStories656kBf16) {
   EXPECT_EQ(c.d_model, 128);
   EXPECT_EQ(c.n_layer, 2);
   EXPECT_EQ(c.head_dim, 16);
-  EXPECT_EQ(c.rope_layout, RopeLayout::Half);
+  EXPECT_EQ(c.rope.layout, RopeLayout::Half);
   EXPECT_TRUE(c.tied_embeddings);
-  EXPECT_EQ(m->weights.lm_head.data, m->weights.embed.data);
+  EXPECT_EQ(test::weight(*m, "lm_head").data, test::weight(*m, "embed").data);
   EXPECT_EQ(m->weight_dtype, DType::BF16);
   // embed 2048*128 + 2 layers * (128 + 128*128 + 2*64*128 + 128*128 + 128 + 3*384*128) + 128.
   EXPECT_EQ(m->n_params, 2048 * 128 + 2 * (128 + 16384 + 2 * 8192 + 16384 + 128 + 3 * 49152) + 128);
   EXPECT_EQ(m->n_params, 656000);
   EXPECT_EQ(m->eos_ids, (std::vector<int32_t>{2}));
   EXPECT_EQ(m->weights_sha256, test::published_sha("TinyStories-656K/model.safetensors"));
-  EXPECT_EQ(m->weights.layers[1].wk.shape, (std::vector<int64_t>{64, 128}));
-  EXPECT_EQ(m->weights.layers[1].wk.name, "model.layers.1.self_attn.k_proj.weight");
+  EXPECT_EQ(test::weight(*m, "wk", 1).shape, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(test::weight(*m, "wk", 1).name, "model.layers.1.self_attn.k_proj.weight");
 }
 
 TEST(Loader, TinyStories656kFp32TiedStoredAsLmHead) {
@@ -111,10 +111,10 @@ TEST(Loader, TinyStories656kFp32TiedStoredAsLmHead) {
   auto m = load_model(dir + "/fp32");
   auto ref = load_model(dir);
   // Only lm_head.weight is stored; the embedding must be that same matrix.
-  EXPECT_EQ(m->weights.embed.data, m->weights.lm_head.data);
-  EXPECT_EQ(m->weights.embed.dtype, DType::F32);
-  EXPECT_EQ(m->weights.embed.shape, (std::vector<int64_t>{2048, 128}));
-  EXPECT_EQ(floats(m->weights.embed), floats(ref->weights.embed));  // F32 = BF16 widened (README)
+  EXPECT_EQ(test::weight(*m, "embed").data, test::weight(*m, "lm_head").data);
+  EXPECT_EQ(test::weight(*m, "embed").dtype, DType::F32);
+  EXPECT_EQ(test::weight(*m, "embed").shape, (std::vector<int64_t>{2048, 128}));
+  EXPECT_EQ(floats(test::weight(*m, "embed")), floats(test::weight(*ref, "embed")));  // F32 = BF16 widened (README)
   EXPECT_EQ(m->n_params, 656000);
   EXPECT_EQ(m->weight_dtype, DType::F32);
   EXPECT_EQ(m->weights_sha256, test::published_sha("TinyStories-656K/fp32/model.safetensors"));
@@ -143,17 +143,17 @@ TEST(Loader, TinyFixturesOnePerArch) {
     EXPECT_EQ(m->n_params, k.params) << k.name;
     EXPECT_EQ(m->weight_dtype, k.dtype) << k.name;
     EXPECT_EQ(c.tied_embeddings, k.tied) << k.name;
-    EXPECT_EQ(m->weights.lm_head.data == m->weights.embed.data, k.tied) << k.name;
+    EXPECT_EQ(test::weight(*m, "lm_head").data == test::weight(*m, "embed").data, k.tied) << k.name;
     EXPECT_EQ(c.qkv_bias, k.bias) << k.name;
-    EXPECT_EQ(!m->weights.layers[1].bv.empty(), k.bias) << k.name;
+    EXPECT_EQ(!test::weight(*m, "bv", 1).empty(), k.bias) << k.name;
     EXPECT_EQ(c.qk_norm, k.qk_norm) << k.name;
-    EXPECT_EQ(!m->weights.layers[1].k_norm.empty(), k.qk_norm) << k.name;
+    EXPECT_EQ(!test::weight(*m, "k_norm", 1).empty(), k.qk_norm) << k.name;
     EXPECT_EQ(c.sliding_window, k.window) << k.name;
     EXPECT_EQ(c.head_dim, k.head_dim) << k.name;
     EXPECT_EQ(c.d_model, 64) << k.name;
     EXPECT_EQ(c.d_ff, 192) << k.name;
     EXPECT_EQ(c.n_layer, 2) << k.name;
-    EXPECT_EQ(c.rope_layout, RopeLayout::Half) << k.name;
+    EXPECT_EQ(c.rope.layout, RopeLayout::Half) << k.name;
     EXPECT_EQ(m->weights_sha256, sha256_file(dir + "/model.safetensors")) << k.name;
   }
 }
@@ -230,7 +230,7 @@ TEST(LoaderRefuse, HfMissingExtraAndMisshapenTensors) {
     c.edit_config([](nlohmann::json& j) { j["architectures"] = {"PhiForCausalLM"}; });
     std::string e = error_of(c.dir);
     EXPECT_NE(e.find("PhiForCausalLM"), std::string::npos) << e;
-    EXPECT_NE(e.find(kSupportedArchs), std::string::npos) << e;
+    EXPECT_NE(e.find(supported_archs()), std::string::npos) << e;
   }
   {
     HfCopy c(src);  // untied config: lm_head.weight is now required
@@ -277,10 +277,10 @@ std::string q8_bytes(size_t numel, std::mt19937& rng) {
 }
 
 // A tiny model GGUF: tokenizer metadata copied from stories260K (V = 512).
-GgufWriter make_gguf(const std::string& arch, const Dims& d, bool q8_matrices, bool biases, bool qk_norm,
+GgufBuilder make_gguf(const std::string& arch, const Dims& d, bool q8_matrices, bool biases, bool qk_norm,
                      bool with_output) {
   GgufFile src(test::stories260k_gguf());
-  GgufWriter w;
+  GgufBuilder w;
   w.kv_string("general.architecture", arch);
   const std::string p = arch + ".";
   w.kv_u32(p + "embedding_length", d.D);
@@ -329,7 +329,7 @@ GgufWriter make_gguf(const std::string& arch, const Dims& d, bool q8_matrices, b
   return w;
 }
 
-std::string write_gguf(const GgufWriter& w) {
+std::string write_gguf(const GgufBuilder& w) {
   std::string p = test::temp_dir("synth") + "/m.gguf";
   test::write_file(p, w.build());
   return p;
@@ -346,17 +346,17 @@ TEST(LoaderGguf, Qwen3Q8TiedWithHeadDimNotDOverH) {
   EXPECT_EQ(c.head_dim, 32);
   EXPECT_TRUE(c.qk_norm);
   EXPECT_FALSE(c.qkv_bias);
-  EXPECT_EQ(c.rope_layout, RopeLayout::Half);  // NEOX rope, rows not permuted
-  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope.layout, RopeLayout::Half);  // NEOX rope, rows not permuted
+  EXPECT_EQ(c.rope.theta, 1e6);
   EXPECT_EQ(c.norm_eps, 1e-6);
   EXPECT_EQ(c.max_pos, 4096);
   EXPECT_EQ(c.vocab, 512);
   EXPECT_TRUE(c.tied_embeddings);
-  EXPECT_EQ(m->weights.lm_head.data, m->weights.embed.data);
+  EXPECT_EQ(test::weight(*m, "lm_head").data, test::weight(*m, "embed").data);
   EXPECT_EQ(m->weight_dtype, DType::Q8_0);
-  EXPECT_EQ(m->weights.layers[0].wq.shape, (std::vector<int64_t>{64, 32}));
-  EXPECT_EQ(m->weights.layers[0].wo.shape, (std::vector<int64_t>{32, 64}));
-  EXPECT_EQ(m->weights.layers[0].q_norm.shape, (std::vector<int64_t>{32}));
+  EXPECT_EQ(test::weight(*m, "wq", 0).shape, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(test::weight(*m, "wo", 0).shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(test::weight(*m, "q_norm", 0).shape, (std::vector<int64_t>{32}));
   // embed 512*32 (once, tied) + out_norm 32 + attn_norm, q_norm, k_norm, ffn_norm 4*32
   // + wq 64*32 + wk 32*32 + wv 32*32 + wo 32*64 + gate/up/down 3 * 64*32.
   EXPECT_EQ(m->n_params, 512 * 32 + 32 + 4 * 32 + 2048 + 1024 + 1024 + 2048 + 3 * 2048);
@@ -372,8 +372,8 @@ TEST(LoaderGguf, Qwen2BiasesAndUntiedOutput) {
   auto m = load_model(write_gguf(make_gguf("qwen2", d, false, true, false, true)));
   EXPECT_TRUE(m->config.qkv_bias);
   EXPECT_FALSE(m->config.tied_embeddings);  // output.weight holds different values
-  EXPECT_EQ(m->weights.layers[1].bk.shape, (std::vector<int64_t>{16}));
-  EXPECT_EQ(m->config.rope_layout, RopeLayout::Half);
+  EXPECT_EQ(test::weight(*m, "bk", 1).shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(m->config.rope.layout, RopeLayout::Half);
   EXPECT_EQ(m->weight_dtype, DType::F32);
   // qwen2 without biases is refused.
   std::string e = error_of(write_gguf(make_gguf("qwen2", d, false, false, false, true)));
@@ -402,16 +402,16 @@ TEST(LoaderGguf, Llama3RopeFreqsRecognised) {
     }
   }
   ASSERT_GT(n_mid, 0);
-  GgufWriter good = make_gguf("llama", d, false, false, false, true);
+  GgufBuilder good = make_gguf("llama", d, false, false, false, true);
   good.add_f32("rope_freqs.weight", {uint64_t(d.Dh / 2)}, rf);
   auto m = load_model(write_gguf(good));
-  EXPECT_EQ(m->config.rope_scaling.kind, RopeScaling::Kind::Llama3);
-  EXPECT_EQ(m->config.rope_scaling.factor, 8.0);
-  EXPECT_EQ(m->config.rope_scaling.original_max_pos, 8192);
-  EXPECT_EQ(m->config.rope_layout, RopeLayout::Adjacent);
+  EXPECT_EQ(m->config.rope.scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_EQ(m->config.rope.scaling.factor, 8.0);
+  EXPECT_EQ(m->config.rope.scaling.original_max_pos, 8192);
+  EXPECT_EQ(m->config.rope.layout, RopeLayout::Adjacent);
   // A factor table that is not llama3's is refused.
   rf[d.Dh / 4] *= 1.5f;
-  GgufWriter bad = make_gguf("llama", d, false, false, false, true);
+  GgufBuilder bad = make_gguf("llama", d, false, false, false, true);
   bad.add_f32("rope_freqs.weight", {uint64_t(d.Dh / 2)}, rf);
   std::string e = error_of(write_gguf(bad));
   EXPECT_NE(e.find("rope_freqs.weight"), std::string::npos) << e;
@@ -422,20 +422,20 @@ TEST(LoaderGguf, Refusals) {
   Dims d;
   std::string e = error_of(write_gguf(make_gguf("gemma", d, false, false, false, true)));
   EXPECT_NE(e.find("unsupported architecture 'gemma'"), std::string::npos) << e;
-  EXPECT_NE(e.find(kSupportedArchs), std::string::npos) << e;
+  EXPECT_NE(e.find(supported_archs()), std::string::npos) << e;
   // An extra per-layer tensor the architecture does not read.
-  GgufWriter w = make_gguf("llama", d, false, false, false, true);
+  GgufBuilder w = make_gguf("llama", d, false, false, false, true);
   w.add_f32("blk.0.attn_output.bias", {32}, std::vector<float>(32, 0.f));
   e = error_of(write_gguf(w));
   EXPECT_NE(e.find("tensor 'blk.0.attn_output.bias' is not used"), std::string::npos) << e;
   // Wrong head_count_kv for the stored K matrix: named with both shapes.
-  GgufWriter k = make_gguf("llama", d, false, false, false, true);
+  GgufBuilder k = make_gguf("llama", d, false, false, false, true);
   k.kv_u32("llama.attention.head_count_kv", 2);  // duplicate key -> the reader refuses
   e = error_of(write_gguf(k));
   EXPECT_NE(e.find("duplicate metadata key"), std::string::npos) << e;
   Dims d2 = d;
   d2.Hkv = 2;  // writes K/V for 2 kv heads...
-  GgufWriter k2 = make_gguf("llama", d2, false, false, false, true);
+  GgufBuilder k2 = make_gguf("llama", d2, false, false, false, true);
   std::string bytes = k2.build();
   // ...then patch head_count_kv back to 1 in place (u32 right after its key).
   std::string key = "llama.attention.head_count_kv";

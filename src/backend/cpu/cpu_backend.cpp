@@ -15,7 +15,7 @@
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "model/rope.h"
+#include "backend/rope.h"
 
 namespace arbiter::cpu {
 
@@ -46,7 +46,7 @@ class CpuBackend final : public Backend {
   }
 
   std::string device_name() const override { return "cpu"; }
-  std::string compute_name() const override { return "f32"; }
+  DType compute() const override { return DType::F32; }
 
   Buffer alloc(int64_t n, bool logits) override {
     ARB_CHECK(n >= 0, "[cpu] alloc of %lld elements", (long long)n);
@@ -154,13 +154,12 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) override {
+  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpec& rope) override {
     stats_.record("rope", "cpu.rope");
     ARB_ASSERT(Dh % 2 == 0 && x.n >= int64_t(T) * nh * Dh);
     const int half = Dh / 2;
-    std::vector<double> inv = rope_inv_freq(cfg);
-    ARB_CHECK(int(inv.size()) == half, "[cpu] rope: head_dim %d in config, op asked for %d",
-              cfg.head_dim, Dh);
+    ARB_CHECK(rope.dims == Dh, "[cpu] rope: heads of %d, RoPE of %d dimensions", Dh, rope.dims);
+    std::vector<double> inv = rope_inv_freq(rope);
     // cos/sin per (position, i) computed once in f64 and rounded to f32; q and k of one
     // layer ask for the same table, so it is kept until the positions or frequencies change.
     if (rope_pos0_ != pos0 || rope_T_ < T || rope_inv_ != inv) {
@@ -177,7 +176,7 @@ class CpuBackend final : public Backend {
       rope_inv_ = std::move(inv);
     }
     float* xp = f32(x);
-    const bool adjacent = cfg.rope_layout == RopeLayout::Adjacent;
+    const bool adjacent = rope.layout == RopeLayout::Adjacent;
     auto body = [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const float* c = rope_cos_.data() + t * half;

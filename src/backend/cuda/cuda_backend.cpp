@@ -34,7 +34,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda_factory.h"
 #include "core/error.h"
-#include "model/rope.h"
+#include "backend/rope.h"
 
 namespace arbiter {
 
@@ -201,25 +201,14 @@ class CudaBackend final : public Backend {
   }
 
   std::string device_name() const override { return name_; }
-  std::string compute_name() const override { return ctype_name(ct_); }
+  DType compute() const override { return dtype_of(ct_); }
 
   // --- weights ----------------------------------------------------------------------------
-  void prepare(const ModelConfig& cfg, const Weights& w) override {
+  void prepare(const Prepare& p) override {
     flush();
     // Keep only this model's weights: a previous model's copies would hold device memory.
-    std::vector<const Tensor*> mats = {&w.embed, &w.lm_head}, vecs = {&w.out_norm};
-    for (const LayerWeights& l : w.layers) {
-      for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-        mats.push_back(t);
-      for (const Tensor* t : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm,
-                              &l.k_norm})
-        vecs.push_back(t);
-    }
     std::unordered_map<WeightKey, bool, WeightKeyHash> keep;
-    for (const Tensor* t : mats)
-      if (!t->empty()) keep[weight_key(*t)] = true;
-    for (const Tensor* t : vecs)
-      if (!t->empty()) keep[weight_key(*t)] = true;
+    for (const WeightUse& u : p.weights) keep[weight_key(*u.tensor)] = true;
     ARB_CUDA(cudaStreamSynchronize(stream_));
     for (auto it = mats_.begin(); it != mats_.end();)
       if (keep.count(it->first)) ++it;
@@ -233,11 +222,11 @@ class CudaBackend final : public Backend {
         cudaFree(it->second.ptr);
         it = vecs_.erase(it);
       }
-    for (const Tensor* t : mats)
-      if (!t->empty()) device_matrix(*t);
-    for (const Tensor* t : vecs)
-      if (!t->empty()) device_vector(*t);
-    ensure_rope_table(cfg, std::min(std::max(cfg.max_pos, 1), 4096));
+    for (const WeightUse& u : p.weights) {
+      if (u.tensor->shape.size() >= 2) device_matrix(*u.tensor);
+      else device_vector(*u.tensor);
+    }
+    for (const RopeSpec& r : p.ropes) ensure_rope_table(r, std::min(std::max(p.max_pos, 1), 4096));
     // The staging block is as large as the largest weight; give it back.
     ARB_CUDA(cudaStreamSynchronize(stream_));
     ARB_CUDA(cudaFree(staging_.ptr));
@@ -423,16 +412,16 @@ class CudaBackend final : public Backend {
            });
   }
 
-  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) override {
+  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpec& rope) override {
     stats_.record("rope", "cuda.rope_table");
     check_act(x, int64_t(T) * nh * Dh, "rope x");
-    ARB_CHECK(Dh == cfg.head_dim && Dh % 2 == 0, "[cuda] rope: head size %d (config %d)", Dh,
-              cfg.head_dim);
+    ARB_CHECK(Dh == rope.dims && Dh % 2 == 0, "[cuda] rope: heads of %d, RoPE of %d dimensions",
+              Dh, rope.dims);
     ARB_CHECK(pos0 >= 0, "[cuda] rope: position %d", pos0);
-    ensure_rope_table(cfg, pos0 + T);
+    ensure_rope_table(rope, pos0 + T);
     void* xp = x.ptr;
     const float2* cs = static_cast<const float2*>(rope_cs_.ptr);
-    const bool adj = cfg.rope_layout == RopeLayout::Adjacent;
+    const bool adj = rope.layout == RopeLayout::Adjacent;
     submit({5, int64_t(xp), T, nh, Dh, int64_t(cs), adj}, true, pos0,
            [=, this](const StepCtx& c) {
              cuda::launch_rope(ct_, xp, T, nh, Dh, PosRef{c.pos_dev, pos0}, cs, adj, stream_);
@@ -532,16 +521,16 @@ class CudaBackend final : public Backend {
   // roundings), so decode traces do not depend on whether a stage hook was attached.
 
   void rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
-                      const MatmulTarget* outs, int n_outs) override {
+                      const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) override {
     bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
-                cuda::gemv_fusable(ct_, D);
+                cuda::gemv_fusable(ct_, D) && !norm_tap;
     const DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
     for (int i = 0; fuse && i < n_outs; ++i) {
       mats[i] = &device_matrix(*outs[i].W);
       fuse = mats[i]->cols == D &&
              (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == dtype_of(ct_));
     }
-    if (!fuse) return Backend::rmsnorm_matmul(x, w, T, D, eps, xn, outs, n_outs);
+    if (!fuse) return Backend::rmsnorm_matmul(x, w, T, D, eps, xn, norm_tap, outs, n_outs);
     stats_.record("rmsnorm_matmul", prov_norm_gemv_);
     check_act(x, D, "rmsnorm_matmul x");
     const DevVec& nv = device_vector(w);
@@ -577,16 +566,19 @@ class CudaBackend final : public Backend {
     submit(std::move(sig), false, 0, [=, this](const StepCtx&) {
       cuda::launch_gemv_fused(ct_, cuda::kGemvNorm, a, sm_, stream_);
     });
+    for (int i = 0; i < n_outs; ++i) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
   }
 
   void rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
                       const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
-                      Buffer& act) override {
-    bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
+                      Buffer& act, const SwigluTaps& taps) override {
+    bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D) &&
+                !taps.norm && !taps.gate && !taps.up;
     const DevMat* gm = fuse ? &device_matrix(w_gate) : nullptr;
     const DevMat* um = fuse ? &device_matrix(w_up) : nullptr;
     fuse = fuse && gm->cols == D && um->cols == D && gm->rows == um->rows && gm->ld == um->ld;
-    if (!fuse) return Backend::rmsnorm_swiglu(x, w, T, D, eps, xn, w_gate, w_up, gate, up, act);
+    if (!fuse)
+      return Backend::rmsnorm_swiglu(x, w, T, D, eps, xn, w_gate, w_up, gate, up, act, taps);
     stats_.record("rmsnorm_swiglu", prov_norm_swiglu_);
     const DevMat &g = *gm, &u = *um;
     const DevVec& nv = device_vector(w);
@@ -611,12 +603,15 @@ class CudaBackend final : public Backend {
            false, 0, [=, this](const StepCtx&) {
              cuda::launch_gemv_fused(ct_, cuda::kGemvNormSwiglu, a, sm_, stream_);
            });
+    apply_tap(taps.act, act, T, int(g.rows));
   }
 
-  void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual) override {
-    const DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &device_matrix(W) : nullptr;
+  void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
+                  const StageTap* product, const StageTap* sum) override {
+    const DevMat* mp =
+        T == 1 && tuning_.gemv && tuning_.fused && !product ? &device_matrix(W) : nullptr;
     if (!mp || !cuda::gemv_fusable(ct_, int(mp->cols)))
-      return Backend::matmul_add(x, W, T, tmp, residual);
+      return Backend::matmul_add(x, W, T, tmp, residual, product, sum);
     stats_.record("matmul_add", prov_gemv_add_);
     const DevMat& m = *mp;
     check_act(x, m.cols, "matmul_add x");
@@ -637,17 +632,19 @@ class CudaBackend final : public Backend {
            false, 0, [=, this](const StepCtx&) {
              cuda::launch_gemv_fused(ct_, cuda::kGemvAdd, a, sm_, stream_);
            });
+    apply_tap(sum, residual, T, int(m.rows));
   }
 
   void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                      const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh, int pos0,
-                     const ModelConfig& cfg, Buffer& k_cache, Buffer& v_cache) override {
-    if (!qk_fusable(T, Hkv, Dh, pos0, cfg, k_cache, v_cache))
-      return Backend::qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, cfg,
-                                    k_cache, v_cache);
+                     const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                     const AttentionTaps& taps) override {
+    if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache, taps))
+      return Backend::qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
+                                    k_cache, v_cache, taps);
     stats_.record("qk_rope_store", "cuda.qk_rope_store");
     const cuda::QkRopeArgs a =
-        qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, cfg, k_cache, v_cache);
+        qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
     std::vector<int64_t> sig = {23};
     append_qk_sig(sig, a);
     submit(std::move(sig), true, pos0, [=, this](const StepCtx& c) {
@@ -659,23 +656,25 @@ class CudaBackend final : public Backend {
 
   void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                          const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                         int pos0, const ModelConfig& cfg, Buffer& k_cache, Buffer& v_cache,
-                         int window, Buffer& out) override {
-    if (!qk_fusable(T, Hkv, Dh, pos0, cfg, k_cache, v_cache) || !tuning_.attn_direct ||
+                         int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                         int window, Buffer& out, const AttentionTaps& taps) override {
+    if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache, taps) || !tuning_.attn_direct ||
         !cuda::attention_decode_fits(H, Hkv, Dh))
-      return Backend::qk_rope_attention(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, cfg,
-                                        k_cache, v_cache, window, out);
+      return Backend::qk_rope_attention(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
+                                        k_cache, v_cache, window, out, taps);
     stats_.record("qk_rope_attention", "cuda.qk_rope_attn_decode");
     const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, out);
     const cuda::QkRopeArgs a =
-        qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, cfg, k_cache, v_cache);
+        qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
     submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, out, cap, pos0, &a);
+    apply_tap(taps.out, out, T, H * Dh);
   }
 
   /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
-  bool qk_fusable(int T, int Hkv, int Dh, int pos0, const ModelConfig& cfg, const Buffer& k_cache,
-                  const Buffer& v_cache) const {
-    return T == 1 && tuning_.fused && cuda::qk_rope_fusable(ct_, Dh) && Dh == cfg.head_dim &&
+  bool qk_fusable(int T, int Hkv, int Dh, int pos0, const RopeSpec& rope, const Buffer& k_cache,
+                  const Buffer& v_cache, const AttentionTaps& taps) const {
+    return T == 1 && tuning_.fused && !taps.q_norm && !taps.k_norm && !taps.q_rope &&
+           !taps.k_rope && cuda::qk_rope_fusable(ct_, Dh) && Dh == rope.dims &&
            pos0 >= 0 && int64_t(pos0 + 1) * Hkv * Dh <= std::min(k_cache.n, v_cache.n);
   }
 
@@ -866,14 +865,14 @@ class CudaBackend final : public Backend {
   /// qk_rope_store's arguments (device norm weights and RoPE table looked up and checked).
   cuda::QkRopeArgs qk_args(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                            const Tensor* k_norm, double eps, int H, int Hkv, int Dh, int pos0,
-                           const ModelConfig& cfg, Buffer& k_cache, Buffer& v_cache) {
+                           const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache) {
     const int kv_dim = Hkv * Dh;
     check_act(q, int64_t(H) * Dh, "qk_rope_store q");
     check_act(k, kv_dim, "qk_rope_store k");
     check_act(v, kv_dim, "qk_rope_store v");
     check_act(k_cache, 0, "k cache");
     check_act(v_cache, 0, "v cache");
-    ensure_rope_table(cfg, pos0 + 1);
+    ensure_rope_table(rope, pos0 + 1);
     cuda::QkRopeArgs a;
     a.q = q.ptr;
     a.k = k.ptr;
@@ -896,7 +895,7 @@ class CudaBackend final : public Backend {
     a.H = H;
     a.Hkv = Hkv;
     a.Dh = Dh;
-    a.adjacent = cfg.rope_layout == RopeLayout::Adjacent;
+    a.adjacent = rope.layout == RopeLayout::Adjacent;
     a.cs = static_cast<const float2*>(rope_cs_.ptr);
     return a;
   }
@@ -1188,15 +1187,11 @@ class CudaBackend final : public Backend {
   /// on the host (the oracle's own angles), rounded once to f32. Computing pos * inv_freq in
   /// f32 on the device instead would put an angle error of up to pos * 2^-24 rad into every
   /// rotation (0.1 mrad at position 4096), far above f32 rounding of cos and sin.
-  void ensure_rope_table(const ModelConfig& cfg, int positions) {
-    const auto key = std::make_tuple(cfg.head_dim, cfg.rope_theta, int(cfg.rope_scaling.kind),
-                                     cfg.rope_scaling.factor, cfg.rope_scaling.low_freq_factor,
-                                     cfg.rope_scaling.high_freq_factor,
-                                     cfg.rope_scaling.original_max_pos);
-    if (key == rope_key_ && positions <= rope_positions_) return;
-    int P = key == rope_key_ ? rope_positions_ : 0;
+  void ensure_rope_table(const RopeSpec& rope, int positions) {
+    if (rope == rope_key_ && positions <= rope_positions_) return;
+    int P = rope == rope_key_ ? rope_positions_ : 0;
     P = std::max({positions, 2 * P, 1024});
-    const std::vector<double> inv = rope_inv_freq(cfg);
+    const std::vector<double> inv = rope_inv_freq(rope);
     const int half = int(inv.size());
     std::vector<float> cs(size_t(P) * half * 2);
     for (int p = 0; p < P; ++p)
@@ -1214,7 +1209,7 @@ class CudaBackend final : public Backend {
     ARB_CUDA(cudaMemcpyAsync(rope_cs_.ptr, cs.data(), rope_cs_.bytes, cudaMemcpyHostToDevice,
                              stream_));
     ARB_CUDA(cudaStreamSynchronize(stream_));
-    rope_key_ = key;
+    rope_key_ = rope;
     rope_positions_ = P;
   }
 
@@ -1277,7 +1272,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<WeightKey, DevVec, WeightKeyHash> vecs_;
   std::map<std::tuple<int, int, int, int64_t, int>, GemmPlan> plans_;
   DevBuf staging_, ids_, part_, acc_, rope_cs_, sum_out_, sum_scratch_, targets_;
-  std::tuple<int, double, int, double, double, double, int64_t> rope_key_{-1, 0, 0, 0, 0, 0, 0};
+  RopeSpec rope_key_{-1};  // the RoPE rope_cs_ holds (dims -1: none yet)
   int rope_positions_ = 0;
 
   // single-token step state

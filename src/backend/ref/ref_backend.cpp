@@ -10,7 +10,7 @@
 
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
-#include "model/rope.h"
+#include "backend/rope.h"
 
 namespace arbiter {
 
@@ -21,7 +21,7 @@ double* f64(const Buffer& b) { return static_cast<double*>(b.ptr); }
 class RefBackend final : public Backend {
  public:
   std::string device_name() const override { return "ref"; }
-  std::string compute_name() const override { return "f64"; }
+  DType compute() const override { return DType::F64; }
 
   Buffer alloc(int64_t n, bool logits) override {
     Buffer b;
@@ -100,11 +100,12 @@ class RefBackend final : public Backend {
     }
   }
 
-  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const ModelConfig& cfg) override {
+  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpec& rope) override {
     stats_.record("rope", "ref.rope");
-    if (inv_freq_.size() != size_t(Dh / 2) || cfg_theta_ != cfg.rope_theta) {
-      inv_freq_ = rope_inv_freq(cfg);
-      cfg_theta_ = cfg.rope_theta;
+    ARB_CHECK(rope.dims == Dh, "[ref] rope: heads of %d, RoPE of %d dimensions", Dh, rope.dims);
+    if (!(rope_ == rope)) {
+      inv_freq_ = rope_inv_freq(rope);
+      rope_ = rope;
     }
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < Dh / 2; ++i) {
@@ -113,7 +114,7 @@ class RefBackend final : public Backend {
         for (int h = 0; h < nh; ++h) {
           double* head = f64(x) + (int64_t(t) * nh + h) * Dh;
           int a, b;
-          rope_pair(cfg.rope_layout, Dh, i, a, b);
+          rope_pair(rope.layout, Dh, i, a, b);
           double xa = head[a], xb = head[b];
           head[a] = xa * c - xb * s;
           head[b] = xb * c + xa * s;
@@ -187,7 +188,7 @@ class RefBackend final : public Backend {
 
  private:
   std::vector<double> inv_freq_;
-  double cfg_theta_ = 0;
+  RopeSpec rope_{-1};  // the spec inv_freq_ was computed for
 };
 
 }  // namespace

@@ -8,8 +8,8 @@
 #include <memory>
 #include <unordered_map>
 
+#include "core/dtype.h"
 #include "core/error.h"
-#include "verify/localize/side.h"
 
 namespace arbiter::verify {
 
@@ -126,7 +126,7 @@ Verdict worse_verdict(Verdict a, Verdict b) {
 double drift_unit_roundoff(const std::string& compute) {
   if (compute.empty()) return kNaN;
   try {
-    return roundoff_of(compute).storage;
+    return unit_roundoff(compute_dtype_from_name(compute));
   } catch (const Error&) {
     return kNaN;  // a dtype this build does not know: the gate cannot be set
   }

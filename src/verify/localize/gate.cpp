@@ -264,7 +264,7 @@ GateReport run_gate(const GateOptions& opt) {
     GateSideSummary sum;
     sum.label = opt.sides[s].label;
     sum.device = backends[s]->device_name();
-    sum.compute = backends[s]->compute_name();
+    sum.compute = dtype_name(backends[s]->compute());
     sum.inject = opt.sides[s].inject.text;
     r.sides.push_back(sum);
   }

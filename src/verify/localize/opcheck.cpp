@@ -4,45 +4,22 @@
 #include <cmath>
 #include <cstdio>
 
-#include "backend/ref/ref_backend.h"
 #include "core/error.h"
 
 namespace arbiter::verify {
 
 namespace {
 
-double dtype_roundoff(DType t) {
-  switch (t) {
-    case DType::F64:
-      return std::ldexp(1.0, -53);
-    case DType::F32:
-      return std::ldexp(1.0, -24);
-    case DType::BF16:
-      return std::ldexp(1.0, -8);
-    case DType::F16:
-      return std::ldexp(1.0, -11);
-    default:
-      return std::ldexp(1.0, -8);
-  }
-}
-
 // The tier's summarize() on exactly ref's logits, against the same summary on the host.
-SummarizeCheck check_summarize(const Model& m, const Capture& cap, Backend& be, const Roundoff& u) {
+SummarizeCheck check_summarize(const Capture& cap, Backend& be, int V, const Roundoff& u) {
   SummarizeCheck s;
-  const int V = m.config.vocab, K = std::min(8, V);
-  Buffer lb{};
+  const int K = std::min(8, V);
   DType logits_dtype = DType::F32;
   double max_logit = 0;
   std::vector<std::pair<double, int>> gaps_lse;  // (ref top-1/top-2 gap, top-1 flipped) per row
   for (size_t f = 0; f < cap.size(); ++f) {
     const CapturedForward& cf = cap[f];
-    const std::vector<double>& logits = cf.at({Stage::Logits, -1});
-    if (lb.ptr == nullptr || lb.n < int64_t(cf.T) * V) {
-      if (lb.ptr) be.free(lb);
-      lb = be.alloc(int64_t(cf.T) * V, /*logits=*/true);
-      logits_dtype = lb.dtype;
-    }
-    be.write(lb, 0, int64_t(cf.T) * V, logits.data());
+    const std::vector<double>& logits = cf.at("logits", -1).values;
     std::vector<int32_t> targets(size_t(cf.T), -1);
     for (int t = 0; t < cf.T; ++t) {
       // The next token is the target when the capture holds it (as in a trace).
@@ -51,12 +28,12 @@ SummarizeCheck check_summarize(const Model& m, const Capture& cap, Backend& be, 
       else if (f + 1 < cap.size())
         targets[size_t(t)] = cap[f + 1].ids[0];
     }
-    std::vector<LogitsSummary> got;
-    be.summarize(lb, cf.T, V, K, targets.data(), got);
+    const std::vector<LogitsSummary> got =
+        summarize_on_tier(be, logits, cf.T, V, K, targets, &logits_dtype);
     for (int t = 0; t < cf.T; ++t) {
       LogitsSummary want;
       const double* row = logits.data() + size_t(t) * V;
-      summarize_row(row, V, K, targets[size_t(t)], want);
+      summarize_on_host(row, V, K, targets[size_t(t)], want);
       for (int v = 0; v < V; ++v) max_logit = std::max(max_logit, std::fabs(row[v]));
       const LogitsSummary& g = got[size_t(t)];
       s.nonfinite += g.n_nonfinite;
@@ -76,8 +53,7 @@ SummarizeCheck check_summarize(const Model& m, const Capture& cap, Backend& be, 
       ++s.rows;
     }
   }
-  if (lb.ptr) be.free(lb);
-  const double ul = dtype_roundoff(logits_dtype);  // rounding ref's logits into the buffer
+  const double ul = unit_roundoff(logits_dtype);  // rounding ref's logits into the buffer
   s.lse_bound = kBoundSafety * (ul * max_logit + u.accum * std::sqrt(double(V)));
   for (const auto& [gap, flip] : gaps_lse)
     if (flip && gap > 2 * ul * max_logit) ++s.top1_mismatch;
@@ -88,50 +64,46 @@ SummarizeCheck check_summarize(const Model& m, const Capture& cap, Backend& be, 
 
 }  // namespace
 
-OpcheckReport run_opcheck(const Model& m, const Capture& ref_cap, StageReplayer& replay,
+OpcheckReport run_opcheck(const Capture& ref_cap, const Capture& replayed, Backend& be, int V,
                           const Roundoff& u) {
-  const ModelConfig& c = m.config;
+  ARB_CHECK(ref_cap.size() == replayed.size(), "[opcheck] %zu forwards captured, %zu replayed",
+            ref_cap.size(), replayed.size());
   OpcheckReport r;
   r.u = u;
   r.forwards = int(ref_cap.size());
-  int64_t ctx = 0;
   for (const CapturedForward& f : ref_cap) {
     r.positions += f.T;
     r.width = std::max(r.width, f.T);
-    ctx = std::max<int64_t>(ctx, int64_t(f.pos0) + f.T);
   }
-  for (const StageId& id : forward_stages(c)) {
+  for (LocalRow& id : local_rows(ref_cap, u)) {
     OpcheckRow row;
-    row.id = id;
-    row.op = stage_op(id.stage);
     for (size_t f = 0; f < ref_cap.size(); ++f) {
-      const std::vector<double>& want = ref_cap[f].at(id);
-      std::vector<double> got = replay.replay(ref_cap, f, id);
+      const std::vector<double>& want = ref_cap[f].at(id.stage, id.layer).values;
+      const std::vector<double>& got = replayed[f].at(id.stage, id.layer).values;
+      ARB_CHECK(want.size() == got.size(), "[opcheck] %s: %zu vs %zu values",
+                stage_id_name(id.stage, id.layer).c_str(), want.size(), got.size());
       row.err.add(want.data(), got.data(), int64_t(want.size()));
-      row.rows += ref_cap[f].T;
-      row.cols = ref_cap[f].cols.at(id);
     }
-    double S = id.stage == Stage::Attn ? attention_score_scale(ref_cap, id.layer, c) : 0.0;
-    row.bound = stage_bound(id, c, ctx, S, u);
-    row.flagged = !(row.err.rel_l2() <= row.bound.value);
+    row.id = std::move(id);
+    row.flagged = !(row.err.rel_l2() <= row.id.bound.value);
     r.n_flagged += row.flagged;
     auto it = std::find_if(r.ops.begin(), r.ops.end(),
-                           [&](const OpcheckOp& o) { return o.op == row.op; });
+                           [&](const OpcheckOp& o) { return o.op == row.id.op; });
     if (it == r.ops.end()) {
-      r.ops.push_back(OpcheckOp{row.op, 0, 0, -1, id, 0});
+      r.ops.push_back(OpcheckOp{row.id.op, 0, 0, -1, "", 0});
       it = r.ops.end() - 1;
     }
     ++it->checks;
     it->flagged += row.flagged;
-    double ratio = row.err.rel_l2() / row.bound.value;
+    double ratio = row.err.rel_l2() / row.id.bound.value;
     if (!(ratio <= it->worst_ratio)) {
       it->worst_ratio = ratio;
-      it->worst = id;
+      it->worst = stage_id_name(row.id.stage, row.id.layer);
       it->worst_nmse = row.err.nmse();
     }
-    r.rows.push_back(row);
+    r.rows.push_back(std::move(row));
   }
-  r.summarize = check_summarize(m, ref_cap, replay.backend(), u);
+  r.summarize = check_summarize(ref_cap, be, V, u);
   r.n_flagged += r.summarize.flagged;
   return r;
 }
@@ -151,17 +123,17 @@ std::string opcheck_text(const OpcheckReport& r) {
                 "stage", "shape", "max_abs", "mean_abs", "nmse", "rel_l2", "bound", "n", "flag");
   o += b;
   for (const OpcheckRow& w : r.rows) {
-    std::string shape = std::to_string(w.rows) + "x" + std::to_string(w.cols);
+    std::string shape = std::to_string(w.id.rows) + "x" + std::to_string(w.id.cols);
     std::string flag;
     if (w.flagged)
-      flag = "OUT OF LINE x" + fmt_g(w.err.rel_l2() / w.bound.value) +
+      flag = "OUT OF LINE x" + fmt_g(w.err.rel_l2() / w.id.bound.value) +
              (w.err.nonfinite ? " (" + std::to_string(w.err.nonfinite) + " NaN/Inf)" : "");
     std::snprintf(b, sizeof b, "%-10s %-5s %-10s %11s %9s %9s %9s %9s %9s %6lld  %s\n",
-                  w.op.c_str(), w.id.layer >= 0 ? std::to_string(w.id.layer).c_str() : "-",
-                  stage_name(w.id.stage), shape.c_str(), fmt_g(w.err.max_abs).c_str(),
+                  w.id.op.c_str(), w.id.layer >= 0 ? std::to_string(w.id.layer).c_str() : "-",
+                  w.id.stage.c_str(), shape.c_str(), fmt_g(w.err.max_abs).c_str(),
                   fmt_g(w.err.mean_abs()).c_str(), fmt_g(w.err.nmse()).c_str(),
-                  fmt_g(w.err.rel_l2()).c_str(), fmt_g(w.bound.value).c_str(),
-                  (long long)w.bound.reduction, flag.c_str());
+                  fmt_g(w.err.rel_l2()).c_str(), fmt_g(w.id.bound.value).c_str(),
+                  (long long)w.id.bound.reduction, flag.c_str());
     o += b;
   }
   o += "\nper op (worst error / bound over all its uses):\n";
@@ -171,7 +143,7 @@ std::string opcheck_text(const OpcheckReport& r) {
   for (const OpcheckOp& op : r.ops) {
     std::snprintf(b, sizeof b, "%-10s %7d %8d %12s %12s  %s\n", op.op.c_str(), op.checks,
                   op.flagged, fmt_g(op.worst_ratio).c_str(), fmt_g(op.worst_nmse).c_str(),
-                  stage_id_name(op.worst).c_str());
+                  op.worst.c_str());
     o += b;
   }
   const SummarizeCheck& s = r.summarize;
@@ -189,7 +161,7 @@ std::string opcheck_text(const OpcheckReport& r) {
     std::string first;
     for (const OpcheckRow& w : r.rows)
       if (w.flagged) {
-        first = w.op + " (" + stage_id_name(w.id) + ")";
+        first = w.id.op + " (" + stage_id_name(w.id.stage, w.id.layer) + ")";
         break;
       }
     if (first.empty()) first = "summarize";
@@ -210,10 +182,10 @@ std::string opcheck_tsv(const OpcheckReport& r) {
     return std::string(b);
   };
   for (const OpcheckRow& w : r.rows)
-    o += w.op + "\t" + stage_name(w.id.stage) + "\t" + std::to_string(w.id.layer) + "\t" +
-         std::to_string(w.rows) + "\t" + std::to_string(w.cols) + "\t" + g(w.err.max_abs) + "\t" +
+    o += w.id.op + "\t" + w.id.stage + "\t" + std::to_string(w.id.layer) + "\t" +
+         std::to_string(w.id.rows) + "\t" + std::to_string(w.id.cols) + "\t" + g(w.err.max_abs) + "\t" +
          g(w.err.mean_abs()) + "\t" + g(w.err.nmse()) + "\t" + g(w.err.rel_l2()) + "\t" +
-         g(w.bound.value) + "\t" + std::to_string(w.bound.reduction) + "\t" +
+         g(w.id.bound.value) + "\t" + std::to_string(w.id.bound.reduction) + "\t" +
          std::to_string(w.err.nonfinite) + "\t" + (w.flagged ? "yes" : "no") + "\n";
   return o;
 }
@@ -233,16 +205,16 @@ nlohmann::json opcheck_json(const OpcheckReport& r) {
   j["roundoff"] = {{"storage", r.u.storage}, {"accum", r.u.accum}, {"safety", kBoundSafety}};
   j["checks"] = nlohmann::json::array();
   for (const OpcheckRow& w : r.rows)
-    j["checks"].push_back({{"op", w.op},
-                           {"stage", stage_name(w.id.stage)},
+    j["checks"].push_back({{"op", w.id.op},
+                           {"stage", w.id.stage},
                            {"layer", w.id.layer},
-                           {"rows", w.rows},
-                           {"cols", w.cols},
+                           {"rows", w.id.rows},
+                           {"cols", w.id.cols},
                            {"max_abs", num(w.err.max_abs)},
                            {"mean_abs", num(w.err.mean_abs())},
                            {"nmse", num(w.err.nmse())},
                            {"rel_l2", num(w.err.rel_l2())},
-                           {"bound", num(w.bound.value)},
+                           {"bound", num(w.id.bound.value)},
                            {"nonfinite", w.err.nonfinite},
                            {"flagged", w.flagged}});
   j["ops"] = nlohmann::json::array();
@@ -251,7 +223,7 @@ nlohmann::json opcheck_json(const OpcheckReport& r) {
                         {"checks", op.checks},
                         {"flagged", op.flagged},
                         {"worst_ratio", num(op.worst_ratio)},
-                        {"worst_at", stage_id_name(op.worst)}});
+                        {"worst_at", op.worst}});
   const SummarizeCheck& s = r.summarize;
   j["summarize"] = {{"rows", s.rows},
                     {"max_lse_err", num(s.max_lse_err)},

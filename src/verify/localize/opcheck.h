@@ -14,11 +14,8 @@
 namespace arbiter::verify {
 
 struct OpcheckRow {
-  StageId id;
-  std::string op;
-  int64_t rows = 0, cols = 0;
+  LocalRow id;
   ErrAccum err;
-  StageBound bound;
   bool flagged = false;
 };
 
@@ -27,7 +24,7 @@ struct OpcheckOp {
   std::string op;
   int checks = 0, flagged = 0;
   double worst_ratio = 0;
-  StageId worst;
+  std::string worst;  // "gate@L1"
   double worst_nmse = 0;
 };
 
@@ -51,10 +48,10 @@ struct OpcheckReport {
   int n_flagged = 0;  // rows flagged (+1 when the summary is)
 };
 
-/// ref_cap: a capture of the ref tier (capture_forwards on a ref Session); replay: on the
-/// checked tier (with its fault, if any). u: the checked tier's roundoff (coarser of it and
-/// ref's).
-OpcheckReport run_opcheck(const Model& m, const Capture& ref_cap, StageReplayer& replay,
+/// ref_cap: a capture of the ref tier (capture_forwards on a ref Session); replayed: the
+/// checked tier's replay of it (replay_forwards, with its fault, if any), on backend be. V:
+/// the vocabulary. u: the checked tier's roundoff (coarser of it and ref's).
+OpcheckReport run_opcheck(const Capture& ref_cap, const Capture& replayed, Backend& be, int V,
                           const Roundoff& u);
 
 std::string opcheck_text(const OpcheckReport& r);

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <sstream>
 
-#include "backend/mix.h"
 #include "core/error.h"
 
 namespace arbiter::verify {
@@ -98,7 +97,7 @@ Side parse_side(const std::string& text_in) {
   s.spec.dtype = dtype;
   if (!mix_text.empty()) {
     ARB_CHECK(name == "cuda", "[side] '%s': +mix applies to cuda sides only", t.c_str());
-    s.spec.mix = parse_mix(mix_text).text();
+    s.spec.mix = canonical_mix(mix_text);
   }
   if (!inject_text.empty()) s.inject = InjectSpec::parse(inject_text);
   return s;
@@ -127,20 +126,7 @@ std::vector<Side> parse_sides(const std::string& list) {
 std::unique_ptr<Backend> make_side_backend(const Side& s, int threads) {
   DeviceSpec spec = s.spec;
   spec.threads = threads;
-  return make_backend(spec);
-}
-
-Roundoff roundoff_of(const std::string& compute) {
-  const double f32 = std::ldexp(1.0, -24);
-  if (compute == "f64") return {std::ldexp(1.0, -53), std::ldexp(1.0, -53)};
-  if (compute == "f32") return {f32, f32};
-  if (compute == "bf16") return {std::ldexp(1.0, -8), f32};
-  if (compute == "f16") return {std::ldexp(1.0, -11), f32};
-  throw Error("[side] unknown compute type '" + compute + "' (expected f64, f32, bf16, f16)");
-}
-
-Roundoff coarser(const Roundoff& a, const Roundoff& b) {
-  return {std::max(a.storage, b.storage), std::max(a.accum, b.accum)};
+  return make_tier(spec);
 }
 
 }  // namespace arbiter::verify

@@ -1,14 +1,14 @@
 // A "side" of a cross-tier comparison: which tier, at which precision, with which fault.
 // Written DEVICE[:INDEX][:DTYPE][+inject=SPEC][+mix=SPEC], e.g. "ref", "cpu", "cuda:bf16",
 // "cuda:0:f32", "cpu+inject=op=down,layer=0,scale=3", "cuda:bf16+mix=attn=f32".
-// Each side becomes its own Backend through make_backend().
+// Each side becomes its own Backend through make_tier() (engine/probe.h).
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
 #include "engine/inject.h"
+#include "engine/probe.h"
 
 namespace arbiter::verify {
 
@@ -29,16 +29,5 @@ std::vector<Side> parse_sides(const std::string& list);
 
 /// Makes the side's backend (threads from the caller: 0 = all cores).
 std::unique_ptr<Backend> make_side_backend(const Side& s, int threads);
-
-/// Unit roundoffs of a compute type: storage u_s (activations rounded to it between ops)
-/// and accumulation u_a (dot products and sums): f64 2^-53/2^-53, f32 2^-24/2^-24,
-/// bf16 2^-8/2^-24, f16 2^-11/2^-24 (every reduced-precision tier accumulates in f32).
-struct Roundoff {
-  double storage = 0, accum = 0;
-};
-/// Throws arbiter::Error for an unknown compute name.
-Roundoff roundoff_of(const std::string& compute);
-/// Componentwise max: a comparison of two inexact sides is bounded by the coarser one.
-Roundoff coarser(const Roundoff& a, const Roundoff& b);
 
 }  // namespace arbiter::verify

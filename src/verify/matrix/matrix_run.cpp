@@ -19,10 +19,9 @@
 #include <map>
 #include <memory>
 
-#include "backend/backend.h"
 #include "core/error.h"
 #include "engine/inject.h"
-#include "engine/session.h"
+#include "engine/probe.h"
 #include "io/sha256.h"
 #include "model/model.h"
 #include "verify/trace/host_info.h"
@@ -99,7 +98,7 @@ void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& m
   ds.dtype = arm.dtype;
   ds.threads = arm.threads;
   ds.mix = arm.mix;
-  std::unique_ptr<Backend> be = make_backend(ds);
+  std::unique_ptr<Backend> be = make_tier(ds);
   TraceRunOptions ro;
   ro.shape = spec.shapes[t.shape].shape;
   ro.topk = spec.topk;
@@ -230,7 +229,7 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
         ds.device = arm.device;
         ds.dtype = arm.dtype;
         try {
-          make_backend(ds);
+          make_tier(ds);
           gpu_skip[arm.name] = "";
         } catch (const Error& e) {
           gpu_skip[arm.name] = gpu_unavailable(e.what()) ? e.what() : "";

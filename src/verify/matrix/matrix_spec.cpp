@@ -13,9 +13,9 @@
 #include <set>
 #include <sstream>
 
-#include "backend/mix.h"
 #include "core/error.h"
 #include "engine/inject.h"
+#include "engine/probe.h"
 
 namespace arbiter::verify {
 
@@ -179,8 +179,7 @@ MatrixArm read_arm(Table& parent, const std::string& name, const toml::node& n) 
   }
   std::string mix = a.str("mix", false);
   try {
-    MixSpec m = parse_mix(mix);
-    arm.mix = m.empty() ? "" : m.text();
+    arm.mix = canonical_mix(mix);
   } catch (const Error& e) {
     a.fail("mix", e.what());
   }

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "backend/cuda_factory.h"
+#include "engine/probe.h"
 #include "core/error.h"
 #include "io/sha256.h"
 
@@ -73,7 +73,7 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt) {
   h.set_shape(sh, opt.topk);
   Backend& be = s.backend();
   h.device = be.device_name();
-  h.compute = be.compute_name();
+  h.compute = dtype_name(be.compute());
   h.weights = dtype_name(m.weight_dtype);
   h.inject = s.inject().text;
   h.build_version = kVersion;
@@ -81,7 +81,7 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt) {
   h.build_compiler = std::string("gcc-") + __VERSION__;
   for (char& ch : h.build_compiler)
     if (ch == ' ') ch = '-';
-  h.build_cuda = cuda_build_version();
+  h.build_cuda = cuda_runtime_version();
   for (const auto& e : opt.extra_header) h.extra.push_back(e);
   if (opt.env != "none") {
     std::istringstream es(opt.env);

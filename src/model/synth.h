@@ -5,8 +5,9 @@
 // any correctness claim.
 //
 // Presets copy the dimensions from each model's official config.json (the source is named
-// in SynthPreset::source and in docs/performance.md). To add one, append a row to the
-// table in synth.cpp and a shape test in tests/bench/synth_test.cpp.
+// in SynthPreset::source and in docs/performance.md). Each architecture family lists its own
+// (Arch::presets, model/archs/); to add one, append it there and a shape test in
+// tests/bench/synth_test.cpp. The tensors written are the family's TensorSpecs.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -31,7 +32,7 @@ struct SynthPreset {
   bool add_bos = false;    // whether encoding prepends BOS (Llama/Mistral yes, Qwen no)
 };
 
-/// All presets, in a fixed order.
+/// All presets of every registered family, in registry order.
 const std::vector<SynthPreset>& synth_presets();
 /// Throws arbiter::Error listing the preset names when name is unknown.
 const SynthPreset& synth_preset(const std::string& name);
@@ -68,10 +69,10 @@ std::string synth_config_json(const SynthOptions& opt);
 /// out_dir. Refuses an existing non-empty out_dir (or existing file) unless force, an
 /// unsupported dtype, and a disk without room. Throws arbiter::Error.
 ///
-/// GGUF layout (what src/model/loader.cpp reads): llama.cpp tensor names (token_embd,
-/// blk.N.attn_q, ...), `ARCH.*` hyperparameter keys, a gpt2-model tokenizer with the same
-/// tokens and merges as tokenizer.json; llama/mistral Q/K rows permuted as llama.cpp's
-/// converter does (its RoPE rotates adjacent pairs); llama3 RoPE scaling as rope_freqs.weight.
+/// GGUF layout (what src/model/loader.cpp reads): the family's GGUF tensor names, its
+/// `ARCH.*` hyperparameter keys (Arch::gguf_metadata), a gpt2-model tokenizer with the same
+/// tokens and merges as tokenizer.json; rows of RoPE'd projections permuted to adjacent pairs
+/// when the config's RoPE layout is Adjacent, as llama.cpp's converter does.
 SynthResult synth_checkpoint(const SynthOptions& opt);
 
 /// n standard-normal-ish values of stream `key` starting at element `begin`, times std.

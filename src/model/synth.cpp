@@ -6,7 +6,7 @@
 //   generation_config.json   bos/eos ids
 //   README.md                what this is, and that it is for speed only
 // or, with SynthFormat::Gguf, one GGUF file holding the same weights and tokenizer.
-#include "engine/synth.h"
+#include "model/synth.h"
 
 #include <unistd.h>
 
@@ -21,121 +21,13 @@
 #include "core/error.h"
 #include "io/gguf_write.h"
 #include "io/safetensors_write.h"
+#include "model/arch.h"
 
 namespace arbiter {
 
 namespace fs = std::filesystem;
 
-// ---------------------------------------------------------------------------------------
-// Presets. Every number below is the value in that model's official config.json on the
-// Hugging Face Hub (repository named in hf_id), read 2026-11; docs/performance.md repeats
-// the table. tiny is ours: a 2-layer llama for fast tests.
-
 namespace {
-
-ModelConfig cfg(const char* arch, int L, int D, int H, int Hkv, int Dh, int F, int V, int max_pos,
-                double eps, double theta, bool tied) {
-  ModelConfig c;
-  c.arch = arch;
-  c.n_layer = L;
-  c.d_model = D;
-  c.n_head = H;
-  c.n_head_kv = Hkv;
-  c.head_dim = Dh;
-  c.d_ff = F;
-  c.vocab = V;
-  c.max_pos = max_pos;
-  c.norm_eps = eps;
-  c.rope_theta = theta;
-  c.tied_embeddings = tied;
-  c.rope_layout = RopeLayout::Half;
-  c.qk_norm = std::string(arch) == "qwen3";
-  c.qkv_bias = std::string(arch) == "qwen2";
-  return c;
-}
-
-std::vector<SynthPreset> make_presets() {
-  std::vector<SynthPreset> p;
-  {
-    SynthPreset s;
-    s.name = "qwen3-0.6b";
-    s.hf_id = "Qwen/Qwen3-0.6B";
-    s.hf_class = "Qwen3ForCausalLM";
-    s.source = "huggingface.co/Qwen/Qwen3-0.6B config.json (transformers 4.51.0)";
-    s.config = cfg("qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1e-6, 1000000.0, true);
-    s.specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    s.eos = 2;  // Qwen3 config: eos_token_id 151645 = <|im_end|>
-    p.push_back(s);
-  }
-  {
-    SynthPreset s;
-    s.name = "qwen3-8b";
-    s.hf_id = "Qwen/Qwen3-8B";
-    s.hf_class = "Qwen3ForCausalLM";
-    s.source = "huggingface.co/Qwen/Qwen3-8B config.json (transformers 4.51.0)";
-    s.config = cfg("qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1e-6, 1000000.0, false);
-    s.specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    s.eos = 2;
-    p.push_back(s);
-  }
-  {
-    SynthPreset s;
-    s.name = "qwen2.5-0.5b";
-    s.hf_id = "Qwen/Qwen2.5-0.5B";
-    s.hf_class = "Qwen2ForCausalLM";
-    s.source = "huggingface.co/Qwen/Qwen2.5-0.5B config.json";
-    s.config = cfg("qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1e-6, 1000000.0, true);
-    s.specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    s.eos = 0;  // base model: eos_token_id 151643 = <|endoftext|>
-    p.push_back(s);
-  }
-  {
-    SynthPreset s;
-    s.name = "llama-3.2-1b";
-    s.hf_id = "meta-llama/Llama-3.2-1B";
-    s.hf_class = "LlamaForCausalLM";
-    s.source = "huggingface.co/meta-llama/Llama-3.2-1B config.json (transformers 4.45)";
-    s.config = cfg("llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1e-5, 500000.0, true);
-    s.config.rope_scaling.kind = RopeScaling::Kind::Llama3;
-    s.config.rope_scaling.factor = 32.0;
-    s.config.rope_scaling.low_freq_factor = 1.0;
-    s.config.rope_scaling.high_freq_factor = 4.0;
-    s.config.rope_scaling.original_max_pos = 8192;
-    s.specials = {"<|begin_of_text|>", "<|end_of_text|>"};
-    s.bos = 0;
-    s.eos = 1;
-    s.add_bos = true;
-    p.push_back(s);
-  }
-  {
-    SynthPreset s;
-    s.name = "mistral-7b";
-    s.hf_id = "mistralai/Mistral-7B-v0.1";
-    s.hf_class = "MistralForCausalLM";
-    s.source = "huggingface.co/mistralai/Mistral-7B-v0.1 config.json (transformers 4.34)";
-    s.config = cfg("mistral", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1e-5, 10000.0, false);
-    s.config.sliding_window = 4096;
-    s.specials = {"<s>", "</s>"};
-    s.bos = 0;
-    s.eos = 1;
-    s.add_bos = true;
-    p.push_back(s);
-  }
-  {
-    SynthPreset s;
-    s.name = "tiny";
-    s.hf_id = "none (arbiter test shape)";
-    s.hf_class = "LlamaForCausalLM";
-    s.source = "arbiter: a 2-layer llama small enough for unit tests";
-    s.config = cfg("llama", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-5, 10000.0, false);
-    s.specials = {"<s>", "</s>"};
-    s.bos = 0;
-    s.eos = 1;
-    s.add_bos = true;
-    p.push_back(s);
-  }
-  return p;
-}
 
 // ---------------------------------------------------------------------------------------
 // Deterministic random numbers.
@@ -235,42 +127,12 @@ void box_muller(uint64_t r, double& z0, double& z1) {
 // ---------------------------------------------------------------------------------------
 // Tensors.
 
-struct SynthTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  bool ones = false;  // norm weights
-};
-
-std::vector<SynthTensor> tensor_list(const ModelConfig& c) {
-  const int64_t D = c.d_model, F = c.d_ff, V = c.vocab, Dh = c.head_dim;
-  const int64_t Hq = int64_t(c.n_head) * Dh, Hk = int64_t(c.n_head_kv) * Dh;
-  std::vector<SynthTensor> t;
-  t.push_back({"model.embed_tokens.weight", {V, D}, false});
-  t.push_back({"model.norm.weight", {D}, true});
-  if (!c.tied_embeddings) t.push_back({"lm_head.weight", {V, D}, false});
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.push_back({p + "input_layernorm.weight", {D}, true});
-    t.push_back({p + "post_attention_layernorm.weight", {D}, true});
-    t.push_back({p + "self_attn.q_proj.weight", {Hq, D}, false});
-    t.push_back({p + "self_attn.k_proj.weight", {Hk, D}, false});
-    t.push_back({p + "self_attn.v_proj.weight", {Hk, D}, false});
-    t.push_back({p + "self_attn.o_proj.weight", {D, Hq}, false});
-    if (c.qkv_bias) {
-      t.push_back({p + "self_attn.q_proj.bias", {Hq}, false});
-      t.push_back({p + "self_attn.k_proj.bias", {Hk}, false});
-      t.push_back({p + "self_attn.v_proj.bias", {Hk}, false});
-    }
-    if (c.qk_norm) {
-      t.push_back({p + "self_attn.q_norm.weight", {Dh}, true});
-      t.push_back({p + "self_attn.k_norm.weight", {Dh}, true});
-    }
-    t.push_back({p + "mlp.gate_proj.weight", {F, D}, false});
-    t.push_back({p + "mlp.up_proj.weight", {F, D}, false});
-    t.push_back({p + "mlp.down_proj.weight", {D, F}, false});
-  }
-  std::sort(t.begin(), t.end(), [](const SynthTensor& a, const SynthTensor& b) { return a.name < b.name; });
-  return t;
+// The tensors a checkpoint of c holds: the family's list, less a tied lm_head.
+std::vector<TensorSpec> tensor_list(const ModelConfig& c) {
+  std::vector<TensorSpec> out;
+  for (TensorSpec& t : arch_of(c.arch).tensors(c))
+    if (!(t.tie_to && c.tied_embeddings)) out.push_back(std::move(t));
+  return out;
 }
 
 int64_t numel(const std::vector<int64_t>& s) {
@@ -409,45 +271,15 @@ std::string config_json(const SynthPreset& p, const ModelConfig& c, const SynthO
   json j;
   j["architectures"] = {p.hf_class};
   j["model_type"] = c.arch;
-  j["hidden_size"] = c.d_model;
-  j["intermediate_size"] = c.d_ff;
-  j["num_hidden_layers"] = c.n_layer;
-  j["num_attention_heads"] = c.n_head;
-  j["num_key_value_heads"] = c.n_head_kv;
-  j["head_dim"] = c.head_dim;
-  j["hidden_act"] = "silu";
   j["max_position_embeddings"] = c.max_pos;
-  j["rms_norm_eps"] = c.norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", c.rope_scaling.factor},
-                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings", c.rope_scaling.original_max_pos}};
-  } else {
-    j["rope_scaling"] = nullptr;
-  }
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["vocab_size"] = c.vocab;
   j["torch_dtype"] = torch_dtype(o.dtype);
   j["initializer_range"] = 0.02;
-  j["attention_dropout"] = 0.0;
   j["use_cache"] = true;
   j["bos_token_id"] = special_id(p.bos >= 0 ? p.bos : 0);
   j["eos_token_id"] = special_id(p.eos);
-  if (c.arch == "llama") {
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
-    j["pretraining_tp"] = 1;
-  } else if (c.arch == "qwen3" || c.arch == "qwen2") {
-    if (c.arch == "qwen3") j["attention_bias"] = false;
-    j["max_window_layers"] = c.n_layer;
-    j["sliding_window"] = nullptr;
-    j["use_sliding_window"] = false;
-  } else if (c.arch == "mistral") {
-    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
-  }
+  arch_of(c.arch).hf_config_json(c, j);
   j["arbiter_synth"] = {{"preset", p.name},
                         {"shape_of", p.hf_id},
                         {"seed", o.seed},
@@ -548,31 +380,6 @@ std::function<int64_t(int64_t)> rope_adjacent_rows(int64_t head_dim) {
   };
 }
 
-// GGUF tensor name of an HF tensor name (llama.cpp's convert_hf_to_gguf mapping).
-std::string gguf_tensor_name(const std::string& hf) {
-  static const std::pair<const char*, const char*> kTop[] = {
-      {"model.embed_tokens.weight", "token_embd.weight"}, {"model.norm.weight", "output_norm.weight"},
-      {"lm_head.weight", "output.weight"}};
-  for (auto [a, b] : kTop)
-    if (hf == a) return b;
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"input_layernorm.weight", "attn_norm.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},   {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},   {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},       {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},       {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},        {"mlp.down_proj.weight", "ffn_down.weight"}};
-  const std::string pre = "model.layers.";
-  ARB_ASSERT(hf.compare(0, pre.size(), pre) == 0);
-  const size_t dot = hf.find('.', pre.size());
-  const std::string layer = hf.substr(pre.size(), dot - pre.size()), role = hf.substr(dot + 1);
-  for (auto [a, b] : kLayer)
-    if (role == a) return "blk." + layer + "." + b;
-  ARB_ASSERT(!"unmapped synth tensor");
-  return "";
-}
-
 void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const ModelConfig& c,
                            const SynthOptions& o, int n_threads) {
   GgufWriter g;
@@ -581,19 +388,7 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   g.add_string("general.name", "arbiter synth " + p.name + " (random weights, speed only)");
   g.add_u32("general.alignment", 32);
   g.add_u32(a + "context_length", uint32_t(c.max_pos));
-  g.add_u32(a + "embedding_length", uint32_t(c.d_model));
-  g.add_u32(a + "block_count", uint32_t(c.n_layer));
-  g.add_u32(a + "feed_forward_length", uint32_t(c.d_ff));
-  g.add_u32(a + "attention.head_count", uint32_t(c.n_head));
-  g.add_u32(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
-  g.add_u32(a + "attention.key_length", uint32_t(c.head_dim));
-  g.add_u32(a + "attention.value_length", uint32_t(c.head_dim));
-  g.add_u32(a + "rope.dimension_count", uint32_t(c.head_dim));
-  g.add_f32(a + "rope.freq_base", float(c.rope_theta));
-  g.add_f32(a + "attention.layer_norm_rms_epsilon", float(c.norm_eps));
-  if (c.sliding_window > 0) g.add_u32(a + "attention.sliding_window", uint32_t(c.sliding_window));
-  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3)
-    g.add_u32(a + "rope.scaling.original_context_length", uint32_t(c.rope_scaling.original_max_pos));
+  arch_of(c.arch).gguf_metadata(c, g);
 
   const SynthVocab sv = synth_vocab(p, c);
   const int64_t n_special = int64_t(p.specials.size());
@@ -611,33 +406,18 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   g.add_u32("tokenizer.ggml.eos_token_id", uint32_t(c.vocab - n_special + p.eos));
   g.add_bool("tokenizer.ggml.add_bos_token", p.add_bos);
 
-  const bool adjacent = c.arch == "llama" || c.arch == "mistral";
-  for (const SynthTensor& t : tensor_list(c)) {
+  // llama.cpp's converter permutes the rows of RoPE'd projections into adjacent pairs where
+  // its RoPE for the architecture rotates those.
+  const bool adjacent = arch_of(c.arch).gguf_rope_layout(c.arch) == RopeLayout::Adjacent;
+  for (const TensorSpec& t : tensor_list(c)) {
     GgufTensorEntry e;
-    e.name = gguf_tensor_name(t.name);
+    e.name = t.gguf;
     e.dtype = o.dtype;
     e.shape = t.shape;
     const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    const bool qk = t.name.find("q_proj") != std::string::npos || t.name.find("k_proj") != std::string::npos;
-    e.fill = seeded_fill(t.name, o.seed, t.ones, o.dtype, n_threads, cols,
-                         adjacent && qk ? rope_adjacent_rows(c.head_dim) : nullptr);
+    e.fill = seeded_fill(t.hf, o.seed, t.kind == TensorKind::Norm, o.dtype, n_threads, cols,
+                         adjacent && t.rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr);
     g.add_tensor(std::move(e));
-  }
-  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3) {
-    // llama.cpp stores Llama 3 RoPE scaling as per-frequency divisors; the loader checks
-    // them against transformers' _compute_llama3_parameters, which this follows.
-    const RopeScaling& rs = c.rope_scaling;
-    std::vector<float> f(size_t(c.head_dim / 2));
-    const double lo_wl = double(rs.original_max_pos) / rs.low_freq_factor;
-    const double hi_wl = double(rs.original_max_pos) / rs.high_freq_factor;
-    for (size_t i = 0; i < f.size(); ++i) {
-      const double wl = 2 * 3.14159265358979323846 / std::pow(c.rope_theta, -2.0 * double(i) / c.head_dim);
-      const double smooth = (double(rs.original_max_pos) / wl - rs.low_freq_factor) /
-                            (rs.high_freq_factor - rs.low_freq_factor);
-      f[i] = float(wl < hi_wl ? 1.0 : wl > lo_wl ? rs.factor : 1.0 / ((1 - smooth) / rs.factor + smooth));
-    }
-    g.add_tensor({"rope_freqs.weight", DType::F32, {int64_t(f.size())},
-                  [f](int64_t b, int64_t n, void* dst) { std::memcpy(dst, f.data() + b, size_t(n) * 4); }});
   }
   g.write(path);
 }
@@ -693,7 +473,12 @@ void synth_normals(uint64_t key, int64_t begin, int64_t n, double std, float* ou
 }
 
 const std::vector<SynthPreset>& synth_presets() {
-  static const std::vector<SynthPreset> presets = make_presets();
+  static const std::vector<SynthPreset> presets = [] {
+    std::vector<SynthPreset> all;
+    for (const Arch* a : arch_registry())
+      for (SynthPreset& p : a->presets()) all.push_back(std::move(p));
+    return all;
+  }();
   return presets;
 }
 
@@ -714,7 +499,7 @@ SynthResult synth_plan(const SynthOptions& opt) {
   SynthResult r;
   r.config = p.config;
   if (opt.layers > 0) r.config.n_layer = opt.layers;
-  for (const SynthTensor& t : tensor_list(r.config)) {
+  for (const TensorSpec& t : tensor_list(r.config)) {
     r.n_params += numel(t.shape);
     r.weight_bytes += dtype_bytes(opt.dtype, numel(t.shape));
   }
@@ -762,13 +547,15 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
   if (ec) throw Error("[synth] " + tmp.string() + ": cannot create (" + ec.message() + ")");
   try {
     std::vector<SafetensorsEntry> entries;
-    const std::vector<SynthTensor> list = tensor_list(c);
-    for (const SynthTensor& t : list) {
+    std::vector<TensorSpec> list = tensor_list(c);
+    std::sort(list.begin(), list.end(),
+              [](const TensorSpec& a, const TensorSpec& b) { return a.hf < b.hf; });
+    for (const TensorSpec& t : list) {
       SafetensorsEntry e;
-      e.name = t.name;
+      e.name = t.hf;
       e.dtype = opt.dtype;
       e.shape = t.shape;
-      e.fill = seeded_fill(t.name, opt.seed, t.ones, opt.dtype, n_threads, 1);
+      e.fill = seeded_fill(t.hf, opt.seed, t.kind == TensorKind::Norm, opt.dtype, n_threads, 1);
       entries.push_back(std::move(e));
     }
     say(strformat("writing model.safetensors (%zu tensors, %.2f GB)", entries.size(), r.weight_bytes / 1e9));

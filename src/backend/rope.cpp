@@ -1,14 +1,14 @@
-#include "model/rope.h"
+#include "backend/rope.h"
 
 #include <cmath>
 
 namespace arbiter {
 
-std::vector<double> rope_inv_freq(const ModelConfig& cfg) {
-  const int half = cfg.head_dim / 2;
+std::vector<double> rope_inv_freq(const RopeSpec& rope) {
+  const int half = rope.dims / 2;
   std::vector<double> inv(half);
-  for (int i = 0; i < half; ++i) inv[i] = std::pow(cfg.rope_theta, -2.0 * i / cfg.head_dim);
-  const RopeScaling& s = cfg.rope_scaling;
+  for (int i = 0; i < half; ++i) inv[i] = std::pow(rope.theta, -2.0 * i / rope.dims);
+  const RopeScaling& s = rope.scaling;
   if (s.kind == RopeScaling::Kind::Linear) {
     for (double& f : inv) f /= s.factor;
   } else if (s.kind == RopeScaling::Kind::Llama3) {

@@ -1,4 +1,4 @@
-// config.json parsing: the shipped TinyStories-656K config (values from its README), both
+// Hugging Face config.json -> ModelConfig through the architecture registry (model/archs/).
 // RoPE spellings (rope_theta + rope_scaling, and transformers-v5 rope_parameters), llama3 and
 // linear scaling, per-arch flags and defaults, sliding windows, eos lists, and refusals.
 // Expected values are written from the configs in the test (and transformers' documented
@@ -8,7 +8,8 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "io/hf_config.h"
+#include "io/json_config.h"
+#include "model/model.h"
 #include "io/io_test_util.h"
 
 using namespace arbiter;
@@ -49,9 +50,9 @@ TEST(HfConfig, TinyStories656k) {
     EXPECT_EQ(c.vocab, 2048);
     EXPECT_EQ(c.max_pos, 512);
     EXPECT_EQ(c.norm_eps, 1e-6);
-    EXPECT_EQ(c.rope_theta, 10000.0);
-    EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::None);
-    EXPECT_EQ(c.rope_layout, RopeLayout::Half);
+    EXPECT_EQ(c.rope.theta, 10000.0);
+    EXPECT_EQ(c.rope.scaling.kind, RopeScaling::Kind::None);
+    EXPECT_EQ(c.rope.layout, RopeLayout::Half);
     EXPECT_TRUE(c.tied_embeddings);
     EXPECT_FALSE(c.qkv_bias);
     EXPECT_FALSE(c.qk_norm);
@@ -66,7 +67,7 @@ TEST(HfConfig, DefaultsFromTransformers) {
   EXPECT_EQ(c.head_dim, 32);    // hidden_size / num_attention_heads
   EXPECT_EQ(c.max_pos, 2048);   // LlamaConfig default
   EXPECT_EQ(c.norm_eps, 1e-6);  // LlamaConfig default
-  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rope.theta, 10000.0);
   EXPECT_FALSE(c.tied_embeddings);
   // model_type alone is enough when architectures is absent.
   ModelConfig m = parse(R"({"model_type":"qwen3","hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,)"
@@ -82,41 +83,41 @@ TEST(HfConfig, LegacyRopeScalingLlama3) {
                                             R"("low_freq_factor":1.0,"high_freq_factor":4.0,)"
                                             R"("original_max_position_embeddings":8192,")") +
                                 key + R"(":"llama3"},"max_position_embeddings":131072,"num_key_value_heads":2)"));
-    EXPECT_EQ(c.rope_theta, 500000.0) << key;
-    EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::Llama3) << key;
-    EXPECT_EQ(c.rope_scaling.factor, 8.0);
-    EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
-    EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
-    EXPECT_EQ(c.rope_scaling.original_max_pos, 8192);
+    EXPECT_EQ(c.rope.theta, 500000.0) << key;
+    EXPECT_EQ(c.rope.scaling.kind, RopeScaling::Kind::Llama3) << key;
+    EXPECT_EQ(c.rope.scaling.factor, 8.0);
+    EXPECT_EQ(c.rope.scaling.low_freq_factor, 1.0);
+    EXPECT_EQ(c.rope.scaling.high_freq_factor, 4.0);
+    EXPECT_EQ(c.rope.scaling.original_max_pos, 8192);
     EXPECT_EQ(c.max_pos, 131072);
     EXPECT_EQ(c.n_head_kv, 2);
   }
   // Llama-3.2 values.
   ModelConfig c = parse(llama(R"(,"rope_scaling":{"factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,)"
                               R"("original_max_position_embeddings":8192,"rope_type":"llama3"})"));
-  EXPECT_EQ(c.rope_scaling.factor, 32.0);
-  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rope.scaling.factor, 32.0);
+  EXPECT_EQ(c.rope.theta, 10000.0);
 }
 
 TEST(HfConfig, V5RopeParameters) {
   ModelConfig c = parse(llama(R"(,"rope_parameters":{"rope_type":"llama3","rope_theta":500000.0,"factor":32.0,)"
                               R"("low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192})"));
-  EXPECT_EQ(c.rope_theta, 500000.0);
-  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::Llama3);
-  EXPECT_EQ(c.rope_scaling.factor, 32.0);
-  EXPECT_EQ(c.rope_scaling.original_max_pos, 8192);
+  EXPECT_EQ(c.rope.theta, 500000.0);
+  EXPECT_EQ(c.rope.scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_EQ(c.rope.scaling.factor, 32.0);
+  EXPECT_EQ(c.rope.scaling.original_max_pos, 8192);
   ModelConfig d = parse(llama(R"(,"rope_parameters":{"rope_type":"default","rope_theta":1000000.0})"));
-  EXPECT_EQ(d.rope_theta, 1000000.0);
-  EXPECT_EQ(d.rope_scaling.kind, RopeScaling::Kind::None);
+  EXPECT_EQ(d.rope.theta, 1000000.0);
+  EXPECT_EQ(d.rope.scaling.kind, RopeScaling::Kind::None);
   ModelConfig l = parse(llama(R"(,"rope_parameters":{"rope_type":"linear","rope_theta":10000.0,"factor":4.0})"));
-  EXPECT_EQ(l.rope_scaling.kind, RopeScaling::Kind::Linear);
-  EXPECT_EQ(l.rope_scaling.factor, 4.0);
+  EXPECT_EQ(l.rope.scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_EQ(l.rope.scaling.factor, 4.0);
 }
 
 TEST(HfConfig, LinearAndRefusedRope) {
   ModelConfig c = parse(llama(R"(,"rope_scaling":{"type":"linear","factor":2.0})"));
-  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::Linear);
-  EXPECT_EQ(c.rope_scaling.factor, 2.0);
+  EXPECT_EQ(c.rope.scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_EQ(c.rope.scaling.factor, 2.0);
   for (const char* t : {"yarn", "dynamic", "longrope", "su"}) {
     std::string e = error_of(llama(std::string(R"(,"rope_scaling":{"type":")") + t + R"(","factor":2.0})"));
     EXPECT_NE(e.find(std::string("rope type '") + t + "' is not supported"), std::string::npos) << e;
@@ -158,7 +159,7 @@ TEST(HfConfig, ArchFlags) {
   EXPECT_TRUE(q3.qk_norm);
   EXPECT_FALSE(q3.qkv_bias);
   EXPECT_EQ(q3.sliding_window, 0);
-  EXPECT_EQ(q3.rope_theta, 1e6);
+  EXPECT_EQ(q3.rope.theta, 1e6);
   // Mistral: sliding_window int (v0.1) or null (v0.2+).
   EXPECT_EQ(parse(llama(R"(,"sliding_window":4096)", "MistralForCausalLM")).sliding_window, 4096);
   EXPECT_EQ(parse(llama(R"(,"sliding_window":null)", "MistralForCausalLM")).sliding_window, 0);
@@ -187,12 +188,12 @@ TEST(HfConfig, ShippedTinyFixtures) {
   std::string base = test::source_path("tests/fixtures/models/");
   if (!std::filesystem::exists(base + "tiny-llama/config.json")) GTEST_SKIP() << "tests/fixtures/models not found";
   ModelConfig l = load_hf_config(base + "tiny-llama");
-  EXPECT_EQ(l.rope_scaling.kind, RopeScaling::Kind::Llama3);  // v5 rope_parameters form
-  EXPECT_EQ(l.rope_scaling.factor, 8.0);
-  EXPECT_EQ(l.rope_scaling.low_freq_factor, 1.0);
-  EXPECT_EQ(l.rope_scaling.high_freq_factor, 4.0);
-  EXPECT_EQ(l.rope_scaling.original_max_pos, 64);
-  EXPECT_EQ(l.rope_theta, 1e4);
+  EXPECT_EQ(l.rope.scaling.kind, RopeScaling::Kind::Llama3);  // v5 rope_parameters form
+  EXPECT_EQ(l.rope.scaling.factor, 8.0);
+  EXPECT_EQ(l.rope.scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(l.rope.scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(l.rope.scaling.original_max_pos, 64);
+  EXPECT_EQ(l.rope.theta, 1e4);
   EXPECT_EQ(l.norm_eps, 1e-5);
   EXPECT_TRUE(l.tied_embeddings);
   ModelConfig m = load_hf_config(base + "tiny-mistral");
@@ -202,7 +203,7 @@ TEST(HfConfig, ShippedTinyFixtures) {
   EXPECT_FALSE(m.tied_embeddings);
   ModelConfig q2 = load_hf_config(base + "tiny-qwen2");
   EXPECT_TRUE(q2.qkv_bias);
-  EXPECT_EQ(q2.rope_theta, 1e6);
+  EXPECT_EQ(q2.rope.theta, 1e6);
   EXPECT_EQ(q2.sliding_window, 0);
   EXPECT_EQ(q2.vocab, 1024);
   ModelConfig q3 = load_hf_config(base + "tiny-qwen3");

@@ -1,0 +1,95 @@
+// The architecture registry: one class per family in model/archs/<family>.cpp, holding
+// everything that differs between families: which HF classes and GGUF architectures it
+// reads, their config keys and defaults, the tensors it reads (names in both formats), its
+// synth presets, its per-sequence state and its forward, written once against the Backend
+// op interface. docs/architecture.md has the checklist for adding one.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/stage.h"
+#include "model/weights.h"
+
+namespace arbiter {
+
+class GgufFile;
+class GgufWriter;
+class JsonConfig;
+struct Model;
+struct SynthPreset;
+
+/// Per-sequence state of a forward on one tier (KV caches, scratch buffers), made by the
+/// architecture; freed with its backend's free() when destroyed.
+class ForwardState {
+ public:
+  virtual ~ForwardState() = default;
+  Buffer logits;    // [max_T, V]: the latest forward's logits rows (f64 on ref, f32 elsewhere)
+  int max_T = 0;    // widest forward
+  int max_ctx = 0;  // positions the caches hold
+};
+
+/// One forward: ids[T] at positions pos0.. (the state holds rows [0, pos0) already); ids ==
+/// nullptr (T == 1): the token of the backend's latest pick_greedy. Without logits (a context
+/// pass that only fills the caches) the forward stops after the last layer. hook may be null.
+struct ForwardArgs {
+  const int32_t* ids = nullptr;
+  int T = 0;
+  int pos0 = 0;
+  StageHook* hook = nullptr;
+  bool logits = true;
+};
+
+class Arch {
+ public:
+  virtual ~Arch() = default;
+  /// The family ("llama") and the config names it covers ("llama", "mistral", ...).
+  virtual std::string family() const = 0;
+  /// HF `architectures[0]` classes it reads, each with the config name it gives (an HF
+  /// `model_type` equal to a config name selects it too).
+  virtual std::vector<std::pair<std::string, std::string>> hf_classes() const = 0;
+  /// GGUF `general.architecture` values it reads (each is also the config name).
+  virtual std::vector<std::string> gguf_names() const = 0;
+
+  /// config.json -> config (c.arch is set): dimensions, defaults as transformers applies
+  /// them, refusals of what the forward does not compute. Errors name the file and key.
+  virtual void parse_hf(const JsonConfig& j, ModelConfig& c) const = 0;
+  /// GGUF metadata (`ARCH.*` keys) -> config (c.arch and c.vocab are set).
+  virtual void parse_gguf(const GgufFile& g, ModelConfig& c) const = 0;
+  /// Every tensor the forward reads for c (the loader refuses any other in the file).
+  virtual std::vector<TensorSpec> tensors(const ModelConfig& c) const = 0;
+  /// Counts of global and per-layer tensor slots (TensorSpec::slot ranges).
+  virtual int global_slots() const = 0;
+  virtual int layer_slots() const = 0;
+  /// Every stage name the forward may emit, for any config (what --inject op= accepts).
+  virtual std::vector<std::string> stages() const = 0;
+
+  virtual std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
+                                                   int max_T) const = 0;
+  virtual void forward(const Model& m, Backend& be, ForwardState& st,
+                       const ForwardArgs& a) const = 0;
+
+  /// synth: presets (shapes of real checkpoints), and for a config the arch's own
+  /// config.json keys and GGUF metadata (the generic ones are written by model/synth.cpp).
+  virtual std::vector<SynthPreset> presets() const = 0;
+  virtual void hf_config_json(const ModelConfig& c, nlohmann::json& j) const = 0;
+  virtual void gguf_metadata(const ModelConfig& c, GgufWriter& g) const = 0;
+  /// How RoPE pairs the rows of RoPE'd projections in this family's GGUF files (llama.cpp's
+  /// converter permutes llama/mistral q/k rows into adjacent pairs; synth writes them so).
+  virtual RopeLayout gguf_rope_layout(const std::string& config_name) const = 0;
+};
+
+/// Every registered family (model/archs/registry.cpp), in order.
+const std::vector<const Arch*>& arch_registry();
+/// The family covering a config name; throws listing the supported names.
+const Arch& arch_of(const std::string& config_name);
+/// "llama, mistral, qwen2, qwen3": the config names of every family, for error messages.
+std::string supported_archs();
+/// Every stage name of every family (what --inject op= may name before a model is known).
+std::vector<std::string> all_stage_names();
+
+}  // namespace arbiter

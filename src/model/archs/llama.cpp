@@ -1,0 +1,497 @@
+// The llama family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
+// Qwen3ForCausalLM, and their GGUF forms. One decoder block, pre-norm:
+//   x += o_proj(attention(rope(q), rope(k), v)),  q/k/v = proj(rmsnorm(x))
+//   x += down(silu(gate(xn)) * up(xn)),           xn = rmsnorm(x)
+// The members differ by flags: q/k/v biases (qwen2, llama attention_bias), per-head q/k
+// RMSNorm before RoPE (qwen3), a sliding window (mistral; qwen2/qwen3 when every layer
+// slides), Llama 3 RoPE scaling, and GGUF's Q/K rows in adjacent RoPE pairs (llama, mistral).
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_write.h"
+#include "io/json_config.h"
+#include "model/model.h"
+#include "model/rope_config.h"
+#include "model/synth.h"
+
+namespace arbiter {
+
+namespace {
+
+// Tensor slots (Weights::global / Weights::layer).
+enum Global { kEmbed, kOutNorm, kLmHead, kGlobalSlots };
+enum Layer {
+  kAttnNorm, kWq, kWk, kWv, kBq, kBk, kBv, kQNorm, kKNorm, kWo, kFfnNorm, kGate, kUp, kDown,
+  kLayerSlots
+};
+
+/// Per-sequence state: the KV cache of every layer and the scratch of forwards of up to
+/// max_T tokens.
+class LlamaState final : public ForwardState {
+ public:
+  LlamaState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_) : be_(be) {
+    const int64_t T = max_T_, D = c.d_model, q_dim = int64_t(c.n_head) * c.head_dim;
+    const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff;
+    max_T = max_T_;
+    max_ctx = max_ctx_;
+    for (int l = 0; l < c.n_layer; ++l) {
+      k_cache.push_back(be.alloc(max_ctx * kv_dim));  // [max_ctx, Hkv*Dh]
+      v_cache.push_back(be.alloc(max_ctx * kv_dim));
+    }
+    x = be.alloc(T * D);
+    xn = be.alloc(T * D);
+    q = be.alloc(T * q_dim);
+    k = be.alloc(T * kv_dim);
+    v = be.alloc(T * kv_dim);
+    att = be.alloc(T * q_dim);
+    o = be.alloc(T * D);
+    gate = be.alloc(T * F);
+    up = be.alloc(T * F);
+    act = be.alloc(T * F);
+    down = be.alloc(T * D);
+    logits = be.alloc(T * c.vocab, /*logits=*/true);
+  }
+  ~LlamaState() override {
+    for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})
+      be_.free(*b);
+    for (Buffer& b : k_cache) be_.free(b);
+    for (Buffer& b : v_cache) be_.free(b);
+  }
+  std::vector<Buffer> k_cache, v_cache;
+  Buffer x, xn, q, k, v, att, o, gate, up, act, down;  // [max_T, ...]
+
+ private:
+  Backend& be_;
+};
+
+/// The taps of one forward: declares each stage (its point) to the hook, if any.
+class Stages {
+ public:
+  Stages(StageHook* hook, int pos0, int T) : hook_(hook), pos0_(pos0), T_(T) {}
+  const StageTap* operator()(const char* name, int layer, const char* op, int cols,
+                             int64_t reduction, int roundings,
+                             const AttentionGeometry* attention = nullptr) const {
+    if (!hook_) return nullptr;
+    StagePoint p;
+    p.name = name;
+    p.layer = layer;
+    p.op = op;
+    p.rows = T_;
+    p.cols = cols;
+    p.reduction = reduction;
+    p.roundings = roundings;
+    p.attention = attention;
+    return hook_->at(p, pos0_);
+  }
+
+ private:
+  StageHook* hook_;
+  int pos0_, T_;
+};
+
+class Llama final : public Arch {
+ public:
+  std::string family() const override { return "llama"; }
+  std::vector<std::pair<std::string, std::string>> hf_classes() const override {
+    return {{"LlamaForCausalLM", "llama"},
+            {"MistralForCausalLM", "mistral"},
+            {"Qwen2ForCausalLM", "qwen2"},
+            {"Qwen3ForCausalLM", "qwen3"}};
+  }
+  std::vector<std::string> gguf_names() const override {
+    return {"llama", "mistral", "qwen2", "qwen3"};
+  }
+  int global_slots() const override { return kGlobalSlots; }
+  int layer_slots() const override { return kLayerSlots; }
+  std::vector<std::string> stages() const override {
+    return {"embed", "attn_norm", "q",    "k",  "v",   "q_norm", "k_norm",
+            "q_rope", "k_rope",   "attn", "o",  "attn_res", "ffn_norm", "gate",
+            "up",     "act",      "down", "ffn_res", "final_norm", "logits"};
+  }
+
+  // Defaults are the ones transformers' LlamaConfig, MistralConfig, Qwen2Config and
+  // Qwen3Config apply when a key is absent (noted per key); the dimensions themselves are
+  // required, since a guessed dimension would only surface later as a shape error.
+  void parse_hf(const JsonConfig& j, ModelConfig& c) const override {
+    c.d_model = j.positive_int("hidden_size");
+    c.n_layer = j.positive_int("num_hidden_layers");
+    c.n_head = j.positive_int("num_attention_heads");
+    c.n_head_kv = j.positive_int("num_key_value_heads", c.n_head);  // default: MHA
+    c.d_ff = j.positive_int("intermediate_size");
+    c.vocab = j.positive_int("vocab_size");
+    if (c.n_head % c.n_head_kv != 0)
+      j.fail(strformat("num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                       c.n_head, c.n_head_kv));
+    if (j.has("head_dim")) {
+      c.head_dim = j.positive_int("head_dim");
+    } else {
+      if (c.d_model % c.n_head != 0)
+        j.fail(strformat("hidden_size %d is not a multiple of num_attention_heads %d", c.d_model,
+                         c.n_head));
+      c.head_dim = c.d_model / c.n_head;
+    }
+    // transformers defaults: llama 2048, mistral 4096*32, qwen2/qwen3 32768.
+    const int max_pos_default = c.arch == "llama" ? 2048 : c.arch == "mistral" ? 4096 * 32 : 32768;
+    c.max_pos = j.positive_int("max_position_embeddings", max_pos_default);
+    c.norm_eps = j.number("rms_norm_eps", 1e-6);  // all four default to 1e-6
+    if (!(c.norm_eps > 0)) j.fail("rms_norm_eps must be positive");
+    c.tied_embeddings = j.flag("tie_word_embeddings", false);
+
+    if (j.has("hidden_act") && !(j.raw("hidden_act").is_string() && j.str("hidden_act") == "silu"))
+      j.fail("hidden_act " + j.raw("hidden_act").dump() + " is not supported (expected \"silu\")");
+    if (j.flag("mlp_bias", false)) j.fail("mlp_bias=true is not supported");
+    // Qwen2 always has q/k/v biases (and no o_proj bias); llama and qwen3 put a bias on q/k/v
+    // AND o_proj when attention_bias is true: the loader refuses the o_proj bias tensor by
+    // name. Mistral has no biases.
+    if (c.arch == "qwen2") c.qkv_bias = true;
+    else if (c.arch != "mistral") c.qkv_bias = j.flag("attention_bias", false);
+    c.qk_norm = c.arch == "qwen3";
+    parse_hf_window(j, c);
+
+    c.rope.dims = c.head_dim;
+    c.rope.layout = RopeLayout::Half;  // HF "rotate_half"
+    read_hf_rope(j, c.rope);
+  }
+
+  void parse_gguf(const GgufFile& g, ModelConfig& c) const override {
+    const std::string& path = g.path();
+    const std::string p = c.arch + ".";
+    c.d_model = gguf_positive(g, p + "embedding_length");
+    c.n_layer = gguf_positive(g, p + "block_count");
+    c.n_head = gguf_positive(g, p + "attention.head_count");
+    c.n_head_kv = gguf_positive(g, p + "attention.head_count_kv", c.n_head);
+    c.d_ff = gguf_positive(g, p + "feed_forward_length");
+    c.max_pos = gguf_positive(g, p + "context_length");
+    if (c.n_head % c.n_head_kv != 0)
+      throw Error(strformat("[loader] %s: head_count %d is not a multiple of head_count_kv %d",
+                            path.c_str(), c.n_head, c.n_head_kv));
+    if (!g.has(p + "attention.key_length") && c.d_model % c.n_head != 0)
+      throw Error(strformat("[loader] %s: embedding_length %d is not a multiple of head_count %d",
+                            path.c_str(), c.d_model, c.n_head));
+    c.head_dim = gguf_positive(g, p + "attention.key_length", c.d_model / c.n_head);
+    if (gguf_positive(g, p + "attention.value_length", c.head_dim) != c.head_dim)
+      throw Error("[loader] " + path + ": attention.value_length differs from key_length (unsupported)");
+    c.norm_eps = g.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5);
+    if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
+      throw Error("[loader] " + path + ": " + p +
+                  "attention.layer_norm_rms_epsilon must be positive and finite");
+    if (g.has(p + "attention.sliding_window"))
+      c.sliding_window = gguf_positive(g, p + "attention.sliding_window");
+    c.rope.dims = c.head_dim;
+    c.rope.layout = gguf_rope_layout(c.arch);
+    read_gguf_rope(g, c.arch, c.rope);
+    // Optional per-layer tensors decide the flags (every layer is checked at binding).
+    c.qkv_bias = g.tensor("blk.0.attn_q.bias") != nullptr;
+    c.qk_norm = g.tensor("blk.0.attn_q_norm.weight") != nullptr;
+    if (c.arch == "qwen2" && !c.qkv_bias)
+      throw Error("[loader] " + path + ": qwen2 model without blk.0.attn_q.bias");
+    if (c.arch == "qwen3" && !c.qk_norm)
+      throw Error("[loader] " + path + ": qwen3 model without blk.0.attn_q_norm.weight");
+    c.tied_embeddings = g.tensor("output.weight") == nullptr;
+  }
+
+  std::vector<TensorSpec> tensors(const ModelConfig& c) const override {
+    const int64_t D = c.d_model, F = c.d_ff, Dh = c.head_dim, V = c.vocab;
+    const int64_t Hq = int64_t(c.n_head) * Dh, Hk = int64_t(c.n_head_kv) * Dh;
+    std::vector<TensorSpec> t;
+    auto global = [&](const char* role, int slot, const char* hf, const char* gguf,
+                      std::vector<int64_t> shape, TensorKind kind, const char* family) {
+      TensorSpec s;
+      s.role = role, s.slot = slot, s.hf = hf, s.gguf = gguf, s.shape = std::move(shape);
+      s.kind = kind, s.family = family;
+      t.push_back(std::move(s));
+      return &t.back();
+    };
+    global("embed", kEmbed, "model.embed_tokens.weight", "token_embd.weight", {V, D},
+           TensorKind::Matrix, "embed");
+    global("out_norm", kOutNorm, "model.norm.weight", "output_norm.weight", {D}, TensorKind::Norm,
+           "norm");
+    global("lm_head", kLmHead, "lm_head.weight", "output.weight", {V, D}, TensorKind::Matrix,
+           "logits")
+        ->tie_to = "embed";
+    for (int l = 0; l < c.n_layer; ++l) {
+      const std::string hf = "model.layers." + std::to_string(l) + ".";
+      const std::string gg = "blk." + std::to_string(l) + ".";
+      auto layer = [&](const char* role, int slot, const char* hf_name, const char* gguf_name,
+                       std::vector<int64_t> shape, TensorKind kind, const char* family,
+                       bool rope_rows = false) {
+        TensorSpec s;
+        s.role = role, s.slot = slot, s.layer = l, s.hf = hf + hf_name, s.gguf = gg + gguf_name;
+        s.shape = std::move(shape), s.kind = kind, s.family = family, s.rope_rows = rope_rows;
+        t.push_back(std::move(s));
+      };
+      layer("attn_norm", kAttnNorm, "input_layernorm.weight", "attn_norm.weight", {D},
+            TensorKind::Norm, "norm");
+      layer("wq", kWq, "self_attn.q_proj.weight", "attn_q.weight", {Hq, D}, TensorKind::Matrix,
+            "attn", true);
+      layer("wk", kWk, "self_attn.k_proj.weight", "attn_k.weight", {Hk, D}, TensorKind::Matrix,
+            "attn", true);
+      layer("wv", kWv, "self_attn.v_proj.weight", "attn_v.weight", {Hk, D}, TensorKind::Matrix,
+            "attn");
+      if (c.qkv_bias) {
+        layer("bq", kBq, "self_attn.q_proj.bias", "attn_q.bias", {Hq}, TensorKind::Bias, "attn");
+        layer("bk", kBk, "self_attn.k_proj.bias", "attn_k.bias", {Hk}, TensorKind::Bias, "attn");
+        layer("bv", kBv, "self_attn.v_proj.bias", "attn_v.bias", {Hk}, TensorKind::Bias, "attn");
+      }
+      if (c.qk_norm) {
+        layer("q_norm", kQNorm, "self_attn.q_norm.weight", "attn_q_norm.weight", {Dh},
+              TensorKind::Norm, "norm");
+        layer("k_norm", kKNorm, "self_attn.k_norm.weight", "attn_k_norm.weight", {Dh},
+              TensorKind::Norm, "norm");
+      }
+      layer("wo", kWo, "self_attn.o_proj.weight", "attn_output.weight", {D, Hq},
+            TensorKind::Matrix, "attn");
+      layer("ffn_norm", kFfnNorm, "post_attention_layernorm.weight", "ffn_norm.weight", {D},
+            TensorKind::Norm, "norm");
+      layer("w_gate", kGate, "mlp.gate_proj.weight", "ffn_gate.weight", {F, D},
+            TensorKind::Matrix, "mlp");
+      layer("w_up", kUp, "mlp.up_proj.weight", "ffn_up.weight", {F, D}, TensorKind::Matrix,
+            "mlp");
+      layer("w_down", kDown, "mlp.down_proj.weight", "ffn_down.weight", {D, F},
+            TensorKind::Matrix, "mlp");
+    }
+    return t;
+  }
+
+  std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
+                                           int max_T) const override {
+    return std::make_unique<LlamaState>(be, m.config, max_ctx, max_T);
+  }
+
+  void forward(const Model& m, Backend& be, ForwardState& state,
+               const ForwardArgs& a) const override {
+    LlamaState& s = static_cast<LlamaState&>(state);
+    const ModelConfig& c = m.config;
+    const Weights& w = m.weights;
+    const int T = a.T, pos0 = a.pos0;
+    ARB_CHECK(T >= 1 && T <= s.max_T, "[model] forward of %d tokens exceeds scratch width %d", T,
+              s.max_T);
+    ARB_CHECK(pos0 + T <= s.max_ctx, "[model] position %d exceeds the KV cache (%d rows)",
+              pos0 + T, s.max_ctx);
+    ARB_CHECK(a.ids || T == 1, "[model] a forward of %d picked tokens (only one is kept)", T);
+    const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim, F = c.d_ff;
+    const int q_dim = H * Dh, kv_dim = Hkv * Dh;
+    const double eps = c.norm_eps;
+    const Stages tap(a.hook, pos0, T);
+
+    if (a.ids) be.embed(w.global(kEmbed), a.ids, T, s.x);  // x [T, D]
+    else be.embed_picked(w.global(kEmbed), s.x);
+    be.apply_tap(tap("embed", -1, "embed", D, 1, 2), s.x, T, D);
+
+    // The attention's geometry, for its stage's error bound (scores scaled by 1/sqrt(Dh)).
+    const AttentionGeometry geo{"q_rope", "k_rope",        "v",
+                                H,        Hkv,             Dh,
+                                c.sliding_window, 1.0 / std::sqrt(double(Dh))};
+    for (int l = 0; l < c.n_layer; ++l) {
+      auto lw = [&](int slot) -> const Tensor& { return w.layer(l, slot); };
+      // attention block: x += o_proj(attn(rope(q), rope(k), v)), q/k/v of rmsnorm(x)
+      const StageTap* norm = tap("attn_norm", l, "rmsnorm", D, D, 3);
+      const Backend::MatmulTarget qkv[3] = {
+          {&lw(kWq), &lw(kBq), &s.q, tap("q", l, "matmul", q_dim, D, 3)},  // q [T, H*Dh]
+          {&lw(kWk), &lw(kBk), &s.k, tap("k", l, "matmul", kv_dim, D, 3)},  // k [T, Hkv*Dh]
+          {&lw(kWv), &lw(kBv), &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};  // v [T, Hkv*Dh]
+      be.rmsnorm_matmul(s.x, lw(kAttnNorm), T, D, eps, s.xn, norm, qkv, 3);
+      Backend::AttentionTaps at;
+      if (c.qk_norm) {  // qwen3: RMSNorm over each head before RoPE (HF Qwen3Attention)
+        at.q_norm = tap("q_norm", l, "rmsnorm", q_dim, Dh, 3);
+        at.k_norm = tap("k_norm", l, "rmsnorm", kv_dim, Dh, 3);
+      }
+      at.q_rope = tap("q_rope", l, "rope", q_dim, 2, 3);  // x_a cos - x_b sin: two terms
+      at.k_rope = tap("k_rope", l, "rope", kv_dim, 2, 3);
+      // q, k, v, out; scores over Dh, weighted sum over the cache rows
+      at.out = tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo);
+      be.qk_rope_attention(s.q, s.k, s.v, c.qk_norm ? &lw(kQNorm) : nullptr,
+                           c.qk_norm ? &lw(kKNorm) : nullptr, eps, T, H, Hkv, Dh, pos0, c.rope,
+                           s.k_cache[size_t(l)], s.v_cache[size_t(l)], c.sliding_window, s.att,
+                           at);
+      const StageTap* o = tap("o", l, "matmul", D, q_dim, 3);  // o [T, D]
+      const StageTap* attn_res = tap("attn_res", l, "add", D, 1, 3);
+      be.matmul_add(s.att, lw(kWo), T, s.o, s.x, o, attn_res);
+
+      // feed-forward block: x += down(silu(gate(xn)) * up(xn)), xn = rmsnorm(x)
+      Backend::SwigluTaps ft;
+      ft.norm = tap("ffn_norm", l, "rmsnorm", D, D, 3);
+      ft.gate = tap("gate", l, "matmul", F, D, 3);  // [T, F]
+      ft.up = tap("up", l, "matmul", F, D, 3);
+      ft.act = tap("act", l, "swiglu", F, 1, 3);
+      be.rmsnorm_swiglu(s.x, lw(kFfnNorm), T, D, eps, s.xn, lw(kGate), lw(kUp), s.gate, s.up,
+                        s.act, ft);
+      const StageTap* down = tap("down", l, "matmul", D, F, 3);  // [T, D]
+      const StageTap* ffn_res = tap("ffn_res", l, "add", D, 1, 3);
+      be.matmul_add(s.act, lw(kDown), T, s.down, s.x, down, ffn_res);
+    }
+    if (!a.logits) return;
+    const StageTap* final_norm = tap("final_norm", -1, "rmsnorm", D, D, 3);
+    const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
+                                        tap("logits", -1, "matmul", c.vocab, D, 3)};
+    be.rmsnorm_matmul(s.x, w.global(kOutNorm), T, D, eps, s.xn, final_norm, &head, 1);  // [T, V]
+  }
+
+  std::vector<SynthPreset> presets() const override;
+
+  void hf_config_json(const ModelConfig& c, nlohmann::json& j) const override {
+    j["hidden_size"] = c.d_model;
+    j["intermediate_size"] = c.d_ff;
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.n_head_kv;
+    j["head_dim"] = c.head_dim;
+    j["hidden_act"] = "silu";
+    j["rms_norm_eps"] = c.norm_eps;
+    write_hf_rope(c.rope, j);
+    j["attention_dropout"] = 0.0;
+    if (c.arch == "llama") {
+      j["attention_bias"] = c.qkv_bias;
+      j["mlp_bias"] = false;
+      j["pretraining_tp"] = 1;
+    } else if (c.arch == "qwen3" || c.arch == "qwen2") {
+      if (c.arch == "qwen3") j["attention_bias"] = false;
+      j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.n_layer;  // layers >= it slide
+      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+      j["use_sliding_window"] = c.sliding_window > 0;
+    } else if (c.arch == "mistral") {
+      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+    }
+  }
+
+  // llama.cpp's converters permute Q/K rows of llama-family models so that its "normal" RoPE
+  // rotates adjacent pairs; qwen2/qwen3 use NEOX RoPE on unpermuted rows.
+  RopeLayout gguf_rope_layout(const std::string& name) const override {
+    return name == "llama" || name == "mistral" ? RopeLayout::Adjacent : RopeLayout::Half;
+  }
+
+  void gguf_metadata(const ModelConfig& c, GgufWriter& g) const override {
+    const std::string a = c.arch + ".";
+    g.add_u32(a + "embedding_length", uint32_t(c.d_model));
+    g.add_u32(a + "block_count", uint32_t(c.n_layer));
+    g.add_u32(a + "feed_forward_length", uint32_t(c.d_ff));
+    g.add_u32(a + "attention.head_count", uint32_t(c.n_head));
+    g.add_u32(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
+    g.add_u32(a + "attention.key_length", uint32_t(c.head_dim));
+    g.add_u32(a + "attention.value_length", uint32_t(c.head_dim));
+    g.add_f32(a + "attention.layer_norm_rms_epsilon", float(c.norm_eps));
+    if (c.sliding_window > 0) g.add_u32(a + "attention.sliding_window", uint32_t(c.sliding_window));
+    write_gguf_rope(c.rope, c.arch, g);
+  }
+
+ private:
+  static int gguf_positive(const GgufFile& g, const std::string& key, int64_t dflt = -1) {
+    const int64_t v = dflt >= 0 ? g.get_int(key, dflt) : g.get_int(key);
+    if (v <= 0 || v > std::numeric_limits<int>::max())
+      throw Error("[loader] " + g.path() + ": '" + key + "' is " + std::to_string(v) +
+                  " (expected a positive int)");
+    return int(v);
+  }
+
+  // Sliding window. Mistral: sliding_window (null -> full attention). Qwen2/Qwen3: only when
+  // use_sliding_window, and then on layers >= max_window_layers; one window for every layer
+  // is all this family models, so a per-layer mix is refused.
+  static void parse_hf_window(const JsonConfig& j, ModelConfig& c) {
+    const bool qwen = c.arch == "qwen2" || c.arch == "qwen3";
+    if (c.arch == "mistral" && j.has("sliding_window")) {
+      c.sliding_window = j.positive_int("sliding_window");
+    } else if (qwen && j.has("layer_types")) {
+      // transformers v5 spells the per-layer choice out; it is the source of truth.
+      const nlohmann::json& lt = j.raw("layer_types");
+      if (!lt.is_array() || int(lt.size()) != c.n_layer)
+        j.fail("'layer_types' is not a list of num_hidden_layers entries");
+      int n_sliding = 0;
+      for (const nlohmann::json& t : lt) {
+        if (!t.is_string()) j.fail("'layer_types' entry " + t.dump() + " is not a string");
+        const std::string s = t.get<std::string>();
+        if (s == "sliding_attention") ++n_sliding;
+        else if (s != "full_attention") j.fail("layer type '" + s + "' is not supported");
+      }
+      if (n_sliding == c.n_layer) c.sliding_window = j.positive_int("sliding_window");
+      else if (n_sliding > 0) j.fail("a mix of sliding and full attention layers is not supported");
+    } else if (qwen && j.flag("use_sliding_window", false) && j.has("sliding_window")) {
+      const int w = j.positive_int("sliding_window");
+      const int64_t first = j.has("max_window_layers") ? j.integer("max_window_layers") : 28;
+      if (first <= 0) c.sliding_window = w;
+      else if (first < c.n_layer)
+        j.fail(strformat("sliding window on layers %lld..%d only (max_window_layers) is not supported",
+                         (long long)first, c.n_layer - 1));
+    }
+  }
+};
+
+ModelConfig preset_config(const char* arch, int L, int D, int H, int Hkv, int Dh, int F, int V,
+                          int max_pos, double eps, double theta, bool tied) {
+  ModelConfig c;
+  c.arch = arch;
+  c.n_layer = L;
+  c.d_model = D;
+  c.n_head = H;
+  c.n_head_kv = Hkv;
+  c.head_dim = Dh;
+  c.d_ff = F;
+  c.vocab = V;
+  c.max_pos = max_pos;
+  c.norm_eps = eps;
+  c.rope.dims = Dh;
+  c.rope.theta = theta;
+  c.tied_embeddings = tied;
+  c.qk_norm = std::string(arch) == "qwen3";
+  c.qkv_bias = std::string(arch) == "qwen2";
+  return c;
+}
+
+// Every number below is the value in that model's official config.json on the Hugging Face
+// Hub (repository named in hf_id), read 2026-11; docs/performance.md repeats the table. tiny
+// is ours: a 2-layer llama for fast tests.
+std::vector<SynthPreset> Llama::presets() const {
+  std::vector<SynthPreset> p;
+  auto add = [&](const char* name, const char* hf_id, const char* cls, const char* source,
+                 ModelConfig c, std::vector<std::string> specials, int bos, int eos,
+                 bool add_bos) {
+    SynthPreset s;
+    s.name = name, s.hf_id = hf_id, s.hf_class = cls, s.source = source;
+    s.config = std::move(c), s.specials = std::move(specials);
+    s.bos = bos, s.eos = eos, s.add_bos = add_bos;
+    p.push_back(std::move(s));
+    return &p.back();
+  };
+  const std::vector<std::string> qwen_specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  // Qwen3 config: eos_token_id 151645 = <|im_end|>
+  add("qwen3-0.6b", "Qwen/Qwen3-0.6B", "Qwen3ForCausalLM",
+      "huggingface.co/Qwen/Qwen3-0.6B config.json (transformers 4.51.0)",
+      preset_config("qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1e-6, 1000000.0, true),
+      qwen_specials, -1, 2, false);
+  add("qwen3-8b", "Qwen/Qwen3-8B", "Qwen3ForCausalLM",
+      "huggingface.co/Qwen/Qwen3-8B config.json (transformers 4.51.0)",
+      preset_config("qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1e-6, 1000000.0, false),
+      qwen_specials, -1, 2, false);
+  // base model: eos_token_id 151643 = <|endoftext|>
+  add("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", "Qwen2ForCausalLM",
+      "huggingface.co/Qwen/Qwen2.5-0.5B config.json",
+      preset_config("qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1e-6, 1000000.0, true),
+      qwen_specials, -1, 0, false);
+  ModelConfig llama32 =
+      preset_config("llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1e-5, 500000.0, true);
+  llama32.rope.scaling = {RopeScaling::Kind::Llama3, 32.0, 1.0, 4.0, 8192};
+  add("llama-3.2-1b", "meta-llama/Llama-3.2-1B", "LlamaForCausalLM",
+      "huggingface.co/meta-llama/Llama-3.2-1B config.json (transformers 4.45)", llama32,
+      {"<|begin_of_text|>", "<|end_of_text|>"}, 0, 1, true);
+  ModelConfig mistral =
+      preset_config("mistral", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1e-5, 10000.0, false);
+  mistral.sliding_window = 4096;
+  add("mistral-7b", "mistralai/Mistral-7B-v0.1", "MistralForCausalLM",
+      "huggingface.co/mistralai/Mistral-7B-v0.1 config.json (transformers 4.34)", mistral,
+      {"<s>", "</s>"}, 0, 1, true);
+  add("tiny", "none (arbiter test shape)", "LlamaForCausalLM",
+      "arbiter: a 2-layer llama small enough for unit tests",
+      preset_config("llama", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-5, 10000.0, false),
+      {"<s>", "</s>"}, 0, 1, true);
+  return p;
+}
+
+}  // namespace
+
+const Arch& llama_family() {
+  static const Llama arch;
+  return arch;
+}
+
+}  // namespace arbiter

@@ -1,0 +1,43 @@
+// Stages: the named outputs inside a forward that drift compares, opcheck checks and --inject
+// perturbs. The architecture's forward declares each stage as it computes it (a StagePoint,
+// carrying what the stage's error bound needs) and receives the stage's tap from the hook;
+// nothing else in the project lists a model's structure.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "backend/tap.h"
+
+namespace arbiter {
+
+/// What the attention-score amplification of a stage's error bound reads (localize/bound.h):
+/// the stages holding its q (roped), k (roped) and v inputs, and the attention's geometry.
+struct AttentionGeometry {
+  const char* q = "";
+  const char* k = "";
+  const char* v = "";
+  int H = 0, Hkv = 0, Dh = 0;
+  int window = 0;      // 0: full causal attention; else keys in (i - window, i]
+  double scale = 0;    // the scores' scale (1 / sqrt(Dh) for the llama family)
+};
+
+/// One stage output of one forward.
+struct StagePoint {
+  const char* name = "";      // "attn_norm": what --inject op= names
+  int layer = -1;             // -1 outside the blocks
+  const char* op = "";        // the op computing it: "rmsnorm", "matmul", ...
+  int rows = 0, cols = 0;     // its shape in this forward ([T, ...])
+  int64_t reduction = 1;      // n: terms summed per output element
+  int roundings = 3;          // m: storage roundings feeding one output element
+  const AttentionGeometry* attention = nullptr;  // attention stages only
+};
+
+/// Given to the forward: the tap of each stage, or nullptr to leave it alone. pos0 is the
+/// forward's first position (fault noise is seeded by absolute position).
+class StageHook {
+ public:
+  virtual ~StageHook() = default;
+  virtual const StageTap* at(const StagePoint& p, int pos0) = 0;
+};
+
+}  // namespace arbiter
