@@ -377,9 +377,10 @@ __device__ __forceinline__ void zero_slice(Slice<T, E>& s) {
   for (int e = 0; e < E; ++e) s.v[e] = from_f<T>(0.f);
 }
 
-template <class T, int E, int KPW, bool kQk>
+template <class T, int E, int KPW, bool kQk, bool kTap = false>
 __global__ void __launch_bounds__(kDecWarps * 32)
     attn_decode_kernel(AttnArgs a, unsigned* counters, QkRopeArgs qk) {
+  static_assert(kQk || !kTap, "stage taps inside the fused q/k norm + RoPE only");
   constexpr int LPK = 32 / KPW;            // lanes per key
   constexpr int KPB = kDecWarps * KPW;     // keys per block iteration
   constexpr int MAXG = kDecMaxGroup / KPW;  // query heads per block the lanes hold
@@ -458,7 +459,14 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       const T* x = is_k ? static_cast<const T*>(qk.k) + int64_t(hk) * Dh
                         : qp + int64_t(hq0 + h) * Dh;
       const float* nw = is_k ? (qk.kn ? nws + Dh : nullptr) : (qk.qn ? nws : nullptr);
-      norm_rope_head<T, NCH>(x, nw, qk.eps, Dh, css, qk.adjacent, qks + h * Dh, lane);
+      HeadTaps ht;  // every block of a column computes its q heads, every column the k head
+      if constexpr (kTap) {
+        ht.norm = is_k ? &qk.k_norm : &qk.q_norm;
+        ht.rope = is_k ? &qk.k_rope : &qk.q_rope;
+        ht.base = int64_t(is_k ? hk : hq0 + h) * Dh;
+        ht.writer = split == 0 && (!is_k || column == 0);
+      }
+      norm_rope_head<T, NCH, kTap>(x, nw, qk.eps, Dh, css, qk.adjacent, qks + h * Dh, lane, ht);
     }
     if (has_v) vns[threadIdx.x] = to_f(vnew);
     __syncthreads();
@@ -667,21 +675,21 @@ size_t attn_decode_smem_bytes(int group, int Dh, bool qk) {
   return sizeof(float) * (kDecWarps * size_t(group) + (qk ? group + 1 + 2 + 1 + 1 : 0)) * Dh;
 }
 
-template <class T, int KPW, bool kQk>
+template <class T, int KPW, bool kQk, bool kTap>
 void attn_decode_launch(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk, dim3 grid,
                         size_t smem, cudaStream_t s) {
   const dim3 block(kDecWarps * 32);
   switch (a.Dh / 32) {
-    case 1: launch_decode_k(attn_decode_kernel<T, KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    case 2: launch_decode_k(attn_decode_kernel<T, 2 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    case 4: launch_decode_k(attn_decode_kernel<T, 4 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
-    default: launch_decode_k(attn_decode_kernel<T, 8 * KPW, KPW, kQk>, grid, block, smem, s, a, counters, qk); break;
+    case 1: launch_decode_k(attn_decode_kernel<T, KPW, KPW, kQk, kTap>, grid, block, smem, s, a, counters, qk); break;
+    case 2: launch_decode_k(attn_decode_kernel<T, 2 * KPW, KPW, kQk, kTap>, grid, block, smem, s, a, counters, qk); break;
+    case 4: launch_decode_k(attn_decode_kernel<T, 4 * KPW, KPW, kQk, kTap>, grid, block, smem, s, a, counters, qk); break;
+    default: launch_decode_k(attn_decode_kernel<T, 8 * KPW, KPW, kQk, kTap>, grid, block, smem, s, a, counters, qk); break;
   }
 }
 
 /// The shared-memory limit of the decode kernels of one KPW where their largest group (8 / KPW
 /// query heads per KV head) needs more than the default 48 KB (groups of 5+ at Dh 256).
-template <class T, int KPW, bool kQk>
+template <class T, int KPW, bool kQk, bool kTap = false>
 void attn_decode_init() {
   auto allow = [](auto kernel, int Dh) {
     const size_t smem = attn_decode_smem_bytes(kDecMaxGroup / KPW, Dh, kQk);
@@ -689,13 +697,13 @@ void attn_decode_init() {
       ARB_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem)));
   };
-  allow(attn_decode_kernel<T, KPW, KPW, kQk>, 32);
-  allow(attn_decode_kernel<T, 2 * KPW, KPW, kQk>, 64);
-  allow(attn_decode_kernel<T, 4 * KPW, KPW, kQk>, 128);
-  allow(attn_decode_kernel<T, 8 * KPW, KPW, kQk>, 256);
+  allow(attn_decode_kernel<T, KPW, KPW, kQk, kTap>, 32);
+  allow(attn_decode_kernel<T, 2 * KPW, KPW, kQk, kTap>, 64);
+  allow(attn_decode_kernel<T, 4 * KPW, KPW, kQk, kTap>, 128);
+  allow(attn_decode_kernel<T, 8 * KPW, KPW, kQk, kTap>, 256);
 }
 
-template <class T, bool kQk>
+template <class T, bool kQk, bool kTap>
 void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& qk,
                        cudaStream_t s) {
   const int group = a.H / a.Hkv, hb = a.heads_per_block;
@@ -707,9 +715,9 @@ void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& 
             "[cuda] attention_decode: %d KV heads in columns of %d heads", a.Hkv, hb);
   const dim3 grid(unsigned(a.H / hb), unsigned(a.n_splits));
   const size_t smem = attn_decode_smem_bytes(hb, a.Dh, kQk);
-  if (hb <= 2) attn_decode_launch<T, 4, kQk>(a, counters, qk, grid, smem, s);
-  else if (hb <= 4) attn_decode_launch<T, 2, kQk>(a, counters, qk, grid, smem, s);
-  else attn_decode_launch<T, 1, kQk>(a, counters, qk, grid, smem, s);
+  if (hb <= 2) attn_decode_launch<T, 4, kQk, kTap>(a, counters, qk, grid, smem, s);
+  else if (hb <= 4) attn_decode_launch<T, 2, kQk, kTap>(a, counters, qk, grid, smem, s);
+  else attn_decode_launch<T, 1, kQk, kTap>(a, counters, qk, grid, smem, s);
   ARB_LAUNCHED("attn_decode_kernel", s);
 }
 
@@ -717,17 +725,21 @@ template <class T>
 void attn_decode_init_type() {
   attn_decode_init<T, 4, false>();
   attn_decode_init<T, 4, true>();
+  attn_decode_init<T, 4, true, true>();
   attn_decode_init<T, 2, false>();
   attn_decode_init<T, 2, true>();
+  attn_decode_init<T, 2, true, true>();
   attn_decode_init<T, 1, false>();
   attn_decode_init<T, 1, true>();
+  attn_decode_init<T, 1, true, true>();
 }
 
 template <class T>
 void attn_decode_dispatch(const AttnArgs& a, unsigned* counters, const QkRopeArgs* qk,
                           cudaStream_t s) {
-  if (qk) attn_decode_group<T, true>(a, counters, *qk, s);
-  else attn_decode_group<T, false>(a, counters, QkRopeArgs{}, s);
+  if (qk && qk->tapped) attn_decode_group<T, true, true>(a, counters, *qk, s);
+  else if (qk) attn_decode_group<T, true, false>(a, counters, *qk, s);
+  else attn_decode_group<T, false, false>(a, counters, QkRopeArgs{}, s);
 }
 
 // --- prefill on tensor cores (T > 1, bf16/f16, Dh 64 or 128) ---------------------------------
@@ -1006,14 +1018,14 @@ void attention_init() {
   attn_tc_init_type<__nv_bfloat16>();
 }
 
-bool attention_mma_fits(CType ct, int T, int Dh) {
-  return T > 1 && ct != CType::F32 && (Dh == 64 || Dh == 128);
+bool attention_mma_fits(DType ct, int T, int Dh) {
+  return T > 1 && ct != DType::F32 && (Dh == 64 || Dh == 128);
 }
 
-void launch_attention_mma(CType ct, const AttnArgs& a, cudaStream_t s) {
+void launch_attention_mma(DType ct, const AttnArgs& a, cudaStream_t s) {
   ARB_CHECK(attention_mma_fits(ct, a.T, a.Dh) && a.n_splits == 1,
             "[cuda] attention_mma: T %d, Dh %d, %d splits", a.T, a.Dh, a.n_splits);
-  if (ct == CType::BF16) {
+  if (ct == DType::BF16) {
     if (a.Dh == 64) attn_tc_launch<__nv_bfloat16, 64>(a, s);
     else attn_tc_launch<__nv_bfloat16, 128>(a, s);
   } else {
@@ -1032,14 +1044,14 @@ bool attention_decode_fits(int H, int Hkv, int Dh) {
          (e == 1 || e == 2 || e == 4 || e == 8) && H <= kMaxDecodeHeads;
 }
 
-void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters,
+void launch_attention_decode(DType ct, const AttnArgs& a, unsigned* counters,
                              const QkRopeArgs* qk, cudaStream_t s) {
   ARB_CHECK(!qk || (qk->H == a.H && qk->Hkv == a.Hkv && qk->Dh == a.Dh && qk->Dh <= 64 * int(16 / ctype_size(ct))),
             "[cuda] attention_decode: q/k rope arguments of another shape");
   ARB_DISPATCH_CTYPE(ct, T, attn_decode_dispatch<T>(a, counters, qk, s));
 }
 
-void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s) {
+void launch_attention(DType ct, const AttnArgs& a, cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ct, T, attn_dispatch<T>(a, s));
 }
 

@@ -40,9 +40,7 @@ namespace arbiter {
 
 namespace {
 
-using cuda::CType;
 using cuda::PosRef;
-using cuda::SType;
 
 bool env_on(const char* name, bool dflt) {
   const char* v = std::getenv(name);
@@ -57,13 +55,22 @@ int env_int(const char* name, int dflt, int lo, int hi) {
   return int(std::clamp(std::strtol(v, nullptr, 10), long(lo), long(hi)));
 }
 
-DType dtype_of(CType t) {
-  return t == CType::F32 ? DType::F32 : t == CType::F16 ? DType::F16 : DType::BF16;
-}
-const char* ctype_name(CType t) {
-  return t == CType::F32 ? "f32" : t == CType::F16 ? "f16" : "bf16";
-}
 size_t elem_size(DType t) { return t == DType::F32 ? 4 : 2; }
+
+/// n values as the device stores them in t (f32, or bf16/f16 rounded to nearest even).
+std::vector<uint8_t> encode(DType t, const double* src, int64_t n) {
+  std::vector<uint8_t> out(size_t(n) * elem_size(t));
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = float(src[i]);
+    if (t == DType::F32) {
+      std::memcpy(out.data() + i * 4, &f, 4);
+    } else {
+      const uint16_t h = t == DType::BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+      std::memcpy(out.data() + i * 2, &h, 2);
+    }
+  }
+  return out;
+}
 
 /// A device allocation that grows; growing frees the old block (callers flush first).
 struct DevBuf {
@@ -127,7 +134,7 @@ struct GemmPlan {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, CType ct) : device_(device), ct_(ct) {
+  CudaBackend(int device, DType ct) : device_(device), ct_(ct) {
     ARB_CUDA(cudaSetDevice(device));
     cudaDeviceProp prop{};
     ARB_CUDA(cudaGetDeviceProperties(&prop, device));
@@ -162,7 +169,7 @@ class CudaBackend final : public Backend {
     tuning_.graph_segment_ops =
         env_int("ARBITER_CUDA_GRAPH_SEGMENT", tuning_.graph_segment_ops, 0, 1 << 20);
     tuning_.pdl = cuda::pdl_enabled();
-    const std::string dt = ctype_name(ct_);
+    const std::string dt = dtype_name(ct_);
     prov_gemv_ = "cuda.gemv_" + dt;
     prov_gemm_ = "cublaslt.gemm_" + dt;
     prov_norm_gemv_ = "cuda.norm_gemv_" + dt;
@@ -185,8 +192,8 @@ class CudaBackend final : public Backend {
     }
     for (auto& [k, m] : mats_) cudaFree(m.ptr);
     for (auto& [k, v] : vecs_) cudaFree(v.ptr);
-    for (DevBuf* b :
-         {&staging_, &ids_, &part_, &acc_, &rope_cs_, &sum_out_, &sum_scratch_, &targets_})
+    for (DevBuf* b : {&staging_, &ids_, &part_, &acc_, &rope_cs_, &sum_out_, &sum_scratch_,
+                      &targets_, &tap_mem_})
       cudaFree(b->ptr);
     cudaFree(lt_ws_);
     cudaFree(counters_);
@@ -201,7 +208,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string device_name() const override { return name_; }
-  DType compute() const override { return dtype_of(ct_); }
+  DType compute() const override { return ct_; }
 
   // --- weights ----------------------------------------------------------------------------
   void prepare(const Prepare& p) override {
@@ -238,7 +245,7 @@ class CudaBackend final : public Backend {
     ARB_CHECK(n >= 0, "[cuda] alloc of %lld elements", (long long)n);
     Buffer b;
     b.n = n;
-    b.dtype = logits ? DType::F32 : dtype_of(ct_);
+    b.dtype = logits ? DType::F32 : ct_;
     ARB_CUDA(cudaMalloc(&b.ptr, std::max<size_t>(1, size_t(n) * elem_size(b.dtype))));
     return b;
   }
@@ -273,15 +280,7 @@ class CudaBackend final : public Backend {
               (long long)off, (long long)(off + n), (long long)b.n);
     flush();
     const size_t es = elem_size(b.dtype);
-    std::vector<uint8_t> host(size_t(n) * es);
-    for (int64_t i = 0; i < n; ++i) {
-      const float f = float(src[i]);
-      if (b.dtype == DType::F32) std::memcpy(host.data() + i * 4, &f, 4);
-      else {
-        const uint16_t h = b.dtype == DType::BF16 ? f32_to_bf16(f) : f32_to_f16(f);
-        std::memcpy(host.data() + i * 2, &h, 2);
-      }
-    }
+    const std::vector<uint8_t> host = encode(b.dtype, src, n);
     ARB_CUDA(cudaMemcpyAsync(static_cast<uint8_t*>(b.ptr) + size_t(off) * es, host.data(),
                              host.size(), cudaMemcpyHostToDevice, stream_));
     ARB_CUDA(cudaStreamSynchronize(stream_));
@@ -367,7 +366,7 @@ class CudaBackend final : public Backend {
     const DevMat& m = device_matrix(W);
     const int N = int(m.rows), K = int(m.cols);
     check_act(x, int64_t(T) * K, "matmul x");
-    ARB_CHECK(out.dtype == DType::F32 || out.dtype == dtype_of(ct_),
+    ARB_CHECK(out.dtype == DType::F32 || out.dtype == ct_,
               "[cuda] matmul: output buffer of dtype %s", dtype_name(out.dtype));
     ARB_CHECK(out.n >= int64_t(T) * N, "[cuda] matmul: output holds %lld elements, needs %lld",
               (long long)out.n, (long long)T * N);
@@ -378,7 +377,7 @@ class CudaBackend final : public Backend {
                 bias->name.c_str(), (long long)bv.n, N);
       bp = bv.ptr;
     }
-    const CType ot = out.dtype == DType::F32 ? CType::F32 : ct_;
+    const DType ot = out.dtype == DType::F32 ? DType::F32 : ct_;
     const void* xp = x.ptr;
     const void* wp = m.ptr;
     const int64_t ld = m.ld;
@@ -394,7 +393,7 @@ class CudaBackend final : public Backend {
     stats_.record("matmul", prov_gemm_);
     // With a bias: f32 product into a workspace, then bias + one rounding (no bf16 epilogue
     // type questions, and the bias is added before the output is rounded).
-    const CType gemm_out = bp ? CType::F32 : ot;
+    const DType gemm_out = bp ? DType::F32 : ot;
     const GemmPlan& plan = gemm_plan(T, N, K, ld, gemm_out);
     void* gp = op;
     if (bp) {
@@ -523,12 +522,12 @@ class CudaBackend final : public Backend {
   void rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
                       const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) override {
     bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
-                cuda::gemv_fusable(ct_, D) && !norm_tap;
+                cuda::gemv_fusable(ct_, D);
     const DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
     for (int i = 0; fuse && i < n_outs; ++i) {
       mats[i] = &device_matrix(*outs[i].W);
       fuse = mats[i]->cols == D &&
-             (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == dtype_of(ct_));
+             (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == ct_);
     }
     if (!fuse) return Backend::rmsnorm_matmul(x, w, T, D, eps, xn, norm_tap, outs, n_outs);
     stats_.record("rmsnorm_matmul", prov_norm_gemv_);
@@ -563,17 +562,19 @@ class CudaBackend final : public Backend {
     int64_t ebits;
     std::memcpy(&ebits, &eps, 8);
     sig.push_back(ebits);
+    const bool tapped = norm_tap != nullptr;
+    if (tapped) stage_taps({{norm_tap, D}}, a.tapped, a.taps);
     submit(std::move(sig), false, 0, [=, this](const StepCtx&) {
       cuda::launch_gemv_fused(ct_, cuda::kGemvNorm, a, sm_, stream_);
     });
+    if (tapped) collect_taps();
     for (int i = 0; i < n_outs; ++i) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
   }
 
   void rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
                       const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
                       Buffer& act, const SwigluTaps& taps) override {
-    bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D) &&
-                !taps.norm && !taps.gate && !taps.up;
+    bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
     const DevMat* gm = fuse ? &device_matrix(w_gate) : nullptr;
     const DevMat* um = fuse ? &device_matrix(w_up) : nullptr;
     fuse = fuse && gm->cols == D && um->cols == D && gm->rows == um->rows && gm->ld == um->ld;
@@ -596,6 +597,9 @@ class CudaBackend final : public Backend {
     a.seg[0] = cuda::GemvSeg{g.ptr, g.ld, nullptr, nullptr, int(g.rows), 0};
     a.seg[1] = cuda::GemvSeg{u.ptr, u.ld, nullptr, nullptr, int(u.rows), 0};
     a.res = act.ptr;
+    const bool tapped = taps.norm || taps.gate || taps.up;
+    if (tapped)
+      stage_taps({{taps.norm, D}, {taps.gate, g.rows}, {taps.up, g.rows}}, a.tapped, a.taps);
     int64_t ebits;
     std::memcpy(&ebits, &eps, 8);
     submit({kTagNormSwiglu, int64_t(x.ptr), int64_t(nv.ptr), D, int64_t(g.ptr), int64_t(u.ptr),
@@ -603,13 +607,13 @@ class CudaBackend final : public Backend {
            false, 0, [=, this](const StepCtx&) {
              cuda::launch_gemv_fused(ct_, cuda::kGemvNormSwiglu, a, sm_, stream_);
            });
+    if (tapped) collect_taps();
     apply_tap(taps.act, act, T, int(g.rows));
   }
 
   void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
                   const StageTap* product, const StageTap* sum) override {
-    const DevMat* mp =
-        T == 1 && tuning_.gemv && tuning_.fused && !product ? &device_matrix(W) : nullptr;
+    const DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &device_matrix(W) : nullptr;
     if (!mp || !cuda::gemv_fusable(ct_, int(mp->cols)))
       return Backend::matmul_add(x, W, T, tmp, residual, product, sum);
     stats_.record("matmul_add", prov_gemv_add_);
@@ -627,11 +631,13 @@ class CudaBackend final : public Backend {
     // gate/up GEMV (this is the down projection): then those loads would compete with the
     // gate/up rows still streaming after its wait (gemv.cu).
     a.launch_early = last_tag_ != kTagNormSwiglu;
+    if (product) stage_taps({{product, m.rows}}, a.tapped, a.taps);
     submit({22, int64_t(x.ptr), int64_t(m.ptr), m.ld, m.rows, m.cols, int64_t(residual.ptr),
             a.launch_early},
            false, 0, [=, this](const StepCtx&) {
              cuda::launch_gemv_fused(ct_, cuda::kGemvAdd, a, sm_, stream_);
            });
+    if (product) collect_taps();
     apply_tap(sum, residual, T, int(m.rows));
   }
 
@@ -639,12 +645,13 @@ class CudaBackend final : public Backend {
                      const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh, int pos0,
                      const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
                      const AttentionTaps& taps) override {
-    if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache, taps))
+    if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache))
       return Backend::qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
                                     k_cache, v_cache, taps);
     stats_.record("qk_rope_store", "cuda.qk_rope_store");
-    const cuda::QkRopeArgs a =
+    cuda::QkRopeArgs a =
         qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
+    const bool tapped = stage_qk_taps(taps, H, Hkv, Dh, a);
     std::vector<int64_t> sig = {23};
     append_qk_sig(sig, a);
     submit(std::move(sig), true, pos0, [=, this](const StepCtx& c) {
@@ -652,29 +659,31 @@ class CudaBackend final : public Backend {
       b.pos = PosRef{c.pos_dev, pos0};
       cuda::launch_qk_rope_store(ct_, b, stream_);
     });
+    if (tapped) collect_taps();
   }
 
   void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                          const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
                          int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
                          int window, Buffer& out, const AttentionTaps& taps) override {
-    if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache, taps) || !tuning_.attn_direct ||
+    if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache) || !tuning_.attn_direct ||
         !cuda::attention_decode_fits(H, Hkv, Dh))
       return Backend::qk_rope_attention(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
                                         k_cache, v_cache, window, out, taps);
     stats_.record("qk_rope_attention", "cuda.qk_rope_attn_decode");
     const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, out);
-    const cuda::QkRopeArgs a =
+    cuda::QkRopeArgs a =
         qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
+    const bool tapped = stage_qk_taps(taps, H, Hkv, Dh, a);
     submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, out, cap, pos0, &a);
+    if (tapped) collect_taps();
     apply_tap(taps.out, out, T, H * Dh);
   }
 
   /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
   bool qk_fusable(int T, int Hkv, int Dh, int pos0, const RopeSpec& rope, const Buffer& k_cache,
-                  const Buffer& v_cache, const AttentionTaps& taps) const {
-    return T == 1 && tuning_.fused && !taps.q_norm && !taps.k_norm && !taps.q_rope &&
-           !taps.k_rope && cuda::qk_rope_fusable(ct_, Dh) && Dh == rope.dims &&
+                  const Buffer& v_cache) const {
+    return T == 1 && tuning_.fused && cuda::qk_rope_fusable(ct_, Dh) && Dh == rope.dims &&
            pos0 >= 0 && int64_t(pos0 + 1) * Hkv * Dh <= std::min(k_cache.n, v_cache.n);
   }
 
@@ -908,11 +917,97 @@ class CudaBackend final : public Backend {
                            a.Dh, a.adjacent, int64_t(a.cs)});
   }
 
+  /// Device copies of the stage taps of one fused launch (kernels.h Tap), each for an output
+  /// of n elements: fault noise (f32) and overwrite values uploaded, record space reserved in
+  /// tap_mem_; sets tapped and dev[i]. The launch that reads them runs at once, outside any
+  /// step graph (the step is flushed here); collect_taps() then brings the records back.
+  void stage_taps(std::initializer_list<std::pair<const StageTap*, int64_t>> taps, bool& tapped,
+                  cuda::Tap* dev) {
+    flush();
+    const size_t es = elem_size(ct_);
+    auto span = [](size_t b) { return (b + 255) / 256 * 256; };
+    size_t total = 0;
+    for (const auto& [t, n] : taps)
+      if (t)
+        total += (t->fault && !t->noise.empty() ? span(size_t(n) * 4) : 0) +
+                 (t->overwrite ? span(size_t(n) * es) : 0) + (t->record ? span(size_t(n) * es) : 0);
+    ensure(tap_mem_, std::max<size_t>(total, 1));
+    uint8_t* base = static_cast<uint8_t*>(tap_mem_.ptr);
+    std::vector<std::vector<uint8_t>> uploads;  // alive until the copies are done
+    auto upload = [&](std::vector<uint8_t> bytes, size_t& off) {
+      void* at = base + off;
+      ARB_CUDA(cudaMemcpyAsync(at, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_));
+      off += span(bytes.size());
+      uploads.push_back(std::move(bytes));
+      return at;
+    };
+    size_t off = 0;
+    int i = 0;
+    records_.clear();
+    for (const auto& [t, n] : taps) {
+      cuda::Tap& d = dev[i++];
+      d = cuda::Tap{};
+      if (!t) continue;
+      if (t->fault) {
+        ARB_CHECK(t->noise.empty() || int64_t(t->noise.size()) == n,
+                  "[cuda] stage tap: %zu noise values for %lld outputs", t->noise.size(), (long long)n);
+        d.fault = true;
+        d.scale = float(t->scale);
+        d.bias = float(t->bias);
+        if (!t->noise.empty()) {
+          std::vector<uint8_t> f(size_t(n) * 4);
+          for (int64_t j = 0; j < n; ++j) {
+            const float v = float(t->noise[size_t(j)]);
+            std::memcpy(f.data() + j * 4, &v, 4);
+          }
+          d.noise = static_cast<const float*>(upload(std::move(f), off));
+        }
+      }
+      if (t->overwrite) {
+        ARB_CHECK(int64_t(t->overwrite->size()) == n,
+                  "[cuda] stage tap: %zu values to overwrite %lld outputs", t->overwrite->size(),
+                  (long long)n);
+        d.overwrite = upload(encode(ct_, t->overwrite->data(), n), off);
+      }
+      if (t->record) {
+        d.record = base + off;
+        records_.push_back({t->record, d.record, n});
+        off += span(size_t(n) * es);
+      }
+    }
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    tapped = true;
+  }
+  /// stage_taps of the fused q/k norm + RoPE (+ attention): true when any is tapped.
+  bool stage_qk_taps(const AttentionTaps& t, int H, int Hkv, int Dh, cuda::QkRopeArgs& a) {
+    if (!t.q_norm && !t.k_norm && !t.q_rope && !t.k_rope) return false;
+    cuda::Tap dev[4];
+    stage_taps({{t.q_norm, int64_t(H) * Dh},
+                {t.k_norm, int64_t(Hkv) * Dh},
+                {t.q_rope, int64_t(H) * Dh},
+                {t.k_rope, int64_t(Hkv) * Dh}},
+               a.tapped, dev);
+    a.q_norm = dev[0], a.k_norm = dev[1], a.q_rope = dev[2], a.k_rope = dev[3];
+    return true;
+  }
+  /// The records of the latest stage_taps, as f64 into their StageTaps' vectors.
+  void collect_taps() {
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    for (const TapRecord& r : records_) {
+      std::vector<uint8_t> host(size_t(r.n) * elem_size(ct_));
+      ARB_CUDA(cudaMemcpyAsync(host.data(), r.dev, host.size(), cudaMemcpyDeviceToHost, stream_));
+      ARB_CUDA(cudaStreamSynchronize(stream_));
+      r.dst->resize(size_t(r.n));
+      row_to_f64(ct_, host.data(), r.dst->data(), r.n);
+    }
+    records_.clear();
+  }
+
   void check_act(const Buffer& b, int64_t n, const char* what) const {
     ARB_CHECK(b.ptr != nullptr && b.n >= n, "[cuda] %s: buffer holds %lld elements, needs %lld",
               what, (long long)b.n, (long long)n);
-    ARB_CHECK(b.dtype == dtype_of(ct_), "[cuda] %s: buffer dtype %s, the tier computes in %s",
-              what, dtype_name(b.dtype), ctype_name(ct_));
+    ARB_CHECK(b.dtype == ct_, "[cuda] %s: buffer dtype %s, the tier computes in %s",
+              what, dtype_name(b.dtype), dtype_name(ct_));
   }
 
   /// Grows a workspace. Queued launches may point at the old block: run them first.
@@ -1124,7 +1219,7 @@ class CudaBackend final : public Backend {
     m.cols = t.cols();
     const int64_t align = int64_t(16 / cuda::ctype_size(ct_));
     m.ld = (m.cols + align - 1) / align * align;
-    SType st;
+    DType st;
     const void* src = upload_raw(t, st);
     ARB_CUDA(cudaMalloc(&m.ptr, size_t(m.rows * m.ld) * cuda::ctype_size(ct_)));
     cuda::launch_convert_matrix(st, src, m.rows, m.cols, ct_, m.ptr, m.ld, stream_);
@@ -1139,7 +1234,7 @@ class CudaBackend final : public Backend {
     ARB_CHECK(!t.empty(), "[cuda] weight '%s' is missing", t.name.c_str());
     DevVec v;
     v.n = t.numel();
-    SType st;
+    DType st;
     const void* src = upload_raw(t, st);
     ARB_CUDA(cudaMalloc(&v.ptr, size_t(v.n) * sizeof(float)));
     cuda::launch_convert_vector(st, src, v.n, v.ptr, stream_);
@@ -1149,26 +1244,26 @@ class CudaBackend final : public Backend {
 
   /// Copies a weight's bytes to the staging block (f64 is widened to f32 on the host first;
   /// every other storage type is converted on the device).
-  const void* upload_raw(const Tensor& t, SType& st) {
+  const void* upload_raw(const Tensor& t, DType& st) {
     std::vector<float> widened;
     const void* src = t.data;
     size_t bytes = t.nbytes();
     switch (t.dtype) {
-      case DType::F32: st = SType::F32; break;
-      case DType::F16: st = SType::F16; break;
-      case DType::BF16: st = SType::BF16; break;
+      case DType::F32: st = DType::F32; break;
+      case DType::F16: st = DType::F16; break;
+      case DType::BF16: st = DType::BF16; break;
       case DType::Q8_0:
         ARB_CHECK(t.cols() % kQ8BlockSize == 0,
                   "[cuda] weight '%s': Q8_0 rows of %lld values (need a multiple of 32)",
                   t.name.c_str(), (long long)t.cols());
-        st = SType::Q8_0;
+        st = DType::Q8_0;
         break;
       case DType::F64:
         widened.resize(size_t(t.numel()));
         row_to_f32(DType::F64, t.data, widened.data(), t.numel());
         src = widened.data();
         bytes = widened.size() * sizeof(float);
-        st = SType::F32;
+        st = DType::F32;
         break;
     }
     if (staging_.bytes < bytes) {
@@ -1216,12 +1311,12 @@ class CudaBackend final : public Backend {
   /// cuBLASLt plan for out[T, N] = x[T, K] @ W[N, K]^T, in column-major terms
   /// D[N, T] = op(A = W stored K x N, ld)^T @ B (= x, K x T). Compute type CUBLAS_COMPUTE_32F
   /// (true f32 for f32 inputs: no TF32), f32 scale; split-K reductions only in f32.
-  const GemmPlan& gemm_plan(int T, int N, int K, int64_t ld, CType out_t) {
+  const GemmPlan& gemm_plan(int T, int N, int K, int64_t ld, DType out_t) {
     const auto key = std::make_tuple(T, N, K, ld, int(out_t));
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
-    auto cuda_t = [](CType t) {
-      return t == CType::F32 ? CUDA_R_32F : t == CType::F16 ? CUDA_R_16F : CUDA_R_16BF;
+    auto cuda_t = [](DType t) {
+      return t == DType::F32 ? CUDA_R_32F : t == DType::F16 ? CUDA_R_16F : CUDA_R_16BF;
     };
     GemmPlan p;
     ARB_CUBLAS(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -1250,13 +1345,13 @@ class CudaBackend final : public Backend {
     }
     cublasLtMatmulPreferenceDestroy(pref);
     ARB_CHECK(found > 0, "[cuda] cuBLASLt has no algorithm for [%d, %d] x [%d, %d]^T (%s -> %s)",
-              T, K, N, K, ctype_name(ct_), ctype_name(out_t));
+              T, K, N, K, dtype_name(ct_), dtype_name(out_t));
     p.algo = res.algo;
     return plans_.emplace(key, p).first->second;
   }
 
   int device_;
-  CType ct_;
+  DType ct_;
   std::string name_;
   // provider names of --stats, built once (ops run ~170 times per decode step)
   std::string prov_gemv_, prov_gemm_, prov_norm_gemv_, prov_norm_swiglu_, prov_gemv_add_;
@@ -1271,8 +1366,14 @@ class CudaBackend final : public Backend {
   std::unordered_map<WeightKey, DevMat, WeightKeyHash> mats_;
   std::unordered_map<WeightKey, DevVec, WeightKeyHash> vecs_;
   std::map<std::tuple<int, int, int, int64_t, int>, GemmPlan> plans_;
-  DevBuf staging_, ids_, part_, acc_, rope_cs_, sum_out_, sum_scratch_, targets_;
-  RopeSpec rope_key_{-1};  // the RoPE rope_cs_ holds (dims -1: none yet)
+  DevBuf staging_, ids_, part_, acc_, rope_cs_, sum_out_, sum_scratch_, targets_, tap_mem_;
+  struct TapRecord {
+    std::vector<double>* dst;
+    const void* dev;
+    int64_t n;
+  };
+  std::vector<TapRecord> records_;  // of the latest stage_taps
+  RopeSpec rope_key_{-1, 0.0, {}, RopeLayout::Half};  // what rope_cs_ holds (dims -1: none)
   int rope_positions_ = 0;
 
   // single-token step state
@@ -1314,10 +1415,10 @@ std::string cuda_build_version() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device, const std::string& dtype) {
-  CType ct;
-  if (dtype.empty() || dtype == "bf16") ct = CType::BF16;
-  else if (dtype == "f16") ct = CType::F16;
-  else if (dtype == "f32") ct = CType::F32;
+  DType ct;
+  if (dtype.empty() || dtype == "bf16") ct = DType::BF16;
+  else if (dtype == "f16") ct = DType::F16;
+  else if (dtype == "f32") ct = DType::F32;
   else throw Error("[cuda] unknown --dtype '" + dtype + "' (expected bf16, f16 or f32)");
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);

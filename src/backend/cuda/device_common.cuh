@@ -1,5 +1,5 @@
 // Device-side helpers shared by the .cu files: f32 conversion of the compute types, 16-byte
-// vector loads, warp reductions and the dispatch from CType to a C++ element type.
+// vector loads, warp reductions and the dispatch from DType to a C++ element type.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "core/error.h"
 
 namespace arbiter::cuda {
 
@@ -180,14 +181,34 @@ __device__ __forceinline__ float rope_b(float xa, float xb, float2 c) {
   return __fadd_rn(__fmul_rn(xb, c.x), __fmul_rn(xa, c.y));
 }
 
+/// A stage tap (kernels.h Tap) on element i of a stage's output v (a value of T); writer:
+/// whether this thread records it (one of the blocks that compute the value).
+template <class T>
+__device__ __forceinline__ T tap_value(const Tap& t, int64_t i, T v, bool writer) {
+  if (t.fault) v = from_f<T>(to_f(v) * t.scale + t.bias + (t.noise ? t.noise[i] : 0.f));
+  if (t.record && writer) static_cast<T*>(t.record)[i] = v;
+  if (t.overwrite) v = static_cast<const T*>(t.overwrite)[i];
+  return v;
+}
+
+/// The taps of one head in norm_rope_head (TAP): its norm's and its rotation's, at elements
+/// base + i of those stages' outputs.
+struct HeadTaps {
+  const Tap* norm = nullptr;
+  const Tap* rope = nullptr;
+  int64_t base = 0;
+  bool writer = false;
+};
+
 /// One warp: the head x[Dh] RMS-normalised (when nw; sum of squares in the canonical chunk
 /// order, each value rounded to T as the op-by-op norm stores it), then rotated by the RoPE
 /// row cs[Dh / 2] (each output rounded to T as rope_kernel stores it), into sm[Dh] as f32
-/// (exact T values). NCH = chunks per lane (Dh <= NCH x 32 x V). Ends with __syncwarp.
-template <class T, int NCH>
+/// (exact T values). NCH = chunks per lane (Dh <= NCH x 32 x V). TAP: the stage taps of ht
+/// after the norm and after the rotation. Ends with __syncwarp.
+template <class T, int NCH, bool TAP = false>
 __device__ __forceinline__ void norm_rope_head(const T* x, const float* nw, float eps, int Dh,
                                                const float2* cs, bool adjacent, float* sm,
-                                               int lane) {
+                                               int lane, const HeadTaps& ht = HeadTaps{}) {
   constexpr int V = Vec16<T>::N;
   uint4 c[NCH];
   load_chunks<T, NCH>(x, Dh, lane, c);
@@ -198,38 +219,53 @@ __device__ __forceinline__ void norm_rope_head(const T* x, const float* nw, floa
     if (k >= Dh) continue;
     const T* e = reinterpret_cast<const T*>(&c[j]);
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-      sm[k + i] = nw ? to_f(norm_elem<T>(to_f(e[i]), inv, nw[k + i])) : to_f(e[i]);
+    for (int i = 0; i < V; ++i) {
+      if (!nw) {
+        sm[k + i] = to_f(e[i]);
+        continue;
+      }
+      T y = norm_elem<T>(to_f(e[i]), inv, nw[k + i]);
+      if constexpr (TAP) y = tap_value(*ht.norm, ht.base + k + i, y, ht.writer);
+      sm[k + i] = to_f(y);
+    }
   }
   __syncwarp();
   const int half = Dh / 2;
   for (int i = lane; i < half; i += 32) {  // each pair read and written by one lane
     const int ia = adjacent ? 2 * i : i, ib = adjacent ? 2 * i + 1 : i + half;
     const float xa = sm[ia], xb = sm[ib];
-    sm[ia] = to_f(from_f<T>(rope_a(xa, xb, cs[i])));
-    sm[ib] = to_f(from_f<T>(rope_b(xa, xb, cs[i])));
+    T ya = from_f<T>(rope_a(xa, xb, cs[i])), yb = from_f<T>(rope_b(xa, xb, cs[i]));
+    if constexpr (TAP) {
+      ya = tap_value(*ht.rope, ht.base + ia, ya, ht.writer);
+      yb = tap_value(*ht.rope, ht.base + ib, yb, ht.writer);
+    }
+    sm[ia] = to_f(ya);
+    sm[ib] = to_f(yb);
   }
   __syncwarp();
 }
 
 }  // namespace arbiter::cuda
 
-/// Runs the statement with `T` bound to the element type of the CType value.
-#define ARB_DISPATCH_CTYPE(ct, T, ...)                  \
-  switch (ct) {                                         \
-    case ::arbiter::cuda::CType::F32: {                 \
-      using T = float;                                  \
-      __VA_ARGS__;                                      \
-      break;                                            \
-    }                                                   \
-    case ::arbiter::cuda::CType::F16: {                 \
-      using T = __half;                                 \
-      __VA_ARGS__;                                      \
-      break;                                            \
-    }                                                   \
-    case ::arbiter::cuda::CType::BF16: {                \
-      using T = __nv_bfloat16;                          \
-      __VA_ARGS__;                                      \
-      break;                                            \
-    }                                                   \
+/// Runs the statement with `T` bound to the element type of a compute type (f32, f16, bf16);
+/// any other DType is an internal error (the backend only computes in those).
+#define ARB_DISPATCH_CTYPE(ct, T, ...)        \
+  switch (ct) {                               \
+    case ::arbiter::DType::F32: {             \
+      using T = float;                        \
+      __VA_ARGS__;                            \
+      break;                                  \
+    }                                         \
+    case ::arbiter::DType::F16: {             \
+      using T = __half;                       \
+      __VA_ARGS__;                            \
+      break;                                  \
+    }                                         \
+    case ::arbiter::DType::BF16: {            \
+      using T = __nv_bfloat16;                \
+      __VA_ARGS__;                            \
+      break;                                  \
+    }                                         \
+    default:                                  \
+      ARB_ASSERT(!"not a CUDA compute type"); \
   }

@@ -15,14 +15,14 @@ int blocks_for(int64_t n, int per_block = kThreads) {
 
 // --- weight conversion --------------------------------------------------------------------
 
-__device__ __forceinline__ float load_storage(SType st, const void* src, int64_t r, int64_t c,
+__device__ __forceinline__ float load_storage(DType st, const void* src, int64_t r, int64_t c,
                                               int64_t cols) {
   const int64_t i = r * cols + c;
   switch (st) {
-    case SType::F32: return static_cast<const float*>(src)[i];
-    case SType::F16: return __half2float(static_cast<const __half*>(src)[i]);
-    case SType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(src)[i]);
-    case SType::Q8_0: {
+    case DType::F32: return static_cast<const float*>(src)[i];
+    case DType::F16: return __half2float(static_cast<const __half*>(src)[i]);
+    case DType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(src)[i]);
+    case DType::Q8_0: {
       // ggml block_q8_0: f16 scale d then 32 int8; value = d * q, exact in f32
       // (11-bit by 8-bit significands).
       const uint8_t* blk = static_cast<const uint8_t*>(src) + (i / 32) * 34;
@@ -35,7 +35,7 @@ __device__ __forceinline__ float load_storage(SType st, const void* src, int64_t
 }
 
 template <class T>
-__global__ void convert_matrix_kernel(SType st, const void* src, int64_t rows, int64_t cols,
+__global__ void convert_matrix_kernel(DType st, const void* src, int64_t rows, int64_t cols,
                                       T* dst, int64_t ld) {
   const int64_t n = rows * ld;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -45,7 +45,7 @@ __global__ void convert_matrix_kernel(SType st, const void* src, int64_t rows, i
   }
 }
 
-__global__ void convert_vector_kernel(SType st, const void* src, int64_t n, float* dst) {
+__global__ void convert_vector_kernel(DType st, const void* src, int64_t n, float* dst) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = load_storage(st, src, 0, i, n);
@@ -217,7 +217,7 @@ __global__ void rmsnorm_vec_kernel(const T* x, const float* w, int R, int N, flo
   }
 }
 
-int vec_nch(CType ct, int N) {
+int vec_nch(DType ct, int N) {
   const int V = int(16 / ctype_size(ct));
   if (N <= 0 || N % V != 0) return 0;
   const int n = (N + 32 * V - 1) / (32 * V);
@@ -230,7 +230,7 @@ int vec_nch(CType ct, int N) {
 // copied to its cache row by the grid.
 constexpr int kQkWarps = 8;
 
-template <class T, int NCH>
+template <class T, int NCH, bool TAP>
 __global__ void __launch_bounds__(kQkWarps * 32) qk_rope_store_kernel(QkRopeArgs a) {
   extern __shared__ float qk_smem[];
   griddep_wait();
@@ -249,8 +249,15 @@ __global__ void __launch_bounds__(kQkWarps * 32) qk_rope_store_kernel(QkRopeArgs
   T* x = is_q ? static_cast<T*>(a.q) + int64_t(head) * Dh
               : static_cast<T*>(a.k) + int64_t(head - a.H) * Dh;
   float* sm = qk_smem + wib * Dh;
-  norm_rope_head<T, NCH>(x, is_q ? a.qn : a.kn, a.eps, Dh, a.cs + int64_t(pos) * (Dh / 2),
-                         a.adjacent, sm, lane);
+  HeadTaps ht;  // one warp per head: it records its own
+  if constexpr (TAP) {
+    ht.norm = is_q ? &a.q_norm : &a.k_norm;
+    ht.rope = is_q ? &a.q_rope : &a.k_rope;
+    ht.base = int64_t(is_q ? head : head - a.H) * Dh;
+    ht.writer = true;
+  }
+  norm_rope_head<T, NCH, TAP>(x, is_q ? a.qn : a.kn, a.eps, Dh,
+                              a.cs + int64_t(pos) * (Dh / 2), a.adjacent, sm, lane, ht);
   T* kc = is_q ? nullptr
                : static_cast<T*>(a.k_cache) + int64_t(pos) * kv_dim + int64_t(head - a.H) * Dh;
   for (int i = lane; i < Dh; i += 32) {
@@ -281,7 +288,7 @@ __global__ void read_probe_kernel(const uint4* src, size_t n16, unsigned* sink) 
 
 }  // namespace
 
-void launch_convert_matrix(SType st, const void* src, int64_t rows, int64_t cols, CType ct,
+void launch_convert_matrix(DType st, const void* src, int64_t rows, int64_t cols, DType ct,
                            void* dst, int64_t ld, cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ct, T,
                      convert_matrix_kernel<T><<<blocks_for(rows * ld), kThreads, 0, s>>>(
@@ -289,12 +296,12 @@ void launch_convert_matrix(SType st, const void* src, int64_t rows, int64_t cols
   ARB_LAUNCHED("convert_matrix_kernel", s);
 }
 
-void launch_convert_vector(SType st, const void* src, int64_t n, float* dst, cudaStream_t s) {
+void launch_convert_vector(DType st, const void* src, int64_t n, float* dst, cudaStream_t s) {
   convert_vector_kernel<<<blocks_for(n), kThreads, 0, s>>>(st, src, n, dst);
   ARB_LAUNCHED("convert_vector_kernel", s);
 }
 
-void launch_embed(CType ct, const void* table, int64_t ld, int64_t D, const int32_t* ids, int T,
+void launch_embed(DType ct, const void* table, int64_t ld, int64_t D, const int32_t* ids, int T,
                   void* out, cudaStream_t s) {
   dim3 grid(unsigned((D + kThreads - 1) / kThreads), unsigned(T));
   ARB_DISPATCH_CTYPE(ct, E,
@@ -304,7 +311,7 @@ void launch_embed(CType ct, const void* table, int64_t ld, int64_t D, const int3
   ARB_LAUNCHED("embed_kernel", s);
 }
 
-void launch_rmsnorm(CType ct, const void* x, const float* w, int R, int N, float eps, void* out,
+void launch_rmsnorm(DType ct, const void* x, const float* w, int R, int N, float eps, void* out,
                     cudaStream_t s) {
   const int rows_per_block = kThreads / 32;
   const int nch = vec_nch(ct, N);
@@ -333,20 +340,25 @@ void launch_rmsnorm(CType ct, const void* x, const float* w, int R, int N, float
   ARB_LAUNCHED("rmsnorm_kernel", s);
 }
 
-bool qk_rope_fusable(CType ct, int Dh) {
+bool qk_rope_fusable(DType ct, int Dh) {
   const int V = int(16 / ctype_size(ct));
   return Dh > 0 && Dh % 2 == 0 && Dh % V == 0 && Dh <= 64 * V && Dh <= kMaxHeadDim;
 }
 
-void launch_qk_rope_store(CType ct, const QkRopeArgs& a, cudaStream_t s) {
+void launch_qk_rope_store(DType ct, const QkRopeArgs& a, cudaStream_t s) {
   const int V = int(16 / ctype_size(ct));
   const int nch = a.Dh <= 32 * V ? 1 : 2;
   const int heads = a.H + a.Hkv;
   const dim3 g((heads + kQkWarps - 1) / kQkWarps), b(kQkWarps * 32);
   const size_t smem = sizeof(float) * kQkWarps * size_t(a.Dh);
   ARB_DISPATCH_CTYPE(ct, T, {
-    if (nch == 1) launch_k(qk_rope_store_kernel<T, 1>, g, b, smem, s, a);
-    else launch_k(qk_rope_store_kernel<T, 2>, g, b, smem, s, a);
+    if (a.tapped) {
+      if (nch == 1) launch_k(qk_rope_store_kernel<T, 1, true>, g, b, smem, s, a);
+      else launch_k(qk_rope_store_kernel<T, 2, true>, g, b, smem, s, a);
+    } else {
+      if (nch == 1) launch_k(qk_rope_store_kernel<T, 1, false>, g, b, smem, s, a);
+      else launch_k(qk_rope_store_kernel<T, 2, false>, g, b, smem, s, a);
+    }
   });
   ARB_LAUNCHED("qk_rope_store_kernel", s);
 }
@@ -357,7 +369,7 @@ void launch_read_probe(const void* src, size_t n, unsigned* sink, int sm_count, 
   ARB_LAUNCHED("read_probe_kernel", s);
 }
 
-void launch_rope(CType ct, void* x, int T, int nh, int Dh, PosRef pos, const float2* cs,
+void launch_rope(DType ct, void* x, int T, int nh, int Dh, PosRef pos, const float2* cs,
                  bool adjacent, cudaStream_t s) {
   const int64_t n = int64_t(T) * nh * (Dh / 2);
   ARB_DISPATCH_CTYPE(ct, E,
@@ -366,7 +378,7 @@ void launch_rope(CType ct, void* x, int T, int nh, int Dh, PosRef pos, const flo
   ARB_LAUNCHED("rope_kernel", s);
 }
 
-void launch_kv_store(CType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
+void launch_kv_store(DType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
                      PosRef pos, int kv_dim, cudaStream_t s) {
   const int64_t n = int64_t(T) * kv_dim;
   ARB_DISPATCH_CTYPE(ct, E,
@@ -376,7 +388,7 @@ void launch_kv_store(CType ct, const void* k, const void* v, void* k_cache, void
   ARB_LAUNCHED("kv_store_kernel", s);
 }
 
-void launch_swiglu(CType ct, const void* gate, const void* up, int64_t n, void* out,
+void launch_swiglu(DType ct, const void* gate, const void* up, int64_t n, void* out,
                    cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ct, T,
                      launch_k(swiglu_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
@@ -385,14 +397,14 @@ void launch_swiglu(CType ct, const void* gate, const void* up, int64_t n, void* 
   ARB_LAUNCHED("swiglu_kernel", s);
 }
 
-void launch_add(CType ct, void* x, const void* y, int64_t n, cudaStream_t s) {
+void launch_add(DType ct, void* x, const void* y, int64_t n, cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ct, T,
                      launch_k(add_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
                               static_cast<T*>(x), static_cast<const T*>(y), n));
   ARB_LAUNCHED("add_kernel", s);
 }
 
-void launch_bias_out(const float* acc, const float* bias, int T, int N, CType ot, void* out,
+void launch_bias_out(const float* acc, const float* bias, int T, int N, DType ot, void* out,
                      cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ot, TO,
                      launch_k(bias_out_kernel<TO>, dim3(blocks_for(int64_t(T) * N)), dim3(kThreads),

@@ -28,7 +28,7 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-int chunks_for(CType ct, int K) {
+int chunks_for(DType ct, int K) {
   const int step = 32 * int(16 / ctype_size(ct));
   return (K + step - 1) / step;
 }
@@ -101,11 +101,14 @@ constexpr int max_regs() {
   if (NCH <= 4) return MODE == kGemvNormSwiglu ? 80 : 64;
   return 255;
 }
-template <class T, int NCH, int MODE, int ROWS = 1>
+// TAP: the variant that applies a.taps (kernels.h) at the stages inside the fused forms; only
+// drift, opcheck and --inject launch it.
+template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>
 __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     __maxnreg__((max_regs<NCH, MODE, ROWS>())) gemv_reg_kernel(GemvArgs a) {
   static_assert(ROWS == 1 || MODE == kGemvNorm || MODE == kGemvNormSwiglu,
                 "several rows per warp: the norm forms only");
+  static_assert(!TAP || MODE != kGemvPlain, "no stage inside the plain form");
   constexpr int WPB = warps_per_block<ROWS>();
   constexpr bool kSmemX = MODE == kGemvAdd && NCH >= 8;
   constexpr bool kNorm = MODE == kGemvNorm || MODE == kGemvNormSwiglu;
@@ -183,7 +186,11 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
         float nw[V];
         load_f32s<V>(a.norm_w + k, nw);
 #pragma unroll
-        for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, nw[i]);
+        for (int i = 0; i < V; ++i) {
+          e[i] = norm_elem<T>(to_f(e[i]), inv, nw[i]);
+          // Every block normalises all of x; the first records it.
+          if constexpr (TAP) e[i] = tap_value(a.taps[0], k + i, e[i], blockIdx.x == 0);
+        }
         xn[j * 32 + lane] = x[j];
       } else if (kXnShared && j % WPB == warp) {
         xn[j * 32 + lane] = make_uint4(0, 0, 0, 0);  // past K: read by the dots
@@ -207,13 +214,20 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
         // act = silu(gate) * up with gate and up rounded to T first, as the op-by-op path does.
         const float gu = dot_chunks<T, NCH>(w2[r], x_at);
         if (lane == 0) {
-          const float gt = to_f(from_f<T>(acc)), up = to_f(from_f<T>(gu));
+          T g = from_f<T>(acc), u = from_f<T>(gu);
+          if constexpr (TAP) {
+            g = tap_value(a.taps[1], rr[r], g, true);
+            u = tap_value(a.taps[2], rr[r], u, true);
+          }
+          const float gt = to_f(g), up = to_f(u);
           static_cast<T*>(a.res)[rr[r]] = from_f<T>(gt / (1.0f + expf(-gt)) * up);
         }
       } else if constexpr (MODE == kGemvAdd) {
         if (lane == 0) {
           T* res = static_cast<T*>(a.res);
-          res[rr[r]] = from_f<T>(to_f(first ? res0 : res[rr[r]]) + to_f(from_f<T>(acc)));
+          T p = from_f<T>(acc);
+          if constexpr (TAP) p = tap_value(a.taps[0], rr[r], p, true);
+          res[rr[r]] = from_f<T>(to_f(first ? res0 : res[rr[r]]) + to_f(p));
         }
       } else if (lane == 0) {
         store_out<T>(g.out, g.out_f32, rr[r], g.bias ? acc + g.bias[rr[r]] : acc);
@@ -275,9 +289,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 template <class T>
 void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
-               CType ot, void* out, cudaStream_t s) {
+               DType ot, void* out, cudaStream_t s) {
   const int blocks = (N + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (ot == CType::F32)
+  if (ot == DType::F32)
     launch_decode_k(gemv_kernel<T, float>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
                     static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
                     static_cast<float*>(out));
@@ -288,11 +302,11 @@ void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int 
 }
 
 /// Blocks of the kernel that fit on one SM (the occupancy calculator, once per kernel).
-template <class T, int NCH, int MODE, int ROWS>
+template <class T, int NCH, int MODE, int ROWS, bool TAP = false>
 int blocks_per_sm() {
   static const int n = [] {
     int v = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, gemv_reg_kernel<T, NCH, MODE, ROWS>,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>,
                                                       warps_per_block<ROWS>() * 32,
                                                       0) != cudaSuccess) {
       cudaGetLastError();
@@ -305,70 +319,79 @@ int blocks_per_sm() {
 
 /// At most one wave of resident blocks (more rows loop inside the kernel: a second wave
 /// would pay the whole load latency again).
-template <class T, int NCH, int MODE, int ROWS = 1>
+/// The grid is sized by the untapped kernel's occupancy, so that a tapped launch runs the
+/// same blocks over the same rows.
+template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>
 void gemv_reg_launch(const GemvArgs& a, int sm_count, cudaStream_t s) {
   constexpr int WPB = warps_per_block<ROWS>();
   const int blocks = std::max(1, std::min((a.N + ROWS * WPB - 1) / (ROWS * WPB),
                                           blocks_per_sm<T, NCH, MODE, ROWS>() * sm_count));
-  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS>, dim3(blocks), dim3(WPB * 32), 0, s, a);
+  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, dim3(blocks), dim3(WPB * 32), 0, s,
+                  a);
 }
 
-template <class T, int MODE>
+template <class T, int MODE, bool TAP = false>
 void gemv_reg_mode(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   switch (nch) {
-    case 1: gemv_reg_launch<T, 1, MODE>(a, sm_count, s); break;
-    case 4: gemv_reg_launch<T, 4, MODE>(a, sm_count, s); break;
-    case 8: gemv_reg_launch<T, 8, MODE>(a, sm_count, s); break;
-    case 12: gemv_reg_launch<T, 12, MODE>(a, sm_count, s); break;
-    default: gemv_reg_launch<T, 16, MODE>(a, sm_count, s); break;
+    case 1: gemv_reg_launch<T, 1, MODE, 1, TAP>(a, sm_count, s); break;
+    case 4: gemv_reg_launch<T, 4, MODE, 1, TAP>(a, sm_count, s); break;
+    case 8: gemv_reg_launch<T, 8, MODE, 1, TAP>(a, sm_count, s); break;
+    case 12: gemv_reg_launch<T, 12, MODE, 1, TAP>(a, sm_count, s); break;
+    default: gemv_reg_launch<T, 16, MODE, 1, TAP>(a, sm_count, s); break;
   }
 }
 
 /// A norm form: rows of four chunks (1,024 elements in bf16/f16, 512 in f32; the q/k/v and
 /// gate/up projections) two per warp when they fit in one wave, else one.
-template <class T, int MODE>
+template <class T, int MODE, bool TAP = false>
 void gemv_norm_form(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   constexpr int R = 2;
   if (nch == 4 && a.N <= R * warps_per_block<R>() * blocks_per_sm<T, 4, MODE, R>() * sm_count)
-    gemv_reg_launch<T, 4, MODE, R>(a, sm_count, s);
+    gemv_reg_launch<T, 4, MODE, R, TAP>(a, sm_count, s);
   else
-    gemv_reg_mode<T, MODE>(a, nch, sm_count, s);
+    gemv_reg_mode<T, MODE, TAP>(a, nch, sm_count, s);
+}
+
+template <class T, bool TAP>
+void gemv_reg_forms(const GemvArgs& a, int mode, int nch, int sm_count, cudaStream_t s) {
+  switch (mode) {
+    case kGemvNorm: gemv_norm_form<T, kGemvNorm, TAP>(a, nch, sm_count, s); break;
+    case kGemvNormSwiglu: gemv_norm_form<T, kGemvNormSwiglu, TAP>(a, nch, sm_count, s); break;
+    default: gemv_reg_mode<T, kGemvAdd, TAP>(a, nch, sm_count, s); break;
+  }
 }
 
 template <class T>
 void gemv_reg(const GemvArgs& a, int mode, int nch, int sm_count, cudaStream_t s) {
-  switch (mode) {
-    case kGemvPlain: gemv_reg_mode<T, kGemvPlain>(a, nch, sm_count, s); break;
-    case kGemvNorm: gemv_norm_form<T, kGemvNorm>(a, nch, sm_count, s); break;
-    case kGemvNormSwiglu: gemv_norm_form<T, kGemvNormSwiglu>(a, nch, sm_count, s); break;
-    default: gemv_reg_mode<T, kGemvAdd>(a, nch, sm_count, s); break;
-  }
+  if (mode == kGemvPlain) gemv_reg_mode<T, kGemvPlain>(a, nch, sm_count, s);
+  else if (a.tapped) gemv_reg_forms<T, true>(a, mode, nch, sm_count, s);
+  else gemv_reg_forms<T, false>(a, mode, nch, sm_count, s);
 }
 
 }  // namespace
 
-bool gemv_fusable(CType ct, int K) {
+bool gemv_fusable(DType ct, int K) {
   const int V = int(16 / ctype_size(ct));
   return K > 0 && K % V == 0 && reg_nch(chunks_for(ct, K)) != 0;
 }
 
-void launch_gemv_fused(CType ct, int mode, const GemvArgs& a, int sm_count, cudaStream_t s) {
+void launch_gemv_fused(DType ct, int mode, const GemvArgs& a, int sm_count, cudaStream_t s) {
   const int nch = reg_nch(chunks_for(ct, a.K));
   ARB_CHECK(gemv_fusable(ct, a.K), "[cuda] fused gemv: rows of %d elements", a.K);
   ARB_DISPATCH_CTYPE(ct, T, gemv_reg<T>(a, mode, nch, sm_count, s));
   ARB_LAUNCHED("gemv_reg_kernel", s);
 }
 
-void launch_gemv(CType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
-                 int K, CType ot, void* out, int sm_count, cudaStream_t s) {
+void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
+                 int K, DType ot, void* out, int sm_count, cudaStream_t s) {
   if (gemv_fusable(ct, K)) {
     GemvArgs a;
     a.x = x;
     a.K = K;
     a.N = N;
     a.n_seg = 1;
-    a.seg[0] = GemvSeg{W, ld, bias, out, N, ot == CType::F32 && ct != CType::F32 ? 1 : 0};
-    if (ct == CType::F32) a.seg[0].out_f32 = 1;
+    a.seg[0] = GemvSeg{W, ld, bias, out, N, ot == DType::F32 && ct != DType::F32 ? 1 : 0};
+    if (ct == DType::F32) a.seg[0].out_f32 = 1;
     launch_gemv_fused(ct, kGemvPlain, a, sm_count, s);
     return;
   }

@@ -2,7 +2,7 @@
 // by cuda_backend.cpp). Plain C++ types only, so the host side compiles without nvcc flags.
 // Every launcher queues work on stream s and checks the launch (ARB_LAUNCHED).
 //
-// Element types: activations and weight matrices are in the compute type (CType); norm
+// Element types: activations and weight matrices are in the compute type (DType); norm
 // weights and biases are kept in f32 (they are tiny, and f32 keeps them exact for every
 // storage dtype); logits rows are f32. All arithmetic is f32 (f64 for the logsumexp).
 #pragma once
@@ -11,13 +11,15 @@
 
 #include <cuda_runtime.h>
 
+#include "core/dtype.h"
+
 namespace arbiter::cuda {
 
-enum class CType : int { F32 = 0, F16 = 1, BF16 = 2 };
-inline size_t ctype_size(CType t) { return t == CType::F32 ? 4 : 2; }
+/// The compute types are arbiter::DType's F32, F16 and BF16 (core/dtype.h); weights being
+/// uploaded may also be Q8_0 (F64 is widened on the host first).
+using arbiter::DType;
+inline size_t ctype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 
-/// Storage type of a weight being uploaded (arbiter::DType minus F64, which the host widens).
-enum class SType : int { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3 };
 
 /// A position either passed by value (eager launches) or read on the device from a scalar
 /// that is written before each replay of a captured decode graph (dev != nullptr).
@@ -26,42 +28,55 @@ struct PosRef {
   int host = 0;
 };
 
+/// A stage tap inside a fused kernel (backend/tap.h), in device memory: at element i of the
+/// stage's output, already rounded to the compute type T: with fault, v = T(v * scale + bias
+/// + noise[i]) (f32 arithmetic; noise may be null); then record[i] = v (written by one block
+/// when several compute the value); then v = overwrite[i] when given. record and overwrite
+/// hold T. A kernel variant with taps exists for each fused form; the others never read them.
+struct Tap {
+  bool fault = false;
+  float scale = 1.f, bias = 0.f;
+  const float* noise = nullptr;
+  void* record = nullptr;
+  const void* overwrite = nullptr;
+};
+
 // --- weights and gathers ------------------------------------------------------------------
 /// dst[r, c] (row stride ld >= cols, pad columns zeroed) = src[r, c] converted to ct.
 /// Q8_0 rows are cols/32 blocks of 34 bytes.
-void launch_convert_matrix(SType st, const void* src, int64_t rows, int64_t cols, CType ct,
+void launch_convert_matrix(DType st, const void* src, int64_t rows, int64_t cols, DType ct,
                            void* dst, int64_t ld, cudaStream_t s);
 /// dst[n] (f32) = src[n] widened.
-void launch_convert_vector(SType st, const void* src, int64_t n, float* dst, cudaStream_t s);
+void launch_convert_vector(DType st, const void* src, int64_t n, float* dst, cudaStream_t s);
 /// out[t, :D] = table[ids[t], :D] (table row stride ld); ids on the device.
-void launch_embed(CType ct, const void* table, int64_t ld, int64_t D, const int32_t* ids, int T,
+void launch_embed(DType ct, const void* table, int64_t ld, int64_t D, const int32_t* ids, int T,
                   void* out, cudaStream_t s);
 
 // --- elementwise and row ops --------------------------------------------------------------
 /// out[R, N] = x / sqrt(mean(x^2) + eps) * w; out may alias x. One warp per row.
-void launch_rmsnorm(CType ct, const void* x, const float* w, int R, int N, float eps, void* out,
+void launch_rmsnorm(DType ct, const void* x, const float* w, int R, int N, float eps, void* out,
                     cudaStream_t s);
 /// In place on x[T, nh, Dh]: rotates pairs (a, b) of each head by the angle of position
 /// pos + t and frequency i, read from cs[(pos + t) * Dh/2 + i] = (cos, sin).
-void launch_rope(CType ct, void* x, int T, int nh, int Dh, PosRef pos, const float2* cs,
+void launch_rope(DType ct, void* x, int T, int nh, int Dh, PosRef pos, const float2* cs,
                  bool adjacent, cudaStream_t s);
 /// k_cache[(pos + t) * kv_dim + j] = k[t * kv_dim + j], same for v.
-void launch_kv_store(CType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
+void launch_kv_store(DType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
                      PosRef pos, int kv_dim, cudaStream_t s);
 /// out[n] = silu(gate[n]) * up[n]
-void launch_swiglu(CType ct, const void* gate, const void* up, int64_t n, void* out,
+void launch_swiglu(DType ct, const void* gate, const void* up, int64_t n, void* out,
                    cudaStream_t s);
 /// x[n] += y[n]
-void launch_add(CType ct, void* x, const void* y, int64_t n, cudaStream_t s);
+void launch_add(DType ct, void* x, const void* y, int64_t n, cudaStream_t s);
 /// out[T, N] (type ot) = acc[T, N] (f32) + bias[N] (f32): one rounding after the bias.
-void launch_bias_out(const float* acc, const float* bias, int T, int N, CType ot, void* out,
+void launch_bias_out(const float* acc, const float* bias, int T, int N, DType ot, void* out,
                      cudaStream_t s);
 
 // --- matrix-vector (T == 1) ---------------------------------------------------------------
 /// out[N] (type ot) = W[N, K] (row stride ld, 16-byte aligned rows) @ x[K] (+ bias[N]).
 /// One warp per row, 16-byte loads, f32 accumulation (gemv.cu).
-void launch_gemv(CType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
-                 int K, CType ot, void* out, int sm_count, cudaStream_t s);
+void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
+                 int K, DType ot, void* out, int sm_count, cudaStream_t s);
 
 /// One matrix of a fused GEMV: rows [0, rows) of W (row stride ld) into out (f32 when
 /// out_f32, else the compute type), + bias (f32, may be null).
@@ -91,10 +106,15 @@ struct GemvArgs {
   /// kGemvAdd with x in shared memory (rows of 8+ chunks): let the next kernel in at the start
   /// (launch_dependents before the wait) instead of after the wait (gemv.cu says when).
   bool launch_early = false;
+  /// The stages inside the fused forms, when `tapped`: kGemvNorm and kGemvNormSwiglu
+  /// taps[0] on the normalised x [K]; kGemvNormSwiglu taps[1], taps[2] on gate and up [N];
+  /// kGemvAdd taps[0] on the product [N] before the add. Null entries are left alone.
+  bool tapped = false;
+  Tap taps[3];
 };
 /// Whether the register GEMV (and so the fused forms) takes rows of K elements.
-bool gemv_fusable(CType ct, int K);
-void launch_gemv_fused(CType ct, int mode, const GemvArgs& a, int sm_count, cudaStream_t s);
+bool gemv_fusable(DType ct, int K);
+void launch_gemv_fused(DType ct, int mode, const GemvArgs& a, int sm_count, cudaStream_t s);
 
 /// Decode-step (T == 1) q/k RMSNorm (when qn/kn are non-null), RoPE of q [H, Dh] and
 /// k [Hkv, Dh] in place, and the store of k and v [Hkv * Dh] at row pos of the caches: the
@@ -112,10 +132,14 @@ struct QkRopeArgs {
   bool adjacent = false;
   const float2* cs = nullptr;
   PosRef pos;
+  /// The stages inside, when `tapped`: q_norm [H*Dh], k_norm [Hkv*Dh] (with qn/kn), q_rope,
+  /// k_rope. The roped k is tapped before it is stored in the cache.
+  bool tapped = false;
+  Tap q_norm, k_norm, q_rope, k_rope;
 };
 /// Whether launch_qk_rope_store takes heads of Dh elements.
-bool qk_rope_fusable(CType ct, int Dh);
-void launch_qk_rope_store(CType ct, const QkRopeArgs& a, cudaStream_t s);
+bool qk_rope_fusable(DType ct, int Dh);
+void launch_qk_rope_store(DType ct, const QkRopeArgs& a, cudaStream_t s);
 
 /// Device read bandwidth probe: reads n bytes (a multiple of 16) of src with 16-byte loads
 /// and writes one word per block into sink. For bench's decode limit.
@@ -142,12 +166,12 @@ void attention_init();
 /// of 32 keys in shared memory, online softmax in f32; never materialises a [T, T] matrix.
 /// With n_splits > 1 the key range is split across blocks and a combine kernel merges the
 /// partial (max, sum, output) triples in a fixed order.
-void launch_attention(CType ct, const AttnArgs& a, cudaStream_t s);
+void launch_attention(DType ct, const AttnArgs& a, cudaStream_t s);
 /// Prefill attention on tensor cores (mma.sync, f32 accumulation; attention.cu): T > 1,
 /// bf16/f16, Dh 64 or 128, n_splits == 1. Blocks of 64 (query, head) rows of one KV head,
 /// tiles of 64 keys; P is rounded to the compute type before the P V product.
-bool attention_mma_fits(CType ct, int T, int Dh);
-void launch_attention_mma(CType ct, const AttnArgs& a, cudaStream_t s);
+bool attention_mma_fits(DType ct, int T, int Dh);
+void launch_attention_mma(DType ct, const AttnArgs& a, cudaStream_t s);
 /// Decode attention (T == 1): grid (H / heads_per_block, n_splits), keys read straight from
 /// global memory, splits merged by the last block of each column (counters:
 /// kDecodeCounterWords zeroed words, left zeroed). Takes Dh in {32, 64, 128, 256}, groups
@@ -160,7 +184,7 @@ bool attention_decode_fits(int H, int Hkv, int Dh);
 /// qk (may be null): the decode step's q/k norm + RoPE + KV store (launch_qk_rope_store's
 /// work, same bits) done inside the attention kernel (q/k heads of Dh <= 64 x V elements);
 /// its q, k, caches and position must be the attention's.
-void launch_attention_decode(CType ct, const AttnArgs& a, unsigned* counters,
+void launch_attention_decode(DType ct, const AttnArgs& a, unsigned* counters,
                              const QkRopeArgs* qk, cudaStream_t s);
 /// Number of blocks the attention grid has before splitting (for choosing n_splits).
 int attention_blocks(int T, int H, int Hkv);

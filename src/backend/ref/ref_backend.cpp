@@ -188,7 +188,7 @@ class RefBackend final : public Backend {
 
  private:
   std::vector<double> inv_freq_;
-  RopeSpec rope_{-1};  // the spec inv_freq_ was computed for
+  RopeSpec rope_{-1, 0.0, {}, RopeLayout::Half};  // the spec inv_freq_ was computed for
 };
 
 }  // namespace
