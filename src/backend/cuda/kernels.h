@@ -162,6 +162,8 @@ struct AttnArgs {
 constexpr int kMaxHeadDim = 256;
 /// Sets the dynamic shared-memory limits of the attention kernels (once per device).
 void attention_init();
+/// The decode kernels' part of attention_init (attention_decode.cu).
+void attention_decode_init();
 /// Flash-style causal GQA attention: blocks of 16 (query, head) rows of one KV head, tiles
 /// of 32 keys in shared memory, online softmax in f32; never materialises a [T, T] matrix.
 /// With n_splits > 1 the key range is split across blocks and a combine kernel merges the

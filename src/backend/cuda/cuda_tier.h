@@ -1,0 +1,186 @@
+// The CUDA tier's Backend: activations in bf16/f16/f32 on one device, f32 accumulation
+// everywhere, logits in f32. Weights are uploaded once in the compute dtype (weights.h); the
+// KV cache lives on the device; only token ids and positions go up, and only summaries (or
+// logits asked for by read()) come back. Single-token steps run as CUDA graphs
+// (step_graph.h). Defined in cuda_backend.cpp (memory, the plain ops, summaries, the
+// factory) and fused.cpp (the fused decode ops and their stage taps).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/host_common.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/step_graph.h"
+#include "backend/cuda/weights.h"
+
+namespace arbiter {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, DType ct);
+  ~CudaBackend() override;
+
+  std::string device_name() const override { return name_; }
+  DType compute() const override { return ct_; }
+  void prepare(const Prepare& p) override;
+
+  Buffer alloc(int64_t n, bool logits) override;
+  void free(Buffer& b) override;
+  void read(const Buffer& b, int64_t off, int64_t n, double* dst) override;
+  void write(Buffer& b, int64_t off, int64_t n, const double* src) override;
+  void sync() override;
+
+  void embed(const Tensor& table, const int32_t* ids, int T, Buffer& out) override;
+  void rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps, Buffer& out) override;
+  void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T, Buffer& out) override;
+  void rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpec& rope) override;
+  void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache, int T,
+                int pos0, int kv_dim) override;
+  void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
+                 int H, int Hkv, int Dh, int window, Buffer& out) override;
+  void swiglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override;
+  void add(Buffer& x, const Buffer& y, int64_t n) override;
+  void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
+                 std::vector<LogitsSummary>& out) override;
+
+  // fused.cpp: one kernel each for T == 1, with the stage taps inside; otherwise the default
+  // composition. Each fused kernel computes the bits of the op-by-op path (same reduction
+  // orders, same roundings), so a decode does not depend on whether a stage is tapped.
+  void rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
+                      const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) override;
+  void rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
+                      const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
+                      Buffer& act, const SwigluTaps& taps) override;
+  void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
+                  const StageTap* product, const StageTap* sum) override;
+  void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                     const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh, int pos0,
+                     const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                     const AttentionTaps& taps) override;
+  void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                         const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
+                         int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                         int window, Buffer& out, const AttentionTaps& taps) override;
+
+  // Greedy decode with the token kept on the device (cuda_backend.cpp).
+  void pick_greedy(const Buffer& logits, int row, int V) override;
+  void embed_picked(const Tensor& table, Buffer& out) override;
+  int32_t take_pick() override;
+
+  std::vector<double> read_bandwidth_gbs(int passes) override;
+
+  // Tuning and counters (cuda_backend.h).
+  CudaGraphStats graph_stats() const { return graph_->stats(); }
+  CudaTuning tuning() const { return tuning_; }
+  void set_tuning(const CudaTuning& t);
+
+ private:
+  static constexpr size_t kLtWorkspace = size_t(32) << 20;
+  static constexpr int kMaxSplitKeys = 1 << 20;  // keeps the kernel's split count in int range
+  static constexpr int64_t kTagNormSwiglu = 21;  // rmsnorm_swiglu's signature tag
+  static constexpr int kPickSlots = 64;
+
+  struct GemmPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  struct TapRecord {
+    std::vector<double>* dst;
+    const void* dev;
+    int64_t n;
+  };
+
+  /// Runs a launch now or queues it in the open step (StepGraph::submit).
+  void submit(std::vector<int64_t> sig, bool pos_dep, int pos0,
+              std::function<void(const cuda::StepCtx&)> run, bool advances_pos = false) {
+    graph_->submit(std::move(sig), pos_dep, pos0, std::move(run), advances_pos,
+                   tuning_.graph_segment_ops);
+  }
+  void flush() { graph_->flush(); }
+  /// Grows a workspace. Queued launches may point at the old block: run them first.
+  void ensure(cuda::DevBuf& b, size_t bytes);
+
+  /// The embedding gather of host ids, or (ids == nullptr, T == 1) of the latest pick, which
+  /// pick_greedy left in the device token slot.
+  void embed_ids(const Tensor& table, const int32_t* ids, int T, Buffer& out);
+  /// Checks attention's arguments; returns the cache's rows.
+  int check_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                      int pos0, int H, int Hkv, int Dh, const Buffer& out) const;
+  cuda::AttnArgs attn_args(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                           int H, int Hkv, int Dh, int window, Buffer& out, int n_splits,
+                           float* part) const;
+  void check_act(const Buffer& b, int64_t n, const char* what) const;
+  void check_summarize(const Buffer& logits, int T, int V, int K) const;
+  /// Queues summarize's kernel for logits rows [T, V] (targets: host ids, or nullptr for
+  /// none) into sum_out_: lse f64[T], nonfinite u64[T], target f32[T], top ids i32[T*K], top
+  /// values f32[T*K]; returns those device pointers.
+  cuda::SummaryOut summarize_on_device(const Buffer& logits, int T, int V, int K,
+                                       const int32_t* targets);
+  /// (cos, sin) of pos * inv_freq[i] for positions [0, P) of one RoPE.
+  void ensure_rope_table(const RopeSpec& rope, int positions);
+  /// cuBLASLt plan for out[T, N] = x[T, K] @ W[N, K]^T.
+  const GemmPlan& gemm_plan(int T, int N, int K, int64_t ld, DType out_t);
+
+  // fused.cpp
+  /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
+  bool qk_fusable(int T, int Hkv, int Dh, int pos0, const RopeSpec& rope, const Buffer& k_cache,
+                  const Buffer& v_cache) const;
+  /// The direct decode attention (T == 1), with the step's q/k norm + RoPE + KV store folded
+  /// in when qk is given.
+  void submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                               int H, int Hkv, int Dh, int window, Buffer& out, int cap, int pos0,
+                               const cuda::QkRopeArgs* qk);
+  /// qk_rope_store's arguments (device norm weights and RoPE table looked up and checked).
+  cuda::QkRopeArgs qk_args(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                           const Tensor* k_norm, double eps, int H, int Hkv, int Dh, int pos0,
+                           const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache);
+  static void append_qk_sig(std::vector<int64_t>& sig, const cuda::QkRopeArgs& a);
+  /// Device copies of the stage taps of one fused launch, each for an output of n elements.
+  void stage_taps(std::initializer_list<std::pair<const StageTap*, int64_t>> taps, bool& tapped,
+                  cuda::Tap* dev);
+  /// stage_taps of the fused q/k norm + RoPE (+ attention): true when any is tapped.
+  bool stage_qk_taps(const AttentionTaps& t, int H, int Hkv, int Dh, cuda::QkRopeArgs& a);
+  /// The records of the latest stage_taps, as f64 into their StageTaps' vectors.
+  void collect_taps();
+
+  int device_;
+  DType ct_;
+  std::string name_;
+  // provider names of --stats, built once (ops run ~170 times per decode step)
+  std::string prov_gemv_, prov_gemm_, prov_norm_gemv_, prov_norm_swiglu_, prov_gemv_add_;
+  int sm_count_ = 1, sm_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_ws_ = nullptr;
+  unsigned* counters_ = nullptr;  // decode attention's tickets (kDecodeCounterWords)
+  CudaTuning tuning_;
+  std::unique_ptr<cuda::WeightCache> weights_;
+  std::unique_ptr<cuda::StepGraph> graph_;
+
+  std::map<std::tuple<int, int, int, int64_t, int>, GemmPlan> plans_;
+  cuda::DevBuf ids_, part_, acc_, rope_cs_, sum_out_, sum_scratch_, targets_, tap_mem_;
+  std::vector<TapRecord> records_;  // of the latest stage_taps
+  RopeSpec rope_key_{-1, 0.0, {}, RopeLayout::Half};  // what rope_cs_ holds (dims -1: none)
+  int rope_positions_ = 0;
+
+  int32_t* h_picks_ = nullptr;  // pinned and mapped, a slot per pick not taken
+  int32_t* d_picks_ = nullptr;  // h_picks_ as the device sees it
+  cuda::PickState* pick_state_ = nullptr;
+  cudaEvent_t pick_ev_[kPickSlots] = {};
+  std::deque<int> pending_picks_;  // slots, oldest first
+  int next_pick_slot_ = 0;
+  bool has_pick_ = false;
+};
+
+}  // namespace arbiter

@@ -1,0 +1,365 @@
+// The CUDA tier's fused decode ops (cuda_tier.h): for T == 1 one kernel each, norm + GEMV,
+// norm + gate/up GEMV + SwiGLU, GEMV + residual add, q/k norm + RoPE + KV store (+ the decode
+// attention), with the stage taps applied inside the kernels (kernels.h Tap); otherwise the
+// Backend's default composition. Each computes the bits of the op-by-op path.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_tier.h"
+#include "core/error.h"
+
+namespace arbiter {
+
+using cuda::PosRef;
+
+void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
+                    const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) {
+  bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
+              cuda::gemv_fusable(ct_, D);
+  const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
+  for (int i = 0; fuse && i < n_outs; ++i) {
+    mats[i] = &weights_->matrix(*outs[i].W);
+    fuse = mats[i]->cols == D &&
+           (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == ct_);
+  }
+  if (!fuse) return Backend::rmsnorm_matmul(x, w, T, D, eps, xn, norm_tap, outs, n_outs);
+  stats_.record("rmsnorm_matmul", prov_norm_gemv_);
+  check_act(x, D, "rmsnorm_matmul x");
+  const cuda::DevVec& nv = weights_->vector(w);
+  ARB_CHECK(nv.n == D, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
+            w.name.c_str(), (long long)nv.n, D);
+  cuda::GemvArgs a;
+  a.x = x.ptr;
+  a.norm_w = nv.ptr;
+  a.eps = float(eps);
+  a.K = D;
+  a.n_seg = n_outs;
+  a.N = 0;
+  std::vector<int64_t> sig = {20, int64_t(x.ptr), int64_t(nv.ptr), D, n_outs};
+  for (int i = 0; i < n_outs; ++i) {
+    const cuda::DevMat& m = *mats[i];
+    const float* bp = nullptr;
+    if (outs[i].bias && !outs[i].bias->empty()) {
+      const cuda::DevVec& bv = weights_->vector(*outs[i].bias);
+      ARB_CHECK(bv.n == m.rows, "[cuda] matmul: bias '%s' has %lld elements, output has %lld",
+                outs[i].bias->name.c_str(), (long long)bv.n, (long long)m.rows);
+      bp = bv.ptr;
+    }
+    ARB_CHECK(outs[i].out->n >= m.rows, "[cuda] matmul: output holds %lld elements, needs %lld",
+              (long long)outs[i].out->n, (long long)m.rows);
+    const int f32 = outs[i].out->dtype == DType::F32 ? 1 : 0;
+    a.seg[i] = cuda::GemvSeg{m.ptr, m.ld, bp, outs[i].out->ptr, int(m.rows), f32};
+    a.N += int(m.rows);
+    sig.insert(sig.end(), {int64_t(m.ptr), m.ld, int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
+  }
+  int64_t ebits;
+  std::memcpy(&ebits, &eps, 8);
+  sig.push_back(ebits);
+  const bool tapped = norm_tap != nullptr;
+  if (tapped) stage_taps({{norm_tap, D}}, a.tapped, a.taps);
+  submit(std::move(sig), false, 0, [=, this](const cuda::StepCtx&) {
+    cuda::launch_gemv_fused(ct_, cuda::kGemvNorm, a, sm_, stream_);
+  });
+  if (tapped) collect_taps();
+  for (int i = 0; i < n_outs; ++i) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
+}
+
+void CudaBackend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
+                    const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
+                    Buffer& act, const SwigluTaps& taps) {
+  bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
+  const cuda::DevMat* gm = fuse ? &weights_->matrix(w_gate) : nullptr;
+  const cuda::DevMat* um = fuse ? &weights_->matrix(w_up) : nullptr;
+  fuse = fuse && gm->cols == D && um->cols == D && gm->rows == um->rows && gm->ld == um->ld;
+  if (!fuse)
+    return Backend::rmsnorm_swiglu(x, w, T, D, eps, xn, w_gate, w_up, gate, up, act, taps);
+  stats_.record("rmsnorm_swiglu", prov_norm_swiglu_);
+  const cuda::DevMat &g = *gm, &u = *um;
+  const cuda::DevVec& nv = weights_->vector(w);
+  ARB_CHECK(nv.n == D, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
+            w.name.c_str(), (long long)nv.n, D);
+  check_act(x, D, "rmsnorm_swiglu x");
+  check_act(act, g.rows, "rmsnorm_swiglu act");
+  cuda::GemvArgs a;
+  a.x = x.ptr;
+  a.norm_w = nv.ptr;
+  a.eps = float(eps);
+  a.K = D;
+  a.N = int(g.rows);
+  a.n_seg = 2;
+  a.seg[0] = cuda::GemvSeg{g.ptr, g.ld, nullptr, nullptr, int(g.rows), 0};
+  a.seg[1] = cuda::GemvSeg{u.ptr, u.ld, nullptr, nullptr, int(u.rows), 0};
+  a.res = act.ptr;
+  const bool tapped = taps.norm || taps.gate || taps.up;
+  if (tapped)
+    stage_taps({{taps.norm, D}, {taps.gate, g.rows}, {taps.up, g.rows}}, a.tapped, a.taps);
+  int64_t ebits;
+  std::memcpy(&ebits, &eps, 8);
+  submit({kTagNormSwiglu, int64_t(x.ptr), int64_t(nv.ptr), D, int64_t(g.ptr), int64_t(u.ptr),
+          g.ld, g.rows, int64_t(act.ptr), ebits},
+         false, 0, [=, this](const cuda::StepCtx&) {
+           cuda::launch_gemv_fused(ct_, cuda::kGemvNormSwiglu, a, sm_, stream_);
+         });
+  if (tapped) collect_taps();
+  apply_tap(taps.act, act, T, int(g.rows));
+}
+
+void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
+                const StageTap* product, const StageTap* sum) {
+  const cuda::DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &weights_->matrix(W) : nullptr;
+  if (!mp || !cuda::gemv_fusable(ct_, int(mp->cols)))
+    return Backend::matmul_add(x, W, T, tmp, residual, product, sum);
+  stats_.record("matmul_add", prov_gemv_add_);
+  const cuda::DevMat& m = *mp;
+  check_act(x, m.cols, "matmul_add x");
+  check_act(residual, m.rows, "matmul_add residual");
+  cuda::GemvArgs a;
+  a.x = x.ptr;
+  a.K = int(m.cols);
+  a.N = int(m.rows);
+  a.n_seg = 1;
+  a.seg[0] = cuda::GemvSeg{m.ptr, m.ld, nullptr, nullptr, int(m.rows), 0};
+  a.res = residual.ptr;
+  // The next kernel loads its weights during this one unless the launch before is the
+  // gate/up GEMV (this is the down projection): then those loads would compete with the
+  // gate/up rows still streaming after its wait (gemv.cu).
+  a.launch_early = graph_->last_tag() != kTagNormSwiglu;
+  if (product) stage_taps({{product, m.rows}}, a.tapped, a.taps);
+  submit({22, int64_t(x.ptr), int64_t(m.ptr), m.ld, m.rows, m.cols, int64_t(residual.ptr),
+          a.launch_early},
+         false, 0, [=, this](const cuda::StepCtx&) {
+           cuda::launch_gemv_fused(ct_, cuda::kGemvAdd, a, sm_, stream_);
+         });
+  if (product) collect_taps();
+  apply_tap(sum, residual, T, int(m.rows));
+}
+
+void CudaBackend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                   const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh, int pos0,
+                   const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                   const AttentionTaps& taps) {
+  if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache))
+    return Backend::qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
+                                  k_cache, v_cache, taps);
+  stats_.record("qk_rope_store", "cuda.qk_rope_store");
+  cuda::QkRopeArgs a =
+      qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
+  const bool tapped = stage_qk_taps(taps, H, Hkv, Dh, a);
+  std::vector<int64_t> sig = {23};
+  append_qk_sig(sig, a);
+  submit(std::move(sig), true, pos0, [=, this](const cuda::StepCtx& c) {
+    cuda::QkRopeArgs b = a;
+    b.pos = PosRef{c.pos_dev, pos0};
+    cuda::launch_qk_rope_store(ct_, b, stream_);
+  });
+  if (tapped) collect_taps();
+}
+
+void CudaBackend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                       const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
+                       int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                       int window, Buffer& out, const AttentionTaps& taps) {
+  if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache) || !tuning_.attn_direct ||
+      !cuda::attention_decode_fits(H, Hkv, Dh))
+    return Backend::qk_rope_attention(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
+                                      k_cache, v_cache, window, out, taps);
+  stats_.record("qk_rope_attention", "cuda.qk_rope_attn_decode");
+  const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, out);
+  cuda::QkRopeArgs a =
+      qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
+  const bool tapped = stage_qk_taps(taps, H, Hkv, Dh, a);
+  submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, out, cap, pos0, &a);
+  if (tapped) collect_taps();
+  apply_tap(taps.out, out, T, H * Dh);
+}
+
+/// Whether the fused q/k norm + RoPE + KV store kernels take this step.
+bool CudaBackend::qk_fusable(int T, int Hkv, int Dh, int pos0, const RopeSpec& rope, const Buffer& k_cache,
+                const Buffer& v_cache) const {
+  return T == 1 && tuning_.fused && cuda::qk_rope_fusable(ct_, Dh) && Dh == rope.dims &&
+         pos0 >= 0 && int64_t(pos0 + 1) * Hkv * Dh <= std::min(k_cache.n, v_cache.n);
+}
+
+/// The direct decode attention (T == 1), with the step's q/k norm + RoPE + KV store folded
+/// in when qk is given. The grid's splits come from the cache size, never the position (one
+/// graph serves every position): about two blocks per SM, at least attn_split_keys (256)
+/// cache rows per split, at most attn_max_splits (8); the kernel uses the first ceil(keys /
+/// attn_split_keys) of them.
+void CudaBackend::submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                             int H, int Hkv, int Dh, int window, Buffer& out, int cap, int pos0,
+                             const cuda::QkRopeArgs* qk) {
+  const int group = H / Hkv;
+  int hpb = group;  // query heads per block
+  if (Hkv <= cuda::kMaxSplitColumnsKvHeads)
+    for (int d = std::min(tuning_.attn_heads_per_block, group); d >= 1; --d)
+      if (group % d == 0) {
+        hpb = d;
+        break;
+      }
+  const int columns = H / hpb;
+  const int split_keys = std::clamp(tuning_.attn_split_keys, 1, kMaxSplitKeys);
+  const int n_splits =
+      std::clamp(std::min((2 * sm_count_ + columns - 1) / columns, cap / split_keys), 1,
+                 std::clamp(tuning_.attn_max_splits, 1, 32));
+  float* part = nullptr;
+  if (n_splits > 1) {
+    ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
+    part = static_cast<float*>(part_.ptr);
+  }
+  cuda::AttnArgs a = attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, out, n_splits, part);
+  a.split_keys = split_keys;
+  a.heads_per_block = hpb;
+  unsigned* ctr = counters_;
+  std::vector<int64_t> sig = {24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache),
+                              int64_t(a.out), int64_t(part), H, Hkv, Dh, window, n_splits,
+                              a.split_keys, a.heads_per_block, int64_t(ctr)};
+  const bool fused = qk != nullptr;
+  const cuda::QkRopeArgs qa = fused ? *qk : cuda::QkRopeArgs{};
+  if (fused) append_qk_sig(sig, qa);
+  submit(std::move(sig), true, pos0, [=, this](const cuda::StepCtx& c) {
+    cuda::AttnArgs b = a;
+    b.pos = PosRef{c.pos_dev, pos0};
+    cuda::QkRopeArgs qb = qa;
+    qb.pos = b.pos;
+    cuda::launch_attention_decode(ct_, b, ctr, fused ? &qb : nullptr, stream_);
+  });
+}
+
+/// qk_rope_store's arguments (device norm weights and RoPE table looked up and checked).
+cuda::QkRopeArgs CudaBackend::qk_args(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                         const Tensor* k_norm, double eps, int H, int Hkv, int Dh, int pos0,
+                         const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache) {
+  const int kv_dim = Hkv * Dh;
+  check_act(q, int64_t(H) * Dh, "qk_rope_store q");
+  check_act(k, kv_dim, "qk_rope_store k");
+  check_act(v, kv_dim, "qk_rope_store v");
+  check_act(k_cache, 0, "k cache");
+  check_act(v_cache, 0, "v cache");
+  ensure_rope_table(rope, pos0 + 1);
+  cuda::QkRopeArgs a;
+  a.q = q.ptr;
+  a.k = k.ptr;
+  a.v = v.ptr;
+  a.k_cache = k_cache.ptr;
+  a.v_cache = v_cache.ptr;
+  if (q_norm) {
+    const cuda::DevVec& n = weights_->vector(*q_norm);
+    ARB_CHECK(n.n == Dh, "[cuda] q norm '%s' has %lld elements, heads have %d",
+              q_norm->name.c_str(), (long long)n.n, Dh);
+    a.qn = n.ptr;
+  }
+  if (k_norm) {
+    const cuda::DevVec& n = weights_->vector(*k_norm);
+    ARB_CHECK(n.n == Dh, "[cuda] k norm '%s' has %lld elements, heads have %d",
+              k_norm->name.c_str(), (long long)n.n, Dh);
+    a.kn = n.ptr;
+  }
+  a.eps = float(eps);
+  a.H = H;
+  a.Hkv = Hkv;
+  a.Dh = Dh;
+  a.adjacent = rope.layout == RopeLayout::Adjacent;
+  a.cs = static_cast<const float2*>(rope_cs_.ptr);
+  return a;
+}
+
+void CudaBackend::append_qk_sig(std::vector<int64_t>& sig, const cuda::QkRopeArgs& a) {
+  int64_t ebits;
+  const double eps = a.eps;
+  std::memcpy(&ebits, &eps, 8);
+  sig.insert(sig.end(), {int64_t(a.q), int64_t(a.k), int64_t(a.v), int64_t(a.k_cache),
+                         int64_t(a.v_cache), int64_t(a.qn), int64_t(a.kn), ebits, a.H, a.Hkv,
+                         a.Dh, a.adjacent, int64_t(a.cs)});
+}
+
+/// Device copies of the stage taps of one fused launch (kernels.h Tap), each for an output
+/// of n elements: fault noise (f32) and overwrite values uploaded, record space reserved in
+/// tap_mem_; sets tapped and dev[i]. The launch that reads them runs at once, outside any
+/// step graph (the step is flushed here); collect_taps() then brings the records back.
+void CudaBackend::stage_taps(std::initializer_list<std::pair<const StageTap*, int64_t>> taps, bool& tapped,
+                cuda::Tap* dev) {
+  flush();
+  const size_t es = cuda::elem_size(ct_);
+  auto span = [](size_t b) { return (b + 255) / 256 * 256; };
+  size_t total = 0;
+  for (const auto& [t, n] : taps)
+    if (t)
+      total += (t->fault && !t->noise.empty() ? span(size_t(n) * 4) : 0) +
+               (t->overwrite ? span(size_t(n) * es) : 0) + (t->record ? span(size_t(n) * es) : 0);
+  ensure(tap_mem_, std::max<size_t>(total, 1));
+  uint8_t* base = static_cast<uint8_t*>(tap_mem_.ptr);
+  std::vector<std::vector<uint8_t>> uploads;  // alive until the copies are done
+  auto upload = [&](std::vector<uint8_t> bytes, size_t& off) {
+    void* at = base + off;
+    ARB_CUDA(cudaMemcpyAsync(at, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_));
+    off += span(bytes.size());
+    uploads.push_back(std::move(bytes));
+    return at;
+  };
+  size_t off = 0;
+  int i = 0;
+  records_.clear();
+  for (const auto& [t, n] : taps) {
+    cuda::Tap& d = dev[i++];
+    d = cuda::Tap{};
+    if (!t) continue;
+    if (t->fault) {
+      ARB_CHECK(t->noise.empty() || int64_t(t->noise.size()) == n,
+                "[cuda] stage tap: %zu noise values for %lld outputs", t->noise.size(), (long long)n);
+      d.fault = true;
+      d.scale = float(t->scale);
+      d.bias = float(t->bias);
+      if (!t->noise.empty()) {
+        std::vector<uint8_t> f(size_t(n) * 4);
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = float(t->noise[size_t(j)]);
+          std::memcpy(f.data() + j * 4, &v, 4);
+        }
+        d.noise = static_cast<const float*>(upload(std::move(f), off));
+      }
+    }
+    if (t->overwrite) {
+      ARB_CHECK(int64_t(t->overwrite->size()) == n,
+                "[cuda] stage tap: %zu values to overwrite %lld outputs", t->overwrite->size(),
+                (long long)n);
+      d.overwrite = upload(cuda::encode(ct_, t->overwrite->data(), n), off);
+    }
+    if (t->record) {
+      d.record = base + off;
+      records_.push_back({t->record, d.record, n});
+      off += span(size_t(n) * es);
+    }
+  }
+  ARB_CUDA(cudaStreamSynchronize(stream_));
+  tapped = true;
+}
+
+/// stage_taps of the fused q/k norm + RoPE (+ attention): true when any is tapped.
+bool CudaBackend::stage_qk_taps(const AttentionTaps& t, int H, int Hkv, int Dh, cuda::QkRopeArgs& a) {
+  if (!t.q_norm && !t.k_norm && !t.q_rope && !t.k_rope) return false;
+  cuda::Tap dev[4];
+  stage_taps({{t.q_norm, int64_t(H) * Dh},
+              {t.k_norm, int64_t(Hkv) * Dh},
+              {t.q_rope, int64_t(H) * Dh},
+              {t.k_rope, int64_t(Hkv) * Dh}},
+             a.tapped, dev);
+  a.q_norm = dev[0], a.k_norm = dev[1], a.q_rope = dev[2], a.k_rope = dev[3];
+  return true;
+}
+
+/// The records of the latest stage_taps, as f64 into their StageTaps' vectors.
+void CudaBackend::collect_taps() {
+  ARB_CUDA(cudaStreamSynchronize(stream_));
+  for (const TapRecord& r : records_) {
+    std::vector<uint8_t> host(size_t(r.n) * cuda::elem_size(ct_));
+    ARB_CUDA(cudaMemcpyAsync(host.data(), r.dev, host.size(), cudaMemcpyDeviceToHost, stream_));
+    ARB_CUDA(cudaStreamSynchronize(stream_));
+    r.dst->resize(size_t(r.n));
+    row_to_f64(ct_, host.data(), r.dst->data(), r.n);
+  }
+  records_.clear();
+}
+
+}  // namespace arbiter

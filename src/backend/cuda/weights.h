@@ -1,0 +1,66 @@
+// Weights on the device: each host tensor uploaded once, on first use, in the compute type
+// (matrices, rows padded to a 16-byte stride; Q8_0 dequantised on the device) or in f32 (norm
+// scales and biases), keyed by the host tensor (address, shape, dtype and a sample of its
+// bytes, so a different model mapped at the same address is not mistaken for the old one).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/host_common.h"
+#include "core/tensor.h"
+
+namespace arbiter::cuda {
+
+/// Weight matrix on the device in the compute type, rows padded to a 16-byte stride.
+struct DevMat {
+  void* ptr = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+};
+/// 1-D weight (norm scale, bias) on the device in f32.
+struct DevVec {
+  float* ptr = nullptr;
+  int64_t n = 0;
+};
+
+class WeightCache {
+ public:
+  WeightCache(DType ct, cudaStream_t s) : ct_(ct), stream_(s) {}
+  ~WeightCache();
+  WeightCache(const WeightCache&) = delete;
+  WeightCache& operator=(const WeightCache&) = delete;
+
+  const DevMat& matrix(const Tensor& t);
+  const DevVec& vector(const Tensor& t);
+  /// A new model's weights: frees every other upload, uploads these (2-D as matrices, 1-D
+  /// as vectors) and gives back the staging block. No queued launch may still read an old one.
+  void prepare(const std::vector<const Tensor*>& weights);
+
+ private:
+  struct Key {
+    const void* data;
+    int64_t numel, cols;  // the shape too: two views of the same bytes are different matrices
+    DType dt;
+    uint64_t sample;
+    bool operator==(const Key& o) const {
+      return data == o.data && numel == o.numel && cols == o.cols && dt == o.dt &&
+             sample == o.sample;
+    }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  static Key key_of(const Tensor& t);
+  /// Copies a weight's bytes to the staging block (f64 is widened to f32 on the host first;
+  /// every other storage type is converted on the device); st: the type staged.
+  const void* upload_raw(const Tensor& t, DType& st);
+
+  DType ct_;
+  cudaStream_t stream_;
+  std::unordered_map<Key, DevMat, KeyHash> mats_;
+  std::unordered_map<Key, DevVec, KeyHash> vecs_;
+  DevBuf staging_;
+};
+
+}  // namespace arbiter::cuda
