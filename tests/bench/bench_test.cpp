@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/probes.h"
 #include "core/error.h"
 #include "engine/bench.h"
 #include "model/synth.h"
@@ -62,10 +63,10 @@ TEST(BenchWork, DecodeBytesPerTokenByHand) {
 }
 
 TEST(BenchProbes, ReturnPositiveNumbers) {
-  auto bw = measure_host_read_bandwidth(size_t(64) << 20, 2, 2);
+  auto bw = cpu::measure_host_read_bandwidth(size_t(64) << 20, 2, 2);
   ASSERT_EQ(bw.size(), 2u);
   for (double x : bw) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
-  auto g = measure_sgemm_gflops(256, 1, 2);
+  auto g = cpu::measure_sgemm_gflops(256, 1, 2);
   ASSERT_EQ(g.size(), 2u);
   for (double x : g) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
 }
