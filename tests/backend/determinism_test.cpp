@@ -7,7 +7,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
-#include "op_test_util.h"
+#include "tier_util.h"
 
 namespace arbiter::test {
 namespace {
@@ -17,10 +17,9 @@ using cpu::Isa;
 
 // Runs a fixed mix of ops on a fresh backend and returns all their outputs, concatenated.
 std::vector<double> run_mix(Backend& be, uint64_t seed) {
-  std::mt19937_64 rng(seed);
   std::vector<double> all;
-  auto keep = [&](const Buffer& b, int64_t n) {
-    std::vector<double> v = download(be, b, n);
+  auto keep = [&](const Buf& b) {
+    const std::vector<double> v = b.read();
     all.insert(all.end(), v.begin(), v.end());
   };
   struct M {
@@ -32,39 +31,31 @@ std::vector<double> run_mix(Backend& be, uint64_t seed) {
                     {37, 333, 300, DType::F16},   {64, 200, 512, DType::BF16},
                     {13, 65, 96, DType::Q8_0},    {5, 77, 64, DType::F32}};
   for (const M& m : mats) {
-    OwnedTensor w = make_weight(rng, m.dt, m.N, m.K);
-    Buffer x = upload(be, random_f32(rng, m.T * m.K)), out = be.alloc(m.T * m.N);
-    be.matmul(x, w.t, nullptr, m.T, out);
-    keep(out, m.T * m.N);
-    be.free(x);
-    be.free(out);
+    auto w = make_tensor("w", {m.N, m.K}, values(m.N * m.K, ++seed, 0.05, DType::F32), m.dt);
+    Buf x(be, values(m.T * m.K, ++seed, 1.0, DType::F32)), out(be, m.T * m.N);
+    be.matmul(x.b, w->t, nullptr, m.T, out.b);
+    keep(out);
   }
   {  // attention: prefill-shaped and decode-shaped
     const int H = 8, Hkv = 2, Dh = 64, ctx = 70;
-    Buffer kc = upload(be, random_f32(rng, ctx * Hkv * Dh));
-    Buffer vc = upload(be, random_f32(rng, ctx * Hkv * Dh));
+    Buf kc(be, values(ctx * Hkv * Dh, ++seed, 1.0, DType::F32));
+    Buf vc(be, values(ctx * Hkv * Dh, ++seed, 1.0, DType::F32));
     for (int T : {19, 1}) {
-      Buffer q = upload(be, random_f32(rng, T * H * Dh)), out = be.alloc(T * H * Dh);
-      be.attention(q, kc, vc, T, ctx - T, H, Hkv, Dh, 0, out);
-      keep(out, T * H * Dh);
-      be.free(q);
-      be.free(out);
+      Buf q(be, values(T * H * Dh, ++seed, 1.0, DType::F32)), out(be, T * H * Dh);
+      be.attention(q.b, kc.b, vc.b, T, ctx - T, H, Hkv, Dh, 0, out.b);
+      keep(out);
     }
-    be.free(kc);
-    be.free(vc);
   }
   {  // rmsnorm over many rows, swiglu and add over more than one parallel chunk
     const int R = 300, N = 2048;
-    OwnedTensor w = make_weight(rng, DType::BF16, 1, N);
-    Buffer x = upload(be, random_f32(rng, R * N, -3, 3)), out = be.alloc(R * N);
-    be.rmsnorm(x, w.t, R, N, 1e-5, out);
-    keep(out, R * N);
-    be.swiglu(x, out, R * N, out);
-    keep(out, R * N);
-    be.add(out, x, R * N);
-    keep(out, R * N);
-    be.free(x);
-    be.free(out);
+    auto w = make_tensor("norm", {N}, values(N, ++seed, 1.0, DType::F32), DType::BF16);
+    Buf x(be, values(R * N, ++seed, 1.5, DType::F32)), out(be, R * N);
+    be.rmsnorm(x.b, w->t, R, N, 1e-5, out.b);
+    keep(out);
+    be.swiglu(x.b, out.b, R * N, out.b);
+    keep(out);
+    be.add(out.b, x.b, R * N);
+    keep(out);
   }
   return all;
 }

@@ -1,0 +1,99 @@
+// rmsnorm_matmul (the fused norm + q/k/v GEMV, and the final norm + logits GEMV): against
+// ref; against the tier's own op-by-op composition (Backend::rmsnorm_matmul: rmsnorm, then
+// each matmul) bit for bit, as the fused kernels promise; and with stage taps, whose records
+// must be the composition's intermediates and whose overwrite of the normalised x must feed
+// the products exactly as in the composition. Shapes: the q/k/v form (rows of 1,024, 1,000
+// and 504 elements, segments of odd lengths), logits rows, a tiny model's, and T > 1.
+#include "tier_util.h"
+
+#include "backend/ref/ref_backend.h"
+
+namespace arbiter::test {
+namespace {
+
+struct Case {
+  int T, K;
+  std::vector<int> rows;  // one to three outputs
+  bool logits;
+};
+const std::vector<Case> kCases = {{1, 1024, {1001, 37, 3000}, false}, {1, 1000, {1001, 37, 3000}, false},
+                                  {1, 504, {512, 64, 64}, false},    {1, 64, {64, 32, 32}, false},
+                                  {1, 256, {20000}, true},           {1, 512, {9000}, true},
+                                  {3, 64, {128, 64, 64}, false}};
+
+struct Outcome {
+  std::vector<std::vector<double>> outs;
+  std::vector<std::vector<double>> records;  // norm, then each output
+};
+
+Outcome run(Backend& be, bool composed, const Case& c, const HostTensor& norm,
+        const std::vector<std::unique_ptr<HostTensor>>& W, const std::vector<double>& x,
+        TapSet* taps) {
+  Buf xb(be, x), xn(be, x.size());
+  std::vector<std::unique_ptr<Buf>> out;
+  std::vector<Backend::MatmulTarget> tg;
+  for (size_t i = 0; i < W.size(); ++i) {
+    out.push_back(std::make_unique<Buf>(be, int64_t(c.T) * c.rows[i], c.logits));
+    out.back()->poison();
+  }
+  for (size_t i = 0; i < W.size(); ++i)
+    tg.push_back({&W[i]->t, nullptr, &out[i]->b, taps ? (*taps)[i + 1] : nullptr});
+  const StageTap* nt = taps ? (*taps)[0] : nullptr;
+  if (composed)
+    be.Backend::rmsnorm_matmul(xb.b, norm.t, c.T, c.K, 1e-6, xn.b, nt, tg.data(), int(tg.size()));
+  else
+    be.rmsnorm_matmul(xb.b, norm.t, c.T, c.K, 1e-6, xn.b, nt, tg.data(), int(tg.size()));
+  Outcome r;
+  for (auto& o : out) r.outs.push_back(o->read());
+  if (taps) r.records = taps->records;
+  return r;
+}
+
+class RmsnormMatmul : public OpTest {};
+
+TEST_P(RmsnormMatmul, MatchesRefAndItsComposition) {
+  const OpTier& tier = GetParam();
+  ARB_TIER_OR_SKIP(be, tier);
+  auto ref = make_ref_backend();
+  const DType st = weight_types(tier).front();  // read exactly
+  uint64_t seed = 1300;
+  for (const Case& c : kCases) {
+    ++seed;
+    std::vector<double> nv = values(c.K, seed, 0.1, DType::F32);
+    for (double& w : nv) w += 1.0;
+    auto norm = make_tensor("norm", {c.K}, nv, DType::F32);
+    std::vector<std::unique_ptr<HostTensor>> W;
+    for (size_t i = 0; i < c.rows.size(); ++i)
+      W.push_back(make_tensor("W" + std::to_string(i), {c.rows[i], c.K},
+                              values(int64_t(c.rows[i]) * c.K, seed + 10 + i, 0.05, DType::F32), st));
+    const std::vector<double> x = values(int64_t(c.T) * c.K, seed + 1, 1.0, tier.compute);
+    const std::string what = strformat("T=%d K=%d outputs %zu%s", c.T, c.K, c.rows.size(),
+                                       c.logits ? " logits" : "");
+    const Outcome want = run(*ref, false, c, *norm, W, x, nullptr);
+    const Outcome fused = run(*be, false, c, *norm, W, x, nullptr);
+    const Outcome composed = run(*be, true, c, *norm, W, x, nullptr);
+    const DType out = c.logits ? DType::F32 : tier.compute;
+    for (size_t i = 0; i < W.size(); ++i) {
+      // The norm's sum of squares and each dot over K; x normalised, rounded, then multiplied.
+      check_close("rmsnorm_matmul", tier, what, seed, fused.outs[i], want.outs[i],
+                  nmse_bound(out, tier.compute, c.K, 5, 1));
+      check_exact("rmsnorm_matmul.composed", tier, what, seed, fused.outs[i], composed.outs[i]);
+    }
+    // Taps: the records are the composition's; an overwritten norm feeds every product.
+    TapSet tf(1 + W.size()), tc(1 + W.size());
+    const Outcome rf = run(*be, false, c, *norm, W, x, &tf), rc = run(*be, true, c, *norm, W, x, &tc);
+    for (size_t i = 0; i < rf.records.size(); ++i)
+      check_exact("rmsnorm_matmul.record", tier, what + " tap " + std::to_string(i), seed,
+                  rf.records[i], rc.records[i]);
+    std::vector<double> other = values(int64_t(c.T) * c.K, seed + 2, 1.0, tier.compute);
+    TapSet of(1 + W.size(), {&other}), oc(1 + W.size(), {&other});
+    const Outcome wf = run(*be, false, c, *norm, W, x, &of), wc = run(*be, true, c, *norm, W, x, &oc);
+    for (size_t i = 0; i < W.size(); ++i)
+      check_exact("rmsnorm_matmul.overwrite", tier, what, seed, wf.outs[i], wc.outs[i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, RmsnormMatmul, testing::ValuesIn(op_tiers()), op_tier_name);
+
+}  // namespace
+}  // namespace arbiter::test

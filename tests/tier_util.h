@@ -1,0 +1,130 @@
+// Tiers in tests: the op tests' harness (one case list per op, tests/ops/<op>_test.cpp, run on
+// every compiled tier against the f64 ref tier, as ggml's test-backend-ops runs one list on
+// every backend) and the helpers every tier-level test shares.
+// Tiers: cpu for each ISA compiled in and supported (scalar twin, AVX2, AVX-512; matmul also
+// with OpenBLAS), cuda in bf16, f16 and f32. A tier that cannot run here says SKIP with the
+// reason (ARBITER_REQUIRE_CUDA=1 turns a cuda SKIP into a failure).
+//
+// Inputs are seeded and drawn representable in the tier's compute type, so ref and the tier
+// see the same values; outputs are poisoned with NaN first (an unwritten element fails).
+// One tolerance rule for every op and tier (nmse_bound below), derived from the unit
+// roundoffs of core/dtype.h and the op's reduction length; every check prints one "NMSE" line
+// with the tier, case, seed, NMSE, bound and worst element.
+//
+// Adding a case: append a row to the op's case list. Adding an op: a file <op>_test.cpp with
+// its case list, a fixture named after the op (class Rope : public OpTest {}), its TEST_Ps and
+// an INSTANTIATE_TEST_SUITE_P over op_tiers().
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace arbiter::test {
+
+/// A tier an op test runs on.
+struct OpTier {
+  std::string name;  // "cpu_avx512", "cpu_avx512_blas", "cuda_bf16"
+  DType compute = DType::F32;
+  bool cuda = false;
+  std::function<std::unique_ptr<Backend>()> make;  // throws when the tier cannot start
+};
+/// Every compiled tier: cpu per ISA (its own GEMM), cuda bf16/f16/f32. with_blas adds cpu
+/// with OpenBLAS's GEMM per ISA (matmul's T > 1 cases).
+std::vector<OpTier> op_tiers(bool with_blas = false);
+std::string op_tier_name(const testing::TestParamInfo<OpTier>& info);
+
+/// The tier under test, or a SKIP with the reason (cuda without a device or not built).
+std::unique_ptr<Backend> make_or_skip(const OpTier& t, std::string& why);
+#define ARB_TIER_OR_SKIP(var, tier)                                                          \
+  std::unique_ptr<::arbiter::Backend> var;                                                   \
+  {                                                                                          \
+    std::string why_;                                                                        \
+    var = ::arbiter::test::make_or_skip(tier, why_);                                         \
+    if (!var) {                                                                              \
+      if (::arbiter::test::cuda_required())                                                  \
+        FAIL() << "ARBITER_REQUIRE_CUDA=1 but " << (tier).name << " is unavailable: " << why_; \
+      std::fprintf(stderr, "SKIP: %s (%s)\n", (tier).name.c_str(), why_.c_str());            \
+      GTEST_SKIP() << "SKIP: " << (tier).name << " (" << why_ << ")";                        \
+    }                                                                                        \
+  }
+bool cuda_required();
+
+class OpTest : public testing::TestWithParam<OpTier> {};
+
+/// n values ~ N(0, scale^2) rounded to `type`, from seed (drawn once per (n, seed): the same
+/// inputs go to every tier and storage type).
+std::vector<double> values(int64_t n, uint64_t seed, double scale, DType type);
+/// Rounds x to the nearest value of `type` (as a tier stores it).
+double round_to(DType type, double x);
+
+/// A weight with its own storage: `vals` stored as `storage` (Q8_0: ggml's scheme, d =
+/// max|x| / 127 per block of 32).
+struct HostTensor {
+  std::vector<uint8_t> bytes;
+  Tensor t;
+};
+std::unique_ptr<HostTensor> make_tensor(const std::string& name, std::vector<int64_t> shape,
+                                        const std::vector<double>& vals, DType storage);
+/// The weight storage types a tier's cases run: every type it reads exactly, and on cuda also
+/// Q8_0 and F32, which its upload rounds to the compute type.
+std::vector<DType> weight_types(const OpTier& t);
+/// Whether a tier reads weights of `storage` exactly (else each weight is rounded once).
+bool reads_exactly(DType storage, DType compute);
+
+/// A buffer freed with its backend.
+struct Buf {
+  Backend* be = nullptr;
+  Buffer b;
+  Buf(Backend& backend, int64_t n, bool logits = false);
+  Buf(Backend& backend, const std::vector<double>& v, bool logits = false);
+  ~Buf() { be->free(b); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  std::vector<double> read() const;
+  void poison();  // NaN everywhere
+};
+
+/// The NMSE bound of an op on a tier: 4 (1 + m) u_out^2 + 8 (n + c) u_acc^2, where u_out is
+/// the unit roundoff of the output's type, u_acc of the tier's accumulation (core/dtype.h
+/// Roundoff), n the reduction length, c the op's fixed roundings in the accumulation type (an
+/// exp, a division, a cos/sin), m the roundings to the storage type inside the op (a fused
+/// kernel's normalised x; a weight rounded on upload). Independent roundings add in the
+/// squared error (Higham ch. 2-4, the probabilistic reading): a sum of n terms in one f32
+/// chain has an NMSE near (n/2 + 1) u^2 / 3, and the factors 4 and 8 leave room for the few-
+/// fold fluctuation of an NMSE over few outputs. A real defect (one of 8,192 terms dropped:
+/// NMSE ~ 1/n) sits orders of magnitude above (DropOneTermIsCaught).
+double nmse_bound(DType out, DType compute, int64_t n, double c, int m = 0);
+
+/// Checks a tier's output against ref's: no non-finite (or unwritten) element, NMSE within
+/// bound. Prints the NMSE line.
+void check_close(const char* op, const OpTier& tier, const std::string& what, uint64_t seed,
+                 const std::vector<double>& got, const std::vector<double>& want, double bound);
+/// The same, bit for bit (gathers, copies, summaries).
+void check_exact(const char* op, const OpTier& tier, const std::string& what, uint64_t seed,
+                 const std::vector<double>& got, const std::vector<double>& want);
+
+}  // namespace arbiter::test
+
+namespace arbiter::test {
+
+/// Stage taps of a fused-op test (backend/tap.h): n taps, each recording into its own vector
+/// (and overwriting with `over[i]` when given).
+struct TapSet {
+  explicit TapSet(size_t n, const std::vector<const std::vector<double>*>& over = {});
+  std::vector<StageTap> taps;
+  std::vector<std::vector<double>> records;
+  const StageTap* operator[](size_t i) const { return &taps[i]; }
+};
+
+}  // namespace arbiter::test
