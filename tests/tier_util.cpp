@@ -162,6 +162,23 @@ double nmse_bound(DType out, DType compute, int64_t n, double c, int m) {
   return 4 * (1 + m) * uo * uo + 8 * (double(n) + c) * ua * ua;
 }
 
+double operand_rounding_nmse(DType to, const std::vector<double>& x, const std::vector<double>& w,
+                             int64_t T, int64_t N, int64_t K) {
+  double terms = 0, dots = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double dot = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = x[size_t(t * K + k)] * w[size_t(n * K + k)];
+        terms += p * p;
+        dot += p;
+      }
+      dots += dot * dot;
+    }
+  const double u = unit_roundoff(to);
+  return dots > 0 ? 4 * u * u * terms / dots : 0;
+}
+
 void check_close(const char* op, const OpTier& tier, const std::string& what, uint64_t seed,
                  const std::vector<double>& got, const std::vector<double>& want, double bound) {
   ASSERT_EQ(got.size(), want.size()) << op << " " << what;

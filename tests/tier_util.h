@@ -99,12 +99,20 @@ struct Buf {
 /// the unit roundoff of the output's type, u_acc of the tier's accumulation (core/dtype.h
 /// Roundoff), n the reduction length, c the op's fixed roundings in the accumulation type (an
 /// exp, a division, a cos/sin), m the roundings to the storage type inside the op (a fused
-/// kernel's normalised x; a weight rounded on upload). Independent roundings add in the
+/// kernel's normalised x, where the op's rows are long enough to average). Independent roundings add in the
 /// squared error (Higham ch. 2-4, the probabilistic reading): a sum of n terms in one f32
 /// chain has an NMSE near (n/2 + 1) u^2 / 3, and the factors 4 and 8 leave room for the few-
 /// fold fluctuation of an NMSE over few outputs. A real defect (one of 8,192 terms dropped:
 /// NMSE ~ 1/n) sits orders of magnitude above (DropOneTermIsCaught).
 double nmse_bound(DType out, DType compute, int64_t n, double c, int m = 0);
+
+/// The NMSE a product x[T, K] @ w[N, K]^T gets from one operand rounded, term by term, to
+/// `to` (a weight rounded on upload, the normalised x before the logits GEMV): 4 u^2 kappa,
+/// kappa = sum (x w)^2 / sum (x . w)^2 over every term and row. kappa is near 1 over many
+/// rows of random signs, but one short row that cancels (N = 1, K = 32) magnifies the
+/// terms' rounding far beyond its own rounding: nmse_bound's per-output term cannot cover it.
+double operand_rounding_nmse(DType to, const std::vector<double>& x, const std::vector<double>& w,
+                             int64_t T, int64_t N, int64_t K);
 
 /// Checks a tier's output against ref's: no non-finite (or unwritten) element, NMSE within
 /// bound. Prints the NMSE line.
