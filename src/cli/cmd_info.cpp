@@ -72,10 +72,9 @@ int cmd_info(int argc, char** argv) {
                          {"original_max_pos", c.rope.scaling.original_max_pos}};
     j["rope_layout"] = c.rope.layout == RopeLayout::Half ? "half" : "adjacent";
     j["norm_eps"] = c.norm_eps;
-    j["qkv_bias"] = c.qkv_bias;
-    j["qk_norm"] = c.qk_norm;
     j["tied_embeddings"] = c.tied_embeddings;
-    j["sliding_window"] = c.sliding_window;
+    const nlohmann::ordered_json fields = m->arch->describe(c);
+    for (const auto& [k, v] : fields.items()) j[k] = v;
     j["weight_dtype"] = dtype_name(m->weight_dtype);
     j["tensor_dtypes"] = dtypes;
     j["n_params"] = m->n_params;
@@ -103,8 +102,11 @@ int cmd_info(int argc, char** argv) {
                 c.rope.scaling.high_freq_factor, (long long)c.rope.scaling.original_max_pos);
   std::printf(" layout=%s\n", c.rope.layout == RopeLayout::Half ? "half" : "adjacent");
   std::printf("norm_eps      %.9g\n", c.norm_eps);
-  std::printf("flags         qkv_bias=%s qk_norm=%s tied=%s window=%d\n", c.qkv_bias ? "yes" : "no",
-              c.qk_norm ? "yes" : "no", c.tied_embeddings ? "yes" : "no", c.sliding_window);
+  std::string flags = std::string("tied_embeddings=") + (c.tied_embeddings ? "yes" : "no");
+  const nlohmann::ordered_json fields = m->arch->describe(c);
+  for (const auto& [k, v] : fields.items())
+    flags += " " + k + "=" + (v.is_boolean() ? (v.get<bool>() ? "yes" : "no") : v.dump());
+  std::printf("flags         %s\n", flags.c_str());
   std::printf("weight_dtype  %s (tensors: %s)\n", dtype_name(m->weight_dtype), dt.c_str());
   std::printf("params        %lld\n", (long long)m->n_params);
   std::printf("sha256        %s\n", m->weights_sha256.c_str());

@@ -187,33 +187,9 @@ BenchStat bench_stat(const std::vector<double>& xs) {
 }
 
 double decode_bytes_per_token(const Model& m, double ctx, int kv_elem_bytes, double* weights) {
-  // Every weight is read once per token, but the embedding table: one row of it.
-  double w = 0;
-  for (const TensorSpec& s : m.weights.specs) {
-    const Tensor& t = m.weights.at(s);
-    if (t.empty()) continue;
-    w += std::string(s.family) == "embed" ? double(t.nbytes()) / double(std::max<int64_t>(t.rows(), 1))
-                                          : double(t.nbytes());
-  }
-  const ModelConfig& c = m.config;
-  const double window_ctx = c.sliding_window > 0 ? std::min<double>(ctx, c.sliding_window) : ctx;
-  const double kv = 2.0 * c.n_layer * window_ctx * double(c.n_head_kv) * c.head_dim * kv_elem_bytes;
+  const double w = m.arch->weight_bytes_per_token(m);
   if (weights) *weights = w;
-  return w + kv;
-}
-
-double forward_flops_per_token(const ModelConfig& c, int T, int pos0) {
-  const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim, Hk = double(c.n_head_kv) * c.head_dim;
-  const double per_layer = D * Hq + 2 * D * Hk + Hq * D + 3 * D * F;
-  const double matmul = 2.0 * (c.n_layer * per_layer + double(c.vocab) * D);
-  double ctx_sum = 0;  // keys attended, summed over the T tokens
-  for (int t = 0; t < T; ++t) {
-    double ctx = double(pos0) + t + 1;
-    if (c.sliding_window > 0) ctx = std::min<double>(ctx, c.sliding_window);
-    ctx_sum += ctx;
-  }
-  const double attn = 4.0 * c.n_layer * Hq * ctx_sum / std::max(T, 1);  // QK^T and PV
-  return matmul + attn;
+  return w + m.arch->state_bytes_per_token(m.config, ctx, kv_elem_bytes);
 }
 
 BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
@@ -325,7 +301,7 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   };
 
   const double dbytes = decode_bytes_per_token(m, Dp + (N + 1) / 2.0, kv_elem);
-  const double pflops = forward_flops_per_token(c, P, Dp);
+  const double pflops = m.arch->flops_per_token(c, P, Dp);
   std::vector<double> dfrac, pfrac;
 
   say(strformat("warm-up: pp%d, tg%d", P, std::min(N, 8)));
@@ -378,7 +354,7 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   r.decode_weight_bytes = wbytes;
   r.decode_kv_bytes = r.decode_bytes_per_token - wbytes;
   r.decode_achieved_gbs = r.tg_tok_s.median * r.decode_bytes_per_token / 1e9;
-  r.prefill_flops_per_token = forward_flops_per_token(c, P, Dp);
+  r.prefill_flops_per_token = m.arch->flops_per_token(c, P, Dp);
   r.prefill_achieved_gflops = r.pp_tok_s.median * r.prefill_flops_per_token / 1e9;
   if (!r.bandwidth_gbs.empty()) {
     r.decode_limit_tok_s = r.bandwidth_gbs.median * 1e9 / r.decode_bytes_per_token;

@@ -103,13 +103,10 @@ struct BenchReport {
   std::vector<BenchTrace> traces;
 };
 
-/// Bytes one decode step at context ctx reads: weights (every matrix, bias and norm the
-/// step uses, the output matrix once even when tied, one embedding row) and the K/V rows
-/// attended over, at kv_elem_bytes per cached element. weight part in *weights if given.
+/// Bytes one decode step at context ctx reads: weights and per-sequence state, as the
+/// model's architecture counts them (model/arch.h), at kv_elem_bytes per cached element.
+/// The weight part in *weights if given. FLOPs: Arch::flops_per_token.
 double decode_bytes_per_token(const Model& m, double ctx, int kv_elem_bytes, double* weights = nullptr);
-/// Mean FLOPs per token of a causal forward of T tokens after pos0 cached ones:
-/// 2 x (matmul weights incl. the output matrix) + 4 H Dh min(ctx, window) per layer.
-double forward_flops_per_token(const ModelConfig& c, int T, int pos0);
 
 /// Runs pp, tg and the limit probes on a loaded model and a tier. Throws arbiter::Error on
 /// bad options (P or N < 1, reps < 1, depth < 0). Trace timing lives above the engine

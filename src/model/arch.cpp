@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/model.h"
 
 namespace arbiter {
 
@@ -22,6 +23,18 @@ std::string supported_archs() {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
+}
+
+double Arch::weight_bytes_per_token(const Model& m) const {
+  // A tied output matrix is read whole by the lm_head, besides its embedding row.
+  double w = 0;
+  for (const TensorSpec& s : m.weights.specs) {
+    const Tensor& t = m.weights.at(s);
+    if (t.empty()) continue;
+    w += std::string(s.family) == "embed" ? double(t.nbytes()) / double(std::max<int64_t>(t.rows(), 1))
+                                          : double(t.nbytes());
+  }
+  return w;
 }
 
 std::vector<std::string> all_stage_names() {

@@ -81,6 +81,18 @@ class Arch {
   /// How RoPE pairs the rows of RoPE'd projections in this family's GGUF files (llama.cpp's
   /// converter permutes llama/mistral q/k rows into adjacent pairs; synth writes them so).
   virtual RopeLayout gguf_rope_layout(const std::string& config_name) const = 0;
+
+  /// The family's own config fields, by name, as `info` prints them ({"qk_norm": true, ...}).
+  virtual nlohmann::ordered_json describe(const ModelConfig& c) const = 0;
+
+  /// bench's work model (engine/bench.h). Weight bytes one decode step reads (default:
+  /// every distinct tensor once, one row of the embedding table).
+  virtual double weight_bytes_per_token(const Model& m) const;
+  /// Bytes of per-sequence state one decode step at context ctx reads (the K/V rows it
+  /// attends over), at elem_bytes per cached element.
+  virtual double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const = 0;
+  /// Mean FLOPs per token of a causal forward of T tokens after pos0 cached ones.
+  virtual double flops_per_token(const ModelConfig& c, int T, int pos0) const = 0;
 };
 
 /// Every registered family (model/archs/registry.cpp), in order.

@@ -34,16 +34,19 @@ TEST(BenchStat, MeanSdMedian) {
 
 TEST(BenchWork, FlopsPerTokenByHand) {
   ModelConfig c;  // the tiny preset: L 2, D 64, H 4, Hkv 2, Dh 16, F 192, V 512
+  auto flops = [](const ModelConfig& c, int T, int pos0) {
+    return arch_of("llama").flops_per_token(c, T, pos0);
+  };
   c.n_layer = 2, c.d_model = 64, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.d_ff = 192, c.vocab = 512;
   // Matmuls: per layer q 64*64 + k,v 2*32*64 + o 64*64 + MLP 3*64*192 = 49,152; x2 layers
   // + output 512*64 = 131,072 MACs = 262,144 FLOPs. Attention, T = 4 from position 0: keys
   // 1+2+3+4 = 10, 4 FLOPs per (query, key, head dim) over H*Dh = 64: 4*2*64*10/4 = 1,280.
-  EXPECT_DOUBLE_EQ(forward_flops_per_token(c, 4, 0), 262144.0 + 1280.0);
+  EXPECT_DOUBLE_EQ(flops(c, 4, 0), 262144.0 + 1280.0);
   // From position 10: keys 11..14 = 50 -> 4*2*64*50/4 = 6,400.
-  EXPECT_DOUBLE_EQ(forward_flops_per_token(c, 4, 10), 262144.0 + 6400.0);
+  EXPECT_DOUBLE_EQ(flops(c, 4, 10), 262144.0 + 6400.0);
   // A sliding window of 2 caps keys at 2: 1+2+2+2 = 7 -> 896.
   c.sliding_window = 2;
-  EXPECT_DOUBLE_EQ(forward_flops_per_token(c, 4, 0), 262144.0 + 896.0);
+  EXPECT_DOUBLE_EQ(flops(c, 4, 0), 262144.0 + 896.0);
 }
 
 TEST(BenchWork, DecodeBytesPerTokenByHand) {

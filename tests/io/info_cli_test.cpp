@@ -23,7 +23,10 @@ TEST(InfoCli, TinyStories656k) {
       << r.out;
   EXPECT_NE(r.out.find("rope          theta=10000 scaling=none layout=half\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("norm_eps      1e-06\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("tied=yes"), std::string::npos) << r.out;
+  // Tied (config.json tie_word_embeddings), then the llama family's own fields.
+  EXPECT_NE(r.out.find("flags         tied_embeddings=yes qkv_bias=no qk_norm=no sliding_window=0\n"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("weight_dtype  bf16"), std::string::npos) << r.out;
   const std::string sha = test::published_sha("TinyStories-656K/model.safetensors");
   EXPECT_EQ(sha.size(), 64u) << "models/SHA256SUMS lists no TinyStories-656K/model.safetensors";
@@ -54,6 +57,8 @@ TEST(InfoCli, Stories260kJson) {
   EXPECT_EQ(j["vocab"], 512);
   EXPECT_EQ(j["rope_theta"], 10000.0);
   EXPECT_EQ(j["rope_layout"], "adjacent");
+  EXPECT_EQ(j["qk_norm"], false);
+  EXPECT_EQ(j["sliding_window"], 0);
   EXPECT_EQ(j["weight_dtype"], "f32");
   EXPECT_EQ(j["tensor_dtypes"]["f32"], 48);
   EXPECT_EQ(j["tokenizer"]["vocab"], 512);

@@ -5,6 +5,7 @@
 // The members differ by flags: q/k/v biases (qwen2, llama attention_bias), per-head q/k
 // RMSNorm before RoPE (qwen3), a sliding window (mistral; qwen2/qwen3 when every layer
 // slides), Llama 3 RoPE scaling, and GGUF's Q/K rows in adjacent RoPE pairs (llama, mistral).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -362,6 +363,26 @@ class Llama final : public Arch {
     return name == "llama" || name == "mistral" ? RopeLayout::Adjacent : RopeLayout::Half;
   }
 
+  nlohmann::ordered_json describe(const ModelConfig& c) const override {
+    return {{"qkv_bias", c.qkv_bias}, {"qk_norm", c.qk_norm}, {"sliding_window", c.sliding_window}};
+  }
+
+  // K and V of every layer, over the window's keys.
+  double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const override {
+    return 2.0 * c.n_layer * attended(c, ctx) * double(c.n_head_kv) * c.head_dim * elem_bytes;
+  }
+
+  // 2 x (matmul weights incl. the output matrix) + 4 H Dh keys per layer (QK^T and PV).
+  double flops_per_token(const ModelConfig& c, int T, int pos0) const override {
+    const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim;
+    const double Hk = double(c.n_head_kv) * c.head_dim;
+    const double per_layer = D * Hq + 2 * D * Hk + Hq * D + 3 * D * F;
+    const double matmul = 2.0 * (c.n_layer * per_layer + double(c.vocab) * D);
+    double keys = 0;  // keys attended, summed over the T tokens
+    for (int t = 0; t < T; ++t) keys += attended(c, double(pos0) + t + 1);
+    return matmul + 4.0 * c.n_layer * Hq * keys / std::max(T, 1);
+  }
+
   void gguf_metadata(const ModelConfig& c, GgufWriter& g) const override {
     const std::string a = c.arch + ".";
     g.add_u32(a + "embedding_length", uint32_t(c.d_model));
@@ -377,6 +398,10 @@ class Llama final : public Arch {
   }
 
  private:
+  static double attended(const ModelConfig& c, double ctx) {
+    return c.sliding_window > 0 ? std::min<double>(ctx, c.sliding_window) : ctx;
+  }
+
   static int gguf_positive(const GgufFile& g, const std::string& key, int64_t dflt = -1) {
     const int64_t v = dflt >= 0 ? g.get_int(key, dflt) : g.get_int(key);
     if (v <= 0 || v > std::numeric_limits<int>::max())
