@@ -84,7 +84,7 @@ void Server::start() {
     } else {
       res.set_content(R"({"status":"ok"})", "application/json");
     }
-    I.metrics.request(req.path, res.status);
+    I.metrics.request(req.path, res.status == -1 ? 200 : res.status);
   });
   http_->Get("/metrics", [&I](const httplib::Request& req, httplib::Response& res) {
     Scheduler::Stats st = I.sched && I.ready ? I.sched->stats() : Scheduler::Stats{};
@@ -123,7 +123,7 @@ void Server::start() {
       } catch (const Error& e) {
         send_error(res, {400, e.what(), "", ""});
       }
-      I.metrics.request(req.path, res.status);
+      I.metrics.request(req.path, res.status == -1 ? 200 : res.status);  // httplib sets 200 later
     };
   };
   http_->Get("/v1/models", api(nullptr));
