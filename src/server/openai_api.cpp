@@ -54,7 +54,7 @@ struct GenParams {
   bool ids_as_strings = false;  // vLLM's return_tokens_as_token_ids
 };
 
-GenParams parse_common(const json& b, int max_tokens_dflt, const ServerOptions& opt, int ctx) {
+GenParams parse_common(const json& b, int max_tokens_dflt, int ctx) {
   for (const char* k : {"suffix", "logit_bias", "response_format", "guided_json", "guided_regex", "grammar"})
     if (present(b, k) && !(b[k].is_object() && b[k].empty()) &&
         !(std::string(k) == "response_format" && b[k].is_object() && b[k].value("type", "") == "text"))
@@ -89,7 +89,6 @@ GenParams parse_common(const json& b, int max_tokens_dflt, const ServerOptions& 
     p.include_usage = get_bool(b["stream_options"], "include_usage", false);
   }
   p.ids_as_strings = get_bool(b, "return_tokens_as_token_ids", false);
-  (void)opt;
   return p;
 }
 
@@ -322,7 +321,7 @@ void check_model(const json& b, const Server::Impl& I) {
 void Server::Impl::completions(const json& b, const httplib::Request&, httplib::Response& res, Clock::time_point t0) {
   check_model(b, *this);
   const Tokenizer& tok = *model->tokenizer;
-  GenParams p = parse_common(b, 16, opt, sched->max_ctx());
+  GenParams p = parse_common(b, 16, sched->max_ctx());
   const int logprobs = present(b, "logprobs") ? int(get_int(b, "logprobs", 0, 0, opt.max_logprobs)) : -1;
   p.top_logprobs = logprobs;
   const bool echo = get_bool(b, "echo", false);
@@ -441,7 +440,7 @@ void Server::Impl::chat(const json& b, const httplib::Request&, httplib::Respons
         "--chat-template FILE, or use /v1/completions", "messages");
   json body = b;
   if (present(b, "max_completion_tokens")) body["max_tokens"] = b["max_completion_tokens"];
-  GenParams p = parse_common(body, -1, opt, sched->max_ctx());
+  GenParams p = parse_common(body, -1, sched->max_ctx());
   if (!present(body, "max_tokens")) p.max_tokens = -1;  // until EOS or the context is full
   if (get_bool(b, "logprobs", false)) p.top_logprobs = int(get_int(b, "top_logprobs", 0, 0, opt.max_logprobs));
   else if (present(b, "top_logprobs")) bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");

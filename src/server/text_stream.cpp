@@ -5,16 +5,15 @@
 namespace arbiter::server {
 
 std::string StopTextStream::release(bool final) {
-  size_t first = std::string::npos, len = 0;
+  size_t first = std::string::npos;  // the earliest stop string wins
   for (const std::string& s : stops_) {
     size_t p = s.empty() ? std::string::npos : held_.find(s);
-    if (p < first) first = p, len = s.size();
+    first = std::min(first, p);
   }
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = held_.substr(0, first);
     held_.clear();
-    (void)len;
     return out;
   }
   size_t keep = 0;  // the longest tail of held_ that starts some stop string

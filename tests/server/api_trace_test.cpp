@@ -120,6 +120,17 @@ TEST(ApiTrace, EqualsTheInProcessTraceAndJudgesAFault) {
   auto cmp = test::run_cli("compare " + dir + "/ref.tsv " + dir + "/api.tsv");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.out;
 
+  // A matrix arm can be the endpoint: the matrix traces it through the API and judges it.
+  test::write_file(dir + "/spec.toml", "question = \"Does the served engine compute the model?\"\n"
+                                       "corpus = \"" + kCorpus + "\"\nmodels = [\"" + kModel + "\"]\n"
+                                       "shapes = [\"w1\"]\nreference = \"ref\"\ncandidates = [\"served\"]\n"
+                                       "[chunks]\nw1 = 8\n[arms.ref]\ndevice = \"ref\"\n"
+                                       "[arms.served]\nendpoint = \"" + ep + "\"\nmodel = \"TinyStories-656K\"\n"
+                                       "dtype = \"f64\"\n");
+  auto mx = test::run_cli("matrix run " + dir + "/spec.toml -o " + dir + "/matrix");
+  EXPECT_EQ(mx.exit_code, 0) << mx.out << mx.err;
+  EXPECT_NE(test::read_file(dir + "/matrix/report.md").find(ep), std::string::npos);
+
   // The same API trace of a server with a fault: the drift gate (compute stated f64) fails it.
   ServerProcess bad = serve("api_trace_bad", "--inject op=down,layer=1,scale=1.5");
   ASSERT_GT(bad.port(), 0) << bad.log();
