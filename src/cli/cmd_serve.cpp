@@ -14,7 +14,7 @@ namespace arbiter::cli {
 static int cmd_serve(int argc, char** argv) {
   auto vopts = model_value_opts();
   vopts.insert(vopts.end(), {"--host", "--port", "--api-key", "--parallel", "-c|--ctx", "--queue", "--alias",
-                             "--chat-template", "--max-body", "--http-threads"});
+                             "--chat-template", "--max-body", "--http-threads", "--max-logprobs"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"-h|--help"});
   Args a("serve", vopts, fopts);
@@ -24,6 +24,7 @@ static int cmd_serve(int argc, char** argv) {
                  "usage: arbiter serve -m MODEL [--device ref|cpu|cuda[:N]] [--dtype D] [-t N] [--inject SPEC]\n"
                  "       [--host 127.0.0.1] [--port 8080 (0: any free)] [--api-key KEY] [--parallel 1] [-c|--ctx N]\n"
                  "       [--queue 64] [--alias NAME] [--chat-template FILE] [--max-body BYTES] [--http-threads N]\n"
+                 "       [--max-logprobs 20 (the largest top-N a request may ask for)]\n"
                  "endpoints: GET /health /v1/models /metrics, POST /v1/completions /v1/chat/completions (docs/serve.md)\n");
     return 0;
   }
@@ -41,6 +42,8 @@ static int cmd_serve(int argc, char** argv) {
   ARB_CHECK(max_body >= 1024, "[cli] serve: --max-body %lld must be >= 1024", (long long)max_body);
   so.max_body = size_t(max_body);
   so.http_threads = int(a.integer("http-threads", parallel + queue + 8));
+  so.max_logprobs = int(a.integer("max-logprobs", 20));
+  ARB_CHECK(so.max_logprobs >= 0 && so.max_logprobs <= 1 << 20, "[cli] serve: --max-logprobs must be in [0, 1048576]");
   ARB_CHECK(so.http_threads >= 2, "[cli] serve: --http-threads must be >= 2");
   std::string model_path = a.str("model");
   while (model_path.size() > 1 && model_path.back() == '/') model_path.pop_back();

@@ -15,7 +15,7 @@ static int cmd_trace(int argc, char** argv) {
   auto vopts = model_value_opts();
   vopts.insert(vopts.end(), {"--corpus", "--shape", "--chunk", "--chunks", "--prefill", "--start",
                              "--topk", "-o|--out", "--full-logits", "--endpoint", "--tokenizer", "--api-key",
-                             "--compute"});
+                             "--compute", "--api-mode", "--api-top"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"--quiet", "-h|--help"});
   Args a("trace", vopts, fopts);
@@ -28,6 +28,7 @@ static int cmd_trace(int argc, char** argv) {
                  " [--mix SPEC] -o OUT.tsv [--full-logits OUT.bin] [--stats] [--quiet]\n"
                  "       arbiter trace --endpoint http://HOST:PORT --model NAME --tokenizer MODEL [--api-key K]"
                  " [--compute f64|f32|bf16|f16]\n"
+                 "         [--api-mode echo|next] [--api-top N]\n"
                  "         --corpus FILE --shape ... [--topk K] -o OUT.tsv\n"
                  "         (through an OpenAI-compatible /v1/completions with echo + logprobs; MODEL: the local\n"
                  "          checkpoint the endpoint serves, for its tokenizer and identity; docs/serve.md)\n");
@@ -65,8 +66,8 @@ static int cmd_trace(int argc, char** argv) {
   // A --mix ablation is part of what was measured: record it (`# mix` header line).
   if (a.has("mix")) opt.extra_header.emplace_back("mix", parse_mix(a.str("mix")).text());
 
-  ARB_CHECK(a.has("endpoint") || !a.has("compute"), "[cli] trace: --compute states an endpoint's dtype; "
-            "a local run's comes from --device/--dtype");
+  for (const char* k : {"compute", "api-mode", "api-top", "api-key", "tokenizer"})
+    ARB_CHECK(a.has("endpoint") || !a.has(k), "[cli] trace: --%s applies to --endpoint only", k);
   if (a.has("endpoint")) {
     for (const char* k : {"device", "dtype", "threads", "inject", "mix", "full-logits"})
       ARB_CHECK(!a.has(k), "[cli] trace: --%s does not apply to --endpoint (the serving engine decides)", k);
@@ -76,6 +77,9 @@ static int cmd_trace(int argc, char** argv) {
     api.api_model = a.str("model");
     api.api_key = a.str("api-key", "");
     api.compute = a.str("compute", "");
+    api.mode = a.str("api-mode", "echo");
+    api.top = int(a.integer("api-top", 0));
+    ARB_CHECK(api.top >= 0, "[cli] trace: --api-top must be >= 0");
     ARB_CHECK(api.compute.empty() || api.compute == "f64" || api.compute == "f32" || api.compute == "bf16" ||
                   api.compute == "f16",
               "[cli] trace: --compute '%s': expected f64, f32, bf16 or f16", api.compute.c_str());

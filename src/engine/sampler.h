@@ -12,8 +12,8 @@ struct SamplerParams {
   double temperature = 0.0;  // 0: greedy (argmax, ties to the lower id)
   int top_k = 0;             // 0: no limit
   double top_p = 1.0;        // nucleus mass in (0, 1]
-  double min_p = 0.0;        // drop candidates below min_p x the best one's probability
   uint64_t seed = 0;
+  double min_p = 0.0;        // drop candidates below min_p x the best one's probability
 };
 
 /// Penalties on tokens already seen (vLLM's conventions, which the OpenAI API documents):

@@ -4,6 +4,7 @@
 // it, and a fault injected into the server is caught through the API. A llama-server,
 // where PEERS.md's build exists, is traced and judged against ref the same way (else SKIP).
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -63,10 +64,12 @@ class ServerProcess {
     return status_;
   }
   std::string log() const { return test::read_file(log_); }
-  /// Waits (at most 60 s) until the log matches re: the model is loaded.
-  bool wait_for(const std::regex& re) const {
-    for (int i = 0; i < 600; ++i) {
-      if (std::regex_search(log(), re)) return true;
+  /// Waits (at most 120 s) until GET /health answers 200: the model is loaded (arbiter serve
+  /// and llama-server both answer 503 while loading).
+  bool wait_healthy() const {
+    httplib::Client cli("127.0.0.1", port_);
+    for (int i = 0; i < 1200 && port_ > 0; ++i) {
+      if (auto r = cli.Get("/health"); r && r->status == 200) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return false;
@@ -90,7 +93,7 @@ TEST(ApiTrace, EqualsTheInProcessTraceAndJudgesAFault) {
   const std::string dir = test::temp_dir("api_trace");
   ServerProcess srv = serve("api_trace_srv", "");
   ASSERT_GT(srv.port(), 0) << srv.log();
-  ASSERT_TRUE(srv.wait_for(std::regex(R"(\[serve\] ready)"))) << srv.log();
+  ASSERT_TRUE(srv.wait_healthy()) << srv.log();
   const std::string ep = "http://127.0.0.1:" + std::to_string(srv.port());
   auto api = test::run_cli("trace --endpoint " + ep + " --model TinyStories-656K --tokenizer " + kModel +
                            " --compute f64 --corpus " + kCorpus + " " + kShape + " -o " + dir + "/api.tsv --quiet");
@@ -134,7 +137,7 @@ TEST(ApiTrace, EqualsTheInProcessTraceAndJudgesAFault) {
   // The same API trace of a server with a fault: the drift gate (compute stated f64) fails it.
   ServerProcess bad = serve("api_trace_bad", "--inject op=down,layer=1,scale=1.5");
   ASSERT_GT(bad.port(), 0) << bad.log();
-  ASSERT_TRUE(bad.wait_for(std::regex(R"(\[serve\] ready)"))) << bad.log();
+  ASSERT_TRUE(bad.wait_healthy()) << bad.log();
   auto fault = test::run_cli("trace --endpoint http://127.0.0.1:" + std::to_string(bad.port()) +
                              " --model TinyStories-656K --tokenizer " + kModel + " --compute f64 --corpus " + kCorpus +
                              " " + kShape + " -o " + dir + "/bad.tsv --quiet");
@@ -142,6 +145,39 @@ TEST(ApiTrace, EqualsTheInProcessTraceAndJudgesAFault) {
   auto cmp_bad = test::run_cli("compare " + dir + "/ref.tsv " + dir + "/bad.tsv");
   EXPECT_EQ(cmp_bad.exit_code, 1) << cmp_bad.out;
   EXPECT_EQ(bad.stop(), 0) << bad.log();
+  EXPECT_EQ(srv.stop(), 0) << srv.log();
+}
+
+// --api-mode next (for servers without echo): one request per position; through arbiter
+// serve it must give the in-process trace too (the whole 2048 vocabulary asked for, so
+// every target is among the top logprobs).
+TEST(ApiTrace, NextTokenModeEqualsTheInProcessTrace) {
+  const std::string dir = test::temp_dir("api_next");
+  ServerProcess srv = serve("api_next_srv", "--max-logprobs 2048");
+  ASSERT_GT(srv.port(), 0) << srv.log();
+  ASSERT_TRUE(srv.wait_healthy()) << srv.log();
+  const std::string shape = "--chunk 4 --chunks 2 --prefill 8";
+  auto api = test::run_cli("trace --endpoint http://127.0.0.1:" + std::to_string(srv.port()) +
+                           " --model TinyStories-656K --tokenizer " + kModel + " --api-mode next --api-top 2048 --corpus " +
+                           kCorpus + " " + shape + " -o " + dir + "/api.tsv --quiet");
+  ASSERT_EQ(api.exit_code, 0) << api.err;
+  auto ref = test::run_cli("trace -m " + kModel + " --device ref --corpus " + kCorpus + " " + shape + " -o " + dir +
+                           "/ref.tsv --quiet");
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const verify::Trace A = verify::read_trace(dir + "/api.tsv"), R = verify::read_trace(dir + "/ref.tsv");
+  ASSERT_EQ(A.rows.size(), 8u);
+  ASSERT_EQ(A.rows.size(), R.rows.size());
+  for (size_t i = 0; i < A.rows.size(); ++i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    EXPECT_EQ(A.rows[i].target, R.rows[i].target);
+    EXPECT_EQ(A.rows[i].top_ids, R.rows[i].top_ids);
+    EXPECT_NEAR(A.rows[i].nll, R.rows[i].nll, 1e-8 * std::max(1.0, std::fabs(R.rows[i].nll)));
+  }
+  auto few = test::run_cli("trace --endpoint http://127.0.0.1:" + std::to_string(srv.port()) +
+                           " --model TinyStories-656K --tokenizer " + kModel + " --api-mode next --topk 1 --corpus " +
+                           kCorpus + " " + shape + " -o " + dir + "/few.tsv --quiet");
+  EXPECT_EQ(few.exit_code, 1) << "a target outside the top-1 cannot be scored";
+  EXPECT_NE(few.err.find("is not among the 1 top logprobs"), std::string::npos) << few.err;
   EXPECT_EQ(srv.stop(), 0) << srv.log();
 }
 
@@ -158,21 +194,24 @@ TEST(ApiTrace, RefusesWhatAnEndpointCannotDo) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/x.tsv"));
 }
 
-// llama.cpp's server (../shared/PEERS.md), when built there: traced through its API and
-// judged against ref. Its GGUF of this model is not shipped, so it needs one beside it.
+// llama.cpp's server (../shared/PEERS.md), where it is built: the shipped stories260K GGUF
+// served by it, traced through its API (it has no echo: --api-mode next, the whole 512-token
+// vocabulary asked for) and judged against arbiter's ref tier.
 TEST(ApiTrace, LlamaServerJudgedAgainstRef) {
-  const std::string peer = test::shared_path("peers/llama.cpp/build/bin/llama-server");
+  const char* env = std::getenv("ARBITER_LLAMA_SERVER");
+  const std::string peer = env && *env ? env : test::shared_path("peers/llama.cpp/build/bin/llama-server");
   if (peer.empty() || !std::filesystem::exists(peer))
-    GTEST_SKIP() << "SKIP: llama-server not built (../shared/PEERS.md: peers/llama.cpp/build/bin/llama-server)";
+    GTEST_SKIP() << "SKIP: llama-server not built ($ARBITER_LLAMA_SERVER, or ../shared/PEERS.md's "
+                    "peers/llama.cpp/build/bin/llama-server)";
   const std::string gguf = test::source_path("models/stories260K/stories260K.gguf");
   const std::string dir = test::temp_dir("api_trace_llama");
   std::vector<std::string> argv = {peer, "-m", gguf, "--host", "127.0.0.1", "--port", "0", "-c", "256"};
   ServerProcess srv(argv, dir + "/llama.log", std::regex(R"(listening on http://127\.0\.0\.1:(\d+))"));
   ASSERT_GT(srv.port(), 0) << srv.log();
-  ASSERT_TRUE(srv.wait_for(std::regex("starting the main loop"))) << srv.log();
+  ASSERT_TRUE(srv.wait_healthy()) << srv.log();
   auto api = test::run_cli("trace --endpoint http://127.0.0.1:" + std::to_string(srv.port()) + " --model stories260K" +
-                           " --tokenizer " + gguf + " --compute f32 --corpus " + kCorpus + " " + kShape + " --topk 4 -o " +
-                           dir + "/llama.tsv --quiet");
+                           " --tokenizer " + gguf + " --compute f32 --api-mode next --api-top 512 --corpus " + kCorpus +
+                           " " + kShape + " --topk 4 -o " + dir + "/llama.tsv --quiet");
   ASSERT_EQ(api.exit_code, 0) << api.err;
   auto ref = test::run_cli("trace -m " + gguf + " --device ref --corpus " + kCorpus + " " + kShape + " --topk 4 -o " +
                            dir + "/ref.tsv --quiet");

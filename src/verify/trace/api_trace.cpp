@@ -92,7 +92,7 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
   h.fallbacks = -1;
   h.inject = "none";
   h.extra.emplace_back("logits", "logprobs");
-  h.extra.emplace_back("api", "endpoint\t" + opt.endpoint + "\tmodel\t" + opt.api_model);
+  h.extra.emplace_back("api", "endpoint\t" + opt.endpoint + "\tmodel\t" + opt.api_model + "\tmode\t" + opt.mode);
 
   httplib::Client cli(url.origin);
   const auto secs = std::chrono::duration<double>(opt.timeout_s);
@@ -105,17 +105,39 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
   std::unique_ptr<TextIds> text_ids;  // built on the first reply keyed by text
   int64_t ambiguous = 0;
   bool ids_returned = true;
-  std::vector<TraceRow> rows;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int c = 0; c < C; ++c) {
-    const int64_t b = chunk_begin(sh, c);
-    std::vector<int32_t> ids;
-    if (bos >= 0) ids.push_back(bos);
-    ids.insert(ids.end(), corpus.begin() + (b - P), corpus.begin() + b + W + 1);
-    // max_tokens 1, not 0: some servers refuse 0; the generated token is ignored.
-    const json req = {{"model", opt.api_model}, {"prompt", ids}, {"max_tokens", 1}, {"temperature", 0},
-                      {"echo", true}, {"logprobs", K}, {"return_tokens_as_token_ids", true}};
-    const std::string where = strformat("[api] %s chunk %d", opt.endpoint.c_str(), c);
+  // A token as the reply names it: "token_id:N" (return_tokens_as_token_ids), an "id" field
+  // (llama.cpp), else its text mapped back through the tokenizer. -1: unknown text.
+  auto to_id = [&](const std::string& key) -> int32_t {
+    if (key.rfind("token_id:", 0) == 0) return int32_t(std::stol(key.substr(9)));
+    ids_returned = false;
+    if (!text_ids) text_ids = std::make_unique<TextIds>(*m.tokenizer);
+    auto it = text_ids->id.find(key);
+    if (it == text_ids->id.end()) return -1;
+    ambiguous += text_ids->n[key] > 1;
+    return it->second;
+  };
+  // One reply's top list: a completions-shape dict {text: logprob}, or llama.cpp's list of
+  // {id, token, logprob}; sorted descending, ties to the lower id.
+  auto top_list = [&](const json& top) {
+    std::vector<std::pair<int32_t, double>> cand;
+    if (top.is_object()) {
+      for (const auto& [key, v] : top.items()) {
+        const int32_t id = to_id(key);
+        if (id >= 0 && v.is_number()) cand.emplace_back(id, v.get<double>());
+      }
+    } else if (top.is_array()) {
+      for (const json& e : top)
+        if (e.is_object() && e.contains("logprob") && e["logprob"].is_number())
+          cand.emplace_back(e.contains("id") && e["id"].is_number_integer() ? e["id"].get<int32_t>()
+                                                                             : to_id(e.value("token", "")),
+                            e["logprob"].get<double>());
+    }
+    std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
+      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    });
+    return cand;
+  };
+  auto post = [&](const json& req, const std::string& where) {
     auto res = cli.Post(url.path, headers, req.dump(), "application/json");
     ARB_CHECK(res, "%s: no answer (%s)", where.c_str(), httplib::to_string(res.error()).c_str());
     if (res->status != 200) {
@@ -126,68 +148,88 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
       }
       throw Error(strformat("%s: HTTP %d: %s", where.c_str(), res->status, msg.c_str()));
     }
-    json lp;
     try {
-      lp = json::parse(res->body).at("choices").at(0).at("logprobs");
+      return json::parse(res->body).at("choices").at(0).at("logprobs");
     } catch (const json::exception& e) {
       throw Error(strformat("%s: reply has no choices[0].logprobs (%s)", where.c_str(), e.what()));
     }
-    ARB_CHECK(lp.is_object() && lp["token_logprobs"].is_array() && lp["top_logprobs"].is_array() &&
-                  lp["tokens"].is_array() && lp["token_logprobs"].size() >= ids.size(),
-              "%s: reply's logprobs cover %zu tokens, the prompt has %zu (does the server support echo?)",
-              where.c_str(), lp.value("token_logprobs", json::array()).size(), ids.size());
-    auto to_id = [&](const std::string& key, bool& ok) -> int32_t {
-      ok = true;
-      if (key.rfind("token_id:", 0) == 0) return int32_t(std::stol(key.substr(9)));
-      ids_returned = false;
-      if (!text_ids) text_ids = std::make_unique<TextIds>(*m.tokenizer);
-      auto it = text_ids->id.find(key);
-      if (it == text_ids->id.end()) {
-        ok = false;
-        return -1;
-      }
-      ambiguous += text_ids->n[key] > 1;
-      return it->second;
-    };
+  };
+  const bool next_mode = opt.mode == "next";
+  ARB_CHECK(next_mode || opt.mode == "echo", "[api] --api-mode '%s': expected echo or next", opt.mode.c_str());
+  const int ask = std::max(K, opt.top);  // how many top logprobs each request asks for
+  std::vector<TraceRow> rows;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < C; ++c) {
+    const int64_t b = chunk_begin(sh, c);
+    std::vector<int32_t> ids;
+    if (bos >= 0) ids.push_back(bos);
+    ids.insert(ids.end(), corpus.begin() + (b - P), corpus.begin() + b + W + 1);
     const size_t first = ids.size() - size_t(W);  // prompt index of the chunk's first target
+    // echo: the whole chunk in one request, its prompt tokens scored. next: one request per
+    // position, the prefix before the target, the next token's distribution. max_tokens 1,
+    // not 0: some servers refuse 0; the generated token is ignored.
+    json lp;
+    if (!next_mode) {
+      const std::string where = strformat("[api] %s chunk %d", opt.endpoint.c_str(), c);
+      lp = post({{"model", opt.api_model}, {"prompt", ids}, {"max_tokens", 1}, {"temperature", 0}, {"echo", true},
+                 {"logprobs", ask}, {"return_tokens_as_token_ids", true}}, where);
+      ARB_CHECK(lp.is_object() && lp.contains("token_logprobs") && lp["token_logprobs"].is_array() &&
+                    lp["token_logprobs"].size() >= ids.size() && lp["top_logprobs"].is_array(),
+                "%s: the reply scores no prompt tokens (the server does not support echo: use --api-mode next)",
+                where.c_str());
+    }
     for (int p = 0; p < W; ++p) {
       const size_t i = first + size_t(p);
-      const json& tl = lp["token_logprobs"][i];
-      const json& top = lp["top_logprobs"][i];
-      ARB_CHECK(tl.is_number() && top.is_object(), "%s pos %d: no logprob for prompt token %zu", where.c_str(), p, i);
-      bool ok = true;
-      if (lp["tokens"][i].is_string()) {
-        const int32_t echoed = to_id(lp["tokens"][i].get<std::string>(), ok);
-        ARB_CHECK(!ok || echoed == ids[i] || !ids_returned,
-                  "%s pos %d: the server echoed token %d where %d was sent (did it re-tokenize?)", where.c_str(), p,
-                  echoed, ids[i]);
-      }
+      const std::string where = strformat("[api] %s chunk %d pos %d", opt.endpoint.c_str(), c, p);
       std::vector<std::pair<int32_t, double>> cand;
-      for (const auto& [key, v] : top.items()) {
-        const int32_t id = to_id(key, ok);
-        if (ok && v.is_number()) cand.emplace_back(id, v.get<double>());
+      double target_lp = NAN;
+      if (!next_mode) {
+        const json& tl = lp["token_logprobs"][i];
+        ARB_CHECK(tl.is_number(), "%s: no logprob for prompt token %zu", where.c_str(), i);
+        if (lp.contains("tokens") && lp["tokens"].is_array() && lp["tokens"][i].is_string()) {
+          const int32_t echoed = to_id(lp["tokens"][i].get<std::string>());
+          ARB_CHECK(echoed < 0 || echoed == ids[i] || !ids_returned,
+                    "%s: the server echoed token %d where %d was sent (did it re-tokenize?)", where.c_str(), echoed,
+                    ids[i]);
+        }
+        target_lp = tl.get<double>();
+        cand = top_list(lp["top_logprobs"][i]);
+      } else {
+        const std::vector<int32_t> prefix(ids.begin(), ids.begin() + long(i));
+        const json r = post({{"model", opt.api_model}, {"prompt", prefix}, {"max_tokens", 1}, {"temperature", 0},
+                             {"logprobs", ask}, {"return_tokens_as_token_ids", true}}, where);
+        // completions shape: top_logprobs[0]; llama.cpp's: content[0].top_logprobs
+        const json* top = nullptr;
+        if (r.contains("top_logprobs") && r["top_logprobs"].is_array() && !r["top_logprobs"].empty())
+          top = &r["top_logprobs"][0];
+        else if (r.contains("content") && r["content"].is_array() && !r["content"].empty() &&
+                 r["content"][0].contains("top_logprobs"))
+          top = &r["content"][0]["top_logprobs"];
+        ARB_CHECK(top, "%s: the reply has no top logprobs for the next token", where.c_str());
+        cand = top_list(*top);
+        for (const auto& [id, l] : cand)
+          if (id == ids[i]) target_lp = l;
+        ARB_CHECK(std::isfinite(target_lp),
+                  "%s: target %d is not among the %zu top logprobs returned (ask for more with --api-top)",
+                  where.c_str(), ids[i], cand.size());
       }
-      std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
-        return a.second > b.second || (a.second == b.second && a.first < b.first);
-      });
-      ARB_CHECK(int(cand.size()) >= K, "%s pos %d: the server returned %zu top logprobs, --topk is %d", where.c_str(),
-                p, cand.size(), K);
+      ARB_CHECK(int(cand.size()) >= K, "%s: the server returned %zu top logprobs, --topk is %d", where.c_str(),
+                cand.size(), K);
       TraceRow r;
       r.chunk = c;
       r.pos = p;
       r.abs_pos = b + p + 1;
       r.target = ids[i];
-      r.target_logit = tl.get<double>();
+      r.target_logit = target_lp;
       r.lse = 0;
-      r.nll = -r.target_logit;
+      r.nll = -target_lp;
       for (int k = 0; k < K; ++k) {
         r.top_ids.push_back(cand[size_t(k)].first);
         r.top_logits.push_back(cand[size_t(k)].second);
       }
       rows.push_back(std::move(r));
     }
-    if (to.progress)
-      std::fprintf(stderr, "\r[api] %d/%d chunks", c + 1, C);
+    if (to.progress) std::fprintf(stderr, "\r[api] %d/%d chunks", c + 1, C);
   }
   if (to.progress) std::fprintf(stderr, "\n");
   h.extra.emplace_back("api_limits", strformat("lse\tunknown (rows hold log-probabilities, lse 0)\ttopk\t%d of the API's "

@@ -1,6 +1,7 @@
 // Teacher-forced traces through an OpenAI-compatible API (`trace --endpoint`): each chunk
 // of the trace shape goes to POST /v1/completions as token ids with echo and logprobs, and
-// the prompt tokens' log-probabilities come back. Any engine that serves the API (vLLM,
+// the prompt tokens' log-probabilities come back (or, for servers without echo, one request
+// per position asks for the next token's top logprobs). Any engine that serves the API (vLLM,
 // llama.cpp's llama-server, arbiter serve) can so be judged against the ref tier without
 // its source.
 //
@@ -25,6 +26,11 @@ struct ApiTraceOptions {
   double timeout_s = 600;  // per request
   std::string compute;     // the serving engine's compute dtype as the user states it ("" unknown:
                            // compare's drift gate is then not applied)
+  /// "echo": one request per chunk, the prompt tokens scored (vLLM, arbiter serve). "next":
+  /// one request per position, the prefix only, the next token's top logprobs (servers
+  /// without echo, e.g. llama.cpp's); the target must then be among them.
+  std::string mode = "echo";
+  int top = 0;             // top logprobs to ask for (at least --topk)
   TraceRunOptions trace;   // shape, topk, corpus, output, header extras
 };
 
