@@ -92,30 +92,16 @@ void Server::start() {
     I.metrics.request(req.path, 200);
   });
 
-  // The guard every /v1 endpoint passes: readiness, the key, a JSON object body.
-  using Handler = void (Impl::*)(const json&, const httplib::Request&, httplib::Response&, Clock::time_point);
-  auto api = [&I](Handler h) {
-    return [&I, h](const httplib::Request& req, httplib::Response& res) {
+  // The guard every /v1 endpoint passes: the key, readiness; errors become OpenAI's JSON.
+  using Body = std::function<void(const httplib::Request&, httplib::Response&, Clock::time_point)>;
+  auto api = [&I](Body body) {
+    return [&I, body](const httplib::Request& req, httplib::Response& res) {
       const auto t0 = Clock::now();
       try {
         if (!I.opt.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + I.opt.api_key)
           throw ApiError{401, "invalid or missing API key (Authorization: Bearer KEY)", "", "invalid_api_key"};
         if (!I.ready) throw ApiError{503, "loading model", "", ""};
-        json body;
-        if (h) {
-          try {
-            body = json::parse(req.body);
-          } catch (const json::exception& ex) {
-            throw ApiError{400, std::string("request body is not valid JSON: ") + ex.what(), "", ""};
-          }
-          if (!body.is_object()) throw ApiError{400, "request body must be a JSON object", "", ""};
-          (I.*h)(body, req, res, t0);
-        } else {
-          json data = json::array();
-          data.push_back({{"id", I.opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "arbiter"},
-                          {"max_model_len", I.sched->max_ctx()}});
-          res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
-        }
+        body(req, res, t0);
       } catch (const ApiError& e) {
         send_error(res, e);
       } catch (const jinja::RaiseError& e) {
@@ -126,9 +112,28 @@ void Server::start() {
       I.metrics.request(req.path, res.status == -1 ? 200 : res.status);  // httplib sets 200 later
     };
   };
-  http_->Get("/v1/models", api(nullptr));
-  http_->Post("/v1/completions", api(&Impl::completions));
-  http_->Post("/v1/chat/completions", api(&Impl::chat));
+  // The generation endpoints take a JSON object.
+  using Generate = void (Impl::*)(const json&, const httplib::Request&, httplib::Response&, Clock::time_point);
+  auto with_json = [&I](Generate g) {
+    return [&I, g](const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
+      json body;
+      try {
+        body = json::parse(req.body);
+      } catch (const json::exception& ex) {
+        throw ApiError{400, std::string("request body is not valid JSON: ") + ex.what(), "", ""};
+      }
+      if (!body.is_object()) throw ApiError{400, "request body must be a JSON object", "", ""};
+      (I.*g)(body, req, res, t0);
+    };
+  };
+  http_->Get("/v1/models", api([&I](const httplib::Request&, httplib::Response& res, Clock::time_point) {
+    json data = json::array();
+    data.push_back({{"id", I.opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "arbiter"},
+                    {"max_model_len", I.sched->max_ctx()}});
+    res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
+  }));
+  http_->Post("/v1/completions", api(with_json(&Impl::completions)));
+  http_->Post("/v1/chat/completions", api(with_json(&Impl::chat)));
 
   port_ = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
   ARB_CHECK(port_ > 0, "[serve] cannot listen on %s:%d (in use, or not an address of this machine)", opt_.host.c_str(),
