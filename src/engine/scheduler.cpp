@@ -101,7 +101,8 @@ class TimeSliceScheduler : public Scheduler {
     auto stream = std::make_shared<SeqStream>();
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (int(queue_.size()) >= queue_max_ && free_.size() <= queue_.size()) return nullptr;
+      // Queued sequences that free slots will take at once do not count as waiting.
+      if (int(queue_.size()) - int(free_.size()) >= queue_max_) return nullptr;
       queue_.push_back({std::move(r), stream});
     }
     cv_.notify_all();
