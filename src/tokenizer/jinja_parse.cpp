@@ -42,7 +42,7 @@ class Lexer {
       }
       strip_next = trim_next = false;
       if (tag == src_.size()) {
-        emit_text(text, p);
+        emit_text(text);
         break;
       }
       const char kind = src_[tag + 1];  // '{', '%' or '#'
@@ -52,7 +52,7 @@ class Lexer {
       } else if (mod != '+' && kind != '{' && at_line_start(tag)) {
         while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.pop_back();
       }
-      emit_text(text, p);
+      emit_text(text);
       line_ += count_lines(p, tag);
       p = tag + 2 + ((mod == '-' || mod == '+') ? 1 : 0);
       bool end_strip = false;
@@ -101,9 +101,8 @@ class Lexer {
     return k == 0 || src_[k - 1] == '\n';
   }
 
-  void emit_text(const std::string& text, size_t at) {
+  void emit_text(const std::string& text) {
     if (!text.empty()) out_.push_back({T::Text, text, line_});
-    (void)at;
   }
 
   // Tokens of one {{ }} or {% %} tag from p; returns the position after its closer.
@@ -710,9 +709,6 @@ class Parser {
         ++i_;
         NodeP f = node(Node::Kind::Filter);
         f->name = expect_name();
-        while (is_op(".")) {  // dotted filter names are not a thing we have, but report well
-          fail("unknown filter '" + f->name + ".'");
-        }
         f->a.push_back(std::move(n));
         if (is_op("(")) parse_call_args(*f);
         n = std::move(f);
