@@ -54,6 +54,9 @@ void Server::start() {
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   http_->set_payload_max_length(opt_.max_body);
   http_->set_keep_alive_max_count(100);
+  // Tokens stream as small writes: TCP_NODELAY sends each at once instead of holding it
+  // until the client acknowledges the previous one (Nagle's algorithm).
+  http_->set_tcp_nodelay(true);
 
   // Every status >= 400 without a body (httplib's own 404 and 413) gets OpenAI's error JSON.
   http_->set_error_handler([&I](const httplib::Request& req, httplib::Response& res) {
