@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/gguf_write.h"
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja.h"
@@ -138,6 +139,19 @@ TEST(ChatTemplateLoad, FromTokenizerConfigAndChatTemplateJinja) {
   EXPECT_EQ(load_chat_template(tmp, *tok)->render(ojson::array(), true), "J<|end_story|>");
   test::write_file(tmp + "/chat_template.jinja", "{% if %}");
   EXPECT_THROW(load_chat_template(tmp, *tok), Error);
+
+  // A GGUF file's tokenizer.chat_template.
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("tokenizer.chat_template", "G{{ messages | length }}{{ bos_token }}");
+  w.write(tmp + "/t.gguf");
+  auto g = load_chat_template(tmp + "/t.gguf", *tok);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->render(ojson::parse(R"([{"role": "user", "content": "hi"}])"), true), "G1<|start_story|>");
+  GgufWriter none;
+  none.add_string("general.architecture", "llama");
+  none.write(tmp + "/none.gguf");
+  EXPECT_EQ(load_chat_template(tmp + "/none.gguf", *tok), nullptr);
 }
 
 }  // namespace
