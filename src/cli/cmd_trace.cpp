@@ -5,6 +5,7 @@
 #include "backend/mix.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "verify/trace/api_trace.h"
 #include "verify/trace/host_info.h"
 #include "verify/trace/trace_run.h"
 
@@ -13,7 +14,8 @@ namespace arbiter::cli {
 static int cmd_trace(int argc, char** argv) {
   auto vopts = model_value_opts();
   vopts.insert(vopts.end(), {"--corpus", "--shape", "--chunk", "--chunks", "--prefill", "--start",
-                             "--topk", "-o|--out", "--full-logits"});
+                             "--topk", "-o|--out", "--full-logits", "--endpoint", "--tokenizer", "--api-key",
+                             "--compute", "--api-mode", "--api-top"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"--quiet", "-h|--help"});
   Args a("trace", vopts, fopts);
@@ -23,7 +25,13 @@ static int cmd_trace(int argc, char** argv) {
                  "usage: arbiter trace -m MODEL --corpus FILE (--shape w1|w1ctx512|w8|w256|w8ctx1536"
                  " [--chunks C] | --chunk W --chunks C [--prefill P] [--start S])\n"
                  "       [--topk K] [--device ref|cpu|cuda[:N]] [--dtype D] [-t N] [--inject SPEC]"
-                 " [--mix SPEC] -o OUT.tsv [--full-logits OUT.bin] [--stats] [--quiet]\n");
+                 " [--mix SPEC] -o OUT.tsv [--full-logits OUT.bin] [--stats] [--quiet]\n"
+                 "       arbiter trace --endpoint http://HOST:PORT --model NAME --tokenizer MODEL [--api-key K]"
+                 " [--compute f64|f32|bf16|f16]\n"
+                 "         [--api-mode echo|next] [--api-top N]\n"
+                 "         --corpus FILE --shape ... [--topk K] -o OUT.tsv\n"
+                 "         (through an OpenAI-compatible /v1/completions with echo + logprobs; MODEL: the local\n"
+                 "          checkpoint the endpoint serves, for its tokenizer and identity; docs/serve.md)\n");
     return 0;
   }
   verify::TraceRunOptions opt;
@@ -58,6 +66,31 @@ static int cmd_trace(int argc, char** argv) {
   // A --mix ablation is part of what was measured: record it (`# mix` header line).
   if (a.has("mix")) opt.extra_header.emplace_back("mix", parse_mix(a.str("mix")).text());
 
+  for (const char* k : {"compute", "api-mode", "api-top", "api-key", "tokenizer"})
+    ARB_CHECK(a.has("endpoint") || !a.has(k), "[cli] trace: --%s applies to --endpoint only", k);
+  if (a.has("endpoint")) {
+    for (const char* k : {"device", "dtype", "threads", "inject", "mix", "full-logits"})
+      ARB_CHECK(!a.has(k), "[cli] trace: --%s does not apply to --endpoint (the serving engine decides)", k);
+    ARB_CHECK(!a.flag("stats"), "[cli] trace: --stats does not apply to --endpoint");
+    verify::ApiTraceOptions api;
+    api.endpoint = a.str("endpoint");
+    api.api_model = a.str("model");
+    api.api_key = a.str("api-key", "");
+    api.compute = a.str("compute", "");
+    api.mode = a.str("api-mode", "echo");
+    api.top = int(a.integer("api-top", 0));
+    ARB_CHECK(api.top >= 0, "[cli] trace: --api-top must be >= 0");
+    ARB_CHECK(api.compute.empty() || api.compute == "f64" || api.compute == "f32" || api.compute == "bf16" ||
+                  api.compute == "f16",
+              "[cli] trace: --compute '%s': expected f64, f32, bf16 or f16", api.compute.c_str());
+    opt.model_path = a.str("tokenizer");
+    api.trace = opt;
+    std::unique_ptr<Model> m = load_model(opt.model_path);
+    verify::TraceRunResult r = verify::run_api_trace(*m, api);
+    std::fprintf(stderr, "[trace] wrote %s: %lld rows through %s in %.2f s\n", opt.out_path.c_str(), (long long)r.rows,
+                 api.endpoint.c_str(), r.elapsed_s);
+    return r.nonfinite > 0 ? 1 : 0;
+  }
   ModelRun run = open_model_run(a);
   const int bos_rows = run.model->tokenizer->bos_id() >= 0 ? 1 : 0;
   const int W = opt.shape.chunk_tokens, ctx = opt.shape.prefill + bos_rows + W;

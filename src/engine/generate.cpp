@@ -13,9 +13,11 @@ static double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_max,
                         Sampler& sampler, const std::vector<int32_t>& stop_ids,
-                        const std::function<void(int32_t)>& on_token) {
+                        const std::function<void(int32_t)>& on_token, const PenaltyParams& penalties) {
   ARB_CHECK(!prompt.empty(), "[generate] empty prompt (and the tokenizer adds no BOS)");
-  ARB_CHECK(n_max >= 0, "[generate] -n %d must be >= 0", n_max);
+  ARB_CHECK(int(prompt.size()) < s.max_ctx() || n_max == 0,
+            "[generate] prompt (%zu tokens) leaves no room in the context (%d)", prompt.size(), s.max_ctx());
+  if (n_max < 0) n_max = s.max_ctx() - int(prompt.size());
   ARB_CHECK(int(prompt.size()) + n_max <= s.max_ctx(),
             "[generate] prompt (%zu tokens) + %d new tokens exceed the context (%d)",
             prompt.size(), n_max, s.max_ctx());
@@ -31,10 +33,16 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_ma
   // host looks at the token, so the tier never waits for the host; the step after a stop
   // token runs for nothing. Sampling with a top-k takes the row's top-k from summarize (the
   // same candidates in the same order, so the same tokens); without one it needs the row.
-  const bool greedy = sampler.params().temperature == 0;
+  const bool greedy = sampler.params().temperature == 0 && !penalties.active();
   const int top_k = sampler.params().top_k;
-  const bool top_on_tier = top_k > 0 && top_k <= std::min(kMaxSummaryTopK, s.model().config.vocab);
+  const bool top_on_tier =
+      top_k > 0 && top_k <= std::min(kMaxSummaryTopK, s.model().config.vocab) && !penalties.active();
   auto sample = [&] {
+    if (penalties.active()) {
+      std::vector<double> row = s.logits(s.last_T() - 1);
+      apply_penalties(penalties, prompt, r.tokens, row);
+      return sampler.sample(row);
+    }
     if (!top_on_tier) return sampler.sample(s.logits(s.last_T() - 1));
     const LogitsSummary row = s.summarize(top_k, std::vector<int32_t>(size_t(s.last_T()), -1)).back();
     return sampler.sample_top(row.top_ids, row.top_logits);

@@ -15,10 +15,13 @@ struct GenerateResult {
   double prefill_s = 0, decode_s = 0;
 };
 
-/// Generates up to n_max tokens after prompt (which must be non-empty). on_token is called
-/// for each generated id as it comes (for streaming). Stops at any of stop_ids.
+/// Generates up to n_max tokens after prompt (which must be non-empty); n_max < 0: until a
+/// stop id or the context is full. on_token is called for each generated id as it comes
+/// (for streaming). Stops at any of stop_ids. Penalties, when active, are applied to each
+/// row (the row then comes to the host).
 GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_max,
                         Sampler& sampler, const std::vector<int32_t>& stop_ids,
-                        const std::function<void(int32_t)>& on_token);
+                        const std::function<void(int32_t)>& on_token,
+                        const PenaltyParams& penalties = {});
 
 }  // namespace arbiter

@@ -21,8 +21,9 @@ bool ranks_before(double a, int32_t ia, double b, int32_t ib) {
 }
 
 /// The draw among the n best candidates ids[0..n), best first, logit(i) the logit of ids[i]:
-/// softmax at the temperature, top-p cut (the smallest prefix whose mass reaches p),
-/// renormalise, one uniform number from rng. NaN logits get no mass; when the best logit is
+/// softmax at the temperature, top-p cut (the smallest prefix whose mass reaches p), min-p
+/// cut (candidates below min_p x the best one's probability, as llama.cpp and vLLM define
+/// it), renormalise, one uniform number from rng. NaN logits get no mass; when the best logit is
 /// infinite, the candidates equal to it share the draw.
 template <class Logit>
 int32_t draw(const SamplerParams& p, std::mt19937_64& rng, const int32_t* ids, Logit logit, int n) {
@@ -45,6 +46,7 @@ int32_t draw(const SamplerParams& p, std::mt19937_64& rng, const int32_t* ids, L
       break;
     }
   }
+  while (keep > 1 && prob[size_t(keep - 1)] < p.min_p * prob[0]) --keep;  // prob[0] is the best
   while (keep > 1 && prob[size_t(keep - 1)] == 0) --keep;  // the fallback below has mass
   double kept = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
   double r = std::uniform_real_distribution<double>(0.0, kept)(rng);
@@ -111,6 +113,33 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
             "[sampler] temperature %g must be >= 0", p.temperature);
   ARB_CHECK(p.top_k >= 0, "[sampler] top-k %d must be >= 0", p.top_k);
   ARB_CHECK(p.top_p > 0 && p.top_p <= 1, "[sampler] top-p %g must be in (0, 1]", p.top_p);
+  ARB_CHECK(p.min_p >= 0 && p.min_p <= 1, "[sampler] min-p %g must be in [0, 1]", p.min_p);
+}
+
+void check_penalties(const PenaltyParams& p) {
+  ARB_CHECK(p.repeat > 0 && std::isfinite(p.repeat), "[sampler] repeat penalty %g must be > 0", p.repeat);
+  ARB_CHECK(p.presence >= -2 && p.presence <= 2, "[sampler] presence penalty %g must be in [-2, 2]", p.presence);
+  ARB_CHECK(p.frequency >= -2 && p.frequency <= 2, "[sampler] frequency penalty %g must be in [-2, 2]",
+            p.frequency);
+}
+
+void apply_penalties(const PenaltyParams& p, const std::vector<int32_t>& prompt,
+                     const std::vector<int32_t>& generated, std::vector<double>& logits) {
+  const int32_t V = int32_t(logits.size());
+  std::vector<int32_t> count(size_t(V), 0);
+  std::vector<bool> seen(size_t(V), false);
+  for (int32_t id : prompt)
+    if (id >= 0 && id < V) seen[size_t(id)] = true;
+  for (int32_t id : generated)
+    if (id >= 0 && id < V) {
+      seen[size_t(id)] = true;
+      ++count[size_t(id)];
+    }
+  for (int32_t v = 0; v < V; ++v) {
+    double& l = logits[size_t(v)];
+    if (seen[size_t(v)] && p.repeat != 1.0) l = l > 0 ? l / p.repeat : l * p.repeat;
+    if (count[size_t(v)] > 0) l -= p.presence + p.frequency * count[size_t(v)];
+  }
 }
 
 int32_t Sampler::sample(const std::vector<double>& logits) {

@@ -1,5 +1,6 @@
-// Token sampling: greedy at temperature 0, else temperature + top-k + top-p with a seeded
-// generator (the same seed gives the same tokens on the same logits).
+// Token sampling: greedy at temperature 0, else temperature + top-k + top-p + min-p with a
+// seeded generator (the same seed gives the same tokens on the same logits); repetition,
+// presence and frequency penalties applied to a row before it is sampled.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -12,7 +13,24 @@ struct SamplerParams {
   int top_k = 0;             // 0: no limit
   double top_p = 1.0;        // nucleus mass in (0, 1]
   uint64_t seed = 0;
+  double min_p = 0.0;        // drop candidates below min_p x the best one's probability
 };
+
+/// Penalties on tokens already seen (vLLM's conventions, which the OpenAI API documents):
+/// presence and frequency over the generated tokens (logit -= presence if seen, -= frequency
+/// x count), repetition over prompt and generated tokens (CTRL, arXiv:1909.05858: a positive
+/// logit divided by it, a negative one multiplied).
+struct PenaltyParams {
+  double repeat = 1.0;     // 1: off
+  double presence = 0.0;   // 0: off
+  double frequency = 0.0;  // 0: off
+  bool active() const { return repeat != 1.0 || presence != 0.0 || frequency != 0.0; }
+};
+/// Throws arbiter::Error on out-of-range values (repeat must be > 0, the others in [-2, 2]).
+void check_penalties(const PenaltyParams& p);
+/// Applies p to logits [V] in place; prompt and generated are the ids so far.
+void apply_penalties(const PenaltyParams& p, const std::vector<int32_t>& prompt,
+                     const std::vector<int32_t>& generated, std::vector<double>& logits);
 
 /// Every id of the row in the sampler's candidate order: the larger logit first, -0 equal
 /// to +0, NaN after every number, ties to the lower id (the order of a stable sort by logit).

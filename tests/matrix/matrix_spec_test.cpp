@@ -158,6 +158,36 @@ struct BadCase {
   const char* problem;  // must appear in the message
 };
 
+TEST(MatrixSpec, EndpointArmTracesThroughTheApi) {
+  MatrixSpec spec = parse_matrix_spec_text(
+      edit("device = \"cuda:1\"\ndtype = \"f16\"", "endpoint = \"http://127.0.0.1:8080\"\nmodel = \"tiny\"\ndtype = \"bf16\""),
+      "spec.toml");
+  const MatrixArm& gpu = spec.arm("gpu");
+  EXPECT_TRUE(gpu.is_endpoint());
+  EXPECT_FALSE(gpu.is_gpu());
+  EXPECT_EQ(gpu.compute(), "bf16");
+  EXPECT_EQ(gpu.device, "api:http://127.0.0.1:8080");
+  for (const MatrixTrace& t : matrix_traces(spec)) {
+    if (t.arm != "gpu") continue;
+    std::string args;
+    for (const auto& a : matrix_trace_args(spec, t)) args += a + " ";
+    EXPECT_NE(args.find("-m tiny "), std::string::npos) << args;
+    EXPECT_NE(args.find("--tokenizer " + spec.models[t.model] + " --endpoint http://127.0.0.1:8080 --topk 4 --compute bf16"),
+              std::string::npos) << args;
+    EXPECT_EQ(args.find("--device"), std::string::npos) << args;
+    TraceHeader h;
+    h.model_path = spec.models[t.model];
+    h.corpus_path = spec.corpus;
+    h.set_shape(spec.shapes[t.shape].shape, spec.topk);
+    h.device = "api:http://127.0.0.1:8080";
+    h.compute = "bf16";
+    h.inject = "none";
+    EXPECT_EQ(matrix_trace_mismatch(spec, t, h, "", ""), "");
+    h.compute = "";
+    EXPECT_NE(matrix_trace_mismatch(spec, t, h, "", "").find("compute"), std::string::npos);
+  }
+}
+
 TEST(MatrixSpec, BadInputsNameFileKeyAndProblem) {
   const BadCase cases[] = {
       {"unknown top-level key", edit("topk = 4", "topk = 4\ncolour = 1"), "colour", "unknown key"},
@@ -196,6 +226,12 @@ TEST(MatrixSpec, BadInputsNameFileKeyAndProblem) {
        "no arm named 'npu'"},
       {"unused arm", edit("[arms.gpu]", "[arms.spare]\ndevice = \"cpu\"\n\n[arms.gpu]"),
        "arms.spare", "defined but not used"},
+      {"endpoint arm with a device", edit("device = \"cuda:1\"", "endpoint = \"http://127.0.0.1:8080\"\nmodel = \"m\"\ndevice = \"cpu\""),
+       "arms.gpu.device", "unknown key"},
+      {"endpoint arm without a model", edit("device = \"cuda:1\"\ndtype = \"f16\"", "endpoint = \"http://127.0.0.1:8080\""),
+       "arms.gpu.model", "missing (required)"},
+      {"endpoint not a URL", edit("device = \"cuda:1\"\ndtype = \"f16\"", "endpoint = \"127.0.0.1:8080\"\nmodel = \"m\""),
+       "arms.gpu.endpoint", "http://"},
       {"bad noise pair", edit("[[\"ref\", \"cpu\"]]", "[[\"ref\"]]"), "controls.noise_floor[0]",
        "pair of arm names"},
       {"bad arm name", edit("[arms.gpu]", "[arms.\"g p u\"]"), "arms.g p u", "letters, digits"},

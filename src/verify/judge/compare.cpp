@@ -1,15 +1,20 @@
 // compare_traces: the statistics of docs/traces.md. Every statistic here has a definition
 // in that document; keep the two in step.
 #include "verify/judge/compare.h"
+#include "verify/trace/api_trace.h"
+
+#include <optional>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "verify/trace/api_trace.h"
 
 namespace arbiter::verify {
 
@@ -187,7 +192,13 @@ Quantiles quantiles(std::vector<double> v) {
   return q;
 }
 
-CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOptions& opt) {
+CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const CompareOptions& opt) {
+  // A trace through an API holds log-probabilities (no lse); the other side is then judged
+  // as log-probabilities too, so logit differences do not carry the lse.
+  std::optional<Trace> r_lp, c_lp;
+  if (holds_logprobs(R_in) != holds_logprobs(C_in)) (holds_logprobs(R_in) ? c_lp : r_lp) = as_logprobs(holds_logprobs(R_in) ? C_in : R_in);
+  const Trace& R = r_lp ? *r_lp : R_in;
+  const Trace& C = c_lp ? *c_lp : C_in;
   ARB_CHECK(opt.decided > 0 && std::isfinite(opt.decided),
             "[compare] decided threshold must be a positive number (got %g)", opt.decided);
   CompareResult res;
@@ -204,6 +215,8 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
   res.decided_threshold = opt.decided;
   if (R.format == TraceFormat::Foreign) res.notes.push_back("ref is a foreign 6-column trace");
   if (C.format == TraceFormat::Foreign) res.notes.push_back("cand is a foreign 6-column trace");
+  if (holds_logprobs(R) || holds_logprobs(C))
+    res.notes.push_back("logits compared as log-probabilities (a side came through an API, which gives no lse)");
 
   // ---- identity and row matching ----
   check_identity(R, C, res);

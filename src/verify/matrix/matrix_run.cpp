@@ -3,6 +3,7 @@
 // or, when an arm sets environment variables, as a child `arbiter trace` with that
 // environment (variables are read once by the tiers, so they cannot be switched in-process).
 #include "verify/matrix/matrix_run.h"
+#include "verify/trace/api_trace.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -93,12 +94,6 @@ std::string run_child(const std::string& self_exe, const std::vector<std::string
 void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& model,
                     const MatrixRunOptions& opt, const std::string& out) {
   const MatrixArm& arm = spec.arm(t.arm);
-  DeviceSpec ds;
-  ds.device = arm.device;
-  ds.dtype = arm.dtype;
-  ds.threads = arm.threads;
-  ds.mix = arm.mix;
-  std::unique_ptr<Backend> be = make_tier(ds);
   TraceRunOptions ro;
   ro.shape = spec.shapes[t.shape].shape;
   ro.topk = spec.topk;
@@ -109,6 +104,21 @@ void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& m
   ro.progress = false;
   ro.extra_header = host_header_lines();
   if (!arm.mix.empty()) ro.extra_header.emplace_back("mix", arm.mix);
+  if (arm.is_endpoint()) {
+    ApiTraceOptions api;
+    api.endpoint = arm.endpoint;
+    api.api_model = arm.api_model;
+    api.compute = arm.dtype;
+    api.trace = ro;
+    run_api_trace(model, api);
+    return;
+  }
+  DeviceSpec ds;
+  ds.device = arm.device;
+  ds.dtype = arm.dtype;
+  ds.threads = arm.threads;
+  ds.mix = arm.mix;
+  std::unique_ptr<Backend> be = make_tier(ds);
   // Cache and batch sizes as `arbiter trace` chooses them, so both paths run the same code.
   const int bos_rows = model.tokenizer->bos_id() >= 0 ? 1 : 0;
   const int W = ro.shape.chunk_tokens, ctx = ro.shape.prefill + bos_rows + W;

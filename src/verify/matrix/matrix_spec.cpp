@@ -150,6 +150,19 @@ MatrixArm read_arm(Table& parent, const std::string& name, const toml::node& n) 
   Table a(parent.file(), *t, key);
   MatrixArm arm;
   arm.name = name;
+  arm.endpoint = a.str("endpoint", false);
+  if (!arm.endpoint.empty()) {
+    if (arm.endpoint.rfind("http://", 0) != 0 && arm.endpoint.rfind("https://", 0) != 0)
+      a.fail("endpoint", "expected http://HOST:PORT[/v1]");
+    arm.api_model = a.str("model", true);
+    arm.dtype = a.str("dtype", false);
+    if (!arm.dtype.empty() && arm.dtype != "f64" && arm.dtype != "f32" && arm.dtype != "bf16" && arm.dtype != "f16")
+      a.fail("dtype", "unknown dtype '" + arm.dtype + "' (expected f64, f32, bf16 or f16: the engine's compute)");
+    arm.device = "api:" + arm.endpoint;
+    arm.note = a.str("note", false);
+    a.finish("endpoint, model, dtype, note (an endpoint arm has no device, threads, env, inject or mix)");
+    return arm;
+  }
   arm.device = a.str("device", true);
   const std::string& d = arm.device;
   bool cuda = d == "cuda" || d.rfind("cuda:", 0) == 0;
@@ -209,12 +222,14 @@ bool MatrixArm::is_gpu() const {
 }
 
 std::string MatrixArm::compute() const {
+  if (is_endpoint()) return dtype;
   if (device == "ref") return "f64";
   if (device == "cpu") return "f32";
   return dtype.empty() ? "bf16" : dtype;
 }
 
 std::string MatrixArm::describe() const {
+  if (is_endpoint()) return "endpoint " + endpoint + " model " + api_model + " " + (dtype.empty() ? "compute unknown" : dtype);
   std::string s = device + " " + compute();
   if (threads) s += " -t " + std::to_string(threads);
   if (inject != "none") s += " inject " + inject;
@@ -422,7 +437,7 @@ std::string matrix_trace_mismatch(const MatrixSpec& spec, const MatrixTrace& t,
                            " P" + num(sh.prefill) + " S" + num(sh.start_token) + " K" +
                            num(spec.topk);
   if (got_shape != want_shape) return differs("shape", got_shape, want_shape);
-  std::string dev = h.device.substr(0, h.device.find(' '));
+  std::string dev = arm.is_endpoint() ? h.device : h.device.substr(0, h.device.find(' '));
   bool dev_ok = arm.device == "cuda" ? dev.rfind("cuda:", 0) == 0 : dev == arm.device;
   if (!dev_ok) return differs("device", h.device, arm.device);
   if (h.compute != arm.compute()) return differs("compute", h.compute, arm.compute());
@@ -452,6 +467,14 @@ std::vector<std::string> matrix_trace_args(const MatrixSpec& spec, const MatrixT
   std::vector<std::string> a = {"trace",     "-m",      spec.models[t.model], "--corpus",
                                 spec.corpus, "--shape", ms.shape.name};
   if (ms.capped()) a.insert(a.end(), {"--chunks", std::to_string(ms.shape.max_chunks)});
+  if (arm.is_endpoint()) {  // -m names the API's model; the checkpoint is the tokenizer
+    a[2] = arm.api_model;
+    a.insert(a.end(), {"--tokenizer", spec.models[t.model], "--endpoint", arm.endpoint, "--topk",
+                       std::to_string(spec.topk)});
+    if (!arm.dtype.empty()) a.insert(a.end(), {"--compute", arm.dtype});
+    a.push_back("--quiet");
+    return a;
+  }
   a.insert(a.end(), {"--topk", std::to_string(spec.topk), "--device", arm.device});
   if (!arm.dtype.empty()) a.insert(a.end(), {"--dtype", arm.dtype});
   if (arm.threads) a.insert(a.end(), {"-t", std::to_string(arm.threads)});

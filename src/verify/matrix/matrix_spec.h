@@ -25,9 +25,15 @@ struct MatrixArm {
   std::string inject = "none";                           // canonical --inject text
   std::string mix;                                       // canonical --mix text, "" = none
   std::string note;                                      // free text for the report
+  // An endpoint arm traces an engine through its OpenAI-compatible API (trace --endpoint):
+  // no device; dtype is the engine's compute dtype as the spec states it ("" unknown).
+  std::string endpoint;   // http://HOST:PORT[/v1], "" = a local tier
+  std::string api_model;  // the "model" of each request
 
   bool is_gpu() const;
-  /// The compute dtype a trace of this arm must record: ref f64, cpu f32, cuda dtype|bf16.
+  bool is_endpoint() const { return !endpoint.empty(); }
+  /// The compute dtype a trace of this arm must record: ref f64, cpu f32, cuda dtype|bf16,
+  /// an endpoint its stated dtype ("" unknown).
   std::string compute() const;
   /// "device dtype [inject ...] [mix ...] [env ...]" for tables.
   std::string describe() const;

@@ -40,6 +40,37 @@ static void progress(int64_t done, int64_t total, double elapsed) {
   if (done == total) std::fprintf(stderr, "\n");
 }
 
+TraceHeader trace_header_for(const Model& m, const TraceRunOptions& opt, const std::string& corpus_text,
+                             int64_t corpus_tokens) {
+  const int32_t bos = m.tokenizer->bos_id();
+  TraceHeader h;
+  h.model_path = opt.model_path;
+  h.model_sha256 = m.weights_sha256;
+  h.model_arch = m.config.arch;
+  h.model_params = m.n_params;
+  h.tokenizer_sha256 = m.tokenizer->sha256();
+  h.tokenizer_bos = bos >= 0 ? std::to_string(bos) : "none";
+  h.corpus_path = opt.corpus_path;
+  h.corpus_sha256 = sha256_hex(corpus_text.data(), corpus_text.size());
+  h.corpus_tokens = corpus_tokens;
+  h.set_shape(opt.shape, opt.topk);
+  h.weights = dtype_name(m.weight_dtype);
+  h.build_version = kVersion;
+  h.build_commit = kGitCommit;
+  h.build_compiler = std::string("gcc-") + __VERSION__;
+  for (char& ch : h.build_compiler)
+    if (ch == ' ') ch = '-';
+  h.build_cuda = cuda_runtime_version();
+  for (const auto& e : opt.extra_header) h.extra.push_back(e);
+  if (opt.env != "none") {
+    std::istringstream es(opt.env);
+    for (std::string v; es >> v;) h.env.push_back(v);
+  }
+  return h;
+}
+
+std::string read_corpus(const std::string& path) { return read_whole(path); }
+
 TraceRunResult run_trace(Session& s, const TraceRunOptions& opt) {
   const Model& m = s.model();
   const TraceShape& sh = opt.shape;
@@ -54,39 +85,17 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt) {
   ARB_CHECK(ctx_tokens + W <= s.max_ctx(), "[trace] shape needs %d cache rows, session has %d",
             ctx_tokens + W, s.max_ctx());
 
-  const std::string text = read_whole(opt.corpus_path);
+  const std::string text = read_corpus(opt.corpus_path);
   const std::vector<int32_t> corpus = m.tokenizer->encode(text, false, false);
   ARB_CHECK(int64_t(corpus.size()) >= tokens_needed(sh),
             "[trace] %s: corpus has %zu tokens; shape %s needs %lld", opt.corpus_path.c_str(),
             corpus.size(), sh.name.c_str(), (long long)tokens_needed(sh));
 
-  TraceHeader h;
-  h.model_path = opt.model_path;
-  h.model_sha256 = m.weights_sha256;
-  h.model_arch = m.config.arch;
-  h.model_params = m.n_params;
-  h.tokenizer_sha256 = m.tokenizer->sha256();
-  h.tokenizer_bos = bos >= 0 ? std::to_string(bos) : "none";
-  h.corpus_path = opt.corpus_path;
-  h.corpus_sha256 = sha256_hex(text.data(), text.size());
-  h.corpus_tokens = int64_t(corpus.size());
-  h.set_shape(sh, opt.topk);
+  TraceHeader h = trace_header_for(m, opt, text, int64_t(corpus.size()));
   Backend& be = s.backend();
   h.device = be.device_name();
   h.compute = dtype_name(be.compute());
-  h.weights = dtype_name(m.weight_dtype);
   h.inject = s.inject().text;
-  h.build_version = kVersion;
-  h.build_commit = kGitCommit;
-  h.build_compiler = std::string("gcc-") + __VERSION__;
-  for (char& ch : h.build_compiler)
-    if (ch == ' ') ch = '-';
-  h.build_cuda = cuda_runtime_version();
-  for (const auto& e : opt.extra_header) h.extra.push_back(e);
-  if (opt.env != "none") {
-    std::istringstream es(opt.env);
-    for (std::string v; es >> v;) h.env.push_back(v);
-  }
 
   // Rows are kept in memory and written at the end, because the header names the providers
   // that served the run (known only afterwards). The file appears whole or not at all.

@@ -37,6 +37,13 @@ int64_t chunk_begin(const TraceShape& shape, int c);
 /// Corpus tokens a shape needs: chunk_begin(C - 1) + W + 1.
 int64_t tokens_needed(const TraceShape& shape);
 
+/// The header fields a run knows before it starts: model, tokenizer, corpus, shape, build,
+/// env and extra lines (device, compute, providers and inject are the runner's to fill).
+TraceHeader trace_header_for(const Model& m, const TraceRunOptions& opt, const std::string& corpus_text,
+                             int64_t corpus_tokens);
+/// The corpus file's bytes; throws arbiter::Error naming it when it cannot be read.
+std::string read_corpus(const std::string& path);
+
 /// Tokenizes the corpus (whole file, no special tokens), runs every chunk, writes the trace
 /// atomically. Throws arbiter::Error on a too-short corpus, top-k > vocab, or I/O failure.
 TraceRunResult run_trace(Session& s, const TraceRunOptions& opt);

@@ -1,0 +1,249 @@
+#include "verify/trace/api_trace.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace arbiter::verify {
+
+using json = nlohmann::json;
+
+namespace {
+
+struct Url {
+  std::string origin;  // scheme://host:port
+  std::string path;    // of the completions endpoint
+};
+
+Url parse_endpoint(const std::string& ep) {
+  const size_t scheme = ep.find("://");
+  ARB_CHECK(scheme != std::string::npos && (ep.rfind("http://", 0) == 0 || ep.rfind("https://", 0) == 0),
+            "[api] --endpoint '%s': expected http://HOST:PORT[/v1]", ep.c_str());
+  const size_t slash = ep.find('/', scheme + 3);
+  Url u;
+  u.origin = ep.substr(0, slash);
+  std::string prefix = slash == std::string::npos ? "" : ep.substr(slash);
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  if (prefix.size() < 3 || prefix.compare(prefix.size() - 3, 3, "/v1") != 0) prefix += "/v1";
+  u.path = prefix + "/completions";
+  return u;
+}
+
+// Token text -> id for APIs that key top_logprobs by text (the first id of a text wins;
+// ids sharing a text are counted so the header can say how many were ambiguous).
+struct TextIds {
+  std::map<std::string, int32_t> id;
+  std::map<std::string, int> n;
+  explicit TextIds(const Tokenizer& tok) {
+    for (int32_t v = 0; v < tok.vocab_size(); ++v) {
+      const std::string s = tok.token_bytes(v);
+      id.emplace(s, v);
+      ++n[s];
+    }
+  }
+};
+
+}  // namespace
+
+bool holds_logprobs(const Trace& t) {
+  for (const auto& [k, v] : t.header.extra)
+    if (k == "logits" && v == "logprobs") return true;
+  return false;
+}
+
+Trace as_logprobs(const Trace& t) {
+  if (holds_logprobs(t)) return t;
+  ARB_CHECK(t.has_lse, "[compare] %s: no lse, so its logits cannot be made log-probabilities to compare "
+            "with an API trace", t.path.c_str());
+  Trace o = t;
+  for (TraceRow& r : o.rows) {
+    r.target_logit -= r.lse;
+    for (double& l : r.top_logits) l -= r.lse;
+    r.lse = 0;
+  }
+  o.header.extra.emplace_back("logits", "logprobs");
+  return o;
+}
+
+TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
+  const TraceRunOptions& to = opt.trace;
+  const TraceShape& sh = to.shape;
+  const int W = sh.chunk_tokens, C = sh.max_chunks, P = sh.prefill, K = to.topk;
+  ARB_CHECK(W >= 1 && C >= 1 && P >= 0 && K >= 1, "[api] bad shape or --topk");
+  ARB_CHECK(to.full_logits_path.empty(), "[api] --full-logits: an API gives no full logits");
+  const Url url = parse_endpoint(opt.endpoint);
+  const std::string text = read_corpus(to.corpus_path);
+  const std::vector<int32_t> corpus = m.tokenizer->encode(text, false, false);
+  ARB_CHECK(int64_t(corpus.size()) >= tokens_needed(sh), "[api] %s: corpus has %zu tokens; shape %s needs %lld",
+            to.corpus_path.c_str(), corpus.size(), sh.name.c_str(), (long long)tokens_needed(sh));
+  const int32_t bos = m.tokenizer->bos_id();
+
+  TraceHeader h = trace_header_for(m, to, text, int64_t(corpus.size()));
+  h.device = "api:" + opt.endpoint;
+  h.compute = opt.compute;  // the engine behind an API does not say; the user may
+  h.weights = "";
+  h.providers = "";
+  h.fallbacks = -1;
+  h.inject = "none";
+  h.extra.emplace_back("logits", "logprobs");
+  h.extra.emplace_back("api", "endpoint\t" + opt.endpoint + "\tmodel\t" + opt.api_model + "\tmode\t" + opt.mode);
+
+  httplib::Client cli(url.origin);
+  const auto secs = std::chrono::duration<double>(opt.timeout_s);
+  cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(secs));
+  cli.set_write_timeout(std::chrono::seconds(60));
+  cli.set_connection_timeout(std::chrono::seconds(10));
+  httplib::Headers headers;
+  if (!opt.api_key.empty()) headers.emplace("Authorization", "Bearer " + opt.api_key);
+
+  std::unique_ptr<TextIds> text_ids;  // built on the first reply keyed by text
+  int64_t ambiguous = 0;
+  bool ids_returned = true;
+  // A token as the reply names it: "token_id:N" (return_tokens_as_token_ids), an "id" field
+  // (llama.cpp), else its text mapped back through the tokenizer. -1: unknown text.
+  auto to_id = [&](const std::string& key) -> int32_t {
+    if (key.rfind("token_id:", 0) == 0) return int32_t(std::stol(key.substr(9)));
+    ids_returned = false;
+    if (!text_ids) text_ids = std::make_unique<TextIds>(*m.tokenizer);
+    auto it = text_ids->id.find(key);
+    if (it == text_ids->id.end()) return -1;
+    ambiguous += text_ids->n[key] > 1;
+    return it->second;
+  };
+  // One reply's top list: a completions-shape dict {text: logprob}, or llama.cpp's list of
+  // {id, token, logprob}; sorted descending, ties to the lower id.
+  auto top_list = [&](const json& top) {
+    std::vector<std::pair<int32_t, double>> cand;
+    if (top.is_object()) {
+      for (const auto& [key, v] : top.items()) {
+        const int32_t id = to_id(key);
+        if (id >= 0 && v.is_number()) cand.emplace_back(id, v.get<double>());
+      }
+    } else if (top.is_array()) {
+      for (const json& e : top)
+        if (e.is_object() && e.contains("logprob") && e["logprob"].is_number())
+          cand.emplace_back(e.contains("id") && e["id"].is_number_integer() ? e["id"].get<int32_t>()
+                                                                             : to_id(e.value("token", "")),
+                            e["logprob"].get<double>());
+    }
+    std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
+      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    });
+    return cand;
+  };
+  auto post = [&](const json& req, const std::string& where) {
+    auto res = cli.Post(url.path, headers, req.dump(), "application/json");
+    ARB_CHECK(res, "%s: no answer (%s)", where.c_str(), httplib::to_string(res.error()).c_str());
+    if (res->status != 200) {
+      std::string msg = res->body.substr(0, 400);
+      try {
+        msg = json::parse(res->body).at("error").at("message").get<std::string>();
+      } catch (...) {
+      }
+      throw Error(strformat("%s: HTTP %d: %s", where.c_str(), res->status, msg.c_str()));
+    }
+    try {
+      return json::parse(res->body).at("choices").at(0).at("logprobs");
+    } catch (const json::exception& e) {
+      throw Error(strformat("%s: reply has no choices[0].logprobs (%s)", where.c_str(), e.what()));
+    }
+  };
+  const bool next_mode = opt.mode == "next";
+  ARB_CHECK(next_mode || opt.mode == "echo", "[api] --api-mode '%s': expected echo or next", opt.mode.c_str());
+  const int ask = std::max(K, opt.top);  // how many top logprobs each request asks for
+  std::vector<TraceRow> rows;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < C; ++c) {
+    const int64_t b = chunk_begin(sh, c);
+    std::vector<int32_t> ids;
+    if (bos >= 0) ids.push_back(bos);
+    ids.insert(ids.end(), corpus.begin() + (b - P), corpus.begin() + b + W + 1);
+    const size_t first = ids.size() - size_t(W);  // prompt index of the chunk's first target
+    // echo: the whole chunk in one request, its prompt tokens scored. next: one request per
+    // position, the prefix before the target, the next token's distribution. max_tokens 1,
+    // not 0: some servers refuse 0; the generated token is ignored.
+    json lp;
+    if (!next_mode) {
+      const std::string where = strformat("[api] %s chunk %d", opt.endpoint.c_str(), c);
+      lp = post({{"model", opt.api_model}, {"prompt", ids}, {"max_tokens", 1}, {"temperature", 0}, {"echo", true},
+                 {"logprobs", ask}, {"return_tokens_as_token_ids", true}}, where);
+      ARB_CHECK(lp.is_object() && lp.contains("token_logprobs") && lp["token_logprobs"].is_array() &&
+                    lp["token_logprobs"].size() >= ids.size() && lp["top_logprobs"].is_array(),
+                "%s: the reply scores no prompt tokens (the server does not support echo: use --api-mode next)",
+                where.c_str());
+    }
+    for (int p = 0; p < W; ++p) {
+      const size_t i = first + size_t(p);
+      const std::string where = strformat("[api] %s chunk %d pos %d", opt.endpoint.c_str(), c, p);
+      std::vector<std::pair<int32_t, double>> cand;
+      double target_lp = NAN;
+      if (!next_mode) {
+        const json& tl = lp["token_logprobs"][i];
+        ARB_CHECK(tl.is_number(), "%s: no logprob for prompt token %zu", where.c_str(), i);
+        if (lp.contains("tokens") && lp["tokens"].is_array() && lp["tokens"][i].is_string()) {
+          const int32_t echoed = to_id(lp["tokens"][i].get<std::string>());
+          ARB_CHECK(echoed < 0 || echoed == ids[i] || !ids_returned,
+                    "%s: the server echoed token %d where %d was sent (did it re-tokenize?)", where.c_str(), echoed,
+                    ids[i]);
+        }
+        target_lp = tl.get<double>();
+        cand = top_list(lp["top_logprobs"][i]);
+      } else {
+        const std::vector<int32_t> prefix(ids.begin(), ids.begin() + long(i));
+        const json r = post({{"model", opt.api_model}, {"prompt", prefix}, {"max_tokens", 1}, {"temperature", 0},
+                             {"logprobs", ask}, {"return_tokens_as_token_ids", true}}, where);
+        // completions shape: top_logprobs[0]; llama.cpp's: content[0].top_logprobs
+        const json* top = nullptr;
+        if (r.contains("top_logprobs") && r["top_logprobs"].is_array() && !r["top_logprobs"].empty())
+          top = &r["top_logprobs"][0];
+        else if (r.contains("content") && r["content"].is_array() && !r["content"].empty() &&
+                 r["content"][0].contains("top_logprobs"))
+          top = &r["content"][0]["top_logprobs"];
+        ARB_CHECK(top, "%s: the reply has no top logprobs for the next token", where.c_str());
+        cand = top_list(*top);
+        for (const auto& [id, l] : cand)
+          if (id == ids[i]) target_lp = l;
+        ARB_CHECK(std::isfinite(target_lp),
+                  "%s: target %d is not among the %zu top logprobs returned (ask for more with --api-top)",
+                  where.c_str(), ids[i], cand.size());
+      }
+      ARB_CHECK(int(cand.size()) >= K, "%s: the server returned %zu top logprobs, --topk is %d", where.c_str(),
+                cand.size(), K);
+      TraceRow r;
+      r.chunk = c;
+      r.pos = p;
+      r.abs_pos = b + p + 1;
+      r.target = ids[i];
+      r.target_logit = target_lp;
+      r.lse = 0;
+      r.nll = -target_lp;
+      for (int k = 0; k < K; ++k) {
+        r.top_ids.push_back(cand[size_t(k)].first);
+        r.top_logits.push_back(cand[size_t(k)].second);
+      }
+      rows.push_back(std::move(r));
+    }
+    if (to.progress) std::fprintf(stderr, "\r[api] %d/%d chunks", c + 1, C);
+  }
+  if (to.progress) std::fprintf(stderr, "\n");
+  h.extra.emplace_back("api_limits", strformat("lse\tunknown (rows hold log-probabilities, lse 0)\ttopk\t%d of the API's "
+                                               "top logprobs\tcompute\t%s\ttoken_ids\t%s",
+                                               K, opt.compute.empty() ? "unknown" : "stated by the user", ids_returned ? "returned" : strformat("mapped from text (%lld ambiguous)", (long long)ambiguous).c_str()));
+  TraceRunResult res;
+  res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  TraceWriter w;
+  w.open(to.out_path, h);
+  for (const TraceRow& r : rows) w.write_row(r);
+  w.finish(res.elapsed_s);
+  res.rows = w.rows();
+  res.nonfinite = w.nonfinite_values();
+  return res;
+}
+
+}  // namespace arbiter::verify
