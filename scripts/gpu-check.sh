@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA tier's check on a GPU machine: build, CUDA tests with ARBITER_REQUIRE_CUDA=1
-# (a missing GPU fails instead of skipping), cuda-vs-ref traces judged by `arbiter compare`,
+# The CUDA tier's check on a GPU machine: build, the op suite's cuda tiers and the CUDA tests
+# with ARBITER_REQUIRE_CUDA=1 (a missing GPU fails instead of skipping), cuda-vs-ref traces judged by `arbiter compare`,
 # then throughput (the CUDA bench test, and `arbiter bench` on a synthetic Qwen3-0.6B-shaped
 # checkpoint when the CLI has synth/bench). Logs and summary.txt go to $OUT; a short summary
 # table is printed last.
@@ -10,8 +10,8 @@
 #   ARBITER_PREBUILT=.carry/bin scripts/gpu-check.sh   # use test_cuda + arbiter built elsewhere
 # With the device tool: run(command="scripts/gpu-check.sh", ...) ($OUT is set there), or with
 # prebuilt binaries: build here (cmake -B build-cuda; cmake --build build-cuda --target
-# test_cuda arbiter), copy build-cuda/tests/test_cuda and build-cuda/src/arbiter (and
-# libpcre2-8.so.0) to .carry/bin, and pass carry=[".carry"]. Prebuilt binaries have the source
+# test_cuda test_ops arbiter), copy build-cuda/tests/test_cuda, build-cuda/tests/test_ops and
+# build-cuda/src/arbiter (and libpcre2-8.so.0, libtomlplusplus.so.3) to .carry/bin, and pass carry=[".carry"]. Prebuilt binaries have the source
 # path of the machine that built them compiled in (test models are found through it), so the
 # script links that path to this checkout when it does not exist.
 # Env: OUT (default out/gpu-check); GPU_CHECK_BENCH=0 skips benchmarks; GPU_CHECK_SANITIZE=1
@@ -43,13 +43,13 @@ mkdir -p "$TRACES"
 row "gpu" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 
 # --- binaries -----------------------------------------------------------------------------
-TEST="" CLI=""
+TEST="" OPS="" CLI=""
 if [ -z "${ARBITER_PREBUILT:-}" ]; then
   log "configure + build (Release, -j$JOBS)"
   t0=$(date +%s)
   if cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DARBITER_CUDA=ON >"$OUT/build.log" 2>&1 &&
-     cmake --build build-gpu -j"$JOBS" --target test_cuda arbiter >>"$OUT/build.log" 2>&1; then
-    TEST=build-gpu/tests/test_cuda CLI=build-gpu/src/arbiter
+     cmake --build build-gpu -j"$JOBS" --target test_cuda test_ops arbiter >>"$OUT/build.log" 2>&1; then
+    TEST=build-gpu/tests/test_cuda OPS=build-gpu/tests/test_ops CLI=build-gpu/src/arbiter
     row "build" "ok ($(( $(date +%s) - t0 )) s, build-gpu)"
   else
     tail -20 "$OUT/build.log"
@@ -58,7 +58,7 @@ if [ -z "${ARBITER_PREBUILT:-}" ]; then
   fi
 fi
 if [ -n "${ARBITER_PREBUILT:-}" ]; then
-  TEST="$ARBITER_PREBUILT/test_cuda" CLI="$ARBITER_PREBUILT/arbiter"
+  TEST="$ARBITER_PREBUILT/test_cuda" OPS="$ARBITER_PREBUILT/test_ops" CLI="$ARBITER_PREBUILT/arbiter"
   export LD_LIBRARY_PATH="$PWD/$ARBITER_PREBUILT:$LD_LIBRARY_PATH"
   # The test binary finds models/ under the source dir it was built in (/work/main here).
   if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
@@ -69,6 +69,18 @@ fi
 if [ -z "$TEST" ] || [ ! -x "$TEST" ]; then
   row "tests" "NOT RUN (no test binary)"
   echo; cat "$SUMMARY"; exit 1
+fi
+
+# --- op suite on the cuda tiers ----------------------------------------------------------
+if [ -x "$OPS" ]; then
+  log "op suite, cuda tiers (ARBITER_REQUIRE_CUDA=1)"
+  t0=$(date +%s)
+  ARBITER_REQUIRE_CUDA=1 timeout 300 "$OPS" --gtest_filter='*cuda*:MatmulBound*' >"$OUT/ops.log" 2>&1
+  rc=$?
+  row "op suite (cuda tiers)" "rc=$rc pass=$(grep -c '^\[       OK \]' "$OUT/ops.log") fail=$(grep -c '^\[  FAILED  \] .*(' "$OUT/ops.log") ($(( $(date +%s) - t0 )) s)"
+  grep -E 'Failure|Expected|actual|element' "$OUT/ops.log" | head -30
+else
+  row "op suite (cuda tiers)" "NOT RUN (no test_ops binary)"
 fi
 
 # --- CUDA tests ---------------------------------------------------------------------------
@@ -86,8 +98,8 @@ grep -E 'Failure|Expected|Which is|worst element' "$OUT/tests.log" | head -30
 
 if [ "${GPU_CHECK_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   log "compute-sanitizer memcheck on a few op tests"
-  ARBITER_REQUIRE_CUDA=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST" \
-    --gtest_filter='Dtypes/CudaOps.Attention/bf16:Dtypes/CudaOps.Summarize/f32:Dtypes/CudaOps.KvStore/f16:Dtypes/CudaOps.RmsNorm/bf16:CudaDeterminism.PrefillEqualsDecodeF32' \
+  ARBITER_REQUIRE_CUDA=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$OPS" \
+    --gtest_filter='Tiers/Attention.*/cuda_bf16:Tiers/Summarize.*/cuda_f32:Tiers/KvStore.*/cuda_f16:Tiers/Rmsnorm.*/cuda_bf16' \
     >>"$OUT/tests.log" 2>&1
   row "compute-sanitizer memcheck" "rc=$? (0 clean, 9 errors found; log in tests.log)"
 fi

@@ -1,7 +1,7 @@
 // The CUDA tier's fused decode ops (norm + GEMV, q/k norm + RoPE + KV store, GEMV + residual
 // add, programmatic dependent launch) against its own op-by-op path: a decode with the fused
-// kernels must give the bits of the same decode run op by op (the path taken when a stage
-// hook reads intermediates), on models that exercise every fused form (llama; qwen2 with
+// kernels must give the bits of the same decode run op by op (the compositions ref and cpu
+// run, and the tier's own with fusion off), on models that exercise every fused form (llama; qwen2 with
 // q/k/v biases; qwen3 with q/k norms), in every dtype. Also: the device read-bandwidth probe
 // bench uses, and `arbiter bench --shapes` on cuda (it once crashed after the pp/tg runs:
 // a stale build whose bench.cpp and cmd_bench.cpp disagreed on BenchTrace). SKIP without GPU.

@@ -32,7 +32,7 @@ Verdict worse_verdict(Verdict a, Verdict b);
 constexpr double kDefaultKlKappa = 3e5;
 
 /// The unit roundoff the drift gate uses for a trace's compute dtype: f64 2^-53, f32 2^-24,
-/// f16 2^-11, bf16 2^-8 (storage roundoff; verify/localize/side.h). NaN for an unknown or empty name.
+/// f16 2^-11, bf16 2^-8 (storage roundoff; core/dtype.h). NaN for an unknown or empty name.
 double drift_unit_roundoff(const std::string& compute);
 
 struct CompareOptions {

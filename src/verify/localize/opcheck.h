@@ -1,9 +1,10 @@
 // opcheck: every op of the model, with its real shapes and weights, on one tier against the
 // f64 ref tier, on identical inputs: the inputs each op saw in a ref forward of real tokens
-// (captured), written into the checked tier's buffers. Reports max abs, mean abs and NMSE
-// per (stage, layer) and per op against the bound of verify/localize/drift.h; an op over its bound
-// (or producing NaN/Inf) is flagged. Also checks the logits summary (lse, top-k) on the
-// ref's logits. Adding an op: give its stage a replay in StageReplayer and a bound row.
+// (captured), fed to the checked tier's own forward by overwriting every stage with ref's
+// (engine/probe.h replay_forwards). Reports max abs, mean abs and NMSE per (stage, layer) and
+// per op against the bound of verify/localize/drift.h; an op over its bound (or producing
+// NaN/Inf) is flagged. Also checks the logits summary (lse, top-k) on the ref's logits. A new
+// op is checked once the forward declares its stage (model/stage.h StagePoint).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
