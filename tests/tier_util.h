@@ -43,6 +43,8 @@ struct OpTier {
 /// with OpenBLAS's GEMM per ISA (matmul's T > 1 cases).
 std::vector<OpTier> op_tiers(bool with_blas = false);
 std::string op_tier_name(const testing::TestParamInfo<OpTier>& info);
+/// How gtest prints a tier in test lists and failures: its name, not its bytes.
+inline void PrintTo(const OpTier& t, std::ostream* os) { *os << t.name; }
 
 /// The tier under test, or a SKIP with the reason (cuda without a device or not built).
 std::unique_ptr<Backend> make_or_skip(const OpTier& t, std::string& why);
