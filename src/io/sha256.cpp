@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/file.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -190,18 +191,14 @@ std::string sha256_hex(const void* data, size_t n) {
 }
 
 std::string sha256_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw Error("[sha256] " + path + ": cannot open (" + std::strerror(errno) + ")");
+  InputFile f(path, "[sha256]");
   Sha256 h;
   std::vector<uint8_t> buf(1 << 20);
-  for (;;) {
-    size_t n = std::fread(buf.data(), 1, buf.size(), f);
-    if (n > 0) h.update(buf.data(), n);
-    if (n < buf.size()) break;
+  for (uint64_t at = 0; at < f.size(); at += buf.size()) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), f.size() - at));
+    f.read_at(at, buf.data(), n);
+    h.update(buf.data(), n);
   }
-  bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) throw Error("[sha256] " + path + ": read error");
   return h.hex_digest();
 }
 
