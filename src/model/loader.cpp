@@ -26,6 +26,7 @@
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "model/model.h"
+#include "model/validate.h"
 
 namespace arbiter {
 
@@ -238,6 +239,7 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
   if (arch == "qwen2" && !c.qkv_bias) throw Error("[loader] " + path + ": qwen2 model without blk.0.attn_q.bias");
   if (arch == "qwen3" && !c.qk_norm) throw Error("[loader] " + path + ": qwen3 model without blk.0.attn_q_norm.weight");
 
+  validate_config(c, {path, true, g.tensors().size(), g.file()->size()});
   Binder b(path, [&g](const std::string& n) { return g.tensor(n); });
   Weights& w = m->weights;
   const int64_t D = c.d_model, V = c.vocab;
@@ -296,6 +298,7 @@ std::unique_ptr<Model> load_hf(const std::string& path) {
     auto it = st.metadata().find(n);
     return it == st.metadata().end() ? nullptr : st.tensor(it->second);
   };
+  validate_config(c, {path + "/config.json", false, st.tensors().size(), st.total_bytes()});
   Binder b(path, lookup);
   Weights& w = m->weights;
   const int64_t D = c.d_model, V = c.vocab;
@@ -350,7 +353,8 @@ std::unique_ptr<Model> load_model(const std::string& path) {
   if (fs::is_directory(st)) {
     if (!fs::exists(path + "/config.json"))
       throw Error("[loader] " + path + ": directory has no config.json (expected an HF model directory)");
-    return load_hf(path);
+    validate_hf_dir_files(path);
+    return validated(load_hf(path));
   }
   bool gguf = path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
   if (!gguf) {
@@ -358,7 +362,7 @@ std::unique_ptr<Model> load_model(const std::string& path) {
     gguf = f.size() >= 4 && std::memcmp(f.data(), "GGUF", 4) == 0;
   }
   if (!gguf) throw Error("[loader] " + path + ": not a GGUF file (pass a .gguf file or an HF model directory)");
-  return load_gguf(path);
+  return validated(load_gguf(path));
 }
 
 }  // namespace arbiter
