@@ -394,8 +394,8 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
     double k_pos = kNaN, k_drift = kNaN;  // k_drift: the drift gate's statistic
     if (res.kl_method == "exact") {
       double mr, mc;
-      lref->read_row(a, xr);
-      lcand->read_row(b, xc);
+      res.nonfinite_logits_ref += lref->read_row(a, xr);
+      res.nonfinite_logits_cand += lcand->read_row(b, xc);
       double lse_r = row_lse(xr, mr), lse_c = row_lse(xc, mc);
       check_logits_row(*lref, a, mr, r);
       check_logits_row(*lcand, b, mc, c);
@@ -504,6 +504,12 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
     fail = true;
     res.reasons.push_back(strformat("non-finite values: ref %lld, cand %lld",
                                     (long long)res.nonfinite_ref, (long long)res.nonfinite_cand));
+  }
+  if (res.nonfinite_logits_ref || res.nonfinite_logits_cand) {
+    fail = true;
+    res.reasons.push_back(strformat("non-finite values in the full-logits files: ref %lld, cand %lld",
+                                    (long long)res.nonfinite_logits_ref,
+                                    (long long)res.nonfinite_logits_cand));
   }
   if (res.decided_disagree) {
     fail = true;

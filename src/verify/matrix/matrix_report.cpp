@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/file.h"
 #include "verify/matrix/matrix_doc.h"
 #include "verify/matrix/matrix_run.h"
 #include "verify/trace/store.h"
@@ -42,10 +44,7 @@ std::string num(double v, const char* fmt = "%.3g") {
 }
 
 std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return read_input_file(path, "[matrix]", kMaxInputBytes, "a matrix file");
 }
 
 // A trace of the spec as found on disk.
@@ -92,7 +91,9 @@ bool rows_identical(const std::string& a_path, const std::string& b_path, std::s
 
 std::map<std::string, std::pair<std::string, std::string>> read_status(const std::string& dir) {
   std::map<std::string, std::pair<std::string, std::string>> out;
-  std::istringstream in(read_all(dir + "/" + kMatrixStatus));
+  // No status file yet (a planned run in progress): every trace's status is unknown.
+  const std::string status_path = dir + "/" + kMatrixStatus;
+  std::istringstream in(fs::exists(status_path) ? read_all(status_path) : std::string());
   for (std::string ln; std::getline(in, ln);) {
     if (ln.empty() || ln[0] == '#') continue;
     size_t t1 = ln.find('\t'), t2 = ln.find('\t', t1 == std::string::npos ? t1 : t1 + 1);
@@ -184,7 +185,7 @@ void Reporter::load_sides() {
                 ": no traces directory (run `arbiter matrix run` or the plan first)");
   for (const auto& e : fs::directory_iterator(tdir_)) {
     std::string name = e.path().filename().string();
-    if (matrix_temp_pid(name) >= 0)
+    if (atomic_temp_pid(name) > 0)
       throw Error(
           "[matrix] " + e.path().string() +
           ": a trace is still being written, or a killed run left it; let it finish, or run "
@@ -855,7 +856,7 @@ void Reporter::section_plots(Doc& d) {
       auto emit = [&](const SvgChart& ch, const std::string& kind, const std::string& caption) {
         std::string file = "plots/" + mn + "." + sn + "." + kind + ".svg";
         std::string svg = render_svg(ch);
-        write_text_file(dir_ + "/" + file, svg);
+        write_file_atomic(dir_ + "/" + file, svg, "[matrix]");
         d.figure(caption, svg, file, "plot-" + mn + "-" + sn + "-" + kind);
       };
       SvgChart gap;
@@ -956,8 +957,8 @@ void Reporter::write_files() {
   res_.report_md = dir_ + "/report.md";
   res_.report_html = dir_ + "/report.html";
   res_.results_json = dir_ + "/results.json";
-  write_text_file(res_.report_md, d.markdown());
-  write_text_file(res_.report_html, d.html("arbiter correctness matrix"));
+  write_file_atomic(res_.report_md, d.markdown(), "[matrix]");
+  write_file_atomic(res_.report_html, d.html("arbiter correctness matrix"), "[matrix]");
 
   nlohmann::json j;
   j["spec"] = spec_.path;
@@ -1015,8 +1016,8 @@ void Reporter::write_files() {
     j["comparisons"].push_back(e);
   }
   j["problems"] = res_.problems;
-  write_text_file(res_.results_json,
-                  j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomic(res_.results_json, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                    "[matrix]");
 }
 
 MatrixResults Reporter::run() {
