@@ -1,8 +1,10 @@
 // arbiter generate: prompt in, tokens streamed to stdout as they come.
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "cli/common.h"
+#include "core/error.h"
 #include "engine/generate.h"
 
 namespace arbiter::cli {
@@ -27,14 +29,17 @@ static int cmd_generate(int argc, char** argv) {
   const Model& m = *run.model;
   SamplerParams sp;
   sp.temperature = a.number("temp", 0.0);
-  sp.top_k = int(a.integer("top-k", 0));
+  sp.top_k = a.int_in("top-k", 0, 0, std::numeric_limits<int32_t>::max());
   sp.top_p = a.number("top-p", 1.0);
   sp.seed = uint64_t(a.integer("seed", 0));
   Sampler sampler(sp);
-  int n = int(a.integer("n-predict", 64));
+  // The cache is sized from --ctx, -n and the prompt: each is bounded by the model's maximum
+  // positions before anything is allocated.
+  int n = a.int_in("n-predict", 64, 0, m.config.max_pos);
   std::vector<int32_t> prompt = m.tokenizer->encode(a.str("prompt", ""), !a.flag("no-bos"), true);
-  int ctx = int(a.integer("ctx", std::min<int64_t>(m.config.max_pos, int64_t(prompt.size()) + n)));
-  Session s(m, *run.backend, std::max(ctx, 1));
+  int ctx = a.int_in("ctx", std::min<int64_t>(m.config.max_pos, int64_t(prompt.size()) + n), 1, m.config.max_pos);
+  ActivityScope scope(strformat("generating with a %d-position session on model %s", ctx, m.path.c_str()));
+  Session s(m, *run.backend, ctx);
   s.set_inject(run.inject);
 
   const bool ids = a.flag("ids");
