@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "io/io_test_util.h"
@@ -176,6 +177,22 @@ TEST(HostileCli, HugeCountsAndIds) {
     hostile("info " + m, {"tokenizer.json", "model.vocab['zzzz']", std::to_string(id)});
     hostile("tokenize -m " + m + " hi", {"tokenizer.json", std::to_string(id)});
   }
+  // A trace without rows may claim any K: compare sized a table from it (std::bad_alloc).
+  std::string zero;
+  std::istringstream in(test::read_file(good_trace()));
+  for (std::string l; std::getline(in, l);) {
+    if (l[0] != '#') continue;
+    if (l.rfind("# shape", 0) == 0) {
+      const size_t k = l.find("\ttopk\t") + 6;
+      l.replace(k, l.find("\tprefill") - k, "1000000000000000");
+    }
+    if (l.rfind("# end", 0) == 0) l = "# end\trows\t0\telapsed_s\t0";
+    zero += l + "\n";
+  }
+  test::write_file(dir + "/zero.tsv", zero);
+  test::CliResult z = test::run_cli_bounded("compare " + dir + "/zero.tsv " + dir + "/zero.tsv", 60);
+  EXPECT_EQ(z.exit_code, 2) << z.out << z.err;  // inconclusive: no position at all
+  EXPECT_NE(z.out.find("no decided position"), std::string::npos) << z.out << z.err;
   // CLI counts that do not fit an int (they wrapped to small values before).
   hostile("trace -m " + kModel + " --corpus " + kCorpus + " --chunk 4294967297 --chunks 1 -o " + dir + "/o.tsv",
           {"--chunk 4294967297 is outside [1, 2147483647]"});

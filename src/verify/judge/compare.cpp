@@ -268,7 +268,9 @@ CompareResult compare_traces(const Trace& R, const Trace& C, const CompareOption
   for (double t : thresholds) res.sweep.push_back({t, 0, 0});
   for (size_t b = 0; b + 1 < std::size(kBucketEdges); ++b)
     res.gap_buckets.push_back({kBucketEdges[b], kBucketEdges[b + 1], 0, 0});
-  res.rank_hist.assign(size_t(std::max<int64_t>(C.header.topk, 0)), 0);
+  // Sized from the rows, which hold exactly K entries each, not from the header's K: a trace
+  // without rows may claim any K (10^15 was a std::bad_alloc).
+  res.rank_hist.assign(C.rows.empty() ? 0 : C.rows[0].top_ids.size(), 0);
   res.spread_k = std::min(R.header.topk, C.header.topk);
 
   // KL method: exact when both full-logits files are given, else the top-k estimate.
