@@ -43,7 +43,9 @@ static int cmd_gate(int argc, char** argv) {
   verify::GateOptions opt;
   opt.model_path = a.str("model");
   opt.prompts_path = a.str("prompts");
-  opt.n_tokens = a.int_in("n-tokens", 32, 1, std::numeric_limits<int32_t>::max());
+  // run_gate adds -n to the prompt length in an int before comparing with the model's
+  // context: bounded here well below overflow, and above every model's context.
+  opt.n_tokens = a.int_in("n-tokens", 32, 1, 1 << 24);
   opt.runs = a.int_in("runs", 2, 1, std::numeric_limits<int32_t>::max());
   opt.band = a.number("band", 0.5);
   opt.threads = thread_count(a);
