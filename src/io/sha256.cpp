@@ -14,6 +14,7 @@
 #include "io/file.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define ARB_SHA_X86 1
 #endif
@@ -115,8 +116,12 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_shani(uint32_t h[8], c
 
 bool Sha256::hw_available() {
 #ifdef ARB_SHA_X86
-  static const bool ok = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1") &&
-                         __builtin_cpu_supports("ssse3");
+  // CPUID directly: clang 14's __builtin_cpu_supports does not know "sha" (the fuzz build).
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSE4_1) || !(c & bit_SSSE3)) return false;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA) != 0;
+  }();
   return ok;
 #else
   return false;
