@@ -81,6 +81,8 @@ static int cmd_drift(int argc, char** argv) {
   auto be_b = verify::make_side_backend(sb, threads);
   const int wmax = std::min(width, positions);
   Session s_a(*m, *be_a, positions, wmax), s_b(*m, *be_b, positions, wmax);
+  sa.inject.check_applies(m->config);
+  sb.inject.check_applies(m->config);
   s_a.set_inject(sa.inject);
   s_b.set_inject(sb.inject);
   std::fprintf(stderr, "[drift] capturing %d positions on %s and %s\n", positions, sa.label.c_str(),

@@ -31,7 +31,9 @@ static int cmd_generate(int argc, char** argv) {
   sp.temperature = a.number("temp", 0.0);
   sp.top_k = a.int_in("top-k", 0, 0, std::numeric_limits<int32_t>::max());
   sp.top_p = a.number("top-p", 1.0);
-  sp.seed = uint64_t(a.integer("seed", 0));
+  const int64_t seed = a.integer("seed", 0);
+  ARB_CHECK(seed >= 0, "[cli] generate: --seed %lld must be >= 0", (long long)seed);
+  sp.seed = uint64_t(seed);
   Sampler sampler(sp);
   // The cache is sized from --ctx, -n and the prompt: each is bounded by the model's maximum
   // positions before anything is allocated.

@@ -40,6 +40,7 @@ ModelRun open_model_run(const Args& a) {
     ActivityScope scope("loading model " + a.str("model"));
     r.model = load_model(a.str("model"));
   }
+  r.inject.check_applies(r.model->config);
   r.backend = make_backend(spec);
   return r;
 }

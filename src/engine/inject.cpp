@@ -34,7 +34,8 @@ InjectSpec InjectSpec::parse(const std::string& spec) {
       have_op = true;
     } else if (key == "layer") {
       double v = number("layer");
-      ARB_CHECK(v >= 0 && v == std::floor(v), "[inject] '%s': layer must be a whole number >= 0",
+      // Bounded before the conversion to int (out of range it is undefined and wrapped).
+      ARB_CHECK(v >= 0 && v == std::floor(v) && v <= 1e9, "[inject] '%s': layer must be a whole number in [0, 1e9]",
                 spec.c_str());
       s.layer = int(v);
     } else if (key == "scale") {
@@ -55,6 +56,17 @@ InjectSpec InjectSpec::parse(const std::string& spec) {
   ARB_CHECK(have_effect, "[inject] '%s': one of scale=, noise=, bias= is required", spec.c_str());
   s.text = spec;
   return s;
+}
+
+void InjectSpec::check_applies(const ModelConfig& c) const {
+  if (!active) return;
+  const bool outside = stage == Stage::Embed || stage == Stage::FinalNorm || stage == Stage::Logits;
+  ARB_CHECK(!(outside && layer >= 0), "[inject] '%s': op %s runs outside the layers (drop layer=)", text.c_str(),
+            stage_name(stage));
+  ARB_CHECK(layer < c.n_layer, "[inject] '%s': layer %d does not exist (the model has %d layers)", text.c_str(),
+            layer, c.n_layer);
+  ARB_CHECK(c.qk_norm || (stage != Stage::QNorm && stage != Stage::KNorm),
+            "[inject] '%s': op %s does not exist in this model (no q/k norm)", text.c_str(), stage_name(stage));
 }
 
 void InjectSpec::apply(Backend& be, Stage st, int l, Buffer& buf, int rows, int cols,

@@ -20,6 +20,10 @@ struct InjectSpec {
 
   /// Parses the spec; throws arbiter::Error naming the bad field.
   static InjectSpec parse(const std::string& spec);
+  /// Refuses a fault that can never apply to model c (a layer it does not have, a layer on a
+  /// stage outside the layers, q/k norm on a model without): the run would be fault-free
+  /// while its trace header records the injection.
+  void check_applies(const ModelConfig& c) const;
   /// Applies the fault to buf [rows, cols] if (s, layer) matches. Deterministic.
   void apply(Backend& be, Stage s, int layer, Buffer& buf, int rows, int cols, int pos0) const;
 };

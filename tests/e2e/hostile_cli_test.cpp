@@ -200,6 +200,16 @@ TEST(HostileCli, HugeCountsAndIds) {
   hostile("generate -m " + kModel + " -p hi -n 100000000", {"--n-predict 100000000 is outside [0, 512]"});
 }
 
+TEST(HostileCli, FaultsThatCannotApplyAreRefused) {
+  // Each ran fault-free while the trace header recorded the injection.
+  hostile("generate -m " + kModel + " -p hi -n 2 --inject op=down,layer=2,scale=2", {"layer 2 does not exist"});
+  hostile("generate -m " + kModel + " -p hi -n 2 --inject op=logits,layer=0,scale=2", {"outside the layers"});
+  hostile("generate -m " + kModel + " -p hi -n 2 --inject op=q_norm,scale=2", {"no q/k norm"});
+  // 1e11 did not fit the int it was converted to.
+  hostile("generate -m " + kModel + " -p hi -n 2 --inject op=down,layer=99999999999,scale=2", {"layer must be"});
+  hostile("generate -m " + kModel + " -p hi -n 2 --seed -1", {"--seed -1 must be >= 0"});
+}
+
 TEST(HostileCli, ThreadCountsAreCappedOrRefused) {
   // -t 100000 aborted in the thread pool's constructor.
   test::CliResult r = test::run_cli_bounded("generate -m " + kModel + " -p hi -n 2 -t 100000", 60);

@@ -116,7 +116,9 @@ void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& m
   const TraceCorpus corpus = load_trace_corpus(ro, model);
   const int W = ro.shape.chunk_tokens, ctx = int(trace_positions(ro.shape, model));
   Session s(model, *be, ctx, std::max(W, std::min(ctx, 512)));
-  s.set_inject(InjectSpec::parse(arm.inject));
+  const InjectSpec inject = InjectSpec::parse(arm.inject);
+  inject.check_applies(model.config);
+  s.set_inject(inject);
   run_trace(s, ro, corpus);
 }
 
