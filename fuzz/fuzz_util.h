@@ -1,4 +1,4 @@
-// Shared by the libFuzzer harnesses (fuzz/README.md): a parser may accept an input or refuse
+// Shared by the libFuzzer harnesses (docs/reliability.md §7): a parser may accept an input or refuse
 // it with one arbiter::Error; anything else it throws is a finding, reported by aborting so
 // that libFuzzer saves the input.
 #pragma once

@@ -85,7 +85,10 @@ void validate_hf_dir_files(const std::string& dir) {
     std::error_code ec;
     // exists() is true for a FIFO or a directory too: those are then refused by the read.
     if (!std::filesystem::exists(p, ec)) continue;
-    parse_json_bounded(read_input_file(p, "[loader]", kMaxInputBytes, "a JSON config"), p, "[loader]");
+    // Not an object: hf_config reads no key from it and would take the defaults silently.
+    ARB_CHECK(parse_json_bounded(read_input_file(p, "[loader]", kMaxInputBytes, "a JSON config"), p, "[loader]")
+                  .is_object(),
+              "[loader] %s: not a JSON object", p.c_str());
   }
 }
 

@@ -31,8 +31,9 @@ struct ConfigSource {
 };
 
 /// Regular files and sane sizes for the HF directory's JSON inputs read outside io/file.h
-/// (config.json, generation_config.json): not a FIFO or a directory, at most
-/// kMaxInputBytes, nested at most kMaxJsonDepth levels. Absent optional files are fine.
+/// (config.json, generation_config.json): not a FIFO or a directory, at most kMaxInputBytes,
+/// nested at most kMaxJsonDepth levels, a JSON object. An absent generation_config.json is
+/// fine.
 void validate_hf_dir_files(const std::string& dir);
 
 /// Hyper-parameters, each against its range and against the weight files:

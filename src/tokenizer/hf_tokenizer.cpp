@@ -97,7 +97,7 @@ SplitBehavior behavior_of(const std::string& path, const json& j) {
 // a new token that the model has no embedding row for).
 int32_t config_token_id(const json& cfg, const char* key, const std::map<std::string, int32_t>& ids,
                         const std::string& cfg_path) {
-  if (!cfg.contains(key)) return -1;
+  if (!cfg.contains(key) || cfg[key].is_null()) return -1;
   const json& v = cfg[key];
   std::string s;
   if (v.is_string())
@@ -105,7 +105,8 @@ int32_t config_token_id(const json& cfg, const char* key, const std::map<std::st
   else if (v.is_object() && v.contains("content") && v["content"].is_string())
     s = v["content"].get<std::string>();
   else
-    return -1;
+    throw Error(strformat("[tokenizer] %s: %s is %s (expected a token string or {\"content\": ...})",
+                          cfg_path.c_str(), key, json_brief(v).c_str()));
   auto it = ids.find(s);
   ARB_CHECK(it != ids.end(), "[tokenizer] %s: %s '%s' is not in the vocabulary", cfg_path.c_str(), key, s.c_str());
   return it->second;

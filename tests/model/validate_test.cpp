@@ -174,6 +174,17 @@ TEST(ValidateHf, NamedSpecialTokenMissingFromTheVocabulary) {
   if (!have_models()) GTEST_SKIP() << "shipped models not found";
   expect_refused(hf_with("tokenizer_config.json", [](json& j) { j["eos_token"] = "<no-such-token>"; }),
                  {"tokenizer_config.json", "eos_token", "<no-such-token>", "not in the vocabulary"});
+  // A number where a token is expected was taken as "no BOS".
+  expect_refused(hf_with("tokenizer_config.json", [](json& j) { j["bos_token"] = 5; }),
+                 {"tokenizer_config.json", "bos_token is 5"});
+}
+
+TEST(ValidateHf, ConfigFilesMustBeObjects) {
+  if (!have_models()) GTEST_SKIP() << "shipped models not found";
+  // A list where an object belongs: no eos_token_id was read, without a word.
+  expect_refused(hf_with("generation_config.json", [](json& j) { j = json::array({1}); }),
+                 {"generation_config.json", "not a JSON object"});
+  expect_refused(hf_with("config.json", [](json& j) { j = "llama"; }), {"config.json", "not a JSON object"});
 }
 
 TEST(ValidateHf, DeeplyNestedJsonIsRefusedNotRecursedInto) {
