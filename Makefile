@@ -29,7 +29,8 @@ asan: deps
 
 # libFuzzer harnesses (fuzz/, docs/reliability.md), clang with ASan + UBSan. fuzz-smoke: each
 # harness ~10 s on its committed seeds (CI). fuzz: each FUZZ_SECONDS on a corpus kept in
-# $(FUZZ_BUILD)/corpus/NAME (grown across runs), stats in $(FUZZ_BUILD)/fuzz-NAME.log.
+# $(FUZZ_BUILD)/corpus/NAME (grown across runs), stats in $(FUZZ_BUILD)/fuzz-NAME.log, a
+# finding's input in $(FUZZ_BUILD)/crash-* (or timeout-*, oom-*).
 fuzz-smoke: deps
 	$(FUZZ_CMAKE)
 	cmake --build $(FUZZ_BUILD) -j$(JOBS)
@@ -41,7 +42,7 @@ fuzz: deps
 	@set -e; for h in fuzz/fuzz_*.cpp; do n=$$(basename $$h .cpp); n=$${n#fuzz_}; \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; echo "[fuzz] $$n: $(FUZZ_SECONDS) s"; \
 	  $(FUZZ_BUILD)/fuzz/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	    -max_len=65536 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$n fuzz/corpus/$$n \
+	    -max_len=65536 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus/$$n fuzz/corpus/$$n \
 	    >$(FUZZ_BUILD)/fuzz-$$n.log 2>&1 || { tail -40 $(FUZZ_BUILD)/fuzz-$$n.log; exit 1; }; \
 	  grep -E 'stat::number_of_executed_units|Done [0-9]+ runs' $(FUZZ_BUILD)/fuzz-$$n.log | tail -2; done
 
