@@ -109,13 +109,15 @@ if [ -x "$CLI" ] && "$CLI" --help 2>&1 | grep -q trace && "$CLI" --help 2>&1 | g
   log "traces cuda vs ref"
   MODEL=models/TinyStories-656K
   CORPUS=models/corpus/stories.txt
+  # w8 runs 521 positions; the model has 512 (the trace header records the long context).
+  LONG=--allow-long-context
   : >"$OUT/traces.log"
   for shape in w1 w8 w256; do
-    timeout 120 "$CLI" trace -m "$MODEL" --corpus "$CORPUS" --shape $shape --device ref \
+    timeout 120 "$CLI" trace -m "$MODEL" --corpus "$CORPUS" --shape $shape $LONG --device ref \
       -o "$TRACES/ref.$shape.tsv" --quiet >>"$OUT/traces.log" 2>&1
     for dt in f32 bf16; do
       t0=$(date +%s.%N)
-      timeout 120 "$CLI" trace -m "$MODEL" --corpus "$CORPUS" --shape $shape --device cuda \
+      timeout 120 "$CLI" trace -m "$MODEL" --corpus "$CORPUS" --shape $shape $LONG --device cuda \
         --dtype $dt -o "$TRACES/cuda-$dt.$shape.tsv" --quiet --stats >>"$OUT/traces.log" 2>&1
       trc=$?
       echo "-- compare ref cuda-$dt $shape" >>"$OUT/traces.log"

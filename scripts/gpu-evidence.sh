@@ -53,11 +53,11 @@ done
 step "--mix ablation (w8, cuda bf16 with one family at f32, against ref)"
 T=/tmp/mix-traces
 mkdir -p "$T"
-"$A" trace -m "$MODEL" --corpus "$CORPUS" --shape w8 --device ref -o "$T/ref.tsv" --quiet
+"$A" trace -m "$MODEL" --corpus "$CORPUS" --shape w8 --allow-long-context --device ref -o "$T/ref.tsv" --quiet
 : >"$OUT/mix.txt"
 for mix in none attn=f32 mlp=f32 norm=f32 logits=f32 attn=f32,mlp=f32,norm=f32,residual=f32,embed=f32,logits=f32; do
   args=(); [ "$mix" != none ] && args=(--mix "$mix")
-  "$A" trace -m "$MODEL" --corpus "$CORPUS" --shape w8 --device cuda --dtype bf16 "${args[@]}" \
+  "$A" trace -m "$MODEL" --corpus "$CORPUS" --shape w8 --allow-long-context --device cuda --dtype bf16 "${args[@]}" \
     -o "$T/mix.tsv" --quiet 2>>"$OUT/mix.log"
   "$A" compare "$T/ref.tsv" "$T/mix.tsv" --json >"$T/c.json" 2>>"$OUT/mix.log"
   python3 - "$mix" "$T/c.json" >>"$OUT/mix.txt" <<'EOF'

@@ -10,6 +10,8 @@
 # DEVICE is ref, cpu or cuda:DTYPE. A record made by the binary before a change, checked with
 # the binary after it (same machine: the cpu tier's kernels depend on the ISA), shows whether
 # the change moved any logit. SHAPES overrides the shapes (default: all five named shapes).
+# Traces pass --allow-long-context: the prefill shapes run past TinyStories-656K's 512
+# positions, and identity is what is checked here.
 set -euo pipefail
 mode=${1:?record|check}; bin=${2:?arbiter binary}; file=${3:?record file}; shift 3
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +28,7 @@ digest() {  # model shape device -> sha256 of the data rows
   dev=${device%%:*}; dtype=${device#*:}
   args=(--device "$dev")
   [ "$dtype" != "$device" ] && args+=(--dtype "$dtype")
-  "$bin" trace -m "$root/$model" --corpus "$corpus" --shape "$shape" "${args[@]}" \
+  "$bin" trace -m "$root/$model" --corpus "$corpus" --shape "$shape" --allow-long-context "${args[@]}" \
     -o "$tmp/t.tsv" --quiet >/dev/null
   grep -v '^#' "$tmp/t.tsv" | sha256sum | cut -d' ' -f1
 }

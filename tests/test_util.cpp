@@ -61,10 +61,13 @@ void write_file(const std::string& path, const std::string& data) {
   f << data;
 }
 
-CliResult run_cli(const std::string& args) {
+CliResult run_cli(const std::string& args) { return run_cli_bounded(args, 0); }
+
+CliResult run_cli_bounded(const std::string& args, int seconds) {
   std::string dir = temp_dir("cli");
   std::string out = dir + "/out", err = dir + "/err";
-  std::string cmd = std::string(ARBITER_CLI) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  std::string bound = seconds > 0 ? "timeout -k 5 " + std::to_string(seconds) + " " : "";
+  std::string cmd = bound + std::string(ARBITER_CLI) + " " + args + " >" + out + " 2>" + err + " </dev/null";
   int rc = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;

@@ -27,6 +27,9 @@ struct CliResult {
   std::string out, err;
 };
 CliResult run_cli(const std::string& args);
+/// run_cli under `timeout`: a run still going after `seconds` is killed and exits 124 (so a
+/// test of something that must not block fails instead of hanging the suite).
+CliResult run_cli_bounded(const std::string& args, int seconds);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& data);
 

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "cli/common.h"
 #include "core/error.h"
 #include "engine/bench.h"
 #include "engine/session.h"
+#include "io/atomic_file.h"
 #include "verify/trace/trace_run.h"
 
 namespace arbiter::cli {
@@ -44,12 +46,15 @@ BenchTrace time_trace(const Model& m, Backend& be, const std::string& shape, con
     to.model_path = opt.model_path;
     to.env = arbiter_env();
     to.progress = false;
+    // Throughput does not depend on whether positions pass the model's trained context.
+    to.allow_long_context = true;
     const int bos_rows = m.tokenizer->bos_id() >= 0 ? 1 : 0;
-    const int W = to.shape.chunk_tokens, ctx = to.shape.prefill + bos_rows + W;
+    const verify::TraceCorpus corpus = verify::load_trace_corpus(to, m);
+    const int W = to.shape.chunk_tokens, ctx = int(verify::trace_positions(to.shape, m));
     std::vector<double> pos_s;
     for (int rep = 0; rep <= std::max(1, opt.reps); ++rep) {
       Session s(m, be, ctx, std::max(W, std::min(ctx, 512)));
-      const verify::TraceRunResult r = verify::run_trace(s, to);
+      const verify::TraceRunResult r = verify::run_trace(s, to, corpus);
       bt.rows = r.rows;
       if (rep > 0) pos_s.push_back(r.elapsed_s > 0 ? double(r.rows) / r.elapsed_s : 0);
     }
@@ -95,11 +100,11 @@ static int cmd_bench(int argc, char** argv) {
   }
   ARB_CHECK(a.positional().empty(), "[cli] bench: unexpected argument '%s'", a.positional()[0].c_str());
   BenchOptions o;
-  o.n_prompt = int(a.integer("n-prompt", 512));
-  o.n_gen = int(a.integer("n-gen", 128));
-  o.reps = int(a.integer("reps", 5));
-  o.depth = int(a.integer("depth", 0));
-  o.threads = int(a.integer("threads", 0));
+  o.n_prompt = a.int_in("n-prompt", 512, 0, std::numeric_limits<int32_t>::max());
+  o.n_gen = a.int_in("n-gen", 128, 0, std::numeric_limits<int32_t>::max());
+  o.reps = a.int_in("reps", 5, 0, std::numeric_limits<int32_t>::max());
+  o.depth = a.int_in("depth", 0, 0, std::numeric_limits<int32_t>::max());
+  o.threads = thread_count(a);
   o.seed = uint64_t(std::max<int64_t>(0, a.integer("seed", 1)));
   o.shapes = split_commas(a.str("shapes", ""));
   o.corpus_path = a.str("corpus", "");
@@ -117,18 +122,8 @@ static int cmd_bench(int argc, char** argv) {
     bench_note_peak_rss(r);
   }
   std::fputs(a.flag("json") ? bench_report_json(r).c_str() : bench_report_text(r).c_str(), stdout);
-  if (a.has("json-out")) {
-    // The JSON beside the text, from the same run (written whole or not at all).
-    const std::string path = a.str("json-out"), tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    ARB_CHECK(f != nullptr, "[cli] bench: cannot write %s", tmp.c_str());
-    const std::string js = bench_report_json(r);
-    const bool ok = std::fwrite(js.data(), 1, js.size(), f) == js.size();
-    ARB_CHECK(std::fclose(f) == 0 && ok, "[cli] bench: write to %s failed", tmp.c_str());
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    ARB_CHECK(!ec, "[cli] bench: cannot rename %s to %s", tmp.c_str(), path.c_str());
-  }
+  // The JSON beside the text, from the same run (written whole or not at all).
+  if (a.has("json-out")) write_file_atomic(a.str("json-out"), bench_report_json(r), "[bench]");
   print_stats_if_asked(run);
   return 0;
 }

@@ -74,7 +74,7 @@ static int cmd_compare(int argc, char** argv) {
     std::fprintf(stderr, "arbiter compare: unreadable: %s\n", e.what());
     return int(verify::Verdict::Unreadable);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "arbiter compare: unreadable: %s\n", e.what());
+    std::fprintf(stderr, "arbiter compare: unreadable: %s\n", describe_failure(e).c_str());
     return int(verify::Verdict::Unreadable);
   }
 }

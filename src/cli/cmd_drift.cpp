@@ -1,11 +1,12 @@
 // arbiter drift: where in the forward do two tiers part? (verify/localize/drift.h, docs/localize.md)
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <limits>
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/file.h"
 #include "verify/localize/drift.h"
 #include "verify/localize/side.h"
 #include "verify/localize/svg.h"
@@ -25,16 +26,17 @@ static const char* kDriftUsage =
     "  --json          one JSON object on stdout instead of the table\n"
     "exit: 0 when no stage's local error exceeds its bound, 1 when one does (or on error)\n";
 
-/// BOS + the first n-1 tokens of the corpus (whole file, no special tokens).
-std::vector<int32_t> corpus_positions(const Model& m, const std::string& path, int n,
-                                      const char* who) {
-  std::ifstream f(path, std::ios::binary);
-  ARB_CHECK(f.good(), "[%s] %s: cannot open corpus", who, path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
+/// BOS + the first n-1 tokens of the corpus text (whole file, no special tokens); n must not
+/// pass the model's maximum positions.
+std::vector<int32_t> corpus_positions(const Model& m, const InputFile& corpus, int n, const char* who) {
+  const std::string& path = corpus.path();
+  ARB_CHECK(n <= m.config.max_pos, "[%s] --positions %d passes the model's maximum of %d positions", who, n,
+            m.config.max_pos);
   std::vector<int32_t> ids;
   if (m.tokenizer->bos_id() >= 0) ids.push_back(m.tokenizer->bos_id());
-  std::vector<int32_t> body = m.tokenizer->encode(ss.str(), false, false);
+  std::vector<int32_t> body =
+      m.tokenizer->encode(read_input_file(path, "[" + std::string(who) + "]", kMaxInputBytes, "a corpus"),
+                          false, false);
   ARB_CHECK(int64_t(ids.size() + body.size()) >= n, "[%s] %s: %zu tokens, --positions %d needs %d",
             who, path.c_str(), body.size(), n, n - int(ids.size()));
   ids.insert(ids.end(), body.begin(), body.begin() + (n - int(ids.size())));
@@ -66,16 +68,16 @@ static int cmd_drift(int argc, char** argv) {
         s->spec.mix = a.str("mix"), any = true;
     ARB_CHECK(any, "[cli] drift: --mix applies to a cuda side and neither --a nor --b is one");
   }
-  const int positions = int(a.integer("positions", 64));
-  ARB_CHECK(positions >= 1, "[cli] drift: --positions must be >= 1");
-  const int width = int(a.integer("width", positions));
-  ARB_CHECK(width >= 1, "[cli] drift: --width must be >= 1");
-  const int threads = int(a.integer("threads", 0));
-  ARB_CHECK(threads >= 0, "[cli] drift: --threads must be >= 0");
+  const int positions = a.int_in("positions", 64, 1, std::numeric_limits<int32_t>::max());
+  const int width = a.int_in("width", positions, 1, std::numeric_limits<int32_t>::max());
+  const int threads = thread_count(a);
 
+  ActivityScope scope("running drift on model " + a.str("model"));
   std::unique_ptr<Model> m = load_model(a.str("model"));
   const std::string corpus = a.str("corpus");
-  std::vector<int32_t> ids = corpus_positions(*m, corpus, positions, "drift");
+  // Open until the outputs are written: --tsv or --svg naming the corpus is then refused.
+  const InputFile corpus_file(corpus, "[drift]");
+  std::vector<int32_t> ids = corpus_positions(*m, corpus_file, positions, "drift");
   auto be_a = verify::make_side_backend(sa, threads);
   auto be_b = verify::make_side_backend(sb, threads);
   const int wmax = std::min(width, positions);
@@ -99,8 +101,8 @@ static int cmd_drift(int argc, char** argv) {
   r.a_compute = dtype_name(be_a->compute()), r.b_compute = dtype_name(be_b->compute());
   r.a_inject = sa.inject.text, r.b_inject = sb.inject.text;
 
-  if (a.has("tsv")) verify::write_text_file(a.str("tsv"), verify::drift_tsv(r));
-  if (a.has("svg")) verify::write_text_file(a.str("svg"), verify::drift_svg(r));
+  if (a.has("tsv")) write_file_atomic(a.str("tsv"), verify::drift_tsv(r), "[drift]");
+  if (a.has("svg")) write_file_atomic(a.str("svg"), verify::drift_svg(r), "[drift]");
   if (a.flag("json"))
     std::printf("%s\n", verify::drift_json(r)
                             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)

@@ -1,8 +1,10 @@
 // arbiter gate: greedy token gate across tiers (verify/localize/gate.h, docs/localize.md).
 #include <cstdio>
+#include <limits>
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "io/file.h"
 #include "verify/localize/gate.h"
 
 namespace arbiter::cli {
@@ -41,11 +43,17 @@ static int cmd_gate(int argc, char** argv) {
   verify::GateOptions opt;
   opt.model_path = a.str("model");
   opt.prompts_path = a.str("prompts");
-  opt.n_tokens = int(a.integer("n-tokens", 32));
-  opt.runs = int(a.integer("runs", 2));
+  // run_gate adds -n to the prompt length in an int before comparing with the model's
+  // context: bounded here well below overflow, and above every model's context.
+  opt.n_tokens = a.int_in("n-tokens", 32, 1, 1 << 24);
+  opt.runs = a.int_in("runs", 2, 1, std::numeric_limits<int32_t>::max());
   opt.band = a.number("band", 0.5);
-  opt.threads = int(a.integer("threads", 0));
-  ARB_CHECK(opt.threads >= 0, "[cli] gate: --threads must be >= 0");
+  opt.threads = thread_count(a);
+  // The gate reads the prompt file itself (verify/localize): checked here first so that a
+  // FIFO, a device or an oversized file is refused instead of read.
+  const InputFile prompts(opt.prompts_path, "[gate]");
+  ARB_CHECK(prompts.size() <= kMaxInputBytes, "[gate] %s: %llu bytes, over the %llu-byte limit for a prompt file",
+            opt.prompts_path.c_str(), (unsigned long long)prompts.size(), (unsigned long long)kMaxInputBytes);
   opt.sides = verify::parse_sides(a.str("sides"));
   if (a.has("mix")) {
     bool any = false;

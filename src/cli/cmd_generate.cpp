@@ -7,14 +7,15 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <sstream>
 
 #include "cli/common.h"
 #include "core/error.h"
 #include "engine/generate.h"
+#include "io/file.h"
 #include "tokenizer/chat_template.h"
 
 namespace arbiter::cli {
@@ -54,11 +55,8 @@ static int cmd_generate(int argc, char** argv) {
   std::string prompt_text;
   bool have_prompt = true;
   if (!pos.empty()) prompt_text = pos[0];
-  else if (a.has("file")) {
-    std::ifstream f(a.str("file"), std::ios::binary);
-    ARB_CHECK(f.good(), "[cli] generate: -f %s: cannot open file", a.str("file").c_str());
-    prompt_text = read_stream(f);
-  } else if (a.has("prompt") && a.str("prompt") != "-") prompt_text = a.str("prompt");
+  else if (a.has("file")) prompt_text = read_input_file(a.str("file"), "[cli] generate:", kMaxInputBytes, "a prompt file");
+  else if (a.has("prompt") && a.str("prompt") != "-") prompt_text = a.str("prompt");
   else if (!a.flag("chat") && (a.has("prompt") || !isatty(0))) {
     prompt_text = read_stream(std::cin);
     if (!prompt_text.empty() && prompt_text.back() == '\n') prompt_text.pop_back();  // `echo`'s newline
@@ -67,10 +65,12 @@ static int cmd_generate(int argc, char** argv) {
 
   SamplerParams sp;
   sp.temperature = a.number("temp", 0.0);
-  sp.top_k = int(a.integer("top-k", 0));
+  sp.top_k = a.int_in("top-k", 0, 0, std::numeric_limits<int32_t>::max());
   sp.top_p = a.number("top-p", 1.0);
   sp.min_p = a.number("min-p", 0.0);
-  sp.seed = a.has("seed") ? uint64_t(a.integer("seed")) : uint64_t(std::random_device{}());
+  const int64_t seed = a.integer("seed", 0);
+  ARB_CHECK(seed >= 0, "[cli] generate: --seed %lld must be >= 0", (long long)seed);
+  sp.seed = a.has("seed") ? uint64_t(seed) : uint64_t(std::random_device{}());
   PenaltyParams pen;
   pen.repeat = a.number("repeat-penalty", 1.0);
   pen.presence = a.number("presence-penalty", 0.0);
@@ -86,14 +86,19 @@ static int cmd_generate(int argc, char** argv) {
   const Model& m = *run.model;
   const bool ids = a.flag("ids");
   const int64_t max_pos = m.config.max_pos > 0 ? m.config.max_pos : 4096;
+  // The cache is sized from -c, -n and the prompt: each is bounded by the model's positions
+  // before anything is allocated.
+  ARB_CHECK(n <= max_pos, "[cli] generate: -n %lld exceeds the model's %lld positions", (long long)n,
+            (long long)max_pos);
 
   if (!a.flag("chat")) {
     ARB_CHECK(!a.has("chat-template"), "[cli] generate: --chat-template needs --chat");
     if (!have_prompt) std::fprintf(stderr, "[generate] no prompt given: generating from BOS\n");
     std::vector<int32_t> prompt = m.tokenizer->encode(prompt_text, !a.flag("no-bos"), true);
-    const int64_t ctx = a.integer("ctx", n < 0 ? max_pos : std::min<int64_t>(max_pos, int64_t(prompt.size()) + n));
-    ARB_CHECK(ctx >= 1, "[cli] generate: -c %lld must be >= 1", (long long)ctx);
-    Session s(m, *run.backend, int(ctx));
+    const int ctx = a.int_in("ctx", n < 0 ? max_pos : std::min<int64_t>(max_pos, int64_t(prompt.size()) + n), 1,
+                             max_pos);
+    ActivityScope scope(strformat("generating with a %d-position session on model %s", ctx, m.path.c_str()));
+    Session s(m, *run.backend, ctx);
     s.set_inject(run.inject);
     StreamDecoder dec(*m.tokenizer);
     GenerateResult r = generate(s, prompt, int(n), sampler, m.eos_ids, [&](int32_t id) {
@@ -115,7 +120,8 @@ static int cmd_generate(int argc, char** argv) {
   std::unique_ptr<ChatTemplate> tpl = a.has("chat-template") ? chat_template_from_file(a.str("chat-template"), *m.tokenizer)
                                                              : load_chat_template(a.str("model"), *m.tokenizer);
   ARB_CHECK(tpl, "[cli] generate: %s has no chat template; give one with --chat-template FILE", a.str("model").c_str());
-  const int64_t ctx = a.integer("ctx", max_pos);
+  const int64_t ctx = a.int_in("ctx", max_pos, 1, max_pos);
+  ActivityScope scope(strformat("chatting with a %lld-position session on model %s", (long long)ctx, m.path.c_str()));
   Session s(m, *run.backend, int(ctx));
   s.set_inject(run.inject);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();

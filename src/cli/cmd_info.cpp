@@ -45,6 +45,7 @@ int cmd_info(int argc, char** argv) {
   } else if (!a.positional().empty()) {
     throw Error("[cli] info: unexpected argument '" + a.positional()[0] + "'");
   }
+  ActivityScope scope("loading model " + path);
   std::unique_ptr<Model> m = load_model(path);
   const ModelConfig& c = m->config;
   const Tokenizer* tok = m->tokenizer.get();

@@ -2,18 +2,19 @@
 // tier on identical (captured) inputs (verify/localize/opcheck.h, docs/localize.md).
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <limits>
+#include <memory>
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/file.h"
 #include "verify/localize/opcheck.h"
 #include "verify/localize/svg.h"
 
 namespace arbiter::cli {
 
-std::vector<int32_t> corpus_positions(const Model& m, const std::string& path, int n,
-                                      const char* who);
+std::vector<int32_t> corpus_positions(const Model& m, const InputFile& corpus, int n, const char* who);
 
 static const char* kOpcheckUsage =
     "usage: arbiter opcheck -m MODEL [--device cpu|cuda[:N]] [--dtype bf16|f16|f32]\n"
@@ -46,17 +47,20 @@ static int cmd_opcheck(int argc, char** argv) {
     std::fprintf(stderr, "%s", kOpcheckUsage);
     return 0;
   }
-  const int positions = int(a.integer("positions", 64));
-  ARB_CHECK(positions >= 1, "[cli] opcheck: --positions must be >= 1");
-  const int width = std::min<int>(int(a.integer("width", positions)), positions);
-  ARB_CHECK(width >= 1, "[cli] opcheck: --width must be >= 1");
+  const int positions = a.int_in("positions", 64, 1, std::numeric_limits<int32_t>::max());
+  const int width = std::min(a.int_in("width", positions, 1, std::numeric_limits<int32_t>::max()), positions);
 
   ModelRun run = open_model_run(a);  // the checked tier, with --inject
   const Model& m = *run.model;
   std::vector<int32_t> ids;
+  // Open until --tsv is written: naming the corpus there is then refused.
+  std::unique_ptr<InputFile> corpus;
   if (a.has("corpus")) {
-    ids = corpus_positions(m, a.str("corpus"), positions, "opcheck");
+    corpus = std::make_unique<InputFile>(a.str("corpus"), "[opcheck]");
+    ids = corpus_positions(m, *corpus, positions, "opcheck");
   } else {
+    ARB_CHECK(positions <= m.config.max_pos, "[opcheck] --positions %d passes the model's maximum of %d positions",
+              positions, m.config.max_pos);
     if (m.tokenizer->bos_id() >= 0) ids.push_back(m.tokenizer->bos_id());
     std::vector<int32_t> body = m.tokenizer->encode(kBuiltinText, false, false);
     // Repeat the text when a long check asks for more tokens than it has.
@@ -65,6 +69,7 @@ static int cmd_opcheck(int argc, char** argv) {
         if (int(ids.size()) < positions) ids.push_back(t);
   }
   std::unique_ptr<Backend> ref = make_tier(DeviceSpec{"ref", "", 0, ""});
+  ActivityScope scope(strformat("checking ops of model %s over %d positions", m.path.c_str(), positions));
   Session s_ref(m, *ref, positions, width);
   std::fprintf(stderr, "[opcheck] ref forward of %d positions (capturing every op's inputs)\n",
                positions);
@@ -80,7 +85,7 @@ static int cmd_opcheck(int argc, char** argv) {
   r.device = run.backend->device_name();
   r.compute = dtype_name(run.backend->compute());
   r.inject = run.inject.text;
-  if (a.has("tsv")) verify::write_text_file(a.str("tsv"), verify::opcheck_tsv(r));
+  if (a.has("tsv")) write_file_atomic(a.str("tsv"), verify::opcheck_tsv(r), "[opcheck]");
   if (a.flag("json"))
     std::printf("%s\n", verify::opcheck_json(r)
                             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)

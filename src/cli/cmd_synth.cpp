@@ -1,8 +1,9 @@
 // arbiter synth: a complete HF checkpoint with a real model's shapes and seeded random
 // weights, for speed measurements only (src/model/synth.h).
 #include <cstdio>
+#include <limits>
 
-#include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "model/synth.h"
 
@@ -34,15 +35,14 @@ static int cmd_synth(int argc, char** argv) {
   const int64_t seed = a.integer("seed", 0);
   ARB_CHECK(seed >= 0, "[cli] synth: --seed must be >= 0");
   o.seed = uint64_t(seed);
-  o.layers = int(a.integer("layers", 0));
-  ARB_CHECK(!a.has("layers") || o.layers >= 1, "[cli] synth: --layers must be >= 1");
+  o.layers = a.int_in("layers", 0, 1, std::numeric_limits<int32_t>::max());
   o.out_dir = a.str("out");
   const bool gguf_name = o.out_dir.size() > 5 && o.out_dir.compare(o.out_dir.size() - 5, 5, ".gguf") == 0;
   const std::string format = a.str("format", gguf_name ? "gguf" : "hf");
   ARB_CHECK(format == "hf" || format == "gguf", "[cli] synth: --format must be hf or gguf (got '%s')", format.c_str());
   o.format = format == "gguf" ? SynthFormat::Gguf : SynthFormat::Hf;
   o.force = a.flag("force");
-  o.threads = int(a.integer("threads", 0));
+  o.threads = thread_count(a);
   o.progress = [](const std::string& s) { std::fprintf(stderr, "[synth] %s\n", s.c_str()); };
   SynthResult plan = synth_plan(o);  // validates preset, dtype and layers before any work
   if (plan.weight_bytes > 8'000'000'000ull)

@@ -5,11 +5,10 @@
 // model adds them; --special: special-token text such as "<|endoftext|>" becomes its id.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "io/file.h"
 #include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,19 +25,13 @@ const char* kUsage =
 std::unique_ptr<Tokenizer> open_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;
   if (fs::is_directory(path)) return tokenizer_from_hf_dir(path);
-  if (fs::path(path).filename() == "tokenizer.json")
-    return tokenizer_from_hf_dir(fs::path(path).parent_path().string());
+  if (fs::path(path).filename() == "tokenizer.json") {
+    const fs::path dir = fs::path(path).parent_path();
+    return tokenizer_from_hf_dir(dir.empty() ? "." : dir.string());
+  }
   ARB_CHECK(fs::exists(path), "[cli] tokenize: %s: no such file or directory", path.c_str());
   GgufFile g(path);
   return tokenizer_from_gguf(g);
-}
-
-std::string read_file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ARB_CHECK(f.good(), "[cli] tokenize: %s: cannot open file", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 int cmd_tokenize(int argc, char** argv) {
@@ -52,7 +45,7 @@ int cmd_tokenize(int argc, char** argv) {
   std::string text;
   if (a.has("file")) {
     ARB_CHECK(a.positional().empty(), "[cli] tokenize: give TEXT or --file, not both");
-    text = read_file_bytes(a.str("file"));
+    text = read_input_file(a.str("file"), "[cli] tokenize:", kMaxInputBytes, "a text file");
   } else {
     ARB_CHECK(a.positional().size() == 1,
               "[cli] tokenize: expected one TEXT argument (got %zu; quote the text)", a.positional().size());

@@ -1,6 +1,7 @@
 // arbiter trace: teacher-forced logit trace of a corpus on one tier (DESIGN.md §3).
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "backend/mix.h"
 #include "cli/common.h"
@@ -17,7 +18,7 @@ static int cmd_trace(int argc, char** argv) {
                              "--topk", "-o|--out", "--full-logits", "--endpoint", "--tokenizer", "--api-key",
                              "--compute", "--api-mode", "--api-top"});
   auto fopts = model_flag_opts();
-  fopts.insert(fopts.end(), {"--quiet", "-h|--help"});
+  fopts.insert(fopts.end(), {"--quiet", "--allow-long-context", "-h|--help"});
   Args a("trace", vopts, fopts);
   a.parse(argc, argv);
   if (a.flag("help")) {
@@ -31,7 +32,9 @@ static int cmd_trace(int argc, char** argv) {
                  "         [--api-mode echo|next] [--api-top N]\n"
                  "         --corpus FILE --shape ... [--topk K] -o OUT.tsv\n"
                  "         (through an OpenAI-compatible /v1/completions with echo + logprobs; MODEL: the local\n"
-                 "          checkpoint the endpoint serves, for its tokenizer and identity; docs/serve.md)\n");
+                 "          checkpoint the endpoint serves, for its tokenizer and identity; docs/serve.md)\n"
+                 "       [--allow-long-context]   trace chunks past the model's maximum positions\n"
+                 "                                (recorded in the header as '# long_context')\n");
     return 0;
   }
   verify::TraceRunOptions opt;
@@ -40,22 +43,16 @@ static int cmd_trace(int argc, char** argv) {
               "[cli] trace: give either --shape or --chunk/--prefill/--start, not both");
     opt.shape = verify::named_shape(a.str("shape"));
     // --chunks with --shape caps the chunk count (a quick run; the header records it).
-    if (a.has("chunks")) {
-      int64_t c = a.integer("chunks");
-      ARB_CHECK(c >= 1, "[cli] trace: --chunks must be >= 1");
-      opt.shape.max_chunks = int(std::min<int64_t>(c, opt.shape.max_chunks));
-    }
+    if (a.has("chunks")) opt.shape.max_chunks = std::min(a.int_in("chunks", 1, std::numeric_limits<int32_t>::max()), opt.shape.max_chunks);
   } else {
     opt.shape.name = "custom";
-    opt.shape.chunk_tokens = int(a.integer("chunk"));
-    opt.shape.max_chunks = int(a.integer("chunks"));
-    opt.shape.prefill = int(a.integer("prefill", 0));
-    opt.shape.start_token = int(a.integer("start", 0));
-    ARB_CHECK(opt.shape.chunk_tokens >= 1 && opt.shape.max_chunks >= 1 &&
-                  opt.shape.prefill >= 0 && opt.shape.start_token >= 0,
-              "[cli] trace: --chunk and --chunks must be >= 1, --prefill and --start >= 0");
+    opt.shape.chunk_tokens = a.int_in("chunk", 1, std::numeric_limits<int32_t>::max());
+    opt.shape.max_chunks = a.int_in("chunks", 1, std::numeric_limits<int32_t>::max());
+    opt.shape.prefill = a.int_in("prefill", 0, 0, std::numeric_limits<int32_t>::max());
+    opt.shape.start_token = a.int_in("start", 0, 0, std::numeric_limits<int32_t>::max());
   }
-  opt.topk = int(a.integer("topk", 8));
+  opt.topk = a.int_in("topk", 8, 1, std::numeric_limits<int32_t>::max());
+  opt.allow_long_context = a.flag("allow-long-context");
   opt.corpus_path = a.str("corpus");
   opt.out_path = a.str("out");
   opt.full_logits_path = a.str("full-logits", "");
@@ -92,11 +89,14 @@ static int cmd_trace(int argc, char** argv) {
     return r.nonfinite > 0 ? 1 : 0;
   }
   ModelRun run = open_model_run(a);
-  const int bos_rows = run.model->tokenizer->bos_id() >= 0 ? 1 : 0;
-  const int W = opt.shape.chunk_tokens, ctx = opt.shape.prefill + bos_rows + W;
+  // Shape, context and corpus are checked before the Session is sized from them.
+  const verify::TraceCorpus corpus = verify::load_trace_corpus(opt, *run.model);
+  const int W = opt.shape.chunk_tokens, ctx = int(verify::trace_positions(opt.shape, *run.model));
+  ActivityScope scope(strformat("tracing %s (a %d-position session) on model %s", opt.corpus_path.c_str(), ctx,
+                                opt.model_path.c_str()));
   Session s(*run.model, *run.backend, ctx, std::max(W, std::min(ctx, 512)));
   s.set_inject(run.inject);
-  verify::TraceRunResult r = verify::run_trace(s, opt);
+  verify::TraceRunResult r = verify::run_trace(s, opt, corpus);
   std::fprintf(stderr, "[trace] wrote %s: %lld rows in %.2f s (%.0f positions/s)\n",
                opt.out_path.c_str(), (long long)r.rows, r.elapsed_s,
                r.elapsed_s > 0 ? r.rows / r.elapsed_s : 0.0);

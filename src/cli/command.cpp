@@ -102,6 +102,16 @@ int64_t Args::integer(const std::string& key) const { return parse_int(str(key),
 int64_t Args::integer(const std::string& key, int64_t dflt) const {
   return has(key) ? integer(key) : dflt;
 }
+int Args::int_in(const std::string& key, int64_t lo, int64_t hi) const {
+  const int64_t v = integer(key);
+  if (v < lo || v > hi)
+    throw Error(strformat("[cli] %s: --%s %lld is outside [%lld, %lld]", command_.c_str(), key.c_str(),
+                          (long long)v, (long long)lo, (long long)hi));
+  return int(v);
+}
+int Args::int_in(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) const {
+  return has(key) ? int_in(key, lo, hi) : int(dflt);
+}
 double Args::number(const std::string& key) const { return parse_number(str(key), "--" + key); }
 double Args::number(const std::string& key, double dflt) const {
   return has(key) ? number(key) : dflt;

@@ -30,6 +30,10 @@ class Args {
   std::vector<std::string> all(const std::string& key) const;
   int64_t integer(const std::string& key) const;
   int64_t integer(const std::string& key, int64_t dflt) const;
+  /// A whole number in [lo, hi] (hi at most INT32_MAX), so that a count never wraps when it
+  /// becomes an int: "[cli] trace: --chunk 4294967297 is outside [1, 2147483647]".
+  int int_in(const std::string& key, int64_t lo, int64_t hi) const;
+  int int_in(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) const;
   double number(const std::string& key) const;
   double number(const std::string& key, double dflt) const;
   const std::vector<std::string>& positional() const { return positional_; }

@@ -1,8 +1,11 @@
 #include "cli/common.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <thread>
 
 #include "core/error.h"
 
@@ -15,18 +18,28 @@ std::vector<std::string> model_value_opts() {
 }
 std::vector<std::string> model_flag_opts() { return {"--stats"}; }
 
+int thread_count(const Args& a) {
+  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int t = a.int_in("threads", 0, 0, std::numeric_limits<int32_t>::max());
+  if (t <= hw) return t;
+  std::fprintf(stderr, "[cli] --threads %d capped at the %d hardware threads\n", t, hw);
+  return hw;
+}
+
 ModelRun open_model_run(const Args& a) {
   ModelRun r;
   DeviceSpec spec;
   spec.device = a.str("device", "cpu");
   spec.dtype = a.str("dtype", "");
-  spec.threads = int(a.integer("threads", 0));
+  spec.threads = thread_count(a);
   spec.mix = a.str("mix", "");
-  if (spec.threads < 0) throw Error("[cli] --threads must be >= 0");
   r.inject = InjectSpec::parse(a.str("inject", "none"));
   const char* env = std::getenv("ARBITER_OP_STATS");
   r.stats = a.flag("stats") || (env && std::strcmp(env, "0") != 0 && *env);
-  r.model = load_model(a.str("model"));
+  {
+    ActivityScope scope("loading model " + a.str("model"));
+    r.model = load_model(a.str("model"));
+  }
   r.backend = make_backend(spec);
   return r;
 }

@@ -12,6 +12,11 @@
 
 namespace arbiter::cli {
 
+/// -t/--threads: 0 (the default) uses every hardware thread; more than the hardware has is
+/// capped there, with a note on stderr (more threads only contend, and a count like 100000
+/// would exhaust the process's threads).
+int thread_count(const Args& a);
+
 /// Option specs to pass to Args for the shared options.
 std::vector<std::string> model_value_opts();
 std::vector<std::string> model_flag_opts();

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "arbiter %s: %s\n", argv[1], e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "arbiter %s: unexpected error: %s\n", argv[1], e.what());
+    std::fprintf(stderr, "arbiter %s: %s\n", argv[1], describe_failure(e).c_str());
     return 1;
   }
 }

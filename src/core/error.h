@@ -2,6 +2,7 @@
 // ARB_ASSERT for internal invariants (always on; throws with expression and file:line so
 // the CLI still exits cleanly instead of aborting).
 #pragma once
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +20,25 @@ class Error : public std::runtime_error {
 std::string strformat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line);
+
+/// Names what this thread is doing while it lives ("loading model m.gguf"), so that an
+/// out-of-memory failure (std::bad_alloc) can be reported with the file and the allocation
+/// it happened in (describe_failure). Scopes nest; the innermost one the failure left is
+/// reported.
+class ActivityScope {
+ public:
+  explicit ActivityScope(std::string what);
+  ~ActivityScope();
+  ActivityScope(const ActivityScope&) = delete;
+  ActivityScope& operator=(const ActivityScope&) = delete;
+
+ private:
+  std::string what_;
+};
+
+/// The one-line description of an exception that is not an arbiter::Error: for
+/// std::bad_alloc "out of memory while <innermost activity>", else "unexpected error: what".
+std::string describe_failure(const std::exception& e);
 
 }  // namespace arbiter
 

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "core/error.h"
+
 namespace arbiter {
 
 namespace {
@@ -37,15 +39,26 @@ T spin_then_wait(const std::atomic<T>& a, Pred done) {
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = int(std::thread::hardware_concurrency());
   n_threads_ = threads < 1 ? 1 : threads;
-  workers_.reserve(size_t(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  try {
+    workers_.reserve(size_t(n_threads_ - 1));
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  } catch (const std::exception& e) {
+    // The system's thread limit (or memory for the stacks): stop the workers already
+    // started, which would otherwise terminate the process as joinable threads.
+    const size_t started = workers_.size();
+    stop_workers();
+    throw Error(strformat("[threads] cannot start %d threads (started %zu: %s)", n_threads_, started + 1, e.what()));
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
   stop_.store(true, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
 
 void ThreadPool::run_chunk(int index) {

@@ -21,7 +21,8 @@ namespace arbiter {
 class ThreadPool {
  public:
   /// threads <= 0: std::thread::hardware_concurrency(). The caller's thread is one of them,
-  /// so size() - 1 workers are started.
+  /// so size() - 1 workers are started. Throws arbiter::Error when the system cannot start
+  /// that many (the CLI caps -t at the hardware's threads first: cli/common.h).
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -45,6 +46,7 @@ class ThreadPool {
   using Trampoline = void (*)(void* ctx, int64_t begin, int64_t end);
   void run(int64_t n, Trampoline tramp, void* ctx);
   void worker_main(int index);
+  void stop_workers();
   void run_chunk(int index);
 
   int n_threads_ = 1;

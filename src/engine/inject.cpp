@@ -42,7 +42,8 @@ InjectSpec InjectSpec::parse(const std::string& spec) {
       have_op = true;
     } else if (key == "layer") {
       double v = number("layer");
-      ARB_CHECK(v >= 0 && v == std::floor(v), "[inject] '%s': layer must be a whole number >= 0",
+      // Bounded before the conversion to int (out of range it is undefined and wrapped).
+      ARB_CHECK(v >= 0 && v == std::floor(v) && v <= 1e9, "[inject] '%s': layer must be a whole number in [0, 1e9]",
                 spec.c_str());
       s.layer = int(v);
     } else if (key == "scale") {

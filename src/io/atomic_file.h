@@ -1,6 +1,18 @@
 // Atomic file output: bytes go to PATH.tmp.<pid> and commit() flushes, fsyncs and renames
-// the temporary onto PATH, so a reader finds the complete file or none. Traces, full-logits
-// files, GGUF and safetensors files are all written through it.
+// the temporary onto PATH, so a reader finds the complete file or none. Every file arbiter
+// writes goes through it (traces, full-logits files, GGUF and safetensors files, store
+// files, reports, plots).
+//
+// Outputs never destroy (docs/reliability.md):
+//   - an existing PATH that is not a regular file (a device, a FIFO, a directory) is refused,
+//     and so is a PATH that is one of this process's open inputs (io/file.h) or the target of
+//     another AtomicFile still open: checked at open() and again at commit();
+//   - the temporary is created with O_EXCL | O_NOFOLLOW, so a file or symlink planted at its
+//     name is never written through;
+//   - on SIGINT, SIGTERM or SIGHUP the open temporaries are unlinked (async-signal-safe)
+//     before the signal takes its course;
+//   - open() removes PATH.tmp.<pid> files left by processes that no longer exist (a SIGKILL
+//     or a crash), so they do not pile up; a live process's temporary is left alone.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -18,7 +30,9 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   /// Creates PATH.tmp.<pid>. `component` prefixes every error message ("[trace]").
-  /// Throws arbiter::Error "[component] TMP: cannot create (reason)".
+  /// Throws arbiter::Error "[component] PATH: is a FIFO; refusing to replace it with an
+  /// output", "... is the input X; refusing to overwrite it", "[component] TMP: cannot create
+  /// (reason)".
   void open(const std::string& path, const std::string& component);
   /// Appends n bytes. On failure removes the temporary and throws "[component] TMP: write
   /// failed (reason)".
@@ -39,7 +53,19 @@ class AtomicFile {
  private:
   [[noreturn]] void fail(const std::string& what, int err);
   std::FILE* f_ = nullptr;
+  int slot_ = -1;  // this temporary's entry in the signal handler's table
   std::string path_, tmp_path_, component_;
 };
+
+/// path made absolute, with symlinks and "." / ".." resolved as far as it exists: two
+/// outputs with the same canonical path are one file.
+std::string canonical_output_path(const std::string& path);
+
+/// The <pid> of an AtomicFile temporary's file name ("NAME.tmp.<pid>"), or 0 when filename
+/// is not one: for directory scans that must not take a temporary for a finished file.
+long atomic_temp_pid(const std::string& filename);
+
+/// Writes data to path through an AtomicFile (open, write, commit).
+void write_file_atomic(const std::string& path, const std::string& data, const std::string& component);
 
 }  // namespace arbiter

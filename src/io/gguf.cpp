@@ -220,9 +220,12 @@ std::string ggml_type_name(uint32_t type) {
   return "type " + std::to_string(type);
 }
 
-GgufFile::GgufFile(const std::string& path) : file_(std::make_shared<MappedFile>(path)) {
+GgufFile::GgufFile(const std::string& path) : GgufFile(std::make_shared<MappedFile>(path, "[gguf]")) {}
+
+GgufFile::GgufFile(std::shared_ptr<MappedFile> file) : file_(std::move(file)) {
   const uint8_t* base = file_->data();
   const size_t size = file_->size();
+  const std::string& path = file_->path();
   Reader r(base, size, path);
 
   // Header.

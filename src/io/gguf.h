@@ -41,6 +41,8 @@ class GgufFile {
   /// Opens and validates the file; throws arbiter::Error ("[gguf] PATH: ...") on any defect,
   /// including unsupported tensor types (supported: F32, F16, BF16, Q8_0).
   explicit GgufFile(const std::string& path);
+  /// The same over bytes already mapped or in memory (MappedFile::from_bytes: fuzzing).
+  explicit GgufFile(std::shared_ptr<MappedFile> file);
 
   const std::string& path() const { return file_->path(); }
   uint32_t version() const { return version_; }

@@ -3,22 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "core/error.h"
+#include "io/file.h"
+#include "io/json.h"
 
 namespace arbiter {
 
 using json = nlohmann::json;
 
 JsonConfig::JsonConfig(const std::string& text, std::string path) : path_(std::move(path)) {
-  try {
-    j_ = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(std::string("not valid JSON (") + e.what() + ")");
-  }
+  j_ = parse_json_bounded(text, path_, "[hf]");
   if (!j_.is_object()) fail("not a JSON object");
 }
 
@@ -90,22 +86,15 @@ std::string JsonConfig::str_of(std::initializer_list<const char*> keys,
 }
 
 std::string read_config_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("[hf] " + path + ": cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return read_input_file(path, "[hf]", kMaxInputBytes, "a JSON config");
 }
 
 std::vector<int32_t> parse_eos_ids(const std::string& json_text, const std::string& path) {
   std::vector<int32_t> out;
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw Error("[hf] " + path + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) return out;
+  const json j = parse_json_bounded(json_text, path, "[hf]");
+  // Not an object: no key could be read from it, and the defaults would be taken silently.
+  if (!j.is_object()) throw Error("[hf] " + path + ": not a JSON object");
+  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return out;
   const json& v = j["eos_token_id"];
   auto one = [&](const json& x) {
     if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
@@ -125,7 +114,9 @@ std::vector<int32_t> load_hf_eos_ids(const std::string& dir) {
   std::vector<int32_t> ids;
   for (const char* name : {"generation_config.json", "config.json"}) {
     std::string p = dir + "/" + name;
-    if (!std::filesystem::exists(p)) continue;
+    std::error_code ec;
+    // exists() is true for a FIFO or a directory too: the read refuses those.
+    if (!std::filesystem::exists(p, ec)) continue;
     for (int32_t id : parse_eos_ids(read_config_text(p), p))
       if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   }

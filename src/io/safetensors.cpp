@@ -16,6 +16,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/file.h"
+#include "io/json.h"
 
 namespace arbiter {
 
@@ -53,17 +55,12 @@ bool as_u63(const json& v, uint64_t& out) {
   return out <= uint64_t(std::numeric_limits<int64_t>::max());
 }
 
-// Short, printable rendering of a JSON value for messages (never throws on bad UTF-8).
-std::string brief(const json& v) {
-  std::string s = v.dump(-1, ' ', true, json::error_handler_t::replace);
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
+std::string brief(const json& v) { return json_brief(v); }
 
 }  // namespace
 
-void SafetensorsSet::add_file(const std::string& path) {
-  auto file = std::make_shared<MappedFile>(path);
+void SafetensorsSet::add_file(std::shared_ptr<MappedFile> file) {
+  const std::string& path = file->path();
   const uint8_t* base = file->data();
   const uint64_t size = file->size();
   if (size < 8) fail(path, "file is " + std::to_string(size) + " bytes, too short for the 8-byte header length");
@@ -76,12 +73,8 @@ void SafetensorsSet::add_file(const std::string& path) {
   const uint64_t data_begin = 8 + n;
   const uint64_t data_size = size - data_begin;
 
-  json header;
-  try {
-    header = json::parse(base + 8, base + 8 + n);
-  } catch (const json::exception& e) {
-    fail(path, std::string("header is not valid JSON (") + e.what() + ")");
-  }
+  const json header = parse_json_bounded(
+      std::string_view(reinterpret_cast<const char*>(base + 8), size_t(n)), path + " (header)", "[safetensors]");
   if (!header.is_object()) fail(path, "header is not a JSON object");
 
   struct Span {
@@ -161,49 +154,59 @@ void SafetensorsSet::add_file(const std::string& path) {
 
 SafetensorsSet SafetensorsSet::open_file(const std::string& path) {
   SafetensorsSet set;
-  set.add_file(path);
+  set.add_file(std::make_shared<MappedFile>(path, "[safetensors]"));
   return set;
 }
 
-SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const std::string single = dir + "/model.safetensors";
-  const std::string index = dir + "/model.safetensors.index.json";
-  // Same preference as transformers: the single file first, then the sharded index.
-  if (fs::exists(single)) return open_file(single);
-  if (!fs::exists(index))
-    throw Error("[safetensors] " + dir + ": neither model.safetensors nor model.safetensors.index.json found");
+SafetensorsSet SafetensorsSet::from_bytes(const std::string& name, std::string bytes) {
+  SafetensorsSet set;
+  set.add_file(MappedFile::from_bytes(name, std::move(bytes)));
+  return set;
+}
 
-  auto idx = std::make_shared<MappedFile>(index);
-  json j;
-  try {
-    j = json::parse(idx->data(), idx->data() + idx->size());
-  } catch (const json::exception& e) {
-    fail(index, std::string("not valid JSON (") + e.what() + ")");
-  }
+std::vector<std::pair<std::string, std::string>> parse_safetensors_index(const std::string& text,
+                                                                         const std::string& index) {
+  const json j = parse_json_bounded(text, index, "[safetensors]");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail(index, "no 'weight_map' object");
-  std::set<std::string> shards;
+  std::vector<std::pair<std::string, std::string>> out;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it.value().is_string()) fail(index, "weight_map entry '" + it.key() + "' is not a file name");
     std::string f = it.value().get<std::string>();
     // Shards are plain names next to the index; anything else could read outside DIR.
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
       fail(index, "weight_map entry '" + it.key() + "' names '" + f + "' (expected a file name in the same folder)");
-    shards.insert(f);
+    out.emplace_back(it.key(), std::move(f));
   }
-  if (shards.empty()) fail(index, "weight_map is empty");
+  if (out.empty()) fail(index, "weight_map is empty");
+  return out;
+}
+
+SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string single = dir + "/model.safetensors";
+  const std::string index = dir + "/model.safetensors.index.json";
+  // Same preference as transformers: the single file first, then the sharded index. exists()
+  // is true for a FIFO or a directory too: those are then refused by the open, not skipped.
+  if (fs::exists(single)) return open_file(single);
+  if (!fs::exists(index))
+    throw Error("[safetensors] " + dir + ": neither model.safetensors nor model.safetensors.index.json found");
+
+  const auto map = parse_safetensors_index(
+      read_input_file(index, "[safetensors]", kMaxInputBytes, "a safetensors index"), index);
+  std::set<std::string> shards;
+  for (const auto& [name, f] : map) shards.insert(f);
   SafetensorsSet set;
-  for (const std::string& f : shards) set.add_file(dir + "/" + f);  // std::set: sorted
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    const Tensor* t = set.tensor(it.key());
-    const std::string f = it.value().get<std::string>();
+  for (const std::string& f : shards)  // std::set: sorted
+    set.add_file(std::make_shared<MappedFile>(dir + "/" + f, "[safetensors]"));
+  for (const auto& [name, f] : map) {
+    const Tensor* t = set.tensor(name);
     const MappedFile* owner = nullptr;
     for (const auto& m : set.files_)
       if (m->path() == dir + "/" + f) owner = m.get();
     auto p = static_cast<const uint8_t*>(t ? t->data : nullptr);
     if (t == nullptr || owner == nullptr || p < owner->data() || p > owner->data() + owner->size())
-      fail(index, "tensor '" + it.key() + "' is not in its listed shard '" + f + "'");
+      fail(index, "tensor '" + name + "' is not in its listed shard '" + f + "'");
   }
   return set;
 }

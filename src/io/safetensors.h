@@ -19,6 +19,8 @@ class SafetensorsSet {
   static SafetensorsSet open_dir(const std::string& dir);
   /// Loads one file.
   static SafetensorsSet open_file(const std::string& path);
+  /// One file's bytes already in memory, under a name used in messages (fuzzing).
+  static SafetensorsSet from_bytes(const std::string& name, std::string bytes);
 
   /// nullptr when absent.
   const Tensor* tensor(const std::string& name) const;
@@ -29,10 +31,16 @@ class SafetensorsSet {
   const std::vector<std::shared_ptr<MappedFile>>& files() const { return files_; }
 
  private:
-  void add_file(const std::string& path);
+  void add_file(std::shared_ptr<MappedFile> file);
   std::map<std::string, Tensor> tensors_;
   std::map<std::string, std::string> metadata_;
   std::vector<std::shared_ptr<MappedFile>> files_;
 };
+
+/// model.safetensors.index.json text -> its weight_map as (tensor, shard file name) pairs,
+/// in the file's order. Refuses ("[safetensors] PATH: ...") a missing or empty weight_map, a
+/// value that is not a string, and a shard that is not a plain file name in the same folder.
+std::vector<std::pair<std::string, std::string>> parse_safetensors_index(const std::string& text,
+                                                                         const std::string& path);
 
 }  // namespace arbiter

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/file.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define ARB_SHA_X86 1
 #endif
@@ -114,8 +116,12 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_shani(uint32_t h[8], c
 
 bool Sha256::hw_available() {
 #ifdef ARB_SHA_X86
-  static const bool ok = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1") &&
-                         __builtin_cpu_supports("ssse3");
+  // CPUID directly: clang 14's __builtin_cpu_supports does not know "sha" (the fuzz build).
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSE4_1) || !(c & bit_SSSE3)) return false;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA) != 0;
+  }();
   return ok;
 #else
   return false;
@@ -190,18 +196,14 @@ std::string sha256_hex(const void* data, size_t n) {
 }
 
 std::string sha256_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw Error("[sha256] " + path + ": cannot open (" + std::strerror(errno) + ")");
+  InputFile f(path, "[sha256]");
   Sha256 h;
   std::vector<uint8_t> buf(1 << 20);
-  for (;;) {
-    size_t n = std::fread(buf.data(), 1, buf.size(), f);
-    if (n > 0) h.update(buf.data(), n);
-    if (n < buf.size()) break;
+  for (uint64_t at = 0; at < f.size(); at += buf.size()) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), f.size() - at));
+    f.read_at(at, buf.data(), n);
+    h.update(buf.data(), n);
   }
-  bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) throw Error("[sha256] " + path + ": read error");
   return h.hex_digest();
 }
 

@@ -24,6 +24,7 @@
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "model/model.h"
+#include "model/validate.h"
 
 namespace arbiter {
 
@@ -163,6 +164,7 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
   if (c.vocab <= 0) throw Error("[loader] " + path + ": empty vocabulary");
   m->arch->parse_gguf(g, c);
 
+  validate_config(c, {path, true, g.tensors().size()});
   Binder b(path, [&g](const std::string& n) { return g.tensor(n); });
   bind(*m->arch, c, Format::Gguf, b, m->weights);
   std::vector<std::string> all;
@@ -243,6 +245,7 @@ std::unique_ptr<Model> load_hf(const std::string& path) {
     auto it = st.metadata().find(n);
     return it == st.metadata().end() ? nullptr : st.tensor(it->second);
   };
+  validate_config(m->config, {cfg_path, false, st.tensors().size()});
   Binder b(path, lookup);
   bind(*m->arch, m->config, Format::Hf, b, m->weights);
   std::vector<std::string> all;
@@ -279,19 +282,16 @@ std::unique_ptr<Model> load_model(const std::string& path) {
   if (ec || !fs::exists(st)) throw Error("[loader] " + path + ": no such file or directory");
   if (fs::is_directory(st)) {
     if (!fs::exists(path + "/config.json"))
-      throw Error("[loader] " + path +
-                  ": directory has no config.json (expected an HF model directory)");
-    return load_hf(path);
+      throw Error("[loader] " + path + ": directory has no config.json (expected an HF model directory)");
+    return validated(load_hf(path));
   }
   bool gguf = path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
   if (!gguf) {
     MappedFile f(path);
     gguf = f.size() >= 4 && std::memcmp(f.data(), "GGUF", 4) == 0;
   }
-  if (!gguf)
-    throw Error("[loader] " + path +
-                ": not a GGUF file (pass a .gguf file or an HF model directory)");
-  return load_gguf(path);
+  if (!gguf) throw Error("[loader] " + path + ": not a GGUF file (pass a .gguf file or an HF model directory)");
+  return validated(load_gguf(path));
 }
 
 }  // namespace arbiter

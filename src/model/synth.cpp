@@ -14,11 +14,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/gguf_write.h"
 #include "io/safetensors_write.h"
 #include "model/arch.h"
@@ -422,13 +422,7 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   g.write(path);
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw Error("[synth] " + path + ": cannot open for writing");
-  f << text;
-  f.flush();
-  if (!f) throw Error("[synth] " + path + ": write failed");
-}
+void write_text(const std::string& path, const std::string& text) { write_file_atomic(path, text, "[synth]"); }
 
 }  // namespace
 
@@ -518,6 +512,10 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
   fs::path out = fs::absolute(fs::path(opt.out_dir)).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();
   std::error_code ec;
+  // --force replaces a checkpoint (a directory or a file), never a device, FIFO or socket.
+  const fs::file_status st = fs::status(out, ec);
+  if (fs::exists(st) && !fs::is_directory(st) && !fs::is_regular_file(st))
+    throw Error("[synth] " + out.string() + ": is not a directory or a regular file; refusing to replace it");
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)) && !opt.force)
     throw Error("[synth] " + out.string() + ": exists and is not empty (pass --force to replace it)");
   fs::path parent = out.parent_path();

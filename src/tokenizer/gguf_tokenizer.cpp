@@ -12,6 +12,7 @@
 // arrays as u64 count + elements in the same encodings. The hash thus depends on the
 // tokenizer values only, not on the integer/float widths the file used, nor on other keys
 // (tokenizer.chat_template, weights).
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -85,11 +86,19 @@ std::string gguf_tokenizer_sha256(const GgufFile& g) {
   return h.hex_digest();
 }
 
-// A special-token id key: absent, or out of range (0xFFFFFFFF is "none"), gives dflt/-1.
+// A special-token id key: absent gives dflt; -1 (or 0xFFFFFFFF, -1 written as a UINT32)
+// means "none" and gives -1. Any other id outside the vocabulary is refused: dropping it
+// would silently run the model without its BOS, or never stop at its EOS.
 int32_t id_key(const GgufFile& g, const std::string& key, int32_t dflt, size_t n_tokens) {
   if (!g.has(key)) return dflt;
-  int64_t v = g.get_int(key);
-  return (v >= 0 && v < static_cast<int64_t>(n_tokens)) ? static_cast<int32_t>(v) : -1;
+  const GgufValue& v = *g.find(key);
+  if ((v.kind == GgufValue::Kind::I64 && v.i == -1) || (v.kind == GgufValue::Kind::U64 && v.u == 0xFFFFFFFFu))
+    return -1;
+  int64_t id = g.get_int(key);
+  ARB_CHECK(id >= 0 && id < static_cast<int64_t>(n_tokens),
+            "[tokenizer] %s: %s is %lld, outside the vocabulary of %zu tokens (expected 0 to %zu, or -1 for none)",
+            g.path().c_str(), key.c_str(), (long long)id, n_tokens, n_tokens - 1);
+  return static_cast<int32_t>(id);
 }
 
 }  // namespace
@@ -116,9 +125,12 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
     std::vector<int64_t> types = g.get_int_array("tokenizer.ggml.token_type");
     ARB_CHECK(types.size() == n, "[tokenizer] %s: tokenizer.ggml.token_type has %zu entries (expected %zu)",
               path.c_str(), types.size(), n);
-    for (size_t i = 0; i < n; ++i)
-      spec.types[i] =
-          (types[i] >= 0 && types[i] <= 6) ? static_cast<TokenType>(types[i]) : TokenType::Undefined;
+    for (size_t i = 0; i < n; ++i) {
+      ARB_CHECK(types[i] >= 0 && types[i] <= 6,
+                "[tokenizer] %s: tokenizer.ggml.token_type[%zu] is %lld (expected 0 to 6)", path.c_str(), i,
+                (long long)types[i]);
+      spec.types[i] = static_cast<TokenType>(types[i]);
+    }
   }
   spec.special.assign(n, false);
   for (size_t i = 0; i < n; ++i) {
@@ -132,9 +144,12 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
   }
 
   // llama.cpp's defaults: SentencePiece vocabularies use <unk>=0, <s>=1, </s>=2.
-  spec.bos = id_key(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, n);
-  spec.eos = id_key(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, n);
-  spec.unk = id_key(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n);
+  auto spm_default = [&](int32_t id) { return spm && size_t(id) < n ? id : -1; };
+  spec.bos = id_key(g, "tokenizer.ggml.bos_token_id", spm_default(1), n);
+  spec.eos = id_key(g, "tokenizer.ggml.eos_token_id", spm_default(2), n);
+  spec.unk = id_key(g, "tokenizer.ggml.unknown_token_id", spm_default(0), n);
+  // Not a tokenizer field, but the loader stops generation on it: checked with the others.
+  id_key(g, "tokenizer.ggml.eot_token_id", -1, n);
   spec.add_bos = g.get_bool("tokenizer.ggml.add_bos_token", spm);
   spec.add_eos = g.get_bool("tokenizer.ggml.add_eos_token", false);
   spec.sha256 = gguf_tokenizer_sha256(g);
@@ -145,6 +160,9 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
     std::vector<double> scores = g.get_float_array("tokenizer.ggml.scores");
     ARB_CHECK(scores.size() == n, "[tokenizer] %s: tokenizer.ggml.scores has %zu entries (expected %zu)",
               path.c_str(), scores.size(), n);
+    for (size_t i = 0; i < n; ++i)
+      ARB_CHECK(std::isfinite(scores[i]), "[tokenizer] %s: tokenizer.ggml.scores[%zu] is %g (expected a finite number)",
+                path.c_str(), i, scores[i]);
     spec.scores.assign(scores.begin(), scores.end());
     spec.merge_by_score = true;
     spec.prepend = g.get_bool("tokenizer.ggml.add_space_prefix", true) ? Prepend::Always : Prepend::Never;

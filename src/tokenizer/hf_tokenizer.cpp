@@ -16,11 +16,13 @@
 //
 // sha256(): SHA-256 of the tokenizer.json bytes.
 #include <filesystem>
-#include <fstream>
+#include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "io/file.h"
+#include "io/json.h"
 #include "io/sha256.h"
 #include "tokenizer/vocab.h"
 
@@ -31,11 +33,25 @@ using json = nlohmann::json;
 using namespace tok;
 
 std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ARB_CHECK(f.good(), "[tokenizer] %s: cannot open file", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return read_input_file(path, "[tokenizer]", kMaxInputBytes, "a tokenizer file");
+}
+
+// A token id: a JSON integer in [0, limit), limit at most 2^31 - 1 (ids are int32 everywhere
+// downstream; a wider one must not wrap). `what` names the key in the refusal.
+int32_t token_id(const json& v, const std::string& path, const std::string& what, int64_t limit,
+                 const char* limit_why) {
+  if (!v.is_number_integer())
+    throw Error(strformat("[tokenizer] %s: %s is %s (expected an integer token id)", path.c_str(), what.c_str(),
+                          json_brief(v).c_str()));
+  const bool neg = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+  const uint64_t u = neg ? 0 : v.get<uint64_t>();
+  if (neg || u > uint64_t(std::numeric_limits<int32_t>::max()))
+    throw Error(strformat("[tokenizer] %s: %s is %s (expected 0 to %d)", path.c_str(), what.c_str(),
+                          json_brief(v).c_str(), std::numeric_limits<int32_t>::max()));
+  if (int64_t(u) >= limit)
+    throw Error(strformat("[tokenizer] %s: %s is %llu, outside %s (expected below %lld)", path.c_str(), what.c_str(),
+                          (unsigned long long)u, limit_why, (long long)limit));
+  return int32_t(u);
 }
 
 std::string type_of(const json& j) {
@@ -76,9 +92,12 @@ SplitBehavior behavior_of(const std::string& path, const json& j) {
   throw Error(strformat("[tokenizer] %s: split behavior '%s' is not supported", path.c_str(), b.c_str()));
 }
 
-// Token id of a tokenizer_config.json entry ("<s>" or {"content": "<s>", ...}), or -1.
-int32_t config_token_id(const json& cfg, const char* key, const std::map<std::string, int32_t>& ids) {
-  if (!cfg.contains(key)) return -1;
+// Token id of a tokenizer_config.json entry ("<s>" or {"content": "<s>", ...}), or -1 when
+// absent or null. A named token that is not in the vocabulary is refused (HF would add it as
+// a new token that the model has no embedding row for).
+int32_t config_token_id(const json& cfg, const char* key, const std::map<std::string, int32_t>& ids,
+                        const std::string& cfg_path) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return -1;
   const json& v = cfg[key];
   std::string s;
   if (v.is_string())
@@ -86,9 +105,11 @@ int32_t config_token_id(const json& cfg, const char* key, const std::map<std::st
   else if (v.is_object() && v.contains("content") && v["content"].is_string())
     s = v["content"].get<std::string>();
   else
-    return -1;
+    throw Error(strformat("[tokenizer] %s: %s is %s (expected a token string or {\"content\": ...})",
+                          cfg_path.c_str(), key, json_brief(v).c_str()));
   auto it = ids.find(s);
-  return it == ids.end() ? -1 : it->second;
+  ARB_CHECK(it != ids.end(), "[tokenizer] %s: %s '%s' is not in the vocabulary", cfg_path.c_str(), key, s.c_str());
+  return it->second;
 }
 
 }  // namespace
@@ -97,22 +118,20 @@ std::unique_ptr<Tokenizer> tokenizer_from_hf_dir(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
   ARB_CHECK(std::filesystem::exists(path), "[tokenizer] %s: no tokenizer.json in this directory",
             dir.c_str());
-  const std::string bytes = read_all(path);
-  json j;
-  try {
-    j = json::parse(bytes);
-  } catch (const json::exception& e) {
-    throw Error(strformat("[tokenizer] %s: not valid JSON: %s", path.c_str(), e.what()));
-  }
-  json cfg = json::object();
   const std::string cfg_path = dir + "/tokenizer_config.json";
-  if (std::filesystem::exists(cfg_path)) {
-    try {
-      cfg = json::parse(read_all(cfg_path));
-    } catch (const json::exception& e) {
-      throw Error(strformat("[tokenizer] %s: not valid JSON: %s", cfg_path.c_str(), e.what()));
-    }
-  }
+  // exists() is true for a FIFO or a directory too: those are then refused, not skipped.
+  std::optional<std::string> cfg_text;
+  if (std::filesystem::exists(cfg_path)) cfg_text = read_all(cfg_path);
+  return tokenizer_from_hf_json(read_all(path), path, cfg_text, cfg_path);
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from_hf_json(const std::string& bytes, const std::string& path,
+                                                  const std::optional<std::string>& cfg_text,
+                                                  const std::string& cfg_path) {
+  const json j = parse_json_bounded(bytes, path, "[tokenizer]");
+  const json cfg = cfg_text ? parse_json_bounded(*cfg_text, cfg_path, "[tokenizer]") : json::object();
+  ARB_CHECK(j.is_object(), "[tokenizer] %s: not a JSON object", path.c_str());
+  ARB_CHECK(cfg.is_object(), "[tokenizer] %s: not a JSON object", cfg_path.c_str());
 
   try {
     const json& model = j.at("model");
@@ -130,33 +149,51 @@ std::unique_ptr<Tokenizer> tokenizer_from_hf_dir(const std::string& dir) {
     VocabSpec spec;
     spec.source = path;
     spec.sha256 = sha256_hex(bytes.data(), bytes.size());
+    // Ids index tables sized max_id + 1, so each is bounded before anything is sized from it:
+    // a file of B bytes cannot describe more than B tokens, whatever ids it claims.
+    const int64_t id_limit = std::min<int64_t>(int64_t(bytes.size()), std::numeric_limits<int32_t>::max());
+    const char* id_limit_why = "what a file of this size can describe";
+    const json& vocab = model.at("vocab");
+    ARB_CHECK(vocab.is_object(), "[tokenizer] %s: model.vocab is not an object of token -> id", path.c_str());
+    ARB_CHECK(!vocab.empty(), "[tokenizer] %s: model.vocab is empty", path.c_str());
     std::map<std::string, int32_t> ids;
     int32_t max_id = -1;
-    for (const auto& [text, id] : model.at("vocab").items()) {
-      int32_t v = id.get<int32_t>();
-      ARB_CHECK(v >= 0, "[tokenizer] %s: negative id for token '%s'", path.c_str(), text.c_str());
+    for (const auto& [text, id] : vocab.items()) {
+      int32_t v = token_id(id, path, "model.vocab['" + text + "']", id_limit, id_limit_why);
       ids[text] = v;
       max_id = std::max(max_id, v);
     }
     const json added = j.value("added_tokens", json::array());
-    for (const auto& a : added) {
-      int32_t v = a.at("id").get<int32_t>();
-      ids[a.at("content").get<std::string>()] = v;
+    ARB_CHECK(added.is_array(), "[tokenizer] %s: added_tokens is not a list", path.c_str());
+    for (size_t k = 0; k < added.size(); ++k) {
+      const json& a = added[k];
+      ARB_CHECK(a.is_object() && a.contains("content") && a["content"].is_string(),
+                "[tokenizer] %s: added_tokens[%zu] has no string 'content'", path.c_str(), k);
+      int32_t v = token_id(a.contains("id") ? a["id"] : json(), path, strformat("added_tokens[%zu].id", k), id_limit,
+                           id_limit_why);
+      ids[a["content"].get<std::string>()] = v;
       max_id = std::max(max_id, v);
     }
-    spec.tokens.assign(max_id + 1, "");
-    for (const auto& [text, v] : ids) spec.tokens[v] = text;
+    // Every id names one text: two texts on one id would make encode and decode disagree
+    // (an added token may repeat its own model.vocab entry).
+    spec.tokens.assign(size_t(max_id) + 1, "");
+    std::vector<bool> taken(spec.tokens.size(), false);
+    for (const auto& [text, v] : ids) {
+      ARB_CHECK(!taken[size_t(v)], "[tokenizer] %s: id %d is given to both '%s' and '%s'", path.c_str(), v,
+                spec.tokens[size_t(v)].c_str(), text.c_str());
+      taken[size_t(v)] = true;
+      spec.tokens[size_t(v)] = text;
+    }
     for (size_t i = 0; i < spec.tokens.size(); ++i)
-      if (spec.tokens[i].empty())
-        spec.tokens[i] = "[EMPTY_" + std::to_string(i) + "]";  // holes in the id space
+      if (!taken[i]) spec.tokens[i] = "[EMPTY_" + std::to_string(i) + "]";  // holes in the id space
     const size_t n = spec.tokens.size();
     spec.types.assign(n, TokenType::Normal);
     spec.special.assign(n, false);
 
     for (const auto& a : added) {
       AddedToken t;
-      t.id = a.at("id").get<int32_t>();
-      t.text = a.at("content").get<std::string>();
+      t.text = a["content"].get<std::string>();
+      t.id = ids.at(t.text);
       t.special = a.value("special", false);
       t.lstrip = a.value("lstrip", false);
       t.rstrip = a.value("rstrip", false);
@@ -183,7 +220,9 @@ std::unique_ptr<Tokenizer> tokenizer_from_hf_dir(const std::string& dir) {
     spec.byte_fallback = model.value("byte_fallback", false);
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
       auto it = ids.find(model["unk_token"].get<std::string>());
-      if (it != ids.end()) spec.unk = it->second;
+      ARB_CHECK(it != ids.end(), "[tokenizer] %s: model.unk_token '%s' is not in the vocabulary", path.c_str(),
+                model["unk_token"].get<std::string>().c_str());
+      spec.unk = it->second;
     }
 
     // Which flavour: look for ByteLevel / Metaspace / Prepend+Replace in the pipeline.
@@ -292,8 +331,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_hf_dir(const std::string& dir) {
 
     // BOS/EOS: the post-processor's template is what HF's fast tokenizer adds; without one,
     // tokenizer_config.json's add_bos_token / add_eos_token (slow-tokenizer flags).
-    spec.bos = config_token_id(cfg, "bos_token", ids);
-    spec.eos = config_token_id(cfg, "eos_token", ids);
+    spec.bos = config_token_id(cfg, "bos_token", ids, cfg_path);
+    spec.eos = config_token_id(cfg, "eos_token", ids, cfg_path);
     bool have_template = false;
     for (const auto& pp : flatten(j.value("post_processor", json()), "processors")) {
       std::string t = type_of(pp);
@@ -305,10 +344,11 @@ std::unique_ptr<Tokenizer> tokenizer_from_hf_dir(const std::string& dir) {
       auto special_id = [&](const json& e) -> int32_t {
         std::string name = e.at("SpecialToken").at("id").get<std::string>();
         const json& st = pp.at("special_tokens").at(name);
-        ARB_CHECK(st.at("ids").size() == 1,
+        ARB_CHECK(st.at("ids").is_array() && st["ids"].size() == 1,
                   "[tokenizer] %s: template token '%s' with %zu ids is not supported", path.c_str(),
                   name.c_str(), st.at("ids").size());
-        return st["ids"][0].get<int32_t>();
+        return token_id(st["ids"][0], path, "post_processor.special_tokens['" + name + "'].ids[0]",
+                        int64_t(n), "the vocabulary");
       };
       for (size_t k = 0; k < single.size(); ++k) {
         const json& e = single[k];

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,5 +63,11 @@ class StreamDecoder {
 std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& gguf);
 /// From an HF model directory (tokenizer.json, tokenizer_config.json).
 std::unique_ptr<Tokenizer> tokenizer_from_hf_dir(const std::string& dir);
+/// The same from the two files' text (no config_json when there is none); the paths only
+/// name the files in errors. Every id is checked before a table is sized from it: ids are
+/// integers in [0, 2^31), unique, and fewer than tokenizer_json's byte count.
+std::unique_ptr<Tokenizer> tokenizer_from_hf_json(const std::string& tokenizer_json, const std::string& json_path,
+                                                  const std::optional<std::string>& config_json,
+                                                  const std::string& config_path);
 
 }  // namespace arbiter

@@ -16,8 +16,11 @@ VocabTokenizer::VocabTokenizer(VocabSpec spec) : spec_(std::move(spec)) {
   // First id wins for duplicate texts (HF vocabularies are maps, so duplicates only occur in
   // GGUFs, where llama.cpp keeps the last; no shipped vocabulary has any).
   for (size_t i = 0; i < n; ++i) token_to_id_.emplace(spec_.tokens[i], static_cast<int32_t>(i));
-  for (int32_t* id : {&spec_.bos, &spec_.eos, &spec_.unk})
-    if (*id >= static_cast<int32_t>(n)) *id = -1;  // e.g. 0xFFFFFFFF = "none" in GGUFs
+  // The readers turn "none" into -1 and refuse other ids outside the vocabulary; one that
+  // got through would be dropped from every encode without a word.
+  for (auto [id, name] : {std::pair{spec_.bos, "BOS"}, {spec_.eos, "EOS"}, {spec_.unk, "unknown-token"}})
+    ARB_CHECK(id >= -1 && id < static_cast<int32_t>(n), "[tokenizer] %s: %s id %d outside the vocabulary (size %zu)",
+              spec_.source.c_str(), name, id, n);
 
   for (size_t k = 0; k < spec_.added.size(); ++k) {
     const AddedToken& t = spec_.added[k];

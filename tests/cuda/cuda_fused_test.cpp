@@ -203,7 +203,7 @@ TEST(CudaMix, OneFamilyAtF32MovesBf16TowardsRef) {
 
   const std::string dir = temp_dir("mix"), corpus = source_path("models/corpus/stories.txt");
   auto trace = [&](const std::string& dev, const std::string& out) {
-    auto r = run_cli("trace -m " + path + " --corpus " + corpus + " --shape w8 " + dev + " -o " + out + " --quiet");
+    auto r = run_cli("trace -m " + path + " --corpus " + corpus + " --shape w8 --allow-long-context " + dev + " -o " + out + " --quiet");
     EXPECT_EQ(r.exit_code, 0) << r.err;
   };
   auto kl = [&](const std::string& cand) {

@@ -114,7 +114,7 @@ TEST(CliGate, BadInput) {
   CliResult r =
       run_cli("gate -m " + kStories + " --prompts " + dir + "/missing.txt --sides ref,cpu");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("cannot open the prompt file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("missing.txt: cannot open"), std::string::npos) << r.err;
   r = run_cli("gate -m " + kStories + " --prompts " + empty + " --sides ref,cpu");
   EXPECT_NE(r.err.find("no prompts"), std::string::npos) << r.err;
   std::string p = prompts_file();
@@ -128,7 +128,7 @@ TEST(CliGate, BadInput) {
   r = run_cli("gate -m " + kStories + " --prompts " + p + " --sides ref,cpu --mix attn=f32");
   EXPECT_NE(r.err.find("--mix applies to cuda sides"), std::string::npos) << r.err;
   r = run_cli("gate -m " + kStories + " --prompts " + p + " --sides ref,cpu -n 0");
-  EXPECT_NE(r.err.find("-n 0 must be >= 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--n-tokens 0 is outside [1, "), std::string::npos) << r.err;
   r = run_cli("gate -m " + kStories + " --prompts " + p + " --sides ref,cpu --band -1");
   EXPECT_NE(r.err.find("--band"), std::string::npos) << r.err;
 }
@@ -170,12 +170,13 @@ TEST(CliDrift, NoFaultNothingFlagged) {
 TEST(CliDrift, BadInput) {
   CliResult r =
       run_cli("drift -m " + kStories + " --corpus " + kCorpus + " --a ref --b cpu --positions 0");
-  EXPECT_NE(r.err.find("--positions must be >= 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--positions 0 is outside [1, "), std::string::npos) << r.err;
   r = run_cli("drift -m " + kStories + " --corpus " + kCorpus +
               " --a ref --b cpu --positions 100000");
-  EXPECT_NE(r.err.find("needs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--positions 100000 passes the model's maximum of 2048 positions"), std::string::npos)
+      << r.err;
   r = run_cli("drift -m " + kStories + " --corpus /nonexistent --a ref --b cpu");
-  EXPECT_NE(r.err.find("cannot open corpus"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent: cannot open"), std::string::npos) << r.err;
   r = run_cli("drift -m " + kStories + " --corpus " + kCorpus + " --a ref --b cpu --device cpu");
   EXPECT_NE(r.err.find("--a and --b"), std::string::npos) << r.err;
   r = run_cli("drift -m " + kStories + " --corpus " + kCorpus + " --a ref --b cpu --mix attn=f32");
@@ -226,7 +227,7 @@ TEST(TraceMix, ExtraHeaderLineIsWrittenAndReadBack) {
   opt.out_path = temp_dir("mix") + "/t.tsv";
   opt.progress = false;
   opt.extra_header = {{"mix", "attn=f32,mlp=bf16"}};
-  verify::run_trace(s, opt);
+  verify::run_trace(s, opt, verify::load_trace_corpus(opt, *m));
   EXPECT_NE(read_file(opt.out_path).find("\n# mix\tattn=f32,mlp=bf16\n"), std::string::npos);
   verify::Trace t = verify::read_trace(opt.out_path);
   bool found = false;

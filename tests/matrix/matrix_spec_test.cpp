@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -109,6 +110,11 @@ TEST(MatrixSpec, ValidSpecReadsBack) {
   EXPECT_EQ(joined,
             "trace -m models/TinyStories-656K --corpus models/corpus/stories.txt --shape w8 "
             "--chunks 3 --topk 4 --device cpu -t 2 --inject op=down,layer=0,scale=10 --quiet ");
+  // allow_long_context reaches every trace command (the runner passes it in-process).
+  MatrixSpec l = parse_matrix_spec(write_spec(edit("topk = 4", "topk = 4\nallow_long_context = true")));
+  EXPECT_TRUE(l.allow_long_context);
+  args = matrix_trace_args(l, matrix_traces(l)[0]);
+  EXPECT_NE(std::find(args.begin(), args.end(), "--allow-long-context"), args.end());
 }
 
 TEST(MatrixSpec, HeaderMismatchIsNamed) {
@@ -196,6 +202,8 @@ TEST(MatrixSpec, BadInputsNameFileKeyAndProblem) {
       {"unknown controls key", edit("aa = [\"ref\"]", "aa = [\"ref\"]\nab = 1"), "controls.ab",
        "unknown key"},
       {"wrong type", edit("topk = 4", "topk = \"4\""), "topk", "expected an integer, got a string"},
+      {"long context not a boolean", edit("topk = 4", "topk = 4\nallow_long_context = 1"), "allow_long_context",
+       "expected a boolean"},
       {"wrong element type", edit("[\"w1\", \"w8\"]", "[\"w1\", 8]"), "shapes[1]",
        "expected a string"},
       {"missing reference", edit("reference = \"ref\"\n", ""), "reference", "missing (required)"},

@@ -26,6 +26,7 @@ inline std::string small_spec(const std::string& candidates, const std::string& 
          shapes +
          "\n"
          "reference = \"ref\"\n"
+         "allow_long_context = true\n"  // w8 passes TinyStories-656K's 512 positions
          "candidates = " +
          candidates +
          "\n"

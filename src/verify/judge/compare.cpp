@@ -281,7 +281,9 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
   for (double t : thresholds) res.sweep.push_back({t, 0, 0});
   for (size_t b = 0; b + 1 < std::size(kBucketEdges); ++b)
     res.gap_buckets.push_back({kBucketEdges[b], kBucketEdges[b + 1], 0, 0});
-  res.rank_hist.assign(size_t(std::max<int64_t>(C.header.topk, 0)), 0);
+  // Sized from the rows, which hold exactly K entries each, not from the header's K: a trace
+  // without rows may claim any K (10^15 was a std::bad_alloc).
+  res.rank_hist.assign(C.rows.empty() ? 0 : C.rows[0].top_ids.size(), 0);
   res.spread_k = std::min(R.header.topk, C.header.topk);
 
   // KL method: exact when both full-logits files are given, else the top-k estimate.
@@ -407,8 +409,8 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
     double k_pos = kNaN, k_drift = kNaN;  // k_drift: the drift gate's statistic
     if (res.kl_method == "exact") {
       double mr, mc;
-      lref->read_row(a, xr);
-      lcand->read_row(b, xc);
+      res.nonfinite_logits_ref += lref->read_row(a, xr);
+      res.nonfinite_logits_cand += lcand->read_row(b, xc);
       double lse_r = row_lse(xr, mr), lse_c = row_lse(xc, mc);
       check_logits_row(*lref, a, mr, r);
       check_logits_row(*lcand, b, mc, c);
@@ -517,6 +519,12 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
     fail = true;
     res.reasons.push_back(strformat("non-finite values: ref %lld, cand %lld",
                                     (long long)res.nonfinite_ref, (long long)res.nonfinite_cand));
+  }
+  if (res.nonfinite_logits_ref || res.nonfinite_logits_cand) {
+    fail = true;
+    res.reasons.push_back(strformat("non-finite values in the full-logits files: ref %lld, cand %lld",
+                                    (long long)res.nonfinite_logits_ref,
+                                    (long long)res.nonfinite_logits_cand));
   }
   if (res.decided_disagree) {
     fail = true;

@@ -161,8 +161,10 @@ struct CompareResult {
   double drift_budget = std::numeric_limits<double>::quiet_NaN();  // kappa * u^2, nats
   double kl_over_u2 = std::numeric_limits<double>::quiet_NaN();    // drift_kl.mean / u^2
 
-  // NaN/Inf values over all rows of each trace.
+  // NaN/Inf values over all rows of each trace, and over the full-logits rows read (exact
+  // KL only); any of them fails the verdict.
   int64_t nonfinite_ref = 0, nonfinite_cand = 0;
+  int64_t nonfinite_logits_ref = 0, nonfinite_logits_cand = 0;
 };
 
 /// Compares cand against ref. Rows are matched by (chunk, pos); abs_pos and target must

@@ -145,7 +145,11 @@ std::string format_report(const CompareResult& r) {
     line("");
   }
   line(strformat("non-finite values: ref %lld, cand %lld", (long long)r.nonfinite_ref,
-                 (long long)r.nonfinite_cand));
+                 (long long)r.nonfinite_cand) +
+       (r.kl_method == "exact" ? strformat("; in full-logits files: ref %lld, cand %lld",
+                                           (long long)r.nonfinite_logits_ref,
+                                           (long long)r.nonfinite_logits_cand)
+                               : std::string()));
   line(std::string("VERDICT: ") + verdict_name(r.verdict) + (r.forced ? " (FORCED)" : ""));
   for (const auto& why : r.reasons) line("  " + why);
   return s;
@@ -159,9 +163,11 @@ nlohmann::json to_json(const CompareResult& r) {
   j["reasons"] = r.reasons;
   j["forced"] = r.forced;
   j["ref"] = {{"label", r.ref_label}, {"device", r.ref_device}, {"rows", r.ref_rows},
-              {"topk", r.topk_ref}, {"nonfinite", r.nonfinite_ref}};
+              {"topk", r.topk_ref}, {"nonfinite", r.nonfinite_ref},
+              {"nonfinite_logits", r.nonfinite_logits_ref}};
   j["cand"] = {{"label", r.cand_label}, {"device", r.cand_device}, {"rows", r.cand_rows},
-               {"topk", r.topk_cand}, {"nonfinite", r.nonfinite_cand}};
+               {"topk", r.topk_cand}, {"nonfinite", r.nonfinite_cand},
+               {"nonfinite_logits", r.nonfinite_logits_cand}};
   j["mismatches"] = json::array();
   for (const auto& m : r.mismatches) j["mismatches"].push_back({{"field", m.field}, {"detail", m.detail}});
   j["unchecked"] = r.unchecked;

@@ -13,6 +13,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/file.h"
 #include "verify/matrix/matrix_doc.h"
 #include "verify/matrix/matrix_files.h"
 #include "verify/matrix/matrix_run.h"
@@ -110,7 +112,7 @@ void Reporter::load_sides() {
                 ": no traces directory (run `arbiter matrix run` or the plan first)");
   for (const auto& e : fs::directory_iterator(tdir_)) {
     std::string name = e.path().filename().string();
-    if (matrix_temp_pid(name) >= 0)
+    if (atomic_temp_pid(name) > 0)
       throw Error(
           "[matrix] " + e.path().string() +
           ": a trace is still being written, or a killed run left it; let it finish, or run "
@@ -781,7 +783,7 @@ void Reporter::section_plots(Doc& d) {
       auto emit = [&](const SvgChart& ch, const std::string& kind, const std::string& caption) {
         std::string file = "plots/" + mn + "." + sn + "." + kind + ".svg";
         std::string svg = render_svg(ch);
-        write_text_file(dir_ + "/" + file, svg);
+        write_file_atomic(dir_ + "/" + file, svg, "[matrix]");
         d.figure(caption, svg, file, "plot-" + mn + "-" + sn + "-" + kind);
       };
       SvgChart gap;
@@ -882,8 +884,8 @@ void Reporter::write_files() {
   res_.report_md = dir_ + "/report.md";
   res_.report_html = dir_ + "/report.html";
   res_.results_json = dir_ + "/results.json";
-  write_text_file(res_.report_md, d.markdown());
-  write_text_file(res_.report_html, d.html("arbiter correctness matrix"));
+  write_file_atomic(res_.report_md, d.markdown(), "[matrix]");
+  write_file_atomic(res_.report_html, d.html("arbiter correctness matrix"), "[matrix]");
 
   nlohmann::json j;
   j["spec"] = spec_.path;
@@ -941,8 +943,8 @@ void Reporter::write_files() {
     j["comparisons"].push_back(e);
   }
   j["problems"] = res_.problems;
-  write_text_file(res_.results_json,
-                  j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomic(res_.results_json, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                    "[matrix]");
 }
 
 MatrixResults Reporter::run() {

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "engine/inject.h"
 #include "engine/probe.h"
+#include "io/atomic_file.h"
 #include "io/sha256.h"
 #include "model/model.h"
 #include "verify/trace/host_info.h"
@@ -102,6 +103,7 @@ void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& m
   ro.model_path = spec.models[t.model];
   ro.env = opt.env;
   ro.progress = false;
+  ro.allow_long_context = spec.allow_long_context;
   ro.extra_header = host_header_lines();
   if (!arm.mix.empty()) ro.extra_header.emplace_back("mix", arm.mix);
   if (arm.is_endpoint()) {
@@ -120,22 +122,14 @@ void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& m
   ds.mix = arm.mix;
   std::unique_ptr<Backend> be = make_tier(ds);
   // Cache and batch sizes as `arbiter trace` chooses them, so both paths run the same code.
-  const int bos_rows = model.tokenizer->bos_id() >= 0 ? 1 : 0;
-  const int W = ro.shape.chunk_tokens, ctx = ro.shape.prefill + bos_rows + W;
+  const TraceCorpus corpus = load_trace_corpus(ro, model);
+  const int W = ro.shape.chunk_tokens, ctx = int(trace_positions(ro.shape, model));
   Session s(model, *be, ctx, std::max(W, std::min(ctx, 512)));
   s.set_inject(InjectSpec::parse(arm.inject));
-  run_trace(s, ro);
+  run_trace(s, ro, corpus);
 }
 
 }  // namespace
-
-long matrix_temp_pid(const std::string& name) {
-  size_t at = name.rfind(".tmp.");
-  if (at == std::string::npos || at + 5 >= name.size()) return -1;
-  std::string digits = name.substr(at + 5);
-  if (!std::all_of(digits.begin(), digits.end(), ::isdigit) || digits.size() > 9) return -1;
-  return std::stol(digits);
-}
 
 const char* matrix_status_name(MatrixTraceStatus s) {
   switch (s) {
@@ -166,12 +160,12 @@ void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir, bool rem
   if (ec) throw Error("[matrix] " + dir + ": cannot create (" + ec.message() + ")");
   std::string copy = dir + "/" + kMatrixSpecCopy;
   if (!fs::exists(copy) || sha256_file(copy) != sha256_hex(spec.text.data(), spec.text.size()))
-    write_text_file(copy, spec.text);
+    write_file_atomic(copy, spec.text, "[matrix]");
   if (!remove_stale) return;
   for (const auto& e : fs::directory_iterator(dir + "/" + kMatrixTraceDir)) {
     std::string name = e.path().filename().string();
-    long pid = matrix_temp_pid(name);
-    if (pid < 0) continue;
+    long pid = atomic_temp_pid(name);
+    if (pid == 0) continue;
     if (process_alive(pid))
       throw Error("[matrix] " + e.path().string() + ": being written by process " +
                   std::to_string(pid) + " (another run into this directory?)");
@@ -281,7 +275,7 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
         if (c == '\t' || c == '\n') c = ' ';
       status += r.trace.file + "\t" + matrix_status_name(r.status) + "\t" + why + "\n";
     }
-  write_text_file(opt.out_dir + "/" + kMatrixStatus, status);
+  write_file_atomic(opt.out_dir + "/" + kMatrixStatus, status, "[matrix]");
   return runs;
 }
 

@@ -52,10 +52,6 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
 /// without loading models: paths, shape, device, compute, inject, mix, env).
 std::vector<std::string> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt, bool all);
 
-/// The PID in a trace writer's temporary file name (NAME.tmp.PID, .NAME.tmp.PID), or -1
-/// when name is not one.
-long matrix_temp_pid(const std::string& name);
-
 /// Quotes s for a POSIX shell when it holds anything beyond [A-Za-z0-9_./:=,+-].
 std::string shell_quote(const std::string& s);
 

@@ -8,12 +8,12 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/file.h"
 #include "engine/inject.h"
 #include "engine/probe.h"
 
@@ -88,6 +88,10 @@ class Table {
       fail(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
                     std::to_string(v));
     return v;
+  }
+  bool boolean(const std::string& key, bool dflt) {
+    const toml::node* n = node(key, false);
+    return n ? typed<toml::value<bool>>(*n, key, "a boolean").get() : dflt;
   }
   double number(const toml::node& n, const std::string& key) {
     if (auto i = n.as_integer()) return double(i->get());
@@ -245,11 +249,7 @@ const MatrixArm& MatrixSpec::arm(const std::string& name) const {
 }
 
 MatrixSpec parse_matrix_spec(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ARB_CHECK(f.good(), "[matrix] %s: cannot open spec file", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_matrix_spec_text(ss.str(), path);
+  return parse_matrix_spec_text(read_input_file(path, "[matrix]", kMaxInputBytes, "a matrix spec"), path);
 }
 
 MatrixSpec parse_matrix_spec_text(const std::string& text, const std::string& path) {
@@ -274,6 +274,7 @@ MatrixSpec parse_matrix_spec_text(const std::string& text, const std::string& pa
       top.fail("models", "two models share the name '" + matrix_model_name(m) +
                              "' (trace files are named after it)");
   spec.topk = int(top.integer("topk", 8, 2, 1000));
+  spec.allow_long_context = top.boolean("allow_long_context", false);
   if (const toml::node* n = top.node("decided", false)) {
     spec.decided = top.number(*n, "decided");
     if (!(spec.decided > 0) || !std::isfinite(spec.decided)) top.fail("decided", "must be > 0");
@@ -379,8 +380,8 @@ MatrixSpec parse_matrix_spec_text(const std::string& text, const std::string& pa
     if (!used.count(a.name))
       arms_t.fail(a.name, "defined but not used as reference, candidate or control");
   top.finish(
-      "question, corpus, models, shapes, chunks, topk, decided, sweep, reference, "
-      "candidates, arms, controls");
+      "question, corpus, models, shapes, chunks, topk, decided, sweep, allow_long_context, "
+      "reference, candidates, arms, controls");
   return spec;
 }
 
@@ -480,6 +481,7 @@ std::vector<std::string> matrix_trace_args(const MatrixSpec& spec, const MatrixT
   if (arm.threads) a.insert(a.end(), {"-t", std::to_string(arm.threads)});
   if (arm.inject != "none") a.insert(a.end(), {"--inject", arm.inject});
   if (!arm.mix.empty()) a.insert(a.end(), {"--mix", arm.mix});
+  if (spec.allow_long_context) a.push_back("--allow-long-context");
   a.push_back("--quiet");
   return a;
 }

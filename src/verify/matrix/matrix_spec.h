@@ -62,6 +62,7 @@ struct MatrixSpec {
   double decided = 2.0;
   double kl_kappa = 0;  // drift gate budget factor (CompareOptions::kl_kappa); 0 = compare's default
   std::vector<double> sweep;
+  bool allow_long_context = false;  // trace shapes past a model's maximum positions (recorded)
   std::vector<MatrixArm> arms;  // sorted by name
   std::string reference;
   std::vector<std::string> candidates;  // in spec order

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/file.h"
 
 namespace arbiter::verify {
 
@@ -78,10 +79,10 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
   ARB_CHECK(W >= 1 && C >= 1 && P >= 0 && K >= 1, "[api] bad shape or --topk");
   ARB_CHECK(to.full_logits_path.empty(), "[api] --full-logits: an API gives no full logits");
   const Url url = parse_endpoint(opt.endpoint);
-  const std::string text = read_corpus(to.corpus_path);
-  const std::vector<int32_t> corpus = m.tokenizer->encode(text, false, false);
-  ARB_CHECK(int64_t(corpus.size()) >= tokens_needed(sh), "[api] %s: corpus has %zu tokens; shape %s needs %lld",
-            to.corpus_path.c_str(), corpus.size(), sh.name.c_str(), (long long)tokens_needed(sh));
+  check_output_target(to.out_path, "[api]");
+  const TraceCorpus tc = load_trace_corpus(to, m);  // context and length checked
+  const std::string& text = tc.text;
+  const std::vector<int32_t>& corpus = tc.tokens;
   const int32_t bos = m.tokenizer->bos_id();
 
   TraceHeader h = trace_header_for(m, to, text, int64_t(corpus.size()));

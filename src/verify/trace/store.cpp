@@ -19,6 +19,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/file.h"
 #include "io/sha256.h"
 
 namespace arbiter::verify {
@@ -35,35 +37,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Writes bytes to dir/.name.tmp.<pid>, fsyncs, renames onto dir/name.
-void write_atomic(const std::string& dir, const std::string& name, const std::string& data) {
-  std::string tmp = dir + "/." + name + ".tmp." + std::to_string(::getpid());
-  std::string dst = dir + "/" + name;
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error("[store] " + tmp + ": cannot create (" + std::strerror(errno) + ")");
-  bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size() && std::fflush(f) == 0 &&
-            ::fsync(::fileno(f)) == 0;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), dst.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    throw Error("[store] " + dst + ": write failed (" + std::strerror(err) + ")");
-  }
-}
-
-std::string read_bytes(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("[store] " + path + ": cannot open (" + std::strerror(errno) + ")");
-  std::string data;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
-  bool bad = std::ferror(f);
-  std::fclose(f);
-  if (bad) throw Error("[store] " + path + ": read failed");
-  return data;
-}
-
 // Copies src into dir/name atomically; an existing dir/name must hold the same bytes.
 void copy_in(const std::string& src, const std::string& dir, const std::string& name) {
   std::string dst = dir + "/" + name;
@@ -73,7 +46,16 @@ void copy_in(const std::string& src, const std::string& dir, const std::string& 
                   src + ")");
     return;
   }
-  write_atomic(dir, name, read_bytes(src));
+  InputFile in(src, "[store]");
+  AtomicFile out;
+  out.open(dst, "[store]");
+  std::vector<char> buf(1 << 20);
+  for (uint64_t at = 0; at < in.size(); at += buf.size()) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), in.size() - at));
+    in.read_at(at, buf.data(), n);
+    out.write(buf.data(), n);
+  }
+  out.commit();
 }
 
 std::string gpu_of(const std::string& device) {
@@ -152,12 +134,12 @@ std::string runs_text(const std::vector<std::pair<std::string, Trace>>& traces) 
   return s;
 }
 
-// Every non-hidden regular file except SHA256SUMS, sorted.
+// Every non-hidden file except SHA256SUMS and temporaries of writes in progress, sorted.
 std::vector<std::string> checked_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string name = e.path().filename().string();
-    if (name != kStoreSums && name[0] != '.') out.push_back(name);
+    if (name != kStoreSums && name[0] != '.' && atomic_temp_pid(name) == 0) out.push_back(name);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -171,7 +153,8 @@ std::vector<std::string> store_trace_names(const std::string& dir) {
   if (!fs::is_directory(dir, ec)) throw Error("[store] " + dir + ": not a directory");
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string name = e.path().filename().string();
-    if (!e.is_regular_file() || reserved(name) || name[0] == '.' || ends_with(name, ".logits"))
+    if (!e.is_regular_file() || reserved(name) || name[0] == '.' || ends_with(name, ".logits") ||
+        atomic_temp_pid(name) > 0)
       continue;
     out.push_back(name);
   }
@@ -212,11 +195,11 @@ void store_add(const std::string& dir, const std::vector<std::string>& traces) {
   }
   std::vector<std::pair<std::string, Trace>> all;
   for (const auto& name : store_trace_names(dir)) all.emplace_back(name, read_trace(dir + "/" + name));
-  write_atomic(dir, kStoreMetadata, metadata_text(all));
-  write_atomic(dir, kStoreRuns, runs_text(all));
+  write_file_atomic(dir + "/" + kStoreMetadata, metadata_text(all), "[store]");
+  write_file_atomic(dir + "/" + kStoreRuns, runs_text(all), "[store]");
   std::string sums;
   for (const auto& name : checked_files(dir)) sums += sha256_file(dir + "/" + name) + "  " + name + "\n";
-  write_atomic(dir, kStoreSums, sums);
+  write_file_atomic(dir + "/" + kStoreSums, sums, "[store]");
 }
 
 std::vector<std::string> store_verify(const std::string& dir) {
@@ -231,7 +214,7 @@ std::vector<std::string> store_verify(const std::string& dir) {
   std::map<std::string, std::string> sums;
   std::string text;
   try {
-    text = read_bytes(dir + "/" + kStoreSums);
+    text = read_input_file(dir + "/" + kStoreSums, "[store]", kMaxInputBytes, "a checksum list");
   } catch (const Error&) {
     problem(kStoreSums, "missing or unreadable");
   }
@@ -268,7 +251,9 @@ std::vector<std::string> store_verify(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string name = e.path().filename().string();
     if (name[0] == '.')
-      problem(name, "stray hidden file (the temporary file of an interrupted write?)");
+      problem(name, "stray hidden file");
+    else if (atomic_temp_pid(name) > 0)
+      problem(name, "stray temporary file (of an interrupted write, or of one in progress)");
   }
   for (const char* req : {kStoreMetadata, kStoreRuns})
     if (!fs::exists(dir + "/" + req)) problem(req, "missing");
@@ -276,7 +261,7 @@ std::vector<std::string> store_verify(const std::string& dir) {
   // Traces: complete, row counts as in `# end`, rows inside their shape, RUNS.txt agrees.
   std::map<std::string, std::pair<int64_t, int64_t>> runs;  // name -> (exit, rows)
   try {
-    std::string rt = read_bytes(dir + "/" + kStoreRuns);
+    std::string rt = read_input_file(dir + "/" + kStoreRuns, "[store]", kMaxInputBytes, "a run list");
     size_t s0 = 0;
     while (s0 < rt.size()) {
       size_t e = rt.find('\n', s0);

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "io/file.h"
 
 namespace arbiter::verify {
 
@@ -282,20 +283,6 @@ void count_nonfinite(Trace& t, const TraceRow& r, bool full) {
   t.nonfinite_rows += n > 0;
 }
 
-std::string read_all(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("[trace] " + path + ": cannot open (" + std::strerror(errno) + ")");
-  std::string data;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
-  bool err = std::ferror(f);
-  int e = errno;
-  std::fclose(f);
-  if (err) throw Error("[trace] " + path + ": read failed (" + std::strerror(e) + ")");
-  return data;
-}
-
 // Offset of the first byte that is not part of well-formed UTF-8 (RFC 3629: no overlongs,
 // no surrogates, nothing above U+10FFFF), or npos. Traces are UTF-8 text; anything else would
 // reach reports and JSON output as garbage.
@@ -527,8 +514,11 @@ void read_foreign(Parser& P, const std::vector<std::string_view>& lines, Trace& 
 }  // namespace
 
 Trace read_trace(const std::string& path) {
+  return parse_trace(read_input_file(path, "[trace]", kMaxInputBytes, "a trace"), path);
+}
+
+Trace parse_trace(const std::string& data, const std::string& path) {
   Parser P{path, 0};
-  std::string data = read_all(path);
   if (data.empty()) {
     P.line = 1;
     P.fail("empty file");
@@ -596,16 +586,12 @@ void LogitsWriter::finish() {
   file_.commit();
 }
 
-LogitsReader::LogitsReader(const std::string& path) : path_(path) {
-  f_ = std::fopen(path.c_str(), "rb");
-  if (!f_) throw Error("[logits] " + path + ": cannot open (" + std::strerror(errno) + ")");
+LogitsReader::LogitsReader(const std::string& path)
+    : path_(path), f_(std::make_unique<InputFile>(path, "[logits]")) {
   uint8_t hdr[kLogitsHeaderBytes];
-  auto fail = [&](const std::string& what) {
-    std::fclose(f_);
-    f_ = nullptr;
-    throw Error("[logits] " + path + ": " + what);
-  };
-  if (std::fread(hdr, 1, sizeof hdr, f_) != sizeof hdr) fail("shorter than the 31-byte header");
+  auto fail = [&](const std::string& what) { throw Error("[logits] " + path + ": " + what); };
+  if (f_->size() < sizeof hdr) fail("shorter than the 31-byte header");
+  f_->read_at(0, hdr, sizeof hdr);
   if (std::memcmp(hdr, kLogitsMagic, 15) != 0) fail("bad magic (expected 'arbiter-logits\\0')");
   uint32_t version;
   std::memcpy(&version, hdr + 15, 4);
@@ -614,25 +600,23 @@ LogitsReader::LogitsReader(const std::string& path) : path_(path) {
   if (version != kLogitsVersion)
     fail("unsupported version " + std::to_string(version) + " (expected 1)");
   if (vocab_ == 0) fail("vocab is 0");
-  if (std::fseek(f_, 0, SEEK_END) != 0) fail("cannot seek");
-  long size = std::ftell(f_);
+  const uint64_t size = f_->size();
   unsigned __int128 expected = (unsigned __int128)rows_ * vocab_ * 4 + kLogitsHeaderBytes;
-  if (size < 0 || expected != (unsigned __int128)size)
+  if (expected != (unsigned __int128)size)
     fail("size " + std::to_string(size) + " bytes does not match " + std::to_string(rows_) +
          " rows x " + std::to_string(vocab_) + " vocab (truncated or corrupt)");
 }
 
-LogitsReader::~LogitsReader() {
-  if (f_) std::fclose(f_);
-}
+LogitsReader::~LogitsReader() = default;
 
-void LogitsReader::read_row(uint64_t i, std::vector<float>& out) {
+int64_t LogitsReader::read_row(uint64_t i, std::vector<float>& out) const {
   ARB_CHECK(i < rows_, "[logits] %s: row %llu out of range (rows %llu)", path_.c_str(),
             (unsigned long long)i, (unsigned long long)rows_);
   out.resize(vocab_);
-  long off = long(kLogitsHeaderBytes + i * uint64_t(vocab_) * 4);
-  if (std::fseek(f_, off, SEEK_SET) != 0 || std::fread(out.data(), 4, vocab_, f_) != vocab_)
-    throw Error("[logits] " + path_ + ": read of row " + std::to_string(i) + " failed");
+  f_->read_at(kLogitsHeaderBytes + i * uint64_t(vocab_) * 4, out.data(), size_t(vocab_) * 4);
+  int64_t nonfinite = 0;
+  for (float v : out) nonfinite += !std::isfinite(v);
+  return nonfinite;
 }
 
 }  // namespace arbiter::verify

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/file.h"
 
 namespace arbiter::verify {
 
@@ -99,6 +101,8 @@ struct Trace {
 /// the first line. Throws arbiter::Error "[trace] PATH:LINE: what" on anything malformed,
 /// on an arbiter trace without its `# end` line, or when the row count differs from `# end`.
 Trace read_trace(const std::string& path);
+/// The same over a trace's bytes already in memory (path names it in messages).
+Trace parse_trace(const std::string& data, const std::string& path);
 
 /// Formats a value as the trace format does: %.9g, and nan / inf / -inf.
 std::string format_trace_float(double v);
@@ -175,12 +179,13 @@ class LogitsReader {
   uint64_t rows() const { return rows_; }
   uint32_t vocab() const { return vocab_; }
   const std::string& path() const { return path_; }
-  /// Reads row i (V float32 logits) into out (resized to V).
-  void read_row(uint64_t i, std::vector<float>& out);
+  /// Reads row i (V float32 logits) into out (resized to V); returns how many of them are
+  /// NaN or Inf, which the caller must count (a non-finite logit is never skipped).
+  int64_t read_row(uint64_t i, std::vector<float>& out) const;
 
  private:
-  std::FILE* f_ = nullptr;
   std::string path_;
+  std::unique_ptr<InputFile> f_;
   uint64_t rows_ = 0;
   uint32_t vocab_ = 0;
 };

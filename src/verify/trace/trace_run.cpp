@@ -5,11 +5,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "engine/probe.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/file.h"
 #include "io/sha256.h"
 
 namespace arbiter::verify {
@@ -22,12 +23,19 @@ int64_t tokens_needed(const TraceShape& shape) {
   return chunk_begin(shape, shape.max_chunks - 1) + shape.chunk_tokens + 1;
 }
 
-static std::string read_whole(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ARB_CHECK(f.good(), "[trace] %s: cannot open corpus", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+int64_t trace_positions(const TraceShape& shape, const Model& m) {
+  return int64_t(shape.prefill) + (m.tokenizer->bos_id() >= 0 ? 1 : 0) + shape.chunk_tokens;
+}
+
+void check_trace_context(const TraceShape& shape, const Model& m, bool allow_long_context) {
+  ARB_CHECK(shape.chunk_tokens >= 1 && shape.max_chunks >= 1 && shape.prefill >= 0 && shape.start_token >= 0,
+            "[trace] bad shape: chunk %d, chunks %d, prefill %d, start %d", shape.chunk_tokens, shape.max_chunks,
+            shape.prefill, shape.start_token);
+  const int64_t n = trace_positions(shape, m);
+  ARB_CHECK(allow_long_context || n <= m.config.max_pos,
+            "[trace] shape %s: a chunk runs %lld positions (BOS + prefill %d + chunk %d) but the model's maximum "
+            "is %d (max_position_embeddings / context_length); pass --allow-long-context to trace past it",
+            shape.name.c_str(), (long long)n, shape.prefill, shape.chunk_tokens, m.config.max_pos);
 }
 
 static void progress(int64_t done, int64_t total, double elapsed) {
@@ -62,6 +70,9 @@ TraceHeader trace_header_for(const Model& m, const TraceRunOptions& opt, const s
     if (ch == ' ') ch = '-';
   h.build_cuda = cuda_runtime_version();
   for (const auto& e : opt.extra_header) h.extra.push_back(e);
+  if (trace_positions(opt.shape, m) > m.config.max_pos)
+    h.extra.emplace_back("long_context", strformat("positions\t%lld\tmax_positions\t%d",
+                                                   (long long)trace_positions(opt.shape, m), m.config.max_pos));
   if (opt.env != "none") {
     std::istringstream es(opt.env);
     for (std::string v; es >> v;) h.env.push_back(v);
@@ -69,24 +80,38 @@ TraceHeader trace_header_for(const Model& m, const TraceRunOptions& opt, const s
   return h;
 }
 
-std::string read_corpus(const std::string& path) { return read_whole(path); }
+TraceCorpus load_trace_corpus(const TraceRunOptions& opt, const Model& m) {
+  check_trace_context(opt.shape, m, opt.allow_long_context);
+  TraceCorpus c;
+  c.file = std::make_unique<InputFile>(opt.corpus_path, "[trace]");
+  c.text = c.file->read_all(kMaxInputBytes, "a corpus");
+  c.tokens = m.tokenizer->encode(c.text, false, false);
+  ARB_CHECK(int64_t(c.tokens.size()) >= tokens_needed(opt.shape),
+            "[trace] %s: corpus has %zu tokens; shape %s needs %lld", opt.corpus_path.c_str(),
+            c.tokens.size(), opt.shape.name.c_str(), (long long)tokens_needed(opt.shape));
+  return c;
+}
 
-TraceRunResult run_trace(Session& s, const TraceRunOptions& opt) {
+TraceRunResult run_trace(Session& s, const TraceRunOptions& opt, const TraceCorpus& tc) {
   const Model& m = s.model();
   const TraceShape& sh = opt.shape;
   const int W = sh.chunk_tokens, C = sh.max_chunks, P = sh.prefill;
-  ARB_CHECK(W >= 1 && C >= 1 && P >= 0 && sh.start_token >= 0,
-            "[trace] bad shape: chunk %d, chunks %d, prefill %d, start %d", W, C, P,
-            sh.start_token);
+  check_trace_context(sh, m, opt.allow_long_context);
   ARB_CHECK(opt.topk >= 1 && opt.topk <= m.config.vocab,
             "[trace] --topk %d outside [1, vocabulary %d]", opt.topk, m.config.vocab);
   const int32_t bos = m.tokenizer->bos_id();
-  const int ctx_tokens = P + (bos >= 0 ? 1 : 0);
-  ARB_CHECK(ctx_tokens + W <= s.max_ctx(), "[trace] shape needs %d cache rows, session has %d",
-            ctx_tokens + W, s.max_ctx());
+  ARB_CHECK(trace_positions(sh, m) <= s.max_ctx(), "[trace] shape needs %lld cache rows, session has %d",
+            (long long)trace_positions(sh, m), s.max_ctx());
 
-  const std::string text = read_corpus(opt.corpus_path);
-  const std::vector<int32_t> corpus = m.tokenizer->encode(text, false, false);
+  // Unusable outputs are refused before the run, not after it (the writers check again).
+  check_output_target(opt.out_path, "[trace]");
+  if (!opt.full_logits_path.empty()) {
+    check_output_target(opt.full_logits_path, "[logits]");
+    ARB_CHECK(canonical_output_path(opt.out_path) != canonical_output_path(opt.full_logits_path),
+              "[trace] %s: names both the trace and the full-logits file", opt.out_path.c_str());
+  }
+  const std::string& text = tc.text;
+  const std::vector<int32_t>& corpus = tc.tokens;
   ARB_CHECK(int64_t(corpus.size()) >= tokens_needed(sh),
             "[trace] %s: corpus has %zu tokens; shape %s needs %lld", opt.corpus_path.c_str(),
             corpus.size(), sh.name.c_str(), (long long)tokens_needed(sh));

@@ -3,11 +3,13 @@
 // tokens before the chunk), then ONE traced forward of exactly W corpus tokens.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/session.h"
+#include "io/file.h"
 #include "verify/trace/trace.h"
 
 namespace arbiter::verify {
@@ -21,6 +23,9 @@ struct TraceRunOptions {
   std::string model_path;        // as the user gave it (header)
   std::string env = "none";      // ARBITER_* variables (header)
   bool progress = true;          // progress bar on stderr
+  /// Trace even when a chunk's positions pass the model's maximum (check_trace_context);
+  /// the header then records it (`# long_context` line).
+  bool allow_long_context = false;
   /// Extra `# key<TAB>value` header lines (e.g. {"mix", "attn=f32"} for a --mix ablation).
   std::vector<std::pair<std::string, std::string>> extra_header;
 };
@@ -37,15 +42,33 @@ int64_t chunk_begin(const TraceShape& shape, int c);
 /// Corpus tokens a shape needs: chunk_begin(C - 1) + W + 1.
 int64_t tokens_needed(const TraceShape& shape);
 
+/// Positions one chunk occupies: BOS (when the tokenizer has one), P context tokens, W traced.
+int64_t trace_positions(const TraceShape& shape, const Model& m);
+/// Refuses a shape whose chunks run positions beyond the model's maximum (HF
+/// max_position_embeddings, GGUF context_length) unless allow_long_context: RoPE computes
+/// any position, but past the trained context a model's logits say little about the tiers.
+void check_trace_context(const TraceShape& shape, const Model& m, bool allow_long_context);
+
+/// The corpus of a trace: read whole (at most kMaxInputBytes) and tokenized (no special
+/// tokens). The file stays open while this lives, so an output naming it is refused.
+struct TraceCorpus {
+  std::unique_ptr<InputFile> file;
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+/// Loads opt.corpus_path for opt.shape on model m, after check_trace_context, and refuses a
+/// corpus shorter than tokens_needed(shape). Everything a Session is sized from (shape,
+/// corpus, context) is checked here, so call it before making the Session.
+TraceCorpus load_trace_corpus(const TraceRunOptions& opt, const Model& m);
+
+/// Runs every chunk of opt.shape over the corpus and writes the trace atomically. Throws
+/// arbiter::Error on a too-short corpus, top-k > vocab, or I/O failure. The corpus, the
+/// model's files and the outputs must be distinct files (io/atomic_file.h).
+TraceRunResult run_trace(Session& s, const TraceRunOptions& opt, const TraceCorpus& corpus);
+
 /// The header fields a run knows before it starts: model, tokenizer, corpus, shape, build,
-/// env and extra lines (device, compute, providers and inject are the runner's to fill).
+/// env, extra and long_context lines (device, compute, providers and inject are the runner's to fill).
 TraceHeader trace_header_for(const Model& m, const TraceRunOptions& opt, const std::string& corpus_text,
                              int64_t corpus_tokens);
-/// The corpus file's bytes; throws arbiter::Error naming it when it cannot be read.
-std::string read_corpus(const std::string& path);
-
-/// Tokenizes the corpus (whole file, no special tokens), runs every chunk, writes the trace
-/// atomically. Throws arbiter::Error on a too-short corpus, top-k > vocab, or I/O failure.
-TraceRunResult run_trace(Session& s, const TraceRunOptions& opt);
 
 }  // namespace arbiter::verify
