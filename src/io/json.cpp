@@ -4,20 +4,12 @@
 
 namespace arbiter {
 
-nlohmann::json parse_json_bounded(std::string_view text, const std::string& path, const std::string& component) {
-  using json = nlohmann::json;
-  json::parser_callback_t depth_guard = [&](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxJsonDepth)
-      throw Error(strformat("%s %s: JSON nested deeper than %d levels", component.c_str(), path.c_str(),
-                            kMaxJsonDepth));
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), depth_guard);
-  } catch (const json::exception& e) {
-    throw Error(component + " " + path + ": not valid JSON (" + e.what() + ")");
-  }
+void throw_json_too_deep(const std::string& path, const std::string& component) {
+  throw Error(strformat("%s %s: JSON nested deeper than %d levels", component.c_str(), path.c_str(), kMaxJsonDepth));
+}
+
+void throw_json_invalid(const std::string& path, const std::string& component, const char* what) {
+  throw Error(component + " " + path + ": not valid JSON (" + what + ")");
 }
 
 std::string json_brief(const nlohmann::json& v) {

@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include "core/error.h"
+#include "io/json.h"
 #include "server/server_impl.h"
 #include "tokenizer/jinja.h"
 
@@ -121,9 +122,9 @@ void Server::start() {
     return [&I, g](const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
       json body;
       try {
-        body = json::parse(req.body);
-      } catch (const json::exception& ex) {
-        throw ApiError{400, std::string("request body is not valid JSON: ") + ex.what(), "", ""};
+        body = parse_json_bounded<json>(req.body, "request body", "[server]");
+      } catch (const Error& ex) {
+        throw ApiError{400, ex.what(), "", ""};
       }
       if (!body.is_object()) throw ApiError{400, "request body must be a JSON object", "", ""};
       (I.*g)(body, req, res, t0);

@@ -1,10 +1,10 @@
 #include "tokenizer/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "io/file.h"
+#include "io/json.h"
 #include "io/gguf.h"
 
 namespace arbiter {
@@ -40,11 +40,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool ad
 }
 
 static std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ARB_CHECK(f.good(), "[chat] %s: cannot open file", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return read_input_file(path, "[chat]", kMaxInputBytes, "a chat template file");
 }
 
 static std::string token_text(const Tokenizer& tok, int32_t id) {
@@ -67,12 +63,7 @@ std::unique_ptr<ChatTemplate> load_chat_template(const std::string& model_path, 
     if (fs::exists(jinja_path)) return chat_template_from_file(jinja_path, tok);
     const std::string cfg_path = (fs::path(model_path) / "tokenizer_config.json").string();
     if (!fs::exists(cfg_path)) return nullptr;
-    nlohmann::json cfg;
-    try {
-      cfg = nlohmann::json::parse(read_file(cfg_path));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(strformat("[chat] %s: not valid JSON: %s", cfg_path.c_str(), e.what()));
-    }
+    const nlohmann::json cfg = parse_json_bounded(read_file(cfg_path), cfg_path, "[chat]");
     if (!cfg.contains("chat_template") || cfg["chat_template"].is_null()) return nullptr;
     const auto& t = cfg["chat_template"];
     const std::string name = cfg_path + ": chat_template";

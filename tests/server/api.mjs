@@ -128,6 +128,12 @@ try {
   const bad = await fetch(srv.base + "/v1/completions", { method: "POST", headers: { Authorization: `Bearer ${KEY}` }, body: "{not json" });
   eq(bad.status, 400, "malformed JSON: 400");
   eq(typeof (await bad.json()).error?.message, "string", "error JSON shape");
+  // 100k levels of nesting: refused at 64 levels, never recursed into (that overflowed stacks).
+  const deep = await fetch(srv.base + "/v1/completions", {
+    method: "POST", headers: { Authorization: `Bearer ${KEY}` }, body: "[".repeat(100000) + "]".repeat(100000) });
+  eq(deep.status, 400, "deeply nested JSON: 400");
+  check(String((await deep.json()).error?.message).includes("nested deeper than 64 levels"), "nesting limit named");
+  eq((await fetch(srv.base + "/health")).status, 200, "server alive after the nested body");
   eq((await fetch(srv.base + "/v2/nothing")).status, 404, "unknown path: 404");
 
   // Metrics in Prometheus text.

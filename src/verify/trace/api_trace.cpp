@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/file.h"
+#include "io/json.h"
 
 namespace arbiter::verify {
 
@@ -144,13 +145,14 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
     if (res->status != 200) {
       std::string msg = res->body.substr(0, 400);
       try {
-        msg = json::parse(res->body).at("error").at("message").get<std::string>();
+        msg = parse_json_bounded<json>(res->body, where, "[api]").at("error").at("message").get<std::string>();
       } catch (...) {
       }
       throw Error(strformat("%s: HTTP %d: %s", where.c_str(), res->status, msg.c_str()));
     }
+    const json reply = parse_json_bounded<json>(res->body, where + " reply", "[api]");
     try {
-      return json::parse(res->body).at("choices").at(0).at("logprobs");
+      return reply.at("choices").at(0).at("logprobs");
     } catch (const json::exception& e) {
       throw Error(strformat("%s: reply has no choices[0].logprobs (%s)", where.c_str(), e.what()));
     }
