@@ -11,6 +11,25 @@ static double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+int32_t next_token(Session& s, Sampler& sampler, const PenaltyParams& penalties,
+                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
+  if (penalties.active()) {
+    std::vector<double> row = s.logits(s.last_T() - 1);
+    apply_penalties(penalties, prompt, generated, row);
+    return sampler.sample(row);
+  }
+  if (sampler.params().temperature == 0) {
+    s.pick();
+    return s.take_pick();
+  }
+  const int top_k = sampler.params().top_k;
+  if (top_k > 0 && top_k <= std::min(kMaxSummaryTopK, s.model().config.vocab)) {
+    const LogitsSummary row = s.summarize(top_k, std::vector<int32_t>(size_t(s.last_T()), -1)).back();
+    return sampler.sample_top(row.top_ids, row.top_logits);
+  }
+  return sampler.sample(s.logits(s.last_T() - 1));
+}
+
 GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_max,
                         Sampler& sampler, const std::vector<int32_t>& stop_ids,
                         const std::function<void(int32_t)>& on_token, const PenaltyParams& penalties) {
@@ -29,24 +48,10 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_ma
   s.prefill(prompt);
   r.prefill_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  // Greedy keeps each token on the tier (Session::pick) and queues the next step before the
-  // host looks at the token, so the tier never waits for the host; the step after a stop
-  // token runs for nothing. Sampling with a top-k takes the row's top-k from summarize (the
-  // same candidates in the same order, so the same tokens); without one it needs the row.
+  // Greedy keeps each token on the tier and queues the next step before the host looks at
+  // the token, so the tier never waits for the host; the step after a stop token runs for
+  // nothing. Other sampling takes each token as next_token does.
   const bool greedy = sampler.params().temperature == 0 && !penalties.active();
-  const int top_k = sampler.params().top_k;
-  const bool top_on_tier =
-      top_k > 0 && top_k <= std::min(kMaxSummaryTopK, s.model().config.vocab) && !penalties.active();
-  auto sample = [&] {
-    if (penalties.active()) {
-      std::vector<double> row = s.logits(s.last_T() - 1);
-      apply_penalties(penalties, prompt, r.tokens, row);
-      return sampler.sample(row);
-    }
-    if (!top_on_tier) return sampler.sample(s.logits(s.last_T() - 1));
-    const LogitsSummary row = s.summarize(top_k, std::vector<int32_t>(size_t(s.last_T()), -1)).back();
-    return sampler.sample_top(row.top_ids, row.top_logits);
-  };
   if (greedy && n_max > 0) s.pick();
   for (int i = 0; i < n_max; ++i) {
     int32_t next;
@@ -57,7 +62,7 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_ma
       }
       next = s.take_pick();
     } else {
-      next = sample();
+      next = next_token(s, sampler, penalties, prompt, r.tokens);
     }
     if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
       r.stopped_on_eos = true;

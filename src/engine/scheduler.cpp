@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "engine/generate.h"
 #include "engine/session.h"
 
 namespace arbiter {
@@ -216,19 +217,26 @@ class TimeSliceScheduler : public Scheduler {
     } else {
       s.forward({a.generated.back()});
     }
-    const std::vector<double> row = s.logits(s.last_T() - 1);
+    // Logprobs need the whole row on the host; without them the token is taken where
+    // generate takes it (greedy and top-k on the tier).
     int32_t id;
-    if (r.penalties.active()) {
-      std::vector<double> pen = row;
-      apply_penalties(r.penalties, r.prompt, a.generated, pen);
-      id = a.sampler->sample(pen);
-    } else {
-      id = a.sampler->sample(row);
-    }
-    if (std::find(r.stop_ids.begin(), r.stop_ids.end(), id) != r.stop_ids.end()) return FinishReason::Stop;
     SeqEvent ev;
     ev.kind = SeqEvent::Kind::Token;
-    ev.token = r.top_logprobs >= 0 ? row_logprobs(row, id, r.top_logprobs) : TokenLogprob{id, 0, {}};
+    if (r.top_logprobs >= 0) {
+      const std::vector<double> row = s.logits(s.last_T() - 1);
+      if (r.penalties.active()) {
+        std::vector<double> pen = row;
+        apply_penalties(r.penalties, r.prompt, a.generated, pen);
+        id = a.sampler->sample(pen);
+      } else {
+        id = a.sampler->sample(row);
+      }
+      ev.token = row_logprobs(row, id, r.top_logprobs);
+    } else {
+      id = next_token(s, *a.sampler, r.penalties, r.prompt, a.generated);
+      ev.token = TokenLogprob{id, 0, {}};
+    }
+    if (std::find(r.stop_ids.begin(), r.stop_ids.end(), id) != r.stop_ids.end()) return FinishReason::Stop;
     a.generated.push_back(id);
     a.stream->push(std::move(ev));
     if (r.max_tokens > 0 && int(a.generated.size()) >= r.max_tokens) return FinishReason::Length;
