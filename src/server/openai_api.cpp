@@ -1,10 +1,8 @@
-// POST /v1/completions and /v1/chat/completions: parse and check the request (every known
-// field type-checked, every field we cannot honour refused with 400 naming it), tokenize
-// (the chat template for chat), submit one sequence per prompt and choice, and answer as
-// JSON or as server-sent events ending in `data: [DONE]`.
+// POST /v1/completions and /v1/chat/completions: the request parsed and checked
+// (server/requests.h), one sequence submitted per prompt and choice, and the answer as JSON
+// or as server-sent events ending in `data: [DONE]`.
 #include <httplib.h>
 
-#include <random>
 
 #include "core/error.h"
 #include "server/server_impl.h"
@@ -12,85 +10,6 @@
 
 namespace arbiter::server {
 namespace {
-
-[[noreturn]] void bad(const std::string& msg, const std::string& param) { throw ApiError{400, msg, param, ""}; }
-
-bool present(const json& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
-
-int64_t get_int(const json& b, const char* k, int64_t dflt, int64_t lo, int64_t hi) {
-  if (!present(b, k)) return dflt;
-  const json& v = b[k];
-  if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
-    bad(std::string("'") + k + "' must be an integer, got " + dump(v), k);
-  const int64_t x = v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
-  if (x < lo || x > hi) bad(strformat("'%s' must be in [%lld, %lld], got %lld", k, (long long)lo, (long long)hi, (long long)x), k);
-  return x;
-}
-
-double get_num(const json& b, const char* k, double dflt, double lo, double hi) {
-  if (!present(b, k)) return dflt;
-  const json& v = b[k];
-  if (!v.is_number()) bad(std::string("'") + k + "' must be a number, got " + dump(v), k);
-  const double x = v.get<double>();
-  if (!(x >= lo && x <= hi)) bad(strformat("'%s' must be in [%g, %g], got %g", k, lo, hi, x), k);
-  return x;
-}
-
-bool get_bool(const json& b, const char* k, bool dflt) {
-  if (!present(b, k)) return dflt;
-  if (!b[k].is_boolean()) bad(std::string("'") + k + "' must be true or false, got " + dump(b[k]), k);
-  return b[k].get<bool>();
-}
-
-// What both endpoints share: sampling, stop, n, stream.
-struct GenParams {
-  int max_tokens = 16;
-  SamplerParams sampling;
-  PenaltyParams penalties;
-  int n = 1;
-  std::vector<std::string> stop;
-  bool stream = false, include_usage = false;
-  int top_logprobs = -1;  // per generated token: -1 none
-  bool ids_as_strings = false;  // vLLM's return_tokens_as_token_ids
-};
-
-GenParams parse_common(const json& b, int max_tokens_dflt, int ctx) {
-  for (const char* k : {"suffix", "logit_bias", "response_format", "guided_json", "guided_regex", "grammar"})
-    if (present(b, k) && !(b[k].is_object() && b[k].empty()) &&
-        !(std::string(k) == "response_format" && b[k].is_object() && b[k].value("type", "") == "text"))
-      bad(std::string("'") + k + "' is not supported by this server", k);
-  if (present(b, "best_of") && get_int(b, "best_of", 1, 1, 16) != get_int(b, "n", 1, 1, 16))
-    bad("'best_of' other than n is not supported", "best_of");
-  GenParams p;
-  p.max_tokens = int(get_int(b, "max_tokens", max_tokens_dflt, 0, ctx));
-  p.sampling.temperature = get_num(b, "temperature", 1.0, 0, 2);
-  p.sampling.top_p = get_num(b, "top_p", 1.0, 1e-9, 1);
-  const int64_t top_k = get_int(b, "top_k", 0, -1, 1 << 30);
-  p.sampling.top_k = int(top_k < 0 ? 0 : top_k);
-  p.sampling.min_p = get_num(b, "min_p", 0, 0, 1);
-  p.sampling.seed = present(b, "seed") ? uint64_t(get_int(b, "seed", 0, INT64_MIN, INT64_MAX)) : std::random_device{}();
-  p.penalties.presence = get_num(b, "presence_penalty", 0, -2, 2);
-  p.penalties.frequency = get_num(b, "frequency_penalty", 0, -2, 2);
-  p.penalties.repeat = get_num(b, "repetition_penalty", 1, 1e-6, 10);
-  p.n = int(get_int(b, "n", 1, 1, 16));
-  if (present(b, "stop")) {
-    const json& s = b["stop"];
-    if (s.is_string()) p.stop.push_back(s.get<std::string>());
-    else if (s.is_array() && s.size() <= 16) {
-      for (const json& e : s) {
-        if (!e.is_string()) bad("'stop' must be a string or a list of at most 16 strings", "stop");
-        p.stop.push_back(e.get<std::string>());
-      }
-    } else bad("'stop' must be a string or a list of at most 16 strings", "stop");
-  }
-  p.stream = get_bool(b, "stream", false);
-  if (present(b, "stream_options")) {
-    if (!b["stream_options"].is_object()) bad("'stream_options' must be an object", "stream_options");
-    p.include_usage = get_bool(b["stream_options"], "include_usage", false);
-  }
-  p.ids_as_strings = get_bool(b, "return_tokens_as_token_ids", false);
-  return p;
-}
 
 // One choice: a sequence on the engine and the text made of its tokens so far.
 struct ChoiceRun {
@@ -127,7 +46,7 @@ class Generation {
               int prompt_logprobs) {
     const int ctx = I_.sched->max_ctx();
     for (const auto& pr : prompts) {
-      if (pr.empty()) bad("the prompt is empty (and the model adds no BOS token)", "prompt");
+      if (pr.empty()) bad_request("the prompt is empty (and the model adds no BOS token)", "prompt");
       if (int(pr.size()) >= ctx)
         throw ApiError{413, strformat("the prompt has %zu tokens; this server's context holds %d (prompt and completion)",
                                       pr.size(), ctx), "prompt", "context_length_exceeded"};
@@ -308,58 +227,22 @@ struct SseSink {
   }
 };
 
-void check_model(const json& b, const Server::Impl& I) {
-  if (!present(b, "model")) return;
-  if (!b["model"].is_string()) bad("'model' must be a string", "model");
-  if (b["model"].get<std::string>() != I.opt.model_name)
-    throw ApiError{404, "model '" + b["model"].get<std::string>() + "' is not served here (this server serves '" +
-                            I.opt.model_name + "')", "model", "model_not_found"};
-}
-
 }  // namespace
 
-void Server::Impl::completions(const json& b, const httplib::Request&, httplib::Response& res, Clock::time_point t0) {
-  check_model(b, *this);
-  const Tokenizer& tok = *model->tokenizer;
-  GenParams p = parse_common(b, 16, sched->max_ctx());
-  const int logprobs = present(b, "logprobs") ? int(get_int(b, "logprobs", 0, 0, opt.max_logprobs)) : -1;
-  p.top_logprobs = logprobs;
-  const bool echo = get_bool(b, "echo", false);
-  if (!present(b, "prompt")) bad("'prompt' is required", "prompt");
-  const json& pj = b["prompt"];
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> texts;
-  auto ids_of = [&](const json& arr) {
-    std::vector<int32_t> ids;
-    for (const json& e : arr) {
-      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= model->config.vocab)
-        bad(strformat("'prompt' token ids must be integers in [0, %d)", model->config.vocab), "prompt");
-      ids.push_back(int32_t(e.get<int64_t>()));
-    }
-    return ids;
-  };
-  auto add_text = [&](const std::string& s) {
-    prompts.push_back(tok.encode(s, true, true));
-    texts.push_back(s);
-  };
-  auto add_ids = [&](const json& arr) {
-    prompts.push_back(ids_of(arr));
-    texts.push_back(tok.decode(prompts.back(), false));
-  };
-  if (pj.is_string()) add_text(pj.get<std::string>());
-  else if (pj.is_array() && !pj.empty() && pj[0].is_number()) add_ids(pj);
-  else if (pj.is_array() && !pj.empty() && pj.size() <= 64) {
-    for (const json& e : pj) {
-      if (e.is_string()) add_text(e.get<std::string>());
-      else if (e.is_array() && !e.empty()) add_ids(e);
-      else bad("'prompt' must be a string, a list of token ids, or a list of (at most 64) of these", "prompt");
-    }
-  } else bad("'prompt' must be a string, a list of token ids, or a list of (at most 64) of these", "prompt");
+RequestLimits Server::Impl::limits() const {
+  return RequestLimits{*model->tokenizer, model->config.vocab, sched->max_ctx(), opt.max_logprobs, opt.model_name, tpl};
+}
 
+void Server::Impl::completions(const json& b, const httplib::Request&, httplib::Response& res, Clock::time_point t0) {
+  const Tokenizer& tok = *model->tokenizer;
+  const CompletionRequest r = parse_completion_request(b, limits());
+  const GenParams& p = r.p;
+  const int logprobs = r.logprobs;
+  const bool echo = r.echo;
   const std::string id = "cmpl-" + std::to_string(next_id++);
   const int64_t created = int64_t(std::time(nullptr));
   auto gen = std::make_shared<Generation>(*this, p, t0);
-  gen->submit(prompts, texts, echo && logprobs >= 0 ? std::max(logprobs, 0) : -1);
+  gen->submit(r.prompts, r.texts, echo && logprobs >= 0 ? std::max(logprobs, 0) : -1);
   const bool as_ids = p.ids_as_strings;
 
   if (!p.stream) {
@@ -433,39 +316,13 @@ void Server::Impl::completions(const json& b, const httplib::Request&, httplib::
 }
 
 void Server::Impl::chat(const json& b, const httplib::Request&, httplib::Response& res, Clock::time_point t0) {
-  check_model(b, *this);
   const Tokenizer& tok = *model->tokenizer;
-  if (!tpl)
-    bad("model '" + opt.model_name + "' has no chat template (none in its files); start the server with "
-        "--chat-template FILE, or use /v1/completions", "messages");
-  json body = b;
-  if (present(b, "max_completion_tokens")) body["max_tokens"] = b["max_completion_tokens"];
-  GenParams p = parse_common(body, -1, sched->max_ctx());
-  if (!present(body, "max_tokens")) p.max_tokens = -1;  // until EOS or the context is full
-  if (get_bool(b, "logprobs", false)) p.top_logprobs = int(get_int(b, "top_logprobs", 0, 0, opt.max_logprobs));
-  else if (present(b, "top_logprobs")) bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
-  if (present(b, "tool_choice") && !(b["tool_choice"].is_string() && (b["tool_choice"] == "none" || b["tool_choice"] == "auto")))
-    bad("'tool_choice' other than \"none\" or \"auto\" is not supported (tool calls are not parsed from the output)",
-        "tool_choice");
-  if (!present(b, "messages") || !b["messages"].is_array() || b["messages"].empty())
-    bad("'messages' must be a non-empty list", "messages");
-  for (const json& m : b["messages"])
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      bad("each message must be an object with a string 'role'", "messages");
-  json tools = present(b, "tools") ? b["tools"] : json(nullptr);
-  if (!tools.is_null() && !tools.is_array()) bad("'tools' must be a list", "tools");
-  json extra = json::object();
-  if (present(b, "chat_template_kwargs")) {
-    if (!b["chat_template_kwargs"].is_object()) bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    extra = b["chat_template_kwargs"];
-  }
-  const std::string text = tpl->render(b["messages"], true, tools, extra);
-  std::vector<int32_t> ids = tok.encode(text, false, true);
-
+  const ChatRequest r = parse_chat_request(b, limits());
+  const GenParams& p = r.p;
   const std::string id = "chatcmpl-" + std::to_string(next_id++);
   const int64_t created = int64_t(std::time(nullptr));
   auto gen = std::make_shared<Generation>(*this, p, t0);
-  gen->submit({ids}, {text}, -1);
+  gen->submit({r.ids}, {r.text}, -1);
   const bool as_ids = p.ids_as_strings;
   const bool want_lp = p.top_logprobs >= 0;
 

@@ -4,7 +4,6 @@
 #include <httplib.h>
 
 #include "core/error.h"
-#include "io/json.h"
 #include "server/server_impl.h"
 #include "tokenizer/jinja.h"
 
@@ -21,8 +20,6 @@ json error_json(const ApiError& e) {
   if (!e.code.empty()) err["code"] = e.code;
   return {{"error", err}};
 }
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 static void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
@@ -120,13 +117,7 @@ void Server::start() {
   using Generate = void (Impl::*)(const json&, const httplib::Request&, httplib::Response&, Clock::time_point);
   auto with_json = [&I](Generate g) {
     return [&I, g](const httplib::Request& req, httplib::Response& res, Clock::time_point t0) {
-      json body;
-      try {
-        body = parse_json_bounded<json>(req.body, "request body", "[server]");
-      } catch (const Error& ex) {
-        throw ApiError{400, ex.what(), "", ""};
-      }
-      if (!body.is_object()) throw ApiError{400, "request body must be a JSON object", "", ""};
+      const json body = parse_request_body(req.body);
       (I.*g)(body, req, res, t0);
     };
   };

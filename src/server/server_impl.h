@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "server/requests.h"
 #include "server/server.h"
 
 namespace httplib {
@@ -16,21 +17,10 @@ struct Response;
 
 namespace arbiter::server {
 
-using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
-
-/// A request the server refuses: the status and OpenAI's error fields.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string param;  // the offending field, or ""
-  std::string code;   // e.g. "context_length_exceeded", or ""
-};
 
 /// OpenAI's error object for e.
 json error_json(const ApiError& e);
-/// json::dump that never throws on invalid UTF-8 (token pieces may hold partial characters).
-std::string dump(const json& j);
 
 struct Server::Impl {
   ServerOptions opt;
@@ -43,6 +33,8 @@ struct Server::Impl {
 
   void completions(const json& body, const httplib::Request& req, httplib::Response& res, Clock::time_point t0);
   void chat(const json& body, const httplib::Request& req, httplib::Response& res, Clock::time_point t0);
+  /// What this server checks requests against.
+  RequestLimits limits() const;
 };
 
 }  // namespace arbiter::server
