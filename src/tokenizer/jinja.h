@@ -11,6 +11,12 @@
 // Anything else is refused when the template is parsed or when the construct is reached,
 // with an Error naming the template and line, never rendered differently.
 //
+// Templates come from model files and the server renders them per request, so every
+// resource a template can consume is bounded (the limits below); past one, parsing or
+// rendering fails with the Error naming the limit, never with a stack overflow, a hang or an
+// allocation failure. Integers are int64 and an overflow fails ("integer overflow") where
+// Python would go on with a bigint.
+//
 // Tests: tests/tokenizer/chat_template_test.cpp compares against Python jinja2 renderings
 // (tools/chat_goldens.py); add a construct there when a new template needs it.
 #pragma once
@@ -26,11 +32,38 @@
 
 namespace arbiter::jinja {
 
+// Destroying and evaluating the syntax tree recurse, once per level, so the parser bounds its
+// height (as jinja_parse.cpp counts it, the templates in tests/fixtures reach 21 to 24).
+constexpr int kMaxNesting = 256;
+// Evaluation frames (expressions, statements, macro bodies) open at once: macros multiply
+// the tree's height, and 1024 frames stay far inside an 8 MiB thread stack under ASan.
+constexpr int kMaxRenderDepth = 1024;
+// Recursive macros are legal (tool-schema templates walk a JSON schema, whose nesting the
+// request parser already bounds to 64).
+constexpr int kMaxMacroDepth = 100;
+// Loop iterations, calls and element comparisons in one render; a conversation of thousands
+// of messages takes a few tens of thousands.
+constexpr int64_t kMaxSteps = 1000000;
+// Any one string a render makes (its output included), and any one list.
+constexpr size_t kMaxStringBytes = size_t(64) << 20;
+constexpr size_t kMaxListItems = size_t(1) << 20;
+// Everything one render makes or copies: string bytes, and sizeof(Value) per list item.
+constexpr size_t kMaxRenderBytes = size_t(256) << 20;
+// Lists and dicts nested in a value: copying, printing and destroying one recurse per level.
+constexpr int kMaxValueDepth = 128;
+
 /// Thrown by the template's own raise_exception(msg): what() is msg alone (the server
 /// returns it to the client as a 400).
 class RaiseError : public Error {
  public:
   explicit RaiseError(const std::string& msg) : Error(msg) {}
+};
+
+/// Thrown by the value functions (Value::str, to_json, make_list ...) when a limit above is
+/// passed; the renderer rethrows it as "[jinja] NAME:LINE: what".
+class ValueError : public Error {
+ public:
+  explicit ValueError(const std::string& what) : Error(what) {}
 };
 
 struct Value;
@@ -57,6 +90,10 @@ struct Value {
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Func> fn;
   bool is_namespace = false;
+  // Lists and dicts nested inside (0 for a scalar; a namespace counts 1 whatever it holds).
+  int depth = 0;
+  // Holds a namespace or a function, so storing it in a namespace could make a cycle.
+  bool refs = false;
 
   static Value undefined(std::string name = "") { Value v; v.s = std::move(name); return v; }
   static Value none() { Value v; v.kind = Kind::None; return v; }
@@ -64,6 +101,7 @@ struct Value {
   static Value integer(int64_t x) { Value v; v.kind = Kind::Int; v.i = x; return v; }
   static Value number(double x) { Value v; v.kind = Kind::Float; v.f = x; return v; }
   static Value string(std::string x) { Value v; v.kind = Kind::String; v.s = std::move(x); return v; }
+  /// Throw ValueError past kMaxValueDepth.
   static Value make_list(List x = {});
   static Value make_dict(Dict x = {});
   static Value function(Func f);
@@ -72,16 +110,19 @@ struct Value {
 
   bool defined() const { return kind != Kind::Undefined; }
   bool truthy() const;
-  /// Python's str(): "None", "True", "1.5", "['a', 1]"; Undefined gives "".
-  std::string str() const;
+  /// Python's str(): "None", "True", "1.5", "['a', 1]"; Undefined gives "". Throws
+  /// ValueError when the text would pass max_bytes.
+  std::string str(size_t max_bytes = kMaxStringBytes) const;
   /// Python's repr() ('a' quoted).
-  std::string repr() const;
+  std::string repr(size_t max_bytes = kMaxStringBytes) const;
   const char* type_name() const;
 };
 
 /// Python's json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys) with the
-/// default separators (", " / ": "; "," / ": " when indented). indent < 0: none.
-std::string to_json(const Value& v, int indent = -1, bool sort_keys = false);
+/// default separators (", " / ": "; "," / ": " when indented). indent < 0: none. Throws
+/// ValueError when the text would pass max_bytes.
+std::string to_json(const Value& v, int64_t indent = -1, bool sort_keys = false,
+                    size_t max_bytes = kMaxStringBytes);
 /// Python's float repr ("1.0", "0.1", "1e-05").
 std::string python_float(double x);
 

@@ -4,7 +4,18 @@
 // comment tag are dropped), plus '-' (strip all whitespace on that side) and '+' (keep it).
 // The expression grammar follows jinja2's parser: or < and < not < compare < + - < ~ <
 // * / // % < ** < unary, with filters, tests and calls binding tighter than any operator.
+//
+// The tree's height is bounded while it is built (kMaxNesting, jinja.h): every recursion that
+// opens a level (a nested statement or body, a bracket, a prefix operator) and every link of a
+// left-associative chain (`1+1+1`, `a.b.c`, `x|f|g`, `f()()`, `a if b else c if d`), which
+// grows the tree without recursing here, counts one level while its operand is parsed. A
+// node's height is at most the count reached under it plus a few levels, so no deep tree is
+// ever made.
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+
+#include <optional>
 
 #include "tokenizer/jinja_ast.h"
 
@@ -202,8 +213,13 @@ class Lexer {
         case 'u':
         case 'U': {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (p + n > src_.size()) fail("truncated \\" + std::string(1, e) + " escape");
-          uint32_t cp = uint32_t(std::stoul(src_.substr(p, n), nullptr, 16));
+          uint32_t cp = 0;
+          for (size_t k = 0; k < n; ++k) {
+            const char h = p + k < src_.size() ? src_[p + k] : 0;
+            if (!std::isxdigit((unsigned char)h)) fail("truncated \\" + std::string(1, e) + " escape");
+            cp = cp * 16 + uint32_t(std::isdigit((unsigned char)h) ? h - '0' : std::tolower((unsigned char)h) - 'a' + 10);
+          }
+          if (cp > 0x10FFFF) fail("illegal Unicode character in \\U escape");
           p += n;
           append_utf8(s, cp);
           break;
@@ -250,6 +266,22 @@ class Parser {
   std::vector<Tok> t_;
   size_t i_ = 0;
   const std::string& name_;
+  int depth_ = 0;  // tree levels open (the file comment says how they are counted)
+
+  // Opens one level on construction and one more per deeper(); gives all back when the
+  // function that holds it returns.
+  class Nest {
+   public:
+    explicit Nest(Parser& p) : p_(p), saved_(p.depth_) { deeper(); }
+    ~Nest() { p_.depth_ = saved_; }
+    void deeper() {
+      if (++p_.depth_ > kMaxNesting) p_.fail("nesting deeper than " + std::to_string(kMaxNesting));
+    }
+
+   private:
+    Parser& p_;
+    int saved_;
+  };
 
   const Tok& cur() const { return t_[i_]; }
   const Tok& peek(size_t k = 1) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
@@ -278,6 +310,14 @@ class Parser {
     if (cur().type != T::BlockEnd) fail("expected end of tag" + got());
     ++i_;
   }
+  // A decimal literal; Python would make a bigint of a longer one, this subset refuses it.
+  int64_t parse_int(const std::string& digits) const {
+    errno = 0;
+    const long long v = std::strtoll(digits.c_str(), nullptr, 10);
+    if (errno == ERANGE) fail("integer overflow: literal " + digits.substr(0, 40) + " is out of the int64 range");
+    return v;
+  }
+
   NodeP node(Node::Kind k) {
     auto n = std::make_unique<Node>();
     n->kind = k;
@@ -288,6 +328,7 @@ class Parser {
   // Statements until one of the end keywords (the keyword is left in `end`, its tag's
   // name consumed); with no end keywords, until the end of the template.
   NodeP parse_body(const std::vector<std::string>& ends, std::string& end) {
+    Nest nest(*this);
     NodeP block = node(Node::Kind::Block);
     while (true) {
       const Tok& tk = cur();
@@ -323,6 +364,7 @@ class Parser {
   }
 
   NodeP parse_statement(const std::string& kw) {
+    Nest nest(*this);
     if (kw == "if") return parse_if();
     if (kw == "for") return parse_for();
     if (kw == "set") return parse_set();
@@ -454,7 +496,9 @@ class Parser {
   // for loop's iterable or filter, where 'if' belongs to the loop).
   NodeP parse_expr(bool with_cond = true) {
     NodeP e = parse_or();
+    std::optional<Nest> nest;
     while (with_cond && is_name("if")) {
+      nest ? nest->deeper() : (void)nest.emplace(*this);
       ++i_;
       NodeP c = node(Node::Kind::Cond);
       c->a.push_back(parse_or());
@@ -472,7 +516,9 @@ class Parser {
 
   NodeP parse_or() {
     NodeP l = parse_and();
+    std::optional<Nest> nest;
     while (is_name("or")) {
+      nest ? nest->deeper() : (void)nest.emplace(*this);
       ++i_;
       l = bin("or", std::move(l), parse_and());
     }
@@ -481,7 +527,9 @@ class Parser {
 
   NodeP parse_and() {
     NodeP l = parse_not();
+    std::optional<Nest> nest;
     while (is_name("and")) {
+      nest ? nest->deeper() : (void)nest.emplace(*this);
       ++i_;
       l = bin("and", std::move(l), parse_not());
     }
@@ -490,6 +538,7 @@ class Parser {
 
   NodeP parse_not() {
     if (is_name("not")) {
+      Nest nest(*this);
       NodeP n = node(Node::Kind::Unary);
       ++i_;
       n->name = "not";
@@ -501,6 +550,7 @@ class Parser {
 
   NodeP parse_compare() {
     NodeP l = parse_math1();
+    std::optional<Nest> nest;
     while (true) {
       std::string op;
       if (cur().type == T::Op && (cur().s == "==" || cur().s == "!=" || cur().s == "<" ||
@@ -516,13 +566,16 @@ class Parser {
       } else {
         return l;
       }
+      nest ? nest->deeper() : (void)nest.emplace(*this);
       l = bin(op, std::move(l), parse_math1());
     }
   }
 
   NodeP parse_math1() {
     NodeP l = parse_concat();
+    std::optional<Nest> nest;
     while (is_op("+") || is_op("-")) {
+      nest ? nest->deeper() : (void)nest.emplace(*this);
       std::string op = t_[i_++].s;
       l = bin(op, std::move(l), parse_concat());
     }
@@ -531,7 +584,9 @@ class Parser {
 
   NodeP parse_concat() {
     NodeP l = parse_math2();
+    std::optional<Nest> nest;
     while (is_op("~")) {
+      nest ? nest->deeper() : (void)nest.emplace(*this);
       ++i_;
       l = bin("~", std::move(l), parse_math2());
     }
@@ -540,7 +595,9 @@ class Parser {
 
   NodeP parse_math2() {
     NodeP l = parse_pow();
+    std::optional<Nest> nest;
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      nest ? nest->deeper() : (void)nest.emplace(*this);
       std::string op = t_[i_++].s;
       l = bin(op, std::move(l), parse_pow());
     }
@@ -549,7 +606,9 @@ class Parser {
 
   NodeP parse_pow() {
     NodeP l = parse_unary(true);
+    std::optional<Nest> nest;
     while (is_op("**")) {
+      nest ? nest->deeper() : (void)nest.emplace(*this);
       ++i_;
       l = bin("**", std::move(l), parse_unary(true));
     }
@@ -558,7 +617,9 @@ class Parser {
 
   NodeP parse_unary(bool with_filter) {
     NodeP n;
+    std::optional<Nest> nest;
     if (is_op("-") || is_op("+")) {
+      nest.emplace(*this);
       n = node(Node::Kind::Unary);
       n->name = t_[i_++].s;
       n->a.push_back(parse_unary(false));
@@ -594,10 +655,12 @@ class Parser {
     }
     if (tk.type == T::Int || tk.type == T::Float) {
       NodeP n = node(Node::Kind::Literal);
-      n->value = tk.type == T::Int ? Value::integer(std::stoll(tk.s)) : Value::number(std::stod(tk.s));
+      n->value = tk.type == T::Int ? Value::integer(parse_int(tk.s)) : Value::number(std::strtod(tk.s.c_str(), nullptr));
       ++i_;
       return n;
     }
+    std::optional<Nest> nest;
+    if (is_op("(") || is_op("[") || is_op("{")) nest.emplace(*this);
     if (is_op("(")) {
       ++i_;
       if (is_op(")")) {
@@ -663,7 +726,9 @@ class Parser {
   }
 
   NodeP parse_postfix(NodeP n) {
+    std::optional<Nest> nest;
     while (true) {
+      if (is_op(".") || is_op("[") || is_op("(")) nest ? nest->deeper() : (void)nest.emplace(*this);
       if (is_op(".")) {
         ++i_;
         NodeP g = node(Node::Kind::GetAttr);
@@ -704,7 +769,9 @@ class Parser {
   }
 
   NodeP parse_filter_expr(NodeP n) {
+    std::optional<Nest> nest;
     while (true) {
+      if (is_op("|") || is_name("is") || is_op("(")) nest ? nest->deeper() : (void)nest.emplace(*this);
       if (is_op("|")) {
         ++i_;
         NodeP f = node(Node::Kind::Filter);

@@ -24,9 +24,20 @@ void Dict::set(const std::string& k, Value v) {
   items.emplace_back(k, std::move(v));
 }
 
+// A container's depth and refs from its elements, refused past kMaxValueDepth before the
+// value exists (a deeper one could not be destroyed without deep recursion).
+static void set_nesting(Value& v, const Value& elem) {
+  v.depth = std::max(v.depth, elem.depth + 1);
+  v.refs = v.refs || elem.refs;
+  if (v.depth > kMaxValueDepth)
+    throw ValueError("values nested deeper than " + std::to_string(kMaxValueDepth) + " lists/dicts");
+}
+
 Value Value::make_list(List x) {
   Value v;
   v.kind = Kind::List;
+  v.depth = 1;
+  for (const Value& e : x) set_nesting(v, e);
   v.list = std::make_shared<List>(std::move(x));
   return v;
 }
@@ -34,6 +45,8 @@ Value Value::make_list(List x) {
 Value Value::make_dict(Dict x) {
   Value v;
   v.kind = Kind::Dict;
+  v.depth = 1;
+  for (const auto& [k, e] : x.items) set_nesting(v, e);
   v.dict = std::make_shared<Dict>(std::move(x));
   return v;
 }
@@ -41,6 +54,7 @@ Value Value::make_dict(Dict x) {
 Value Value::function(Func f) {
   Value v;
   v.kind = Kind::Func;
+  v.refs = true;
   v.fn = std::make_shared<Func>(std::move(f));
   return v;
 }
@@ -139,10 +153,29 @@ std::string python_float(double x) {
   return neg ? "-" + out : out;
 }
 
-static std::string repr_string(const std::string& s) {
+// Refuses, before out grows, n more bytes that would take it past max.
+static void room(const std::string& out, size_t n, size_t max) {
+  if (n > max - std::min(max, out.size()))
+    throw ValueError("text of more than " + std::to_string(max) + " bytes");
+}
+
+static void put(std::string& out, const std::string& text, size_t max) {
+  room(out, text.size(), max);
+  out += text;
+}
+
+// Python's repr of a str, appended to out (sized first: escapes grow it up to 4x).
+static void repr_string(const std::string& s, std::string& out, size_t max) {
   const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
   const char q = dq ? '"' : '\'';
-  std::string out(1, q);
+  auto escaped = [q](unsigned char c) -> size_t {
+    if (c == '\\' || c == q || c == '\n' || c == '\r' || c == '\t') return 2;
+    return c < 0x20 || c == 0x7f ? 4 : 1;
+  };
+  size_t n = 2;
+  for (unsigned char c : s) n += escaped(c);
+  room(out, n, max);
+  out += q;
   for (unsigned char c : s) {
     if (c == '\\') out += "\\\\";
     else if (c == q) out += std::string("\\") + char(q);
@@ -157,41 +190,65 @@ static std::string repr_string(const std::string& s) {
       out += char(c);
     }
   }
-  return out + q;
+  out += q;
 }
 
-std::string Value::repr() const {
-  switch (kind) {
-    case Kind::String: return repr_string(s);
-    case Kind::List: {
-      std::string out = "[";
-      for (size_t k = 0; k < list->size(); ++k) out += (k ? ", " : "") + (*list)[k].repr();
-      return out + "]";
-    }
-    case Kind::Dict: {
-      std::string out = is_namespace ? "<Namespace {" : "{";
-      for (size_t k = 0; k < dict->items.size(); ++k)
-        out += (k ? ", " : "") + repr_string(dict->items[k].first) + ": " + dict->items[k].second.repr();
-      return out + (is_namespace ? "}>" : "}");
-    }
-    default: return str();
+static void repr_into(const Value& v, std::string& out, size_t max) {
+  switch (v.kind) {
+    case Value::Kind::String: repr_string(v.s, out, max); return;
+    case Value::Kind::List:
+      put(out, "[", max);
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        if (k) put(out, ", ", max);
+        repr_into((*v.list)[k], out, max);
+      }
+      put(out, "]", max);
+      return;
+    case Value::Kind::Dict:
+      put(out, v.is_namespace ? "<Namespace {" : "{", max);
+      for (size_t k = 0; k < v.dict->items.size(); ++k) {
+        if (k) put(out, ", ", max);
+        repr_string(v.dict->items[k].first, out, max);
+        put(out, ": ", max);
+        repr_into(v.dict->items[k].second, out, max);
+      }
+      put(out, v.is_namespace ? "}>" : "}", max);
+      return;
+    default: put(out, v.str(max), max);
   }
 }
 
-std::string Value::str() const {
+std::string Value::repr(size_t max_bytes) const {
+  std::string out;
+  repr_into(*this, out, max_bytes);
+  return out;
+}
+
+std::string Value::str(size_t max_bytes) const {
   switch (kind) {
     case Kind::Undefined: return "";
     case Kind::None: return "None";
     case Kind::Bool: return b ? "True" : "False";
     case Kind::Int: return std::to_string(i);
     case Kind::Float: return python_float(f);
-    case Kind::String: return s;
+    case Kind::String: {
+      std::string out;
+      put(out, s, max_bytes);
+      return out;
+    }
     case Kind::Func: return "<function>";
-    default: return repr();
+    default: return repr(max_bytes);
   }
 }
 
-static void json_string(const std::string& s, std::string& out) {
+// A JSON string, appended to out (sized first: escapes grow it up to 6x).
+static void json_string(const std::string& s, std::string& out, size_t max) {
+  size_t n = 2;
+  for (unsigned char c : s)
+    n += c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f' ? 2
+         : c < 0x20                                                                            ? 6
+                                                                                               : 1;
+  room(out, n, max);
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
@@ -215,41 +272,43 @@ static void json_string(const std::string& s, std::string& out) {
   out += '"';
 }
 
-static void json_value(const Value& v, int indent, bool sort_keys, int depth, std::string& out) {
+static void json_value(const Value& v, int64_t indent, bool sort_keys, int depth, std::string& out, size_t max) {
   auto newline = [&](int d) {
     if (indent < 0) return;
+    // indent * d without overflow: d <= 2 * kMaxValueDepth + 2
+    const size_t n = uint64_t(indent) > max ? max + 1 : size_t(indent) * size_t(d);
+    room(out, n + 1, max);
     out += '\n';
-    out.append(size_t(indent) * size_t(d), ' ');
+    out.append(n, ' ');
   };
   const std::string item_sep = indent >= 0 ? "," : ", ";
   switch (v.kind) {
-    case Value::Kind::None: out += "null"; return;
-    case Value::Kind::Bool: out += v.b ? "true" : "false"; return;
-    case Value::Kind::Int: out += std::to_string(v.i); return;
+    case Value::Kind::None: put(out, "null", max); return;
+    case Value::Kind::Bool: put(out, v.b ? "true" : "false", max); return;
+    case Value::Kind::Int: put(out, std::to_string(v.i), max); return;
     case Value::Kind::Float:
-      out += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity")
-                                                       : python_float(v.f);
+      put(out, std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : python_float(v.f), max);
       return;
-    case Value::Kind::String: json_string(v.s, out); return;
+    case Value::Kind::String: json_string(v.s, out, max); return;
     case Value::Kind::List: {
       if (v.list->empty()) {
-        out += "[]";
+        put(out, "[]", max);
         return;
       }
-      out += "[";
+      put(out, "[", max);
       for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k) out += item_sep;
+        if (k) put(out, item_sep, max);
         newline(depth + 1);
-        json_value((*v.list)[k], indent, sort_keys, depth + 1, out);
+        json_value((*v.list)[k], indent, sort_keys, depth + 1, out, max);
       }
       newline(depth);
-      out += "]";
+      put(out, "]", max);
       return;
     }
     case Value::Kind::Dict: {
-      if (v.is_namespace) throw Error("[jinja] tojson: a namespace is not JSON serializable");
+      if (v.is_namespace) throw ValueError("tojson: a namespace is not JSON serializable");
       if (v.dict->items.empty()) {
-        out += "{}";
+        put(out, "{}", max);
         return;
       }
       std::vector<const std::pair<std::string, Value>*> items;
@@ -257,27 +316,26 @@ static void json_value(const Value& v, int indent, bool sort_keys, int depth, st
       if (sort_keys)
         std::stable_sort(items.begin(), items.end(),
                          [](const auto* a, const auto* b) { return a->first < b->first; });
-      out += "{";
+      put(out, "{", max);
       for (size_t k = 0; k < items.size(); ++k) {
-        if (k) out += item_sep;
+        if (k) put(out, item_sep, max);
         newline(depth + 1);
-        json_string(items[k]->first, out);
-        out += ": ";
-        json_value(items[k]->second, indent, sort_keys, depth + 1, out);
+        json_string(items[k]->first, out, max);
+        put(out, ": ", max);
+        json_value(items[k]->second, indent, sort_keys, depth + 1, out, max);
       }
       newline(depth);
-      out += "}";
+      put(out, "}", max);
       return;
     }
     default:
-      throw Error(std::string("[jinja] tojson: a value of type ") + v.type_name() +
-                  " is not JSON serializable");
+      throw ValueError(std::string("tojson: a value of type ") + v.type_name() + " is not JSON serializable");
   }
 }
 
-std::string to_json(const Value& v, int indent, bool sort_keys) {
+std::string to_json(const Value& v, int64_t indent, bool sort_keys, size_t max_bytes) {
   std::string out;
-  json_value(v, indent, sort_keys, 0, out);
+  json_value(v, indent, sort_keys, 0, out, max_bytes);
   return out;
 }
 
