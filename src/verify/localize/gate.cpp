@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "core/error.h"
 #include "engine/session.h"
+#include "io/file.h"
 #include "io/sha256.h"
 #include "verify/localize/drift.h"
 
@@ -198,11 +198,7 @@ struct PromptFile {
 };
 
 PromptFile read_prompts(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ARB_CHECK(f.good(), "[gate] %s: cannot open the prompt file", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string bytes = ss.str();
+  const std::string bytes = read_input_file(path, "[gate]", kMaxInputBytes, "a prompt file");
   PromptFile pf;
   pf.sha256 = sha256_hex(bytes.data(), bytes.size());
   std::istringstream in(bytes);

@@ -1,6 +1,5 @@
 #include "verify/localize/svg.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -247,19 +246,6 @@ std::string render_svg(const SvgChart& c) {
   }
   o += "</svg>\n";
   return o;
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  ARB_CHECK(f, "[io] %s: cannot create file", tmp.c_str());
-  size_t n = std::fwrite(text.data(), 1, text.size(), f);
-  bool ok = n == text.size() && std::fflush(f) == 0;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("[io] " + path + ": cannot write file");
-  }
 }
 
 }  // namespace arbiter::verify

@@ -56,7 +56,4 @@ std::string svg_number(double v);
 /// Escapes & < > " for text and attributes.
 std::string svg_escape(const std::string& s);
 
-/// Writes text to path (atomically via a temporary file). Throws arbiter::Error on failure.
-void write_text_file(const std::string& path, const std::string& text);
-
 }  // namespace arbiter::verify
