@@ -127,6 +127,7 @@ class TimeSliceScheduler : public Scheduler {
     std::shared_ptr<SeqStream> stream;
     int slot = 0;
     bool prefilled = false;
+    bool ahead = false;  // the forward of generated.back() is queued and its pick pending
     std::vector<int32_t> generated;
     std::unique_ptr<Sampler> sampler;
   };
@@ -165,7 +166,7 @@ class TimeSliceScheduler : public Scheduler {
         std::optional<FinishReason> done;
         std::string error;
         try {
-          done = step(active[k]);
+          done = step(active[k], active.size() == 1);
         } catch (const std::exception& e) {
           done = FinishReason::Error;
           error = e.what();
@@ -179,6 +180,10 @@ class TimeSliceScheduler : public Scheduler {
         fin.finish = *done;
         fin.error = error;
         active[k].stream->push(std::move(fin));
+        try {  // a pick queued ahead must not reach the next sequence on this backend
+          sessions_[size_t(active[k].slot)]->reset();
+        } catch (const std::exception&) {  // a failed tier: the next sequence reports it
+        }
         {
           std::lock_guard<std::mutex> lk(mu_);
           free_.push_back(active[k].slot);
@@ -203,10 +208,15 @@ class TimeSliceScheduler : public Scheduler {
 
   // One step of a sequence: the prefill (with the prompt's logprobs when asked) and the
   // first token, or the forward of the last token and the next one. A value: it finished.
-  std::optional<FinishReason> step(Active& a) {
+  // A greedy sequence alone on the engine runs as generate does: the forward of each token
+  // is queued before the host reads it (Session::forward_picked), so the tier does not wait
+  // for the host between steps. Picks are the backend's, in order, so this stops as soon as
+  // another sequence is active (it takes its pending pick first: it is stepped first).
+  std::optional<FinishReason> step(Active& a, bool alone) {
     if (a.stream->cancelled()) return FinishReason::Cancelled;
     Session& s = *sessions_[size_t(a.slot)];
     const SeqRequest& r = a.req;
+    const bool greedy = r.sampling.temperature == 0 && !r.penalties.active() && r.top_logprobs < 0;
     if (!a.prefilled) {
       a.prefilled = true;
       a.sampler = std::make_unique<Sampler>(r.sampling);
@@ -214,15 +224,26 @@ class TimeSliceScheduler : public Scheduler {
       if (r.prompt_logprobs >= 0) prefill_scored(s, a);
       else s.prefill(r.prompt);
       if (r.max_tokens == 0) return FinishReason::Length;
-    } else {
+      if (greedy) s.pick();
+    } else if (!a.ahead) {
       s.forward({a.generated.back()});
+      if (greedy) s.pick();
     }
-    // Logprobs need the whole row on the host; without them the token is taken where
-    // generate takes it (greedy and top-k on the tier).
     int32_t id;
     SeqEvent ev;
     ev.kind = SeqEvent::Kind::Token;
-    if (r.top_logprobs >= 0) {
+    if (greedy) {
+      // The step after this token runs when the lengths allow another token; after a stop
+      // id it runs for nothing and reset() drops its pick.
+      a.ahead = alone && (r.max_tokens < 0 || int(a.generated.size()) + 1 < r.max_tokens) &&
+                int(r.prompt.size() + a.generated.size()) + 1 < s.max_ctx();
+      if (a.ahead) {
+        s.forward_picked();
+        s.pick();
+      }
+      id = s.take_pick();
+      ev.token = TokenLogprob{id, 0, {}};
+    } else if (r.top_logprobs >= 0) {  // logprobs need the whole row on the host
       const std::vector<double> row = s.logits(s.last_T() - 1);
       if (r.penalties.active()) {
         std::vector<double> pen = row;
@@ -240,7 +261,7 @@ class TimeSliceScheduler : public Scheduler {
     a.generated.push_back(id);
     a.stream->push(std::move(ev));
     if (r.max_tokens > 0 && int(a.generated.size()) >= r.max_tokens) return FinishReason::Length;
-    if (s.pos() >= s.max_ctx()) return FinishReason::Length;
+    if (int(r.prompt.size() + a.generated.size()) >= s.max_ctx()) return FinishReason::Length;  // prompt + completion
     return std::nullopt;
   }
 

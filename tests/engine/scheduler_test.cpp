@@ -71,6 +71,44 @@ TEST(Scheduler, InterleavedSequencesEqualEachAlone) {
   }
 }
 
+// A greedy sequence alone queues the forward of each token before reading it; one that stops
+// on a stop id leaves that forward's pick behind, which must not reach the next sequence.
+TEST(Scheduler, AGreedySequenceThatStopsLeavesNoPickBehind) {
+  auto m = load_model(test::source_path("models/TinyStories-656K"));
+  auto be = make_backend(DeviceSpec{});
+  auto alone = [&](const std::string& text, int n) {
+    Session s(*m, *be, 64);
+    Sampler sampler(SamplerParams{});
+    return generate(s, m->tokenizer->encode(text, true, false), n, sampler, {}, nullptr).tokens;
+  };
+  const std::vector<int32_t> a = alone("Once upon a time", 8), b = alone("The dog", 8);
+  ASSERT_EQ(a.size(), 8u);
+  auto sched = make_time_slice_scheduler(*m, *be, 1, 64, 4);
+  SeqRequest ra;
+  ra.prompt = m->tokenizer->encode("Once upon a time", true, false);
+  ra.max_tokens = 8;
+  ra.stop_ids = {a[5]};
+  const size_t first = size_t(std::find(a.begin(), a.end(), a[5]) - a.begin());
+  Outcome oa = collect(*sched->submit(ra));
+  EXPECT_EQ(oa.finish, FinishReason::Stop);
+  EXPECT_EQ(oa.ids, std::vector<int32_t>(a.begin(), a.begin() + long(first)));
+  SeqRequest rb;
+  rb.prompt = m->tokenizer->encode("The dog", true, false);
+  rb.max_tokens = 8;
+  Outcome ob = collect(*sched->submit(rb));
+  EXPECT_EQ(ob.finish, FinishReason::Length);
+  EXPECT_EQ(ob.ids, b);
+  // A context that fills: as many tokens as generate gives in the same context.
+  auto small = make_time_slice_scheduler(*m, *be, 1, 12, 4);
+  SeqRequest rc = rb;
+  rc.max_tokens = -1;
+  Outcome oc = collect(*small->submit(rc));
+  Session s(*m, *be, 12);
+  Sampler sampler(SamplerParams{});
+  EXPECT_EQ(oc.ids, generate(s, rc.prompt, -1, sampler, {}, nullptr).tokens);
+  EXPECT_EQ(oc.finish, FinishReason::Length);
+}
+
 TEST(Scheduler, EchoScoresThePromptAndQueueAndCancel) {
   auto m = load_model(test::source_path("models/TinyStories-656K"));
   auto be = make_backend(DeviceSpec{});
@@ -96,12 +134,14 @@ TEST(Scheduler, EchoScoresThePromptAndQueueAndCancel) {
   }
 
   // One slot, one queue place: a long sequence holds the slot, one waits, the next is refused.
+  // The model's whole context (511 tokens) outlasts the cancel that follows by far.
+  auto wide = make_time_slice_scheduler(*m, *be, 1, m->config.max_pos, 1);
   SeqRequest long_run;
   long_run.prompt = {1};
   long_run.max_tokens = -1;
-  auto a = sched->submit(long_run);
-  auto b = sched->submit(long_run);
-  auto c = sched->submit(long_run);
+  auto a = wide->submit(long_run);
+  auto b = wide->submit(long_run);
+  auto c = wide->submit(long_run);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(c, nullptr) << "a full queue must refuse";
@@ -109,9 +149,9 @@ TEST(Scheduler, EchoScoresThePromptAndQueueAndCancel) {
   EXPECT_EQ(collect(*a).finish, FinishReason::Cancelled);
   b->cancel();
   EXPECT_EQ(collect(*b).finish, FinishReason::Cancelled);
-  for (int i = 0; i < 100 && sched->stats().active > 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(sched->stats().active, 0);
-  EXPECT_EQ(sched->stats().queued, 0);
+  for (int i = 0; i < 100 && wide->stats().active > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(wide->stats().active, 0);
+  EXPECT_EQ(wide->stats().queued, 0);
 
   SeqRequest bad;
   EXPECT_THROW(sched->submit(bad), Error);  // empty prompt
