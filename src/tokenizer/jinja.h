@@ -36,13 +36,13 @@ namespace arbiter::jinja {
 // height (as jinja_parse.cpp counts it, the templates in tests/fixtures reach 21 to 24).
 constexpr int kMaxNesting = 256;
 // Evaluation frames (expressions, statements, macro bodies) open at once: macros multiply
-// the tree's height, and 1024 frames stay far inside an 8 MiB thread stack under ASan.
+// the tree's height. A render at this bound ran inside an 8 MiB stack under ASan.
 constexpr int kMaxRenderDepth = 1024;
 // Recursive macros are legal (tool-schema templates walk a JSON schema, whose nesting the
 // request parser already bounds to 64).
 constexpr int kMaxMacroDepth = 100;
-// Loop iterations, calls and element comparisons in one render; a conversation of thousands
-// of messages takes a few tens of thousands.
+// Loop iterations, macro calls and element comparisons (==, in) in one render; the real
+// templates loop over the messages once or twice with a handful of comparisons each.
 constexpr int64_t kMaxSteps = 1000000;
 // Any one string a render makes (its output included), and any one list.
 constexpr size_t kMaxStringBytes = size_t(64) << 20;
