@@ -380,6 +380,12 @@ std::function<int64_t(int64_t)> rope_adjacent_rows(int64_t head_dim) {
   };
 }
 
+// A tensor's stored type: the checkpoint's, except 1-D tensors (norm weights) in a GGUF,
+// which are F32 as llama.cpp's converter writes them (llama.cpp refuses bf16 ones).
+DType stored_dtype(const TensorSpec& t, const SynthOptions& o) {
+  return o.format == SynthFormat::Gguf && t.shape.size() == 1 ? DType::F32 : o.dtype;
+}
+
 void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const ModelConfig& c,
                            const SynthOptions& o, int n_threads) {
   GgufWriter g;
@@ -412,10 +418,10 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   for (const TensorSpec& t : tensor_list(c)) {
     GgufTensorEntry e;
     e.name = t.gguf;
-    e.dtype = o.dtype;
+    e.dtype = stored_dtype(t, o);
     e.shape = t.shape;
     const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    e.fill = seeded_fill(t.hf, o.seed, t.kind == TensorKind::Norm, o.dtype, n_threads, cols,
+    e.fill = seeded_fill(t.hf, o.seed, t.kind == TensorKind::Norm, e.dtype, n_threads, cols,
                          adjacent && t.rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr);
     g.add_tensor(std::move(e));
   }
@@ -495,7 +501,7 @@ SynthResult synth_plan(const SynthOptions& opt) {
   if (opt.layers > 0) r.config.n_layer = opt.layers;
   for (const TensorSpec& t : tensor_list(r.config)) {
     r.n_params += numel(t.shape);
-    r.weight_bytes += dtype_bytes(opt.dtype, numel(t.shape));
+    r.weight_bytes += dtype_bytes(stored_dtype(t, opt), numel(t.shape));
   }
   return r;
 }

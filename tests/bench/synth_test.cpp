@@ -434,6 +434,9 @@ TEST(SynthGguf, Llama32ScalingAndCliFormatChoice) {
   GgufFile g(root + "/l.gguf");
   EXPECT_EQ(g.version(), 3u);
   EXPECT_EQ(g.get_string("general.architecture"), "llama");
+  // As llama.cpp's converter writes them (llama.cpp refuses bf16 norm weights).
+  for (const Tensor& t : g.tensors())
+    EXPECT_EQ(t.dtype, t.shape.size() == 1 ? DType::F32 : DType::BF16) << t.name;
   // An existing file is kept unless --force; --format gguf works with any name; a bad
   // --format is refused.
   const std::string before = file_sha(root + "/l.gguf");
