@@ -1,5 +1,5 @@
 // The syntax tree shared by the Jinja subset's parser (jinja_parse.cpp) and evaluator
-// (jinja_eval.cpp). Private to tokenizer/.
+// (jinja_eval.cpp, jinja_library.cpp). Private to tokenizer/.
 #pragma once
 #include <memory>
 #include <string>
