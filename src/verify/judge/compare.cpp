@@ -215,6 +215,12 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
   res.decided_threshold = opt.decided;
   if (R.format == TraceFormat::Foreign) res.notes.push_back("ref is a foreign 6-column trace");
   if (C.format == TraceFormat::Foreign) res.notes.push_back("cand is a foreign 6-column trace");
+  res.ref_preamble = R.preamble;
+  res.cand_preamble = C.preamble;
+  for (const auto& [side, p] : {std::pair{"ref", &R.preamble}, std::pair{"cand", &C.preamble}})
+    if (p->lines > 0)
+      res.notes.push_back(strformat("%s: skipped %lld preamble lines before its first '#' header line (first: '%s')",
+                                    side, (long long)p->lines, p->first.c_str()));
   if (holds_logprobs(R) || holds_logprobs(C))
     res.notes.push_back("logits compared as log-probabilities (a side came through an API, which gives no lse)");
 

@@ -104,6 +104,7 @@ struct CompareResult {
   std::vector<std::string> notes;       // anything else a reader must know
 
   std::string ref_device, cand_device;  // "device compute weights", "" unknown
+  TracePreamble ref_preamble, cand_preamble;  // loader lines skipped before a foreign header
   int64_t ref_rows = 0, cand_rows = 0, positions = 0, chunks = 0;
   int64_t topk_ref = 0, topk_cand = 0;
 

@@ -52,6 +52,11 @@ nlohmann::json jquant(const Quantiles& q) {
           {"max", jnum(q.max)}};
 }
 
+// Always present, so that a script can tell "no preamble" from an older compare.
+nlohmann::json jpreamble(const TracePreamble& p) {
+  return {{"lines", p.lines}, {"first", p.lines > 0 ? nlohmann::json(p.first) : nlohmann::json()}};
+}
+
 }  // namespace
 
 std::string format_report(const CompareResult& r) {
@@ -164,10 +169,10 @@ nlohmann::json to_json(const CompareResult& r) {
   j["forced"] = r.forced;
   j["ref"] = {{"label", r.ref_label}, {"device", r.ref_device}, {"rows", r.ref_rows},
               {"topk", r.topk_ref}, {"nonfinite", r.nonfinite_ref},
-              {"nonfinite_logits", r.nonfinite_logits_ref}};
+              {"nonfinite_logits", r.nonfinite_logits_ref}, {"preamble", jpreamble(r.ref_preamble)}};
   j["cand"] = {{"label", r.cand_label}, {"device", r.cand_device}, {"rows", r.cand_rows},
                {"topk", r.topk_cand}, {"nonfinite", r.nonfinite_cand},
-               {"nonfinite_logits", r.nonfinite_logits_cand}};
+               {"nonfinite_logits", r.nonfinite_logits_cand}, {"preamble", jpreamble(r.cand_preamble)}};
   j["mismatches"] = json::array();
   for (const auto& m : r.mismatches) j["mismatches"].push_back({{"field", m.field}, {"detail", m.detail}});
   j["unchecked"] = r.unchecked;

@@ -460,13 +460,14 @@ void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& 
   }
 }
 
-void read_foreign(Parser& P, const std::vector<std::string_view>& lines, Trace& t) {
+// lines[first...] are the trace; lines before it were a preamble (line numbers stay the file's).
+void read_foreign(Parser& P, const std::vector<std::string_view>& lines, size_t first, Trace& t) {
   t.format = TraceFormat::Foreign;
   t.has_abs_pos = t.has_target_logit = t.has_lse = false;
   std::unordered_set<int64_t> positions;
   bool header_seen = false;
   int64_t k = -1;
-  for (size_t i = 0; i < lines.size(); ++i) {
+  for (size_t i = first; i < lines.size(); ++i) {
     P.line = i + 1;
     std::string_view ln = lines[i];
     if (!ln.empty() && ln.back() == '\r') ln.remove_suffix(1);  // CRLF files
@@ -511,6 +512,55 @@ void read_foreign(Parser& P, const std::vector<std::string_view>& lines, Trace& 
   t.header.topk = k;
 }
 
+// A line that a foreign trace's reader takes as its own (a row or the column header): such a
+// line starts the trace, so it is never part of a preamble.
+bool is_foreign_data_line(std::string_view ln) {
+  const auto c = Parser::split(ln, '\t');
+  return c.size() == std::size(kForeignColumns) || c[0] == "chunk";
+}
+
+// The number of preamble lines before a foreign trace's first '#' line (0 when the file
+// starts with a '#' line or a row). Some engines' trace tools print their loader's progress
+// to the same stream as the trace, and their own scripts skip it; so do we, but only lines
+// that cannot be trace data, and only a bounded amount, so that a file that is no trace at
+// all is refused after at most kMaxPreambleLines lines or kMaxPreambleBytes bytes.
+size_t preamble_length(Parser& P, const std::vector<std::string_view>& lines) {
+  if (lines[0].substr(0, 1) == "#" || is_foreign_data_line(lines[0])) return 0;
+  auto quoted_first = [&] {
+    std::string_view f = lines[0];
+    if (!f.empty() && f.back() == '\r') f.remove_suffix(1);
+    return "'" + std::string(f.substr(0, 80)) + (f.size() > 80 ? "...'" : "'");
+  };
+  size_t bytes = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    bytes += lines[i].size() + 1;
+    if (i >= kMaxPreambleLines || bytes > kMaxPreambleBytes) {
+      P.line = 1;
+      P.fail(strformat("not a trace: no '#' header line within the first %zu lines / %zu bytes (line 1: %s)",
+                       kMaxPreambleLines, kMaxPreambleBytes, quoted_first().c_str()));
+    }
+    if (lines[i].substr(0, 1) == "#") return i;
+    if (is_foreign_data_line(lines[i])) {
+      P.line = i + 1;
+      P.fail("a trace row after " + std::to_string(i) +
+             " non-trace lines: a preamble is accepted only before a '#' header line");
+    }
+  }
+  P.line = 1;
+  P.fail(strformat("not a trace: no '#' header line or trace row in its %zu lines (line 1: %s)", lines.size(),
+                   quoted_first().c_str()));
+}
+
+// The first preamble line as recorded: no CR, at most kPreambleFirstBytes bytes, cut on a
+// UTF-8 character boundary (the file was checked to be valid UTF-8).
+std::string preamble_first_line(std::string_view ln) {
+  if (!ln.empty() && ln.back() == '\r') ln.remove_suffix(1);
+  if (ln.size() <= kPreambleFirstBytes) return std::string(ln);
+  size_t n = kPreambleFirstBytes;
+  while (n > 0 && (static_cast<unsigned char>(ln[n]) & 0xC0) == 0x80) --n;
+  return std::string(ln.substr(0, n));
+}
+
 }  // namespace
 
 Trace read_trace(const std::string& path) {
@@ -542,7 +592,14 @@ Trace parse_trace(const std::string& data, const std::string& path) {
   }
   Trace t;
   t.path = path;
-  P.line = 1;
+  const size_t skip = preamble_length(P, lines);
+  P.line = skip + 1;
+  if (skip > 0 && lines[skip].substr(0, 15) == "# arbiter-trace") {
+    // arbiter trace writes the header first into its own file (logs go to stderr), so lines
+    // before it mean an edited or concatenated file: evidence of unknown origin.
+    P.fail(std::to_string(skip) + " lines before '# arbiter-trace': an arbiter trace starts on line 1 "
+           "(only foreign traces may carry a loader preamble)");
+  }
   if (lines[0].substr(0, 16) == "# arbiter-trace\t") {
     int64_t v = P.integer(lines[0].substr(16), "format version", 0, INT32_MAX);
     if (v != kTraceFormatVersion)
@@ -552,7 +609,9 @@ Trace parse_trace(const std::string& data, const std::string& path) {
   } else if (lines[0].substr(0, 15) == "# arbiter-trace") {
     P.fail("malformed '# arbiter-trace' line (expected '# arbiter-trace<TAB>1')");
   } else {
-    read_foreign(P, lines, t);
+    t.preamble.lines = int64_t(skip);
+    if (skip > 0) t.preamble.first = preamble_first_line(lines[0]);
+    read_foreign(P, lines, skip, t);
   }
   return t;
 }

@@ -85,6 +85,20 @@ struct TraceRow {
 
 enum class TraceFormat { Arbiter, Foreign };
 
+/// Lines before a foreign trace's first `#` header line that the reader skipped: another
+/// engine's loader output ("[NemotronH] Loading config..."). first: the first of them, cut
+/// to at most kPreambleFirstBytes bytes.
+struct TracePreamble {
+  int64_t lines = 0;
+  std::string first;
+};
+
+/// Bounds of a foreign trace's preamble: a file with no `#` line within them is refused as
+/// not a trace, with one message naming its first line, instead of being searched further.
+constexpr size_t kMaxPreambleLines = 1000;
+constexpr size_t kMaxPreambleBytes = size_t(1) << 20;
+constexpr size_t kPreambleFirstBytes = 200;
+
 /// A trace read from disk. rows are in file order (full-logits files follow this order).
 struct Trace {
   std::string path;
@@ -95,11 +109,14 @@ struct Trace {
   bool has_abs_pos = true, has_target_logit = true, has_lse = true;  // false: foreign
   int64_t nonfinite_values = 0;  // NaN/Inf among nll, target_logit, lse, top_logits read
   int64_t nonfinite_rows = 0;    // rows holding at least one of them
+  TracePreamble preamble;        // foreign traces only; an arbiter trace has none
 };
 
 /// Reads an arbiter trace (format v1) or a foreign 6-column logit_trace TSV, detected from
-/// the first line. Throws arbiter::Error "[trace] PATH:LINE: what" on anything malformed,
-/// on an arbiter trace without its `# end` line, or when the row count differs from `# end`.
+/// the first line. A foreign trace may start with a preamble of non-`#` lines before its
+/// first `#` line (bounded by kMaxPreambleLines / kMaxPreambleBytes); an arbiter trace may
+/// not. Throws arbiter::Error "[trace] PATH:LINE: what" on anything malformed, on an arbiter
+/// trace without its `# end` line, or when the row count differs from `# end`.
 Trace read_trace(const std::string& path);
 /// The same over a trace's bytes already in memory (path names it in messages).
 Trace parse_trace(const std::string& data, const std::string& path);
