@@ -5,16 +5,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/file.h"
 #include "io/json.h"
+#include "verify/trace/logprob_reply.h"
 
 namespace arbiter::verify {
 
-using json = nlohmann::json;
+using json = ReplyJson;  // replies keep their key order (logprob_reply.h)
 
 namespace {
 
@@ -36,20 +36,6 @@ Url parse_endpoint(const std::string& ep) {
   u.path = prefix + "/completions";
   return u;
 }
-
-// Token text -> id for APIs that key top_logprobs by text (the first id of a text wins;
-// ids sharing a text are counted so the header can say how many were ambiguous).
-struct TextIds {
-  std::map<std::string, int32_t> id;
-  std::map<std::string, int> n;
-  explicit TextIds(const Tokenizer& tok) {
-    for (int32_t v = 0; v < tok.vocab_size(); ++v) {
-      const std::string s = tok.token_bytes(v);
-      id.emplace(s, v);
-      ++n[s];
-    }
-  }
-};
 
 }  // namespace
 
@@ -104,41 +90,7 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
   httplib::Headers headers;
   if (!opt.api_key.empty()) headers.emplace("Authorization", "Bearer " + opt.api_key);
 
-  std::unique_ptr<TextIds> text_ids;  // built on the first reply keyed by text
-  int64_t ambiguous = 0;
-  bool ids_returned = true;
-  // A token as the reply names it: "token_id:N" (return_tokens_as_token_ids), an "id" field
-  // (llama.cpp), else its text mapped back through the tokenizer. -1: unknown text.
-  auto to_id = [&](const std::string& key) -> int32_t {
-    if (key.rfind("token_id:", 0) == 0) return int32_t(std::stol(key.substr(9)));
-    ids_returned = false;
-    if (!text_ids) text_ids = std::make_unique<TextIds>(*m.tokenizer);
-    auto it = text_ids->id.find(key);
-    if (it == text_ids->id.end()) return -1;
-    ambiguous += text_ids->n[key] > 1;
-    return it->second;
-  };
-  // One reply's top list: a completions-shape dict {text: logprob}, or llama.cpp's list of
-  // {id, token, logprob}; sorted descending, ties to the lower id.
-  auto top_list = [&](const json& top) {
-    std::vector<std::pair<int32_t, double>> cand;
-    if (top.is_object()) {
-      for (const auto& [key, v] : top.items()) {
-        const int32_t id = to_id(key);
-        if (id >= 0 && v.is_number()) cand.emplace_back(id, v.get<double>());
-      }
-    } else if (top.is_array()) {
-      for (const json& e : top)
-        if (e.is_object() && e.contains("logprob") && e["logprob"].is_number())
-          cand.emplace_back(e.contains("id") && e["id"].is_number_integer() ? e["id"].get<int32_t>()
-                                                                             : to_id(e.value("token", "")),
-                            e["logprob"].get<double>());
-    }
-    std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
-      return a.second > b.second || (a.second == b.second && a.first < b.first);
-    });
-    return cand;
-  };
+  ReplyTokens names(m.tokenizer.get());  // the endpoint's token names -> ids
   auto post = [&](const json& req, const std::string& where) {
     auto res = cli.Post(url.path, headers, req.dump(), "application/json");
     ARB_CHECK(res, "%s: no answer (%s)", where.c_str(), httplib::to_string(res.error()).c_str());
@@ -184,19 +136,13 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
     for (int p = 0; p < W; ++p) {
       const size_t i = first + size_t(p);
       const std::string where = strformat("[api] %s chunk %d pos %d", opt.endpoint.c_str(), c, p);
-      std::vector<std::pair<int32_t, double>> cand;
-      double target_lp = NAN;
+      ScoredToken s;
       if (!next_mode) {
-        const json& tl = lp["token_logprobs"][i];
-        ARB_CHECK(tl.is_number(), "%s: no logprob for prompt token %zu", where.c_str(), i);
-        if (lp.contains("tokens") && lp["tokens"].is_array() && lp["tokens"][i].is_string()) {
-          const int32_t echoed = to_id(lp["tokens"][i].get<std::string>());
-          ARB_CHECK(echoed < 0 || echoed == ids[i] || !ids_returned,
-                    "%s: the server echoed token %d where %d was sent (did it re-tokenize?)", where.c_str(), echoed,
-                    ids[i]);
-        }
-        target_lp = tl.get<double>();
-        cand = top_list(lp["top_logprobs"][i]);
+        s = std::move(echo_scored(lp, i, 1, names, where)[0]);
+        // Text names map back to one of the ids sharing a text, so only ids can be checked.
+        ARB_CHECK(s.token < 0 || s.token == ids[i] || names.mapped_from_text(),
+                  "%s: the server echoed token %d where %d was sent (did it re-tokenize?)", where.c_str(), s.token,
+                  ids[i]);
       } else {
         const std::vector<int32_t> prefix(ids.begin(), ids.begin() + long(i));
         const json r = post({{"model", opt.api_model}, {"prompt", prefix}, {"max_tokens", 1}, {"temperature", 0},
@@ -209,35 +155,24 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
                  r["content"][0].contains("top_logprobs"))
           top = &r["content"][0]["top_logprobs"];
         ARB_CHECK(top, "%s: the reply has no top logprobs for the next token", where.c_str());
-        cand = top_list(*top);
-        for (const auto& [id, l] : cand)
-          if (id == ids[i]) target_lp = l;
-        ARB_CHECK(std::isfinite(target_lp),
+        s.top = names.top_list(*top, where);
+        auto hit = std::find_if(s.top.begin(), s.top.end(), [&](const auto& e) { return e.first == ids[i]; });
+        ARB_CHECK(hit != s.top.end(),
                   "%s: target %d is not among the %zu top logprobs returned (ask for more with --api-top)",
-                  where.c_str(), ids[i], cand.size());
+                  where.c_str(), ids[i], s.top.size());
+        s.logprob = hit->second;
       }
-      ARB_CHECK(int(cand.size()) >= K, "%s: the server returned %zu top logprobs, --topk is %d", where.c_str(),
-                cand.size(), K);
-      TraceRow r;
-      r.chunk = c;
-      r.pos = p;
-      r.abs_pos = b + p + 1;
-      r.target = ids[i];
-      r.target_logit = target_lp;
-      r.lse = 0;
-      r.nll = -target_lp;
-      for (int k = 0; k < K; ++k) {
-        r.top_ids.push_back(cand[size_t(k)].first);
-        r.top_logits.push_back(cand[size_t(k)].second);
-      }
-      rows.push_back(std::move(r));
+      ARB_CHECK(int(s.top.size()) >= K, "%s: the server returned %zu top logprobs, --topk is %d", where.c_str(),
+                s.top.size(), K);
+      s.token = ids[i];
+      rows.push_back(logprob_row(c, p, b + p + 1, s, K));
     }
     if (to.progress) std::fprintf(stderr, "\r[api] %d/%d chunks", c + 1, C);
   }
   if (to.progress) std::fprintf(stderr, "\n");
   h.extra.emplace_back("api_limits", strformat("lse\tunknown (rows hold log-probabilities, lse 0)\ttopk\t%d of the API's "
                                                "top logprobs\tcompute\t%s\ttoken_ids\t%s",
-                                               K, opt.compute.empty() ? "unknown" : "stated by the user", ids_returned ? "returned" : strformat("mapped from text (%lld ambiguous)", (long long)ambiguous).c_str()));
+                                               K, opt.compute.empty() ? "unknown" : "stated by the user", names.provenance().c_str()));
   TraceRunResult res;
   res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   TraceWriter w;
