@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "verify/matrix/matrix_report.h"
 #include "verify/matrix/matrix_run.h"
+#include "verify/matrix/matrix_slurm.h"
 
 namespace arbiter::cli {
 
@@ -18,8 +19,10 @@ static const char* kMatrixUsage =
     "           run every missing trace (resumable), judge, write DIR/report.md, report.html,\n"
     "           results.json; exit code = worst verdict (0 pass, 1 fail, 2 inconclusive,\n"
     "           3 incomparable, 4 unreadable)\n"
-    "       arbiter matrix plan SPEC.toml -o DIR [--all]\n"
-    "           print one shell command per trace still missing (--all: every trace)\n"
+    "       arbiter matrix plan SPEC.toml -o DIR [--all] [--slurm]\n"
+    "           print one shell command per trace still missing (--all: every trace);\n"
+    "           --slurm: write them as Slurm job arrays and a dependent report job into\n"
+    "           DIR/slurm/ and print the path of the script that submits them\n"
     "       arbiter matrix report DIR | SPEC.toml DIR\n"
     "           rebuild the report from the traces on disk (the spec defaults to "
     "DIR/matrix.toml)\n";
@@ -66,11 +69,12 @@ static int cmd_matrix(int argc, char** argv) {
   // A spec or directory that cannot be used is unreadable input: exit 4, never a verdict.
   try {
     if (sub == "run" || sub == "plan") {
-      Args a("matrix " + sub, {"-o|--out"}, {"--quiet", "--all"});
+      Args a("matrix " + sub, {"-o|--out"}, {"--quiet", "--all", "--slurm"});
       a.parse(argc - 1, argv + 1);
       ARB_CHECK(a.positional().size() == 1, "[cli] matrix %s: expected SPEC.toml -o DIR",
                 sub.c_str());
-      ARB_CHECK(sub == "plan" || !a.flag("all"), "[cli] matrix run: --all belongs to plan");
+      ARB_CHECK(sub == "plan" || (!a.flag("all") && !a.flag("slurm")),
+                "[cli] matrix run: --all and --slurm belong to plan");
       MatrixSpec spec = parse_matrix_spec(a.positional()[0]);
       MatrixRunOptions opt;
       opt.out_dir = a.str("out");
@@ -78,9 +82,15 @@ static int cmd_matrix(int argc, char** argv) {
       opt.self_exe = self_exe();
       opt.cwd = std::filesystem::current_path().string();
       opt.progress = !a.flag("quiet");
+      if (sub == "plan" && a.flag("slurm")) {
+        std::printf("%s\n", matrix_slurm_plan(spec, opt, a.flag("all")).c_str());
+        std::fprintf(stderr, "[matrix] submit with that script (its arguments go to every sbatch); "
+                     "the report job writes %s/report.md\n", opt.out_dir.c_str());
+        return 0;
+      }
       if (sub == "plan") {
         for (const auto& line : matrix_plan(spec, opt, a.flag("all")))
-          std::printf("%s\n", line.c_str());
+          std::printf("%s\n", line.command.c_str());
         std::fprintf(stderr, "[matrix] then: arbiter matrix report %s\n", opt.out_dir.c_str());
         return 0;
       }

@@ -279,11 +279,11 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
   return runs;
 }
 
-std::vector<std::string> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt,
-                                     bool all) {
+std::vector<MatrixPlanLine> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt,
+                                        bool all) {
   matrix_prepare_dir(spec, opt.out_dir, false);
   std::string tdir = fs::absolute(opt.out_dir + "/" + kMatrixTraceDir).lexically_normal().string();
-  std::vector<std::string> lines;
+  std::vector<MatrixPlanLine> lines;
   for (const MatrixTrace& t : matrix_traces(spec)) {
     std::string path = tdir + "/" + t.file;
     if (!all && fs::exists(path)) {
@@ -297,7 +297,7 @@ std::vector<std::string> matrix_plan(const MatrixSpec& spec, const MatrixRunOpti
     cmd += shell_quote(opt.self_exe);
     for (const auto& a : matrix_trace_args(spec, t)) cmd += " " + shell_quote(a);
     cmd += " -o " + shell_quote(path);
-    lines.push_back(cmd);
+    lines.push_back({t, cmd});
   }
   return lines;
 }

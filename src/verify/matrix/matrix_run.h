@@ -47,10 +47,16 @@ void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir, bool rem
 /// available, and writes DIR/run-status.tsv. A trace that fails is recorded, not fatal.
 std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const MatrixRunOptions& opt);
 
-/// One self-contained shell line per trace (`cd CWD && [ENV=..] ARBITER trace ... -o
-/// DIR/traces/FILE`); with all = false only for traces not already valid on disk (checked
+/// One planned trace and the self-contained shell line that produces it.
+struct MatrixPlanLine {
+  MatrixTrace trace;
+  std::string command;  // cd CWD && [ENV=..] ARBITER trace ... -o DIR/traces/FILE (absolute)
+};
+
+/// One line per trace; with all = false only for traces not already valid on disk (checked
 /// without loading models: paths, shape, device, compute, inject, mix, env).
-std::vector<std::string> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt, bool all);
+std::vector<MatrixPlanLine> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt,
+                                        bool all);
 
 /// Quotes s for a POSIX shell when it holds anything beyond [A-Za-z0-9_./:=,+-].
 std::string shell_quote(const std::string& s);
