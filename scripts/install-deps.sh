@@ -4,10 +4,12 @@
 # chromium renders the matrix report in its browser test (tests/matrix); nodejs + npm run the
 # server's tests with the official openai client (tests/server, `npm ci` from its lock file);
 # clang-14 and libclang-rt-14-dev build the libFuzzer harnesses (make fuzz-smoke, fuzz/).
+# parallel runs `matrix plan`'s lines (the README tour); slurm-wlm and munge let
+# tests/matrix/slurm.sh start a single-node Slurm for `matrix plan --slurm` (ctest matrix_slurm).
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config git nlohmann-json3-dev libpcre2-dev libopenblas-dev
       libgtest-dev libbenchmark-dev libtomlplusplus-dev libcpp-httplib-dev xz-utils python3 chromium
-      clang-14 libclang-rt-14-dev)
+      clang-14 libclang-rt-14-dev parallel slurm-wlm munge)
 # A machine may already have node from elsewhere (with its own npm): Debian's then stays out.
 command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 missing=()
