@@ -5,10 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <memory>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "io/gguf.h"
 #include "verify/judge/compare.h"
+#include "verify/trace/logprobs_jsonl.h"
 
 namespace arbiter::cli {
 
@@ -17,8 +21,13 @@ static constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
 
 static const char* kCompareUsage =
     "usage: arbiter compare REF CAND [--decided 2.0] [--kl-kappa K] [--json] [--force] [--topk-only]\n"
-    "                       [--ref-logits FILE --cand-logits FILE]\n"
-    "  REF, CAND   traces (arbiter format v1, or another engine's 6-column logit_trace TSV)\n"
+    "                       [--ref-logits FILE --cand-logits FILE] [--window W] [--tokenizer MODEL]\n"
+    "  REF, CAND   traces (arbiter format v1, or another engine's 6-column logit_trace TSV), or a\n"
+    "              logprobs dump: completions replies with prompt logprobs, one chunk a line (a\n"
+    "              .jsonl name or a first line starting with '{'; docs/traces.md §4)\n"
+    "  --window    a dump's traced positions: the last W prompt tokens of each line (default:\n"
+    "              the other side's chunk_tokens, else every scored prompt position)\n"
+    "  --tokenizer a dump whose replies name tokens by text: MODEL's tokenizer maps them to ids\n"
     "  --decided   a position is decided when the reference's top-1 logit exceeds its top-2\n"
     "              by at least this (default 2.0); the gate is disagreement there\n"
     "  --kl-kappa  drift gate: fail when mean KL(ref||cand) > K * u^2 nats, u the coarser unit\n"
@@ -32,7 +41,7 @@ static const char* kCompareUsage =
 static int cmd_compare(int argc, char** argv) {
   using namespace verify;
   try {
-    Args a("compare", {"--decided", "--kl-kappa", "--ref-logits", "--cand-logits"},
+    Args a("compare", {"--decided", "--kl-kappa", "--ref-logits", "--cand-logits", "--window", "--tokenizer"},
            {"--json", "--force", "--topk-only", "-h|--help"});
     a.parse(argc, argv);
     if (a.flag("help")) {
@@ -64,8 +73,42 @@ static int cmd_compare(int argc, char** argv) {
         if (std::filesystem::exists(lc)) opt.cand_logits = lc;
       }
     }
-    Trace ref = read_trace(ref_path);
-    Trace cand = read_trace(cand_path);
+    const bool ref_dump = is_logprobs_jsonl_file(ref_path), cand_dump = is_logprobs_jsonl_file(cand_path);
+    ARB_CHECK(ref_dump || cand_dump || (!a.has("window") && !a.has("tokenizer")),
+              "[cli] compare: --window and --tokenizer apply to a logprobs dump (.jsonl) only");
+    LogprobsJsonlOptions dump_opt;
+    std::unique_ptr<Tokenizer> tok;
+    if (a.has("tokenizer")) {
+      const std::string m = a.str("tokenizer");
+      if (std::filesystem::is_directory(m)) {
+        tok = tokenizer_from_hf_dir(m);
+      } else {
+        GgufFile g(m);
+        tok = tokenizer_from_gguf(g);
+      }
+      dump_opt.tokenizer = tok.get();
+    }
+    // A dump's window lines its rows up with the other side's chunks: --window, else that
+    // side's chunk width (a dump does not say which of its prompt tokens were the context).
+    auto read_side = [&](const std::string& path, bool dump, const Trace* other) {
+      if (!dump) return read_trace(path);
+      if (a.has("window")) {
+        dump_opt.window = a.int_in("window", 1, std::numeric_limits<int32_t>::max());
+        dump_opt.window_source = "--window";
+      } else if (other && other->header.chunk_tokens > 0) {
+        dump_opt.window = other->header.chunk_tokens;
+        dump_opt.window_source = "the other side's chunk_tokens";
+      }
+      return read_logprobs_jsonl(path, dump_opt);
+    };
+    Trace ref, cand;
+    if (ref_dump && !cand_dump) {
+      cand = read_side(cand_path, false, nullptr);
+      ref = read_side(ref_path, true, &cand);
+    } else {
+      ref = read_side(ref_path, ref_dump, nullptr);
+      cand = read_side(cand_path, cand_dump, ref_dump ? nullptr : &ref);
+    }
     CompareResult r = compare_traces(ref, cand, opt);
     if (a.flag("json")) std::printf("%s\n", to_json(r).dump(2, ' ', false, kReplace).c_str());
     else std::fputs(format_report(r).c_str(), stdout);

@@ -1,9 +1,6 @@
 // compare_traces: the statistics of docs/traces.md. Every statistic here has a definition
 // in that document; keep the two in step.
 #include "verify/judge/compare.h"
-#include "verify/trace/api_trace.h"
-
-#include <optional>
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +39,13 @@ double t_value(double mean, double se) {
 std::string device_desc(const Trace& t) {
   const TraceHeader& h = t.header;
   if (t.format == TraceFormat::Foreign) return "foreign trace";
+  if (t.format == TraceFormat::LogprobsJsonl)
+    for (const auto& [k, v] : t.header.extra)
+      if (k == "logprobs_jsonl") {
+        std::string d = v;
+        std::replace(d.begin(), d.end(), '\t', ' ');
+        return "logprobs dump: " + d;
+      }
   std::string s = h.device.empty() ? "device unknown" : h.device;
   if (!h.compute.empty()) s += ", compute " + h.compute;
   if (!h.weights.empty()) s += ", weights " + h.weights;
@@ -193,10 +197,15 @@ Quantiles quantiles(std::vector<double> v) {
 }
 
 CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const CompareOptions& opt) {
-  // A trace through an API holds log-probabilities (no lse); the other side is then judged
-  // as log-probabilities too, so logit differences do not carry the lse.
+  // A trace through an API or a logprobs dump holds log-probabilities (no lse); the other
+  // side is then judged as log-probabilities too, so logit differences do not carry the lse.
+  // Without an lse (a foreign trace) it cannot be: its rows then differ from the other
+  // side's by an unknown shift each, which leaves only the shift-invariant statistics.
+  const bool lp_r = holds_logprobs(R_in), lp_c = holds_logprobs(C_in);
+  const Trace& raw_side = lp_r ? C_in : R_in;
+  const bool shifted = lp_r != lp_c && !raw_side.has_lse;
   std::optional<Trace> r_lp, c_lp;
-  if (holds_logprobs(R_in) != holds_logprobs(C_in)) (holds_logprobs(R_in) ? c_lp : r_lp) = as_logprobs(holds_logprobs(R_in) ? C_in : R_in);
+  if (lp_r != lp_c && !shifted) (lp_r ? c_lp : r_lp) = as_logprobs(raw_side);
   const Trace& R = r_lp ? *r_lp : R_in;
   const Trace& C = c_lp ? *c_lp : C_in;
   ARB_CHECK(opt.decided > 0 && std::isfinite(opt.decided),
@@ -221,8 +230,17 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
     if (p->lines > 0)
       res.notes.push_back(strformat("%s: skipped %lld preamble lines before its first '#' header line (first: '%s')",
                                     side, (long long)p->lines, p->first.c_str()));
-  if (holds_logprobs(R) || holds_logprobs(C))
-    res.notes.push_back("logits compared as log-probabilities (a side came through an API, which gives no lse)");
+  if (shifted) {
+    res.logit_units = "shifted";
+    res.notes.push_back(std::string(lp_r ? "cand" : "ref") +
+                        " holds raw logits without lse, the other side log-probabilities: each row differs by an "
+                        "unknown shift, so only gap, spread, ranks and nll are computed (no logit delta, no KL)");
+  } else if (lp_r || lp_c) {
+    res.logit_units = "logprob";
+    res.notes.push_back("compared as log-probabilities (a side came through an API or a logprobs dump, which give "
+                        "no lse): gap, spread, ranks and nll are as with logits; the top-1 delta is of "
+                        "log-probabilities; the KL from top-k log-probabilities is a lower bound");
+  }
 
   // ---- identity and row matching ----
   check_identity(R, C, res);
@@ -260,7 +278,7 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
     res.mismatches.push_back(
         {"targets", strformat("%lld positions differ (first: %s)", (long long)target_diff,
                               first_target.c_str())});
-  if (!R.has_abs_pos || !C.has_abs_pos) res.unchecked.push_back("targets abs_pos (foreign trace)");
+  if (!R.has_abs_pos || !C.has_abs_pos) res.unchecked.push_back("targets abs_pos (unknown in a foreign trace or a logprobs dump)");
 
   if (!res.mismatches.empty()) {
     if (!opt.force) {
@@ -307,7 +325,9 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
     res.kl_note = "from full logits (" + std::to_string(lref->vocab()) + " vocab)";
   } else if (R.has_lse && C.has_lse) {
     res.kl_method = "topk_tail_estimate";
-    res.kl_note = "estimated from top-k + lse with the tail as one bucket: a lower bound";
+    res.kl_note = res.logit_units == "logprob"
+                      ? "estimated from top-k log-probabilities with the tail as one bucket: a lower bound"
+                      : "estimated from top-k + lse with the tail as one bucket: a lower bound";
     if (!opt.ref_logits.empty() || !opt.cand_logits.empty())
       res.kl_note += " (full logits given for one side only)";
   } else {
@@ -382,7 +402,9 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
       cl = c.target_logit;
       have = true;
     }
-    if (!have) {
+    if (shifted) {
+      // Not a statistic of these two rows: their logits differ by an unknown constant.
+    } else if (!have) {
       res.top1_logit_unavailable++;
     } else if (std::isfinite(cl) && std::isfinite(r.top_logits[0])) {
       d_logit.push_back(cl - r.top_logits[0]);

@@ -121,7 +121,14 @@ struct CompareResult {
   int worst_rank = 0;                       // largest rank seen; 0 when some were beyond
   std::vector<Disagreement> worst_disagreements;  // up to 10, largest ref gap first
 
-  // Candidate minus reference raw logit of the reference's top-1 token.
+  // What the compared logit columns hold (docs/traces.md §"Log-probabilities"): "logit"
+  // (raw logits), "logprob" (a side holds log-probabilities; the other was made so with its
+  // lse), or "shifted" (log-probabilities against raw logits without lse: each row differs by
+  // an unknown shift, so only shift-invariant statistics are computed).
+  std::string logit_units = "logit";
+
+  // Candidate minus reference logit (log-probability with logit_units "logprob"; not
+  // computed when "shifted") of the reference's top-1 token.
   Quantiles top1_logit_abs_delta;
   MeanSe top1_logit_delta;
   int64_t top1_logit_unavailable = 0;  // token neither in cand top-k nor the target

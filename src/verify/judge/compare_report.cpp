@@ -110,9 +110,14 @@ std::string format_report(const CompareResult& r) {
                        d.cand_rank ? std::to_string(d.cand_rank).c_str() : "beyond"));
     }
     line("");
-    line("logit of ref top-1 token, cand - ref");
-    line("  |delta|      " + quant_line(r.top1_logit_abs_delta));
-    line("  mean delta   " + mean_line(r.top1_logit_delta, ""));
+    if (r.logit_units == "shifted") {
+      line("logit of ref top-1 token, cand - ref: n/a (raw logits without lse against log-probabilities)");
+    } else {
+      line(r.logit_units == "logprob" ? "log-probability of ref top-1 token, cand - ref (not raw logits)"
+                                      : "logit of ref top-1 token, cand - ref");
+      line("  |delta|      " + quant_line(r.top1_logit_abs_delta));
+      line("  mean delta   " + mean_line(r.top1_logit_delta, ""));
+    }
     if (r.top1_logit_unavailable)
       line(strformat("  unavailable at %lld positions (token not in cand top-k)",
                      (long long)r.top1_logit_unavailable));
@@ -205,7 +210,8 @@ nlohmann::json to_json(const CompareResult& r) {
          {"ref_top1", d.ref_top1}, {"cand_top1", d.cand_top1}, {"ref_gap", jnum(d.ref_gap)},
          {"cand_rank", d.cand_rank ? json(d.cand_rank) : json("beyond")}});
   j["top1"] = top1;
-  j["top1_logit_delta"] = {{"abs", jquant(r.top1_logit_abs_delta)},
+  j["top1_logit_delta"] = {{"units", r.logit_units},
+                           {"abs", jquant(r.top1_logit_abs_delta)},
                            {"signed", jmean(r.top1_logit_delta)},
                            {"unavailable", r.top1_logit_unavailable}};
   j["nll"] = {{"mean_ref", jnum(r.mean_nll_ref)},   {"mean_cand", jnum(r.mean_nll_cand)},

@@ -61,10 +61,16 @@ TopList ReplyTokens::top_list(const ReplyJson& top, const std::string& where) {
   } else if (top.is_array()) {
     for (const ReplyJson& e : top) {
       ARB_CHECK(e.is_object() && e.contains("logprob"), "%s: a top logprobs entry without 'logprob'", where.c_str());
-      const int32_t i = e.contains("id") && e["id"].is_number_integer() && e["id"].get<int64_t>() >= 0 &&
-                                e["id"].get<int64_t>() <= INT32_MAX
-                            ? e["id"].get<int32_t>()
-                            : id(e.value("token", ""), where);
+      int32_t i;
+      if (e.contains("id") && e["id"].is_number_integer()) {
+        const int64_t v = parse_id(e["id"].dump());
+        ARB_CHECK(v >= 0, "%s: top logprobs id %s is not a token id", where.c_str(), e["id"].dump().c_str());
+        i = int32_t(v);
+      } else {
+        ARB_CHECK(e.contains("token") && e["token"].is_string(), "%s: a top logprobs entry without 'id' or 'token'",
+                  where.c_str());
+        i = id(e["token"].get<std::string>(), where);
+      }
       out.emplace_back(i, logprob_of(e["logprob"], where));
     }
   } else {

@@ -83,7 +83,9 @@ struct TraceRow {
   std::vector<double> top_logits;
 };
 
-enum class TraceFormat { Arbiter, Foreign };
+/// Arbiter: format v1. Foreign: another engine's 6-column TSV. LogprobsJsonl: OpenAI/vLLM
+/// completions replies with prompt logprobs, one chunk a line (logprobs_jsonl.h).
+enum class TraceFormat { Arbiter, Foreign, LogprobsJsonl };
 
 /// Lines before a foreign trace's first `#` header line that the reader skipped: another
 /// engine's loader output ("[NemotronH] Loading config..."). first: the first of them, cut
