@@ -10,9 +10,12 @@ fuzzer starts from the structures arbiter really reads (a seed over -max_len wou
   hf_config            every config.json shipped (models/, tests/fixtures/models/)
   tokenizer_json       the TinyStories (SentencePiece-style) and tiny-qwen2 (byte-level)
                        tokenizers reduced to their first few hundred ids
+  kld                  a llama.cpp KL-divergence file of 2 chunks of 8 tokens (made by ARBITER)
   trace, logits        an arbiter trace and its full-logits file (made by ARBITER), and a
                        foreign 6-column trace
   matrix_spec          matrix/*.toml
+chat_template and server_request are committed as written by hand (the real templates of
+tests/fixtures/chat_templates/ and a few hostile ones; request bodies of both endpoints).
 Usage: fuzz/make_seeds.py ARBITER   (from the repository root)
 """
 import json
@@ -229,6 +232,11 @@ def main():
                         "--device", "cpu", "--quiet", "-o", t, "--full-logits", t + ".logits"], check=True)
         put("trace/arbiter-v1.tsv", open(t).read())
         put("logits/two-rows.logits", open(t + ".logits", "rb").read())
+        k = os.path.join(tmp, "t.kld")
+        subprocess.run([arbiter, "trace", "-m", os.path.join(ROOT, "models/stories260K/stories260K.gguf"), "--corpus",
+                        os.path.join(ROOT, "models/corpus/stories.txt"), "--kld-ctx", "8", "--chunks", "2",
+                        "--device", "ref", "--quiet", "--kld-out", k], check=True)
+        put("kld/stories260K-c8.kld", open(k, "rb").read())
     put("trace/foreign.tsv", "# engine: another engine's logit_trace\n# model = tiny\n"
         "chunk\tpos\ttarget\tnll\ttop_ids\ttop_logits\n"
         "0\t0\t5\t1.25\t5,7,9\t3.5,2.25,1\n0\t1\t7\t0.5\t7,5,2\t4,1.5,0.25\n1\t0\t2\tnan\t1,2,0\tinf,1,-inf\n")

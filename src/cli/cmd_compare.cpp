@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "verify/judge/compare.h"
+#include "verify/judge/kld_compare.h"
 #include "verify/trace/logprobs_jsonl.h"
 
 namespace arbiter::cli {
@@ -24,7 +25,9 @@ static const char* kCompareUsage =
     "                       [--ref-logits FILE --cand-logits FILE] [--window W] [--tokenizer MODEL]\n"
     "  REF, CAND   traces (arbiter format v1, or another engine's 6-column logit_trace TSV), or a\n"
     "              logprobs dump: completions replies with prompt logprobs, one chunk a line (a\n"
-    "              .jsonl name or a first line starting with '{'; docs/traces.md §4)\n"
+    "              .jsonl name or a first line starting with '{'; docs/traces.md §4), or two llama.cpp\n"
+    "              KL-divergence files of the same tokens (llama-perplexity --kl-divergence-base,\n"
+    "              arbiter trace --kld-out): llama-perplexity's statistics of CAND against REF, exit 0\n"
     "  --window    a dump's traced positions: the last W prompt tokens of each line (default:\n"
     "              the other side's chunk_tokens, else every scored prompt position)\n"
     "  --tokenizer a dump whose replies name tokens by text: MODEL's tokenizer maps them to ids\n"
@@ -59,6 +62,12 @@ static int cmd_compare(int argc, char** argv) {
     opt.force = a.flag("force");
     const std::string& ref_path = a.positional()[0];
     const std::string& cand_path = a.positional()[1];
+    if (is_kld_file(ref_path) || is_kld_file(cand_path)) {  // llama.cpp's files: its statistics, no verdict
+      const LlamaKldStats s = compare_kld_files(ref_path, cand_path);
+      if (a.flag("json")) std::printf("%s\n", to_json(s).dump(2, ' ', false, kReplace).c_str());
+      else std::fputs(format_llama_kld(s).c_str(), stdout);
+      return 0;
+    }
     if (!a.flag("topk-only")) {
       ARB_CHECK(a.has("ref-logits") == a.has("cand-logits"),
                 "[cli] compare: give both --ref-logits and --cand-logits, or neither");

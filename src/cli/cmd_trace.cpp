@@ -6,17 +6,59 @@
 #include "backend/mix.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "io/file.h"
 #include "verify/trace/api_trace.h"
 #include "verify/trace/host_info.h"
+#include "verify/trace/kld_file.h"
+#include "verify/trace/kld_run.h"
 #include "verify/trace/trace_run.h"
 
 namespace arbiter::cli {
+
+// --kld-out: llama-perplexity's chunking and file instead of a trace shape (kld_run.h).
+static int trace_kld(const Args& a) {
+  for (const char* k : {"out", "shape", "chunk", "prefill", "start", "topk", "full-logits", "endpoint"})
+    ARB_CHECK(!a.has(k), "[cli] trace: --%s does not apply to --kld-out (llama-perplexity's chunks, every logit)", k);
+  ARB_CHECK(a.has("corpus") != a.has("kld-tokens"), "[cli] trace: --kld-out takes --corpus FILE or --kld-tokens FILE.kld");
+  ModelRun run = open_model_run(a);
+  const Model& m = *run.model;
+  std::vector<int32_t> tokens;
+  int n_ctx = 512;
+  if (a.has("kld-tokens")) {  // the tokens another engine's file evaluated
+    const verify::KldReader other(a.str("kld-tokens"));
+    ARB_CHECK(other.layout().n_vocab == m.config.vocab, "[cli] trace: %s has a vocabulary of %d; the model's is %d",
+              other.path().c_str(), other.layout().n_vocab, m.config.vocab);
+    tokens = other.layout().tokens;
+    n_ctx = other.layout().n_ctx;
+  } else {
+    InputFile corpus(a.str("corpus"), "[trace]");
+    tokens = verify::kld_tokens(m, corpus.read_all(kMaxInputBytes, "a corpus"));
+  }
+  verify::KldRunOptions opt;
+  opt.out_path = a.str("kld-out");
+  opt.n_ctx = a.int_in("kld-ctx", n_ctx, 4, std::numeric_limits<int32_t>::max());
+  opt.max_chunks = a.has("chunks") ? a.int_in("chunks", 1, std::numeric_limits<int32_t>::max()) : -1;
+  opt.progress = !a.flag("quiet");
+  ARB_CHECK(opt.n_ctx <= m.config.max_pos || a.flag("allow-long-context"),
+            "[cli] trace: --kld-ctx %d passes the model's %d positions (--allow-long-context to trace there anyway)",
+            opt.n_ctx, m.config.max_pos);
+  ActivityScope scope(strformat("writing the KL-divergence base %s (a %d-position session) on model %s",
+                                opt.out_path.c_str(), opt.n_ctx, a.str("model").c_str()));
+  const int W = opt.n_ctx - 1 - opt.n_ctx / 2;
+  Session s(m, *run.backend, opt.n_ctx, std::max(W, std::min(opt.n_ctx, 512)));
+  s.set_inject(run.inject);
+  const int64_t rows = verify::run_kld_base(s, tokens, opt);
+  std::fprintf(stderr, "[trace] wrote %s: %lld rows of %d log-probabilities (llama.cpp's KL-divergence base)\n",
+               opt.out_path.c_str(), (long long)rows, m.config.vocab);
+  print_stats_if_asked(run);
+  return 0;
+}
 
 static int cmd_trace(int argc, char** argv) {
   auto vopts = model_value_opts();
   vopts.insert(vopts.end(), {"--corpus", "--shape", "--chunk", "--chunks", "--prefill", "--start",
                              "--topk", "-o|--out", "--full-logits", "--endpoint", "--tokenizer", "--api-key",
-                             "--compute", "--api-mode", "--api-top"});
+                             "--compute", "--api-mode", "--api-top", "--kld-out", "--kld-ctx", "--kld-tokens"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"--quiet", "--allow-long-context", "-h|--help"});
   Args a("trace", vopts, fopts);
@@ -33,10 +75,15 @@ static int cmd_trace(int argc, char** argv) {
                  "         --corpus FILE --shape ... [--topk K] -o OUT.tsv\n"
                  "         (through an OpenAI-compatible /v1/completions with echo + logprobs; MODEL: the local\n"
                  "          checkpoint the endpoint serves, for its tokenizer and identity; docs/serve.md)\n"
+                 "       arbiter trace -m MODEL (--corpus FILE | --kld-tokens FILE.kld) --kld-out OUT.kld [--kld-ctx N]"
+                 " [--chunks C] [--device ...]\n"
+                 "         (llama-perplexity --kl-divergence-base's file: chunks of N tokens (512), every logit of\n"
+                 "          their second half; --kld-tokens evaluates another file's tokens; docs/traces.md)\n"
                  "       [--allow-long-context]   trace chunks past the model's maximum positions\n"
                  "                                (recorded in the header as '# long_context')\n");
     return 0;
   }
+  if (a.has("kld-out")) return trace_kld(a);
   verify::TraceRunOptions opt;
   if (a.has("shape")) {
     ARB_CHECK(!a.has("chunk") && !a.has("prefill") && !a.has("start"),

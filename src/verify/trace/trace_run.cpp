@@ -38,7 +38,7 @@ void check_trace_context(const TraceShape& shape, const Model& m, bool allow_lon
             shape.name.c_str(), (long long)n, shape.prefill, shape.chunk_tokens, m.config.max_pos);
 }
 
-static void progress(int64_t done, int64_t total, double elapsed) {
+void progress(int64_t done, int64_t total, double elapsed) {
   double rate = elapsed > 0 ? done / elapsed : 0;
   double eta = rate > 0 ? (total - done) / rate : 0;
   int width = 30, filled = total ? int(width * done / total) : width;

@@ -42,6 +42,9 @@ int64_t chunk_begin(const TraceShape& shape, int c);
 /// Corpus tokens a shape needs: chunk_begin(C - 1) + W + 1.
 int64_t tokens_needed(const TraceShape& shape);
 
+/// The progress bar on stderr of a run over `total` positions.
+void progress(int64_t done, int64_t total, double elapsed);
+
 /// Positions one chunk occupies: BOS (when the tokenizer has one), P context tokens, W traced.
 int64_t trace_positions(const TraceShape& shape, const Model& m);
 /// Refuses a shape whose chunks run positions beyond the model's maximum (HF
