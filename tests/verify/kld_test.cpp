@@ -172,6 +172,30 @@ TEST(KldFile, LlamaCppsFileAgainstArbitersRefTier) {
   EXPECT_NE(r.err.find("differ"), std::string::npos) << r.err;
 }
 
+// Two arbiter traces with full logits: compare reports llama-perplexity's statistics beside its
+// own. A fault makes the KL large enough that both definitions of it (llama.cpp leaves out
+// base entries below -16 nats) agree to 1e-4; without full logits the JSON says what is needed.
+TEST(LlamaStats, CompareOfTracesWithFullLogits) {
+  const std::string dir = test::temp_dir("kld-compare"), C = test::source_path("models/corpus/stories.txt");
+  for (const std::string side : {"ref", "cpu"}) {
+    auto r = test::run_cli("trace -m " + kGguf + " --corpus " + C + " --shape w256 --chunks 1 --device " + side +
+                           (side == "cpu" ? " --inject op=q,layer=1,scale=1.05" : "") + " -o " + dir + "/" + side +
+                           ".tsv --full-logits " + dir + "/" + side + ".tsv.logits --quiet");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  auto r = test::run_cli("compare " + dir + "/ref.tsv " + dir + "/cpu.tsv --json");
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j["llama_perplexity"].contains("kld")) << r.out;
+  const double kl = j["kl"]["mean"]["mean"].get<double>(), lk = j["llama_perplexity"]["kld"]["value"].get<double>();
+  EXPECT_GT(kl, 1e-5);
+  EXPECT_NEAR(lk, kl, 1e-4 * kl);
+  EXPECT_EQ(j["llama_perplexity"]["rows"], 256);
+  // The base side as f32 log-probabilities, as in a KLD file: equal to f32 rounding.
+  EXPECT_NEAR(j["llama_perplexity"]["ppl_base"]["value"].get<double>(), j["nll"]["ppl_ref"].get<double>(), 1e-6);
+  r = test::run_cli("compare " + dir + "/ref.tsv " + dir + "/cpu.tsv --topk-only");
+  EXPECT_NE(r.out.find("llama-perplexity statistics: need full logits on both sides"), std::string::npos) << r.out;
+}
+
 // llama-perplexity --kl-divergence reads a base file arbiter wrote: its PPL(base), computed
 // from our file alone, equals ours to the digits it prints.
 TEST(KldFile, LlamaPerplexityReadsArbitersFile) {

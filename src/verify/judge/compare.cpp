@@ -339,7 +339,8 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
   std::vector<int64_t> cl_logit, cl_nll, cl_sp, cl_kl;
   double sum_nll_r = 0, sum_nll_c = 0;
   std::vector<Disagreement> dis;
-  std::vector<float> xr, xc;
+  std::vector<float> xr, xc, lp_ref;
+  LlamaKld llama;
   int64_t kl_skipped = 0;
   std::map<int64_t, int> chunks;
 
@@ -443,12 +444,15 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
       check_logits_row(*lref, a, mr, r);
       check_logits_row(*lcand, b, mc, c);
       double s = 0;
+      lp_ref.resize(xr.size());
       for (size_t v = 0; v < xr.size(); ++v) {
         double lp = double(xr[v]) - lse_r, lq = double(xc[v]) - lse_c;
         double p = std::exp(lp);
         if (p > 0) s += p * (lp - lq);
+        lp_ref[v] = float(lp);
       }
       k_pos = k_drift = s;
+      llama.add(lp_ref.data(), xc.data(), int(xc.size()), r.target);
     } else if (res.kl_method == "topk_tail_estimate") {
       // Buckets: each id in both top-k lists, plus one bucket for everything else.
       double s = 0, mass_p = 0, mass_q = 0;
@@ -512,6 +516,10 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
   res.kl_q = quantiles(kl);
   if (kl_skipped)
     res.kl_note += "; " + std::to_string(kl_skipped) + " positions skipped (non-finite)";
+  if (res.kl_method == "exact" && res.positions > 0) res.llama = llama.finish();
+  else
+    res.llama_note = "need full logits on both sides (trace --full-logits), or two llama.cpp KL-divergence files "
+                     "(trace --kld-out; compare A.kld B.kld)";
 
   // ---- drift gate (docs/traces.md §Drift gate) ----
   ARB_CHECK(opt.kl_kappa > 0 && std::isfinite(opt.kl_kappa),

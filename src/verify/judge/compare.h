@@ -8,10 +8,12 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "verify/judge/llama_stats.h"
 #include "verify/trace/trace.h"
 
 namespace arbiter::verify {
@@ -150,6 +152,10 @@ struct CompareResult {
   // KL(ref || cand) in nats per position.
   std::string kl_method;  // "exact", "topk_tail_estimate" or "unavailable"
   std::string kl_note;
+  // llama-perplexity's statistics of cand against ref (llama_stats.h), from full logits on
+  // both sides; otherwise llama_note says why they are absent.
+  std::optional<LlamaKldStats> llama;
+  std::string llama_note;
   MeanSe kl;
   Quantiles kl_q;
 

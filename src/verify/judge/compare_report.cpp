@@ -154,6 +154,8 @@ std::string format_report(const CompareResult& r) {
                                               : "n/a"));
     line("");
   }
+  if (r.llama) s += format_llama_kld(*r.llama) + "\n";
+  else line("llama-perplexity statistics: " + r.llama_note);
   line(strformat("non-finite values: ref %lld, cand %lld", (long long)r.nonfinite_ref,
                  (long long)r.nonfinite_cand) +
        (r.kl_method == "exact" ? strformat("; in full-logits files: ref %lld, cand %lld",
@@ -223,6 +225,7 @@ nlohmann::json to_json(const CompareResult& r) {
                  {"shift", jmean(r.spread_shift)}};
   j["kl"] = {{"method", r.kl_method}, {"note", r.kl_note}, {"mean", jmean(r.kl)},
              {"per_position", jquant(r.kl_q)}};
+  j["llama_perplexity"] = r.llama ? to_json(*r.llama) : json{{"note", r.llama_note}};
   j["drift_gate"] = {{"status", r.drift_status},       {"note", r.drift_note},
                      {"kl_method", r.drift_kl_method}, {"kl", jmean(r.drift_kl)},
                      {"kappa", jnum(r.drift_kappa)},   {"u", jnum(r.drift_u)},

@@ -140,10 +140,10 @@ std::string format_llama_kld(const LlamaKldStats& s) {
   return o;
 }
 
-nlohmann::ordered_json to_json(const LlamaKldStats& s) {
-  auto vu = [](const ValueUnc& x) { return nlohmann::ordered_json{{"value", x.value}, {"se", x.unc}}; };
+nlohmann::json to_json(const LlamaKldStats& s) {
+  auto vu = [](const ValueUnc& x) { return nlohmann::json{{"value", x.value}, {"se", x.unc}}; };
   auto pct = [](const std::vector<std::pair<double, double>>& p) {
-    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    nlohmann::json j = nlohmann::json::array();
     for (const auto& [f, v] : p) j.push_back({{"fraction", f}, {"value", v}});
     return j;
   };

@@ -45,6 +45,6 @@ class LlamaKld {
 
 /// The summary in llama-perplexity's wording and units.
 std::string format_llama_kld(const LlamaKldStats& s);
-nlohmann::ordered_json to_json(const LlamaKldStats& s);
+nlohmann::json to_json(const LlamaKldStats& s);
 
 }  // namespace arbiter::verify
