@@ -4,16 +4,30 @@
 // so at the default threshold 2.0 exactly rows (0,0), (0,2), (1,1) are decided.
 // To add a case: copy six_rows(), change the rows you need, write it with write_trace().
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "verify/trace/trace.h"
 
 namespace arbiter::test {
 
 using verify::TraceHeader;
 using verify::TraceRow;
+
+/// The error read_trace throws for path (a test failure when it reads it).
+inline std::string read_trace_error(const std::string& path) {
+  try {
+    verify::read_trace(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "read_trace(" << path << ") did not throw";
+  return "";
+}
 
 inline TraceHeader fixture_header(int64_t W = 3, int64_t C = 2, int64_t K = 3) {
   TraceHeader h;

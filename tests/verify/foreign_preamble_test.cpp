@@ -43,16 +43,6 @@ std::string foreign(const std::string& dir, const std::string& name, const std::
   return p;
 }
 
-std::string error_of(const std::string& path) {
-  try {
-    read_trace(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "read_trace(" << path << ") did not throw";
-  return "";
-}
-
 }  // namespace
 
 TEST(ForeignPreamble, SkippedAndRecorded) {
@@ -105,7 +95,7 @@ TEST(ForeignPreamble, JunkIsStillRefused) {
   const std::string dir = temp_dir("preamble-junk");
   auto expect = [&](const std::string& name, const std::string& text, const std::string& want) {
     const std::string p = foreign(dir, name, text);
-    const std::string msg = error_of(p);
+    const std::string msg = read_trace_error(p);
     EXPECT_NE(msg.find("[trace] " + p + ":"), std::string::npos) << name << ": " << msg;
     EXPECT_NE(msg.find(want), std::string::npos) << name << ": " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << name << ": one line";

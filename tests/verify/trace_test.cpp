@@ -18,20 +18,6 @@ using namespace arbiter;
 using namespace arbiter::verify;
 using namespace arbiter::test;
 
-namespace {
-
-std::string expect_error(const std::string& path) {
-  try {
-    read_trace(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "read_trace(" << path << ") did not throw";
-  return "";
-}
-
-}  // namespace
-
 TEST(NamedShapes, MatchDesignTable) {
   // DESIGN.md §3: name W chunks prefill start.
   struct Row {
@@ -213,11 +199,11 @@ TEST(TraceReader, RefusesIncompleteAndMalformed) {
   for (const auto& c : cases) {
     std::string p = dir + "/" + c.name + ".tsv";
     write_file(p, c.text);
-    std::string msg = expect_error(p);
+    std::string msg = read_trace_error(p);
     EXPECT_NE(msg.find("[trace] " + p + ":"), std::string::npos) << c.name << ": " << msg;
     EXPECT_NE(msg.find(c.want), std::string::npos) << c.name << ": " << msg;
   }
-  EXPECT_NE(expect_error(dir + "/absent.tsv").find("cannot open"), std::string::npos);
+  EXPECT_NE(read_trace_error(dir + "/absent.tsv").find("cannot open"), std::string::npos);
   // Well-formed multi-byte UTF-8 in a path is fine.
   write_file(dir + "/utf8.tsv", replace_line(2, "# model\tm\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\tsha256\tx"
                                                 "\tarch\ta\tparams\t1"));
@@ -257,11 +243,11 @@ TEST(TraceReader, ForeignSixColumn) {
   EXPECT_EQ(read_trace(p).rows.size(), 2u);
   // Malformed foreign rows name the line.
   write_file(p, "# x\nchunk\tpos\ttarget\tnll\ttop_ids\ttop_logits\n0\t0\t5\t1.25\t5,7\n");
-  EXPECT_NE(expect_error(p).find(":3: row has 5 columns"), std::string::npos);
+  EXPECT_NE(read_trace_error(p).find(":3: row has 5 columns"), std::string::npos);
   write_file(p, "# only metadata\n");
-  EXPECT_NE(expect_error(p).find("no rows"), std::string::npos);
+  EXPECT_NE(read_trace_error(p).find("no rows"), std::string::npos);
   write_file(p, "0\t0\t5\t1.25\t5,7\t3.5,1.25\n0\t0\t5\t1.25\t5,7\t3.5,1.25\n");
-  EXPECT_NE(expect_error(p).find(":2: duplicate row"), std::string::npos);
+  EXPECT_NE(read_trace_error(p).find(":2: duplicate row"), std::string::npos);
 }
 
 TEST(LogitsFile, RoundTripAndRefusals) {
