@@ -40,7 +40,9 @@ TEST(ChatTemplateGoldens, EveryFamilyMatchesPythonJinja2) {
       const ojson& want = goldens[tname][cname];
       const ojson tools = c.contains("tools") ? c["tools"] : ojson(nullptr);
       const ojson kwargs = c.contains("kwargs") ? c["kwargs"] : ojson::object();
-      auto render = [&] { return ct.render(c["messages"], c["add_generation_prompt"].get<bool>(), tools, kwargs, kNow); };
+      const ojson& messages = c["messages"];  // clang 14 cannot capture a structured binding
+      const bool add_generation_prompt = c["add_generation_prompt"].get<bool>();
+      auto render = [&] { return ct.render(messages, add_generation_prompt, tools, kwargs, kNow); };
       if (want.contains("text")) {
         EXPECT_EQ(render(), want["text"].get<std::string>());
       } else if (want.contains("raise")) {

@@ -104,7 +104,8 @@ TEST(KldFile, TheReaderRefusesWhatIsNotAWholeFile) {
       {write("token.kld", with_int(20 + 4 * 5, 512)), "token 5 is 512, outside the vocabulary [0, 512)"},
   };
   for (const auto& [path, what] : cases) {
-    const std::string e = error_of([&] { KldReader r(path); });
+    const std::string file = path;  // clang 14 cannot capture a structured binding
+    const std::string e = error_of([&] { KldReader r(file); });
     EXPECT_NE(e.find("[kld] " + path + ": "), std::string::npos) << e;
     EXPECT_NE(e.find(what), std::string::npos) << path << ": " << e;
   }
