@@ -12,8 +12,10 @@
 #pragma once
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own "undefined" vectors
 // (GCC bug 105593); the warnings are about the headers, not about this code.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cmath>
