@@ -109,28 +109,6 @@ bool target_open(const std::string& target) {
   return false;
 }
 
-// Removes DIR/BASE.tmp.<pid> files whose process no longer exists (killed, crashed). A pid
-// that exists (or that belongs to another user: EPERM) may be a run in progress: kept.
-void remove_stale_temporaries(const std::string& path) {
-  std::filesystem::path p(path);
-  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  const std::string prefix = p.filename().string() + ".tmp.";
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return;  // open() reports an unusable directory itself
-  while (struct dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const pid_t pid = pid_t(atomic_temp_pid(name));
-    if (name.size() != prefix.size() + std::to_string(pid).size() || pid <= 0 || pid == ::getpid() ||
-        ::kill(pid, 0) == 0 || errno != ESRCH)
-      continue;
-    const std::string stale = dir + "/" + name;
-    struct stat st;
-    if (::lstat(stale.c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::unlink(stale.c_str());
-  }
-  ::closedir(d);
-}
-
 }  // namespace
 
 AtomicFile::~AtomicFile() { discard(); }
@@ -160,7 +138,11 @@ void AtomicFile::open(const std::string& path, const std::string& component) {
   ARB_CHECK(!target_open(target), "%s %s: is already an output of this run; refusing to write it twice",
             component.c_str(), path.c_str());
   install_signal_handlers();
-  remove_stale_temporaries(path);
+  {
+    const std::filesystem::path p(path);
+    remove_dead_process_entries(p.has_parent_path() ? p.parent_path().string() : ".", p.filename().string() + ".tmp.",
+                                false);
+  }
   component_ = component;
   path_ = path;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -219,6 +201,29 @@ void AtomicFile::commit() {
   tmp_path_.clear();
   release_slot(slot_);
   slot_ = -1;
+}
+
+void remove_dead_process_entries(const std::string& dir, const std::string& prefix, bool directories) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;  // the caller reports an unusable directory itself
+  while (struct dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.size() > prefix.size() + 9 || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.find_first_not_of("0123456789", prefix.size()) != std::string::npos)
+      continue;
+    const pid_t pid = pid_t(std::stol(name.substr(prefix.size())));
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    const std::string stale = dir + "/" + name;
+    struct stat st;
+    if (::lstat(stale.c_str(), &st) != 0) continue;
+    if (S_ISREG(st.st_mode)) {
+      ::unlink(stale.c_str());
+    } else if (directories && S_ISDIR(st.st_mode)) {
+      std::error_code ec;
+      std::filesystem::remove_all(stale, ec);
+    }
+  }
+  ::closedir(d);
 }
 
 long atomic_temp_pid(const std::string& filename) {

@@ -61,6 +61,11 @@ class AtomicFile {
 /// outputs with the same canonical path are one file.
 std::string canonical_output_path(const std::string& path);
 
+/// Removes DIR/PREFIX<pid> entries whose process no longer exists (killed, crashed): regular
+/// files, and with `directories` whole directory trees (synth's temporary checkpoints). A pid
+/// that exists, or that belongs to another user (EPERM), may be a run in progress: kept.
+void remove_dead_process_entries(const std::string& dir, const std::string& prefix, bool directories);
+
 /// The <pid> of an AtomicFile temporary's file name ("NAME.tmp.<pid>"), or 0 when filename
 /// is not one: for directory scans that must not take a temporary for a finished file.
 long atomic_temp_pid(const std::string& filename);

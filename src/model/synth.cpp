@@ -545,6 +545,9 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
     return r;
   }
 
+  // What a killed synth left beside out (its temporary, or a replaced checkpoint moved aside).
+  for (const char* kind : {".synth-tmp-", ".synth-old-"})
+    remove_dead_process_entries(parent.empty() ? "." : parent.string(), "." + out.filename().string() + kind, true);
   const fs::path tmp = parent / ("." + out.filename().string() + ".synth-tmp-" + std::to_string(::getpid()));
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);

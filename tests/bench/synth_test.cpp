@@ -234,10 +234,19 @@ TEST(SynthPresets, RefusesToOverwriteWithoutForce) {
   const std::string before = file_sha(dir + "/model.safetensors");
   EXPECT_THROW(synth_checkpoint(opts("tiny", dir, 2)), Error);
   EXPECT_EQ(file_sha(dir + "/model.safetensors"), before);
+  // What a killed synth left (a temporary and a moved-aside checkpoint of a process that no
+  // longer exists: no pid reaches 999999999) goes; a live process's temporary stays.
+  const std::string parent = std::filesystem::path(dir).parent_path().string();
+  for (const char* stale : {"/.m.synth-tmp-999999999", "/.m.synth-old-999999999"})
+    std::filesystem::create_directories(parent + stale + "/sub");
+  const std::string live = parent + "/.m.synth-tmp-1";  // init: alive
+  std::filesystem::create_directories(live);
   SynthOptions f = opts("tiny", dir, 2);
   f.force = true;
   synth_checkpoint(f);
   EXPECT_NE(file_sha(dir + "/model.safetensors"), before);
+  EXPECT_TRUE(std::filesystem::exists(live));
+  std::filesystem::remove(live);
   // No temporary directories are left beside it.
   for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(dir).parent_path()))
     EXPECT_EQ(e.path().filename().string().find(".synth-"), std::string::npos) << e.path();
