@@ -3,7 +3,7 @@
 # only missing packages are fetched). CUDA (nvcc, cuBLAS) is optional and not installed here;
 # chromium renders the matrix report in its browser test (tests/matrix); nodejs + npm run the
 # server's tests with the official openai client (tests/server, `npm ci` from its lock file);
-# clang-14 and libclang-rt-14-dev build the libFuzzer harnesses (make asan, make fuzz; fuzz/).
+# clang-14 and libclang-rt-14-dev build the libFuzzer harnesses (make fuzz-smoke, make fuzz; fuzz/).
 # parallel runs `matrix plan`'s lines (the README tour); slurm-wlm and munge let
 # tests/matrix/slurm.sh start a single-node Slurm for `matrix plan --slurm` (ctest matrix_slurm).
 set -euo pipefail
