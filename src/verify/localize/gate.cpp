@@ -51,6 +51,28 @@ StepJudgement judge_step(const std::vector<double>& l, int32_t ref_token, int32_
   return j;
 }
 
+namespace {
+
+// Every run of a side against its run 0; the first disagreeing run per (side, prompt).
+void check_self_consistency(const std::vector<GateSideRuns>& sides, GateReport& r) {
+  for (size_t s = 0; s < sides.size(); ++s)
+    for (size_t p = 0; p < sides[s].tokens.size(); ++p) {
+      const auto& runs = sides[s].tokens[p];
+      for (size_t k = 1; k < runs.size(); ++k) {
+        const auto &a = runs[0], &b = runs[k];
+        if (a == b) continue;
+        size_t i = 0;
+        while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+        r.inconsistencies.push_back({int(s), int(p), int(k), int(i), i < a.size() ? a[i] : -1,
+                                     i < b.size() ? b[i] : -1});
+        r.sides[s].consistent = false;
+        break;  // the first disagreeing run per (side, prompt) is enough to report
+      }
+    }
+}
+
+}  // namespace
+
 void gate_analyze(const std::vector<GateSideRuns>& sides, const TeacherForcedFn& ref_logits,
                   double band, GateReport& r) {
   const int nS = int(sides.size());
@@ -71,20 +93,7 @@ void gate_analyze(const std::vector<GateSideRuns>& sides, const TeacherForcedFn&
   for (GateSideSummary& s : r.sides) s.consistent = true, s.diverged = s.near_ties = s.defects = 0;
 
   // 1. Self-consistency: every run of a side against its run 0.
-  for (int s = 0; s < nS; ++s)
-    for (int p = 0; p < P; ++p) {
-      const auto& runs = sides[size_t(s)].tokens[size_t(p)];
-      for (size_t k = 1; k < runs.size(); ++k) {
-        const auto &a = runs[0], &b = runs[k];
-        if (a == b) continue;
-        size_t i = 0;
-        while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-        r.inconsistencies.push_back(
-            {s, p, int(k), int(i), i < a.size() ? a[i] : -1, i < b.size() ? b[i] : -1});
-        r.sides[size_t(s)].consistent = false;
-        break;  // the first disagreeing run per (side, prompt) is enough to report
-      }
-    }
+  check_self_consistency(sides, r);
   const bool ref_ok = r.sides[0].consistent;
 
   // 2. First divergence of each side from the reference, judged by the reference.
@@ -223,9 +232,47 @@ std::string show_ids(const std::vector<int32_t>& v) {
 
 }  // namespace
 
+GateSideRuns gate_decode(Session& ses, const std::vector<std::vector<int32_t>>& ids, int n_tokens,
+                         int runs, int topk, const std::function<void(int p, int k)>& progress) {
+  const int V = ses.model().config.vocab;
+  const int K = std::min(std::max(2, topk), V);
+  GateSideRuns out;
+  out.tokens.resize(ids.size());
+  out.own_gap.resize(ids.size());
+  if (topk > 0) out.top_ids.resize(ids.size()), out.top_logprobs.resize(ids.size());
+  for (size_t p = 0; p < ids.size(); ++p) {
+    for (int k = 0; k < runs; ++k) {
+      if (progress) progress(int(p), k);
+      std::vector<int32_t> seq;
+      std::vector<double> gaps;
+      ses.reset();
+      ses.prefill(ids[p]);
+      for (int i = 0; i < n_tokens; ++i) {
+        std::vector<int32_t> no_targets(size_t(ses.last_T()), -1);
+        const LogitsSummary sm = ses.summarize(K, no_targets)[size_t(ses.last_T() - 1)];
+        seq.push_back(sm.top_ids[0]);
+        gaps.push_back(sm.top_logits.size() > 1 ? sm.top_logits[0] - sm.top_logits[1] : NAN);
+        if (topk > 0 && k == 0) {
+          const size_t n = std::min(size_t(topk), sm.top_ids.size());
+          out.top_ids[p].emplace_back(sm.top_ids.begin(), sm.top_ids.begin() + long(n));
+          std::vector<double> lp;
+          for (size_t t = 0; t < n; ++t) lp.push_back(sm.top_logits[t] - sm.lse);
+          out.top_logprobs[p].push_back(lp);
+        }
+        if (i + 1 < n_tokens) ses.forward({seq.back()});
+      }
+      out.tokens[p].push_back(seq);
+      if (k == 0) out.own_gap[p] = gaps;
+    }
+  }
+  return out;
+}
+
 GateReport run_gate(const GateOptions& opt) {
-  ARB_CHECK(opt.sides.size() >= 2, "[gate] --sides needs at least two sides (got %zu)",
-            opt.sides.size());
+  const size_t n_live = opt.sides.size(), n_all = n_live + opt.recorded.size();
+  ARB_CHECK(n_live >= 1, "[gate] --sides names no side");
+  ARB_CHECK(n_all >= 2 || (opt.single_side && n_all == 1),
+            "[gate] --sides needs at least two sides (got %zu)", n_all);
   ARB_CHECK(opt.n_tokens >= 1, "[gate] -n %d must be >= 1", opt.n_tokens);
   ARB_CHECK(opt.runs >= 1, "[gate] --runs %d must be >= 1", opt.runs);
   ARB_CHECK(opt.band >= 0 && std::isfinite(opt.band), "[gate] --band %g must be >= 0", opt.band);
@@ -243,6 +290,13 @@ GateReport run_gate(const GateOptions& opt) {
   r.n_prompts = int(pf.text.size());
   r.prompt_lines = pf.line;
   r.prompt_text = pf.text;
+  for (const GateRecordedSide& rs : opt.recorded) {
+    ARB_CHECK(rs.prompts_sha256 == pf.sha256,
+              "[gate] %s: recorded on prompts sha256 %s, %s has sha256 %s", rs.source.c_str(),
+              rs.prompts_sha256.c_str(), opt.prompts_path.c_str(), pf.sha256.c_str());
+    ARB_CHECK(rs.n_tokens == opt.n_tokens, "[gate] %s: recorded %d tokens per prompt, -n is %d",
+              rs.source.c_str(), rs.n_tokens, opt.n_tokens);
+  }
 
   // One model load per side: each side tokenizes with its own tokenizer instance.
   const size_t nS = opt.sides.size();
@@ -265,6 +319,24 @@ GateReport run_gate(const GateOptions& opt) {
     r.sides.push_back(sum);
   }
   r.prompt_ids = ids[0];
+  r.weights_sha256 = models[0]->weights_sha256;
+  r.tokenizer_sha256 = models[0]->tokenizer->sha256();
+  for (const GateRecordedSide& rs : opt.recorded) {
+    ARB_CHECK(rs.weights_sha256 == r.weights_sha256,
+              "[gate] %s: recorded with weights sha256 %s, %s has %s", rs.source.c_str(),
+              rs.weights_sha256.c_str(), opt.model_path.c_str(), r.weights_sha256.c_str());
+    ARB_CHECK(rs.tokenizer_sha256 == r.tokenizer_sha256,
+              "[gate] %s: recorded with tokenizer sha256 %s, %s has %s", rs.source.c_str(),
+              rs.tokenizer_sha256.c_str(), opt.model_path.c_str(), r.tokenizer_sha256.c_str());
+    for (size_t p = 0; p < ids[0].size(); ++p)
+      ARB_CHECK(p < rs.prompt_ids.size() && rs.prompt_ids[p] == ids[0][p],
+                "[gate] %s: the prompt at line %d was recorded as tokens [%s], here [%s]",
+                rs.source.c_str(), pf.line[p],
+                p < rs.prompt_ids.size() ? show_ids(rs.prompt_ids[p]).c_str() : "",
+                show_ids(ids[0][p]).c_str());
+    ARB_CHECK(rs.prompt_ids.size() == ids[0].size(), "[gate] %s: %zu prompts recorded, %s has %zu",
+              rs.source.c_str(), rs.prompt_ids.size(), opt.prompts_path.c_str(), ids[0].size());
+  }
   {
     std::string note;
     for (size_t s = 1; s < nS && r.tokenizers_agree; ++s) {
@@ -282,7 +354,7 @@ GateReport run_gate(const GateOptions& opt) {
     }
     if (r.tokenizers_agree)
       note = models[0]->tokenizer->kind() + " sha256 " + models[0]->tokenizer->sha256() +
-             "; every prompt tokenized identically on all " + std::to_string(nS) + " sides";
+             "; every prompt tokenized identically on all " + std::to_string(n_all) + " sides";
     r.tokenizer_note = note;
   }
 
@@ -303,32 +375,32 @@ GateReport run_gate(const GateOptions& opt) {
     runs[s].tokens.resize(pf.text.size());
     runs[s].own_gap.resize(pf.text.size());
     if (!r.tokenizers_agree) continue;
-    for (size_t p = 0; p < pf.text.size(); ++p) {
-      for (int k = 0; k < opt.runs; ++k) {
-        say("side " + opt.sides[s].label + ": prompt " + std::to_string(p + 1) + "/" +
-            std::to_string(pf.text.size()) + ", run " + std::to_string(k + 1) + "/" +
-            std::to_string(opt.runs));
-        std::vector<int32_t> out;
-        std::vector<double> gaps;
-        ses.reset();
-        ses.prefill(ids[s][p]);
-        for (int i = 0; i < opt.n_tokens; ++i) {
-          std::vector<int32_t> no_targets(size_t(ses.last_T()), -1);
-          const LogitsSummary sm =
-              ses.summarize(std::min(2, V), no_targets)[size_t(ses.last_T() - 1)];
-          out.push_back(sm.top_ids[0]);
-          gaps.push_back(sm.top_logits.size() > 1 ? sm.top_logits[0] - sm.top_logits[1] : NAN);
-          if (i + 1 < opt.n_tokens) ses.forward({out.back()});
-        }
-        runs[s].tokens[p].push_back(out);
-        if (k == 0) runs[s].own_gap[p] = gaps;
-      }
-    }
+    Backend& be = *backends[s];
+    be.stats().reset();
+    runs[s] = gate_decode(ses, ids[s], opt.n_tokens, opt.runs, opt.topk, [&](int p, int k) {
+      say("side " + opt.sides[s].label + ": prompt " + std::to_string(p + 1) + "/" +
+          std::to_string(pf.text.size()) + ", run " + std::to_string(k + 1) + "/" +
+          std::to_string(opt.runs));
+    });
+    runs[s].label = opt.sides[s].label;
+    be.sync();
+    r.sides[s].providers = be.stats().summary();
+    r.sides[s].fallbacks = be.stats().fallbacks();
   }
   if (!r.tokenizers_agree) {
     // Nothing to compare token by token; report the disagreement alone.
     for (auto& rs : runs)
       for (auto& t : rs.tokens) t.push_back({});
+  }
+  // Recorded sides follow the live ones (their tokenization was checked above).
+  for (const GateRecordedSide& rs : opt.recorded) {
+    for (const auto& prompt_runs : rs.runs.tokens)
+      for (const auto& seq : prompt_runs)
+        for (int32_t t : seq)
+          ARB_CHECK(t >= 0 && t < V, "[gate] %s: side %s holds token %d outside the vocabulary [0, %d)",
+                    rs.source.c_str(), rs.summary.label.c_str(), t, V);
+    runs.push_back(rs.runs);
+    r.sides.push_back(rs.summary);
   }
 
   TeacherForcedFn tf = [&](int side, int p, int step) {
@@ -342,7 +414,16 @@ GateReport run_gate(const GateOptions& opt) {
     ses.prefill(in);
     return ses.logits(ses.last_T() - 1);
   };
-  gate_analyze(runs, tf, opt.band, r);
+  if (runs.size() == 1) {
+    // One side alone (a recording): nothing to compare it with here, only itself.
+    check_self_consistency(runs, r);
+    r.verdict = r.sides[0].consistent ? Verdict::Pass : Verdict::Inconclusive;
+    r.verdict_reason = r.sides[0].consistent
+                           ? "one side, self-consistent over " + std::to_string(opt.runs) + " run(s)"
+                           : "one side, and it disagrees with itself across runs";
+  } else {
+    gate_analyze(runs, tf, opt.band, r);
+  }
 
   auto piece = [&](int32_t id) {
     if (id >= 0 && id < V && !r.pieces.count(id))
@@ -354,6 +435,7 @@ GateReport run_gate(const GateOptions& opt) {
   for (const GateContested& c : r.contested)
     for (int32_t t : c.tokens) piece(t);
   for (const GateInconsistency& in : r.inconsistencies) piece(in.run0_token), piece(in.run_token);
+  r.side_runs = std::move(runs);
   return r;
 }
 
@@ -389,6 +471,8 @@ static std::string tok(const GateReport& r, int32_t id) {
   if (it == r.pieces.end()) return std::to_string(id);
   return "'" + printable(it->second) + "'(" + std::to_string(id) + ")";
 }
+
+std::string gate_token_text(const GateReport& r, int32_t id) { return tok(r, id); }
 
 std::string gate_text(const GateReport& r) {
   std::string o;

@@ -22,6 +22,10 @@
 #include "verify/judge/compare.h"
 #include "verify/localize/side.h"
 
+namespace arbiter {
+class Session;
+}
+
 namespace arbiter::verify {
 
 /// The reference's judgement of a side's token at one step.
@@ -47,6 +51,10 @@ struct GateSideRuns {
   /// The side's own top-1/top-2 logit gap at each step of run 0 ([prompt][step]); optional
   /// (empty: unknown). Shown at a divergence: was the side itself undecided there?
   std::vector<std::vector<double>> own_gap;
+  /// The side's own top-k at each step of run 0 ([prompt][step][k], ids and log-probabilities,
+  /// descending); filled when GateOptions::topk > 0 (gate --record), else empty.
+  std::vector<std::vector<std::vector<int32_t>>> top_ids;
+  std::vector<std::vector<std::vector<double>>> top_logprobs;
 };
 
 struct GateInconsistency {
@@ -73,6 +81,11 @@ struct GateSideSummary {
   std::string label, device, compute, inject = "none";
   bool consistent = true;
   int diverged = 0, near_ties = 0, defects = 0;
+  // The op providers that served the side's greedy decodes and their fallback count
+  // (backend/backend.h OpStats; -1: unknown), as a trace header records them.
+  std::string providers;
+  int64_t fallbacks = -1;
+  bool recorded = false;  // decoded elsewhere and read from a record (gate --against)
 };
 
 struct GateReport {
@@ -90,6 +103,8 @@ struct GateReport {
   std::vector<std::vector<int32_t>> prompt_ids;  // the reference side's tokenization
   std::vector<std::string> prompt_text;
   std::map<int32_t, std::string> pieces;  // text of the tokens the report names (may be empty)
+  std::string weights_sha256, tokenizer_sha256;  // of the reference side's model
+  std::vector<GateSideRuns> side_runs;           // every side's decodes, in side order
   Verdict verdict = Verdict::Pass;
   std::string verdict_reason;
 };
@@ -106,21 +121,47 @@ using TeacherForcedFn = std::function<std::vector<double>(int side, int prompt, 
 void gate_analyze(const std::vector<GateSideRuns>& sides, const TeacherForcedFn& ref_logits,
                   double band, GateReport& report);
 
+/// A side decoded on another machine (gate --against; read by gate_record_read). Its tokens
+/// enter the analysis like a live side's, after the live sides: the reference stays live,
+/// because divergences are judged teacher-forced on it.
+struct GateRecordedSide {
+  std::string source;  // the record directory, named in every refusal
+  std::string spec;    // the side as given where it was recorded ("cpu", "cuda:bf16", ...)
+  GateSideSummary summary;
+  GateSideRuns runs;
+  std::string weights_sha256, tokenizer_sha256, prompts_sha256;
+  int n_tokens = 0;
+  std::vector<std::vector<int32_t>> prompt_ids;  // [prompt] as the recording side tokenized it
+};
+
 struct GateOptions {
   std::string model_path, prompts_path;
   std::vector<Side> sides;
   int n_tokens = 32, runs = 2, threads = 0;
   double band = 0.5;
+  int topk = 0;              // > 0: keep each side's top-k per step (GateSideRuns::top_ids)
+  bool single_side = false;  // allow one side alone (a recording: self-consistency only)
+  std::vector<GateRecordedSide> recorded;
   std::function<void(const std::string&)> progress;  // status lines (stderr in the CLI)
 };
 
+/// Greedily decodes n_tokens after each prompt ids[p] (the prompt is prefilled; EOS does not
+/// stop), `runs` times, each from an empty cache: tokens of every run; own top-1/top-2 gaps
+/// and (topk > 0) top-k of run 0. progress(p, k) is called before each run.
+GateSideRuns gate_decode(Session& ses, const std::vector<std::vector<int32_t>>& ids, int n_tokens,
+                         int runs, int topk, const std::function<void(int p, int k)>& progress);
+
 /// Reads the prompts (one per line; blank lines skipped; sha256 of the file's bytes), loads
 /// the model once per side, checks every side tokenizes every prompt identically, decodes,
-/// and analyses. Throws arbiter::Error on unreadable or empty prompt files, bad options.
+/// and analyses; recorded sides (opt.recorded) are checked against this run and appended.
+/// Throws arbiter::Error on unreadable or empty prompt files, bad options, and a recorded
+/// side whose prompts, weights, tokenizer, token count or tokenization differ.
 GateReport run_gate(const GateOptions& opt);
 
 /// Human report (verdict line last); tokens are shown as 'text'(id) when pieces holds them.
 std::string gate_text(const GateReport& r);
 nlohmann::json gate_json(const GateReport& r);
+/// A token as the reports show it: 'text'(id) when r.pieces holds it, else the id; -1 "(end)".
+std::string gate_token_text(const GateReport& r, int32_t id);
 
 }  // namespace arbiter::verify

@@ -197,19 +197,21 @@ void store_add(const std::string& dir, const std::vector<std::string>& traces) {
   for (const auto& name : store_trace_names(dir)) all.emplace_back(name, read_trace(dir + "/" + name));
   write_file_atomic(dir + "/" + kStoreMetadata, metadata_text(all), "[store]");
   write_file_atomic(dir + "/" + kStoreRuns, runs_text(all), "[store]");
-  std::string sums;
-  for (const auto& name : checked_files(dir)) sums += sha256_file(dir + "/" + name) + "  " + name + "\n";
-  write_file_atomic(dir + "/" + kStoreSums, sums, "[store]");
+  write_sha256sums(dir, "[store]");
 }
 
-std::vector<std::string> store_verify(const std::string& dir) {
+void write_sha256sums(const std::string& dir, const std::string& component) {
+  std::string sums;
+  for (const auto& name : checked_files(dir)) sums += sha256_file(dir + "/" + name) + "  " + name + "\n";
+  write_file_atomic(dir + "/" + kStoreSums, sums, component);
+}
+
+std::vector<std::string> check_sha256sums(const std::string& dir) {
   std::vector<std::string> problems;
   auto problem = [&](const std::string& name, const std::string& what) {
     problems.push_back(dir + "/" + name + ": " + what);
   };
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return {dir + ": not a directory"};
-
   // SHA256SUMS: every listed file exists and matches; every file is listed.
   std::map<std::string, std::string> sums;
   std::string text;
@@ -255,6 +257,18 @@ std::vector<std::string> store_verify(const std::string& dir) {
     else if (atomic_temp_pid(name) > 0)
       problem(name, "stray temporary file (of an interrupted write, or of one in progress)");
   }
+  return problems;
+}
+
+std::vector<std::string> store_verify(const std::string& dir) {
+  std::vector<std::string> problems;
+  auto problem = [&](const std::string& name, const std::string& what) {
+    problems.push_back(dir + "/" + name + ": " + what);
+  };
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {dir + ": not a directory"};
+
+  problems = check_sha256sums(dir);
   for (const char* req : {kStoreMetadata, kStoreRuns})
     if (!fs::exists(dir + "/" + req)) problem(req, "missing");
 

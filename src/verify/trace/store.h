@@ -29,6 +29,15 @@ std::vector<std::string> store_trace_names(const std::string& dir);
 /// their traces. Returns one message per problem, each naming the file; empty = sound.
 std::vector<std::string> store_verify(const std::string& dir);
 
+/// Writes dir/SHA256SUMS over every file of dir except itself, hidden files and AtomicFile
+/// temporaries (`sha256sum -c` format). Shared with other evidence directories (gate records).
+void write_sha256sums(const std::string& dir, const std::string& component);
+
+/// The checksum half of store_verify: SHA256SUMS present and well-formed, every listed file
+/// present with a matching checksum, every file listed, no stray hidden or temporary file.
+/// One message per problem, each "DIR/NAME: what"; empty = sound. dir must be a directory.
+std::vector<std::string> check_sha256sums(const std::string& dir);
+
 /// One compared pair of `store compare`.
 struct StorePair {
   std::string shape, model_sha256, ref_name, cand_name;

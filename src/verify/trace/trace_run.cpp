@@ -65,9 +65,7 @@ TraceHeader trace_header_for(const Model& m, const TraceRunOptions& opt, const s
   h.weights = dtype_name(m.weight_dtype);
   h.build_version = kVersion;
   h.build_commit = kGitCommit;
-  h.build_compiler = std::string("gcc-") + __VERSION__;
-  for (char& ch : h.build_compiler)
-    if (ch == ' ') ch = '-';
+  h.build_compiler = build_compiler();
   h.build_cuda = cuda_runtime_version();
   for (const auto& e : opt.extra_header) h.extra.push_back(e);
   if (trace_positions(opt.shape, m) > m.config.max_pos)
