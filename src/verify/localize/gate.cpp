@@ -354,7 +354,9 @@ GateReport run_gate(const GateOptions& opt) {
     }
     if (r.tokenizers_agree)
       note = models[0]->tokenizer->kind() + " sha256 " + models[0]->tokenizer->sha256() +
-             "; every prompt tokenized identically on all " + std::to_string(n_all) + " sides";
+             (n_all == 1 ? std::string("; one side")
+                         : "; every prompt tokenized identically on all " +
+                               std::to_string(n_all) + " sides");
     r.tokenizer_note = note;
   }
 

@@ -392,14 +392,15 @@ std::string gate_resolution_markdown(const GateReport& r,
     return o;
   };
   std::string o = "| prompt | step |";
-  for (const GateSideSummary& g : r.sides) o += " " + esc(g.label) + " |";
+  for (const GateSideSummary& g : r.sides) o.append(" ").append(esc(g.label)).append(" |");
   o += " resolution |\n|---:|---:|";
   for (size_t s = 0; s < r.sides.size(); ++s) o += "---|";
   o += "---|\n";
   for (const GateResolutionRow& row : rows) {
-    o += "| " + std::to_string(row.prompt + 1) + " | " + std::to_string(row.step) + " |";
-    for (int32_t t : row.tokens) o += " `" + esc(cell(r, t)) + "` |";
-    o += " " + esc(row.text) + " |\n";
+    o.append("| ").append(std::to_string(row.prompt + 1)).append(" | ");
+    o.append(std::to_string(row.step)).append(" |");
+    for (int32_t t : row.tokens) o.append(" `").append(esc(cell(r, t))).append("` |");
+    o.append(" ").append(esc(row.text)).append(" |\n");
   }
   return o;
 }
