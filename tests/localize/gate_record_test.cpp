@@ -258,6 +258,22 @@ TEST(CliGateRecord, RefusesTamperedOtherPromptsOtherModelAndFallbacks) {
   r = run_cli("gate -m " + kStories + " --prompts " + p + " --sides ref --against " + f);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find(f + ": side cpu recorded 2 op fallback(s)"), std::string::npos) << r.err;
+  // A malformed manifest (re-checksummed) is refused with one line, naming the field.
+  std::string bad = copy_record(d, base + "/malformed");
+  nlohmann::json mb = json_file(bad + "/manifest.json");
+  mb["sides"][0].erase("file");
+  mb["host"] = "a string";
+  write_file(bad + "/manifest.json", mb.dump(2));
+  write_sha256sums(bad, "[test]");
+  r = run_cli("gate -m " + kStories + " --prompts " + p + " --sides ref --against " + bad);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("[gate] " + bad + ": not a gate record ("), std::string::npos) << r.err;
+  mb["host"] = {{"host", "h"}};
+  write_file(bad + "/manifest.json", mb.dump(2));
+  write_sha256sums(bad, "[test]");
+  r = run_cli("gate -m " + kStories + " --prompts " + p + " --sides ref --against " + bad);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(bad + "/manifest.json: field 'file' missing"), std::string::npos) << r.err;
   // A record is never written over another, and a failed run leaves none behind.
   r = run_cli("gate -m " + kStories + " --prompts " + p + " --sides cpu --record " + d);
   EXPECT_EQ(r.exit_code, 1);

@@ -161,18 +161,8 @@ T field(const json& j, const char* key, const std::string& where) {
   }
 }
 
-}  // namespace
-
-std::vector<GateRecordedSide> gate_record_read(const std::string& dir) {
-  std::error_code ec;
-  ARB_CHECK(fs::is_directory(dir, ec), "[gate] %s: not a directory (expected a gate record)",
-            dir.c_str());
-  // Checksums first: nothing of a tampered record is believed, not even its manifest.
-  const std::vector<std::string> problems = check_sha256sums(dir);
-  ARB_CHECK(problems.empty(), "[gate] %s: checksum check failed: %s%s", dir.c_str(),
-            problems[0].c_str(),
-            problems.size() > 1 ? (" (and " + std::to_string(problems.size() - 1) + " more)").c_str()
-                                : "");
+// The record's content, after its checksums passed.
+std::vector<GateRecordedSide> read_checked_record(const std::string& dir) {
   const std::string mpath = dir + "/" + kManifest;
   const json m = read_json(dir, kManifest);
   ARB_CHECK(m.is_object() && m.value("format", "") == kGateRecordFormat,
@@ -249,6 +239,26 @@ std::vector<GateRecordedSide> gate_record_read(const std::string& dir) {
     out.push_back(std::move(rs));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<GateRecordedSide> gate_record_read(const std::string& dir) {
+  std::error_code ec;
+  ARB_CHECK(fs::is_directory(dir, ec), "[gate] %s: not a directory (expected a gate record)",
+            dir.c_str());
+  // Checksums first: nothing of a tampered record is believed, not even its manifest.
+  const std::vector<std::string> problems = check_sha256sums(dir);
+  ARB_CHECK(problems.empty(), "[gate] %s: checksum check failed: %s%s", dir.c_str(),
+            problems[0].c_str(),
+            problems.size() > 1 ? (" (and " + std::to_string(problems.size() - 1) + " more)").c_str()
+                                : "");
+  // Field checks name the field; a JSON value of an unexpected shape deeper down lands here.
+  try {
+    return read_checked_record(dir);
+  } catch (const json::exception& e) {
+    throw Error("[gate] " + dir + ": not a gate record (" + e.what() + ")");
+  }
 }
 
 // --- resolution ---------------------------------------------------------------------------
