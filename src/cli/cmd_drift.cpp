@@ -8,18 +8,25 @@
 #include "io/atomic_file.h"
 #include "io/file.h"
 #include "verify/localize/drift.h"
+#include "verify/localize/gate.h"
 #include "verify/localize/side.h"
 #include "verify/localize/svg.h"
 
 namespace arbiter::cli {
 
 static const char* kDriftUsage =
-    "usage: arbiter drift -m MODEL --corpus FILE --a SIDE --b SIDE [--positions N] [--width W]\n"
+    "usage: arbiter drift -m MODEL (--corpus FILE [--positions N] | --prompt TEXT | --ids FILE)\n"
+    "                     [--continuation IDS] --a SIDE --b SIDE [--width W]\n"
     "                     [--tsv OUT] [--svg OUT] [--json] [--inject SPEC] [--mix SPEC] [-t N]\n"
     "  --a, --b        sides (DEVICE[:INDEX][:DTYPE][+inject=SPEC][+mix=SPEC]); a is the\n"
     "                  reference, b is checked (e.g. --a ref --b cuda:bf16)\n"
-    "  --positions N   BOS + the first N-1 corpus tokens (default 64)\n"
-    "  --width W       tokens per forward (default: all N in one forward; 1 = decode path)\n"
+    "  --corpus FILE   BOS + the first N-1 tokens of FILE; --positions N (default 64)\n"
+    "  --prompt TEXT   the prompt tokenized as arbiter gate does (BOS when the model has one)\n"
+    "  --ids FILE      token ids as given (whitespace or comma separated; no BOS added)\n"
+    "  --continuation IDS  ids appended after --prompt/--ids (a gate run's generated tokens):\n"
+    "                  a list such as 12,7,99 or a file of ids; the last position's logits\n"
+    "                  are the next step's\n"
+    "  --width W       tokens per forward (default: all in one forward; 1 = decode path)\n"
     "  --inject SPEC   fault on side b (same as --b DEVICE+inject=SPEC)\n"
     "  --mix SPEC      ablation on the cuda side(s)\n"
     "  --tsv / --svg   per-stage table as TSV / error-by-layer plot\n"
@@ -43,9 +50,42 @@ std::vector<int32_t> corpus_positions(const Model& m, const InputFile& corpus, i
   return ids;
 }
 
+/// Token ids written as integers separated by whitespace or commas; `source` names them in
+/// errors ("[drift] ids.txt: entry 3 'x7' is not a token id ...").
+static std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& source,
+                                            int vocab) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (true) {
+    i = text.find_first_not_of(" \t\r\n,", i);
+    if (i == std::string::npos) break;
+    const size_t e = std::min(text.find_first_of(" \t\r\n,", i), text.size());
+    const std::string tok = text.substr(i, e - i);
+    const size_t n = ids.size() + 1;
+    ARB_CHECK(tok.size() <= 10 && tok.find_first_not_of("0123456789") == std::string::npos,
+              "[drift] %s: entry %zu '%.40s' is not a token id (expected non-negative integers "
+              "separated by whitespace or commas)",
+              source.c_str(), n, tok.c_str());
+    const long long v = std::stoll(tok);
+    ARB_CHECK(v < vocab, "[drift] %s: entry %zu, token id %lld, is outside the vocabulary [0, %d)",
+              source.c_str(), n, v, vocab);
+    ids.push_back(int32_t(v));
+    i = e;
+  }
+  ARB_CHECK(!ids.empty(), "[drift] %s: no token ids", source.c_str());
+  return ids;
+}
+
+/// --continuation: a value of digits, commas and spaces is a list; anything else a file.
+static std::vector<int32_t> continuation_ids(const std::string& v, int vocab) {
+  if (v.find_first_not_of("0123456789, ") == std::string::npos)
+    return parse_token_ids(v, "--continuation", vocab);
+  return parse_token_ids(read_input_file(v, "[drift]", kMaxInputBytes, "a token id file"), v, vocab);
+}
+
 static int cmd_drift(int argc, char** argv) {
   Args a("drift",
-         {"-m|--model", "--corpus", "--a", "--b", "--positions", "--width", "--tsv", "--svg",
+         {"-m|--model", "--corpus", "--prompt", "--ids", "--continuation", "--a", "--b", "--positions", "--width", "--tsv", "--svg",
           "--inject", "--mix", "-t|--threads", "--device", "--dtype"},
          {"--json", "-h|--help"});
   a.parse(argc, argv);
@@ -68,38 +108,62 @@ static int cmd_drift(int argc, char** argv) {
         s->spec.mix = a.str("mix"), any = true;
     ARB_CHECK(any, "[cli] drift: --mix applies to a cuda side and neither --a nor --b is one");
   }
-  const int positions = a.int_in("positions", 64, 1, std::numeric_limits<int32_t>::max());
-  const int width = a.int_in("width", positions, 1, std::numeric_limits<int32_t>::max());
+  const int n_inputs = int(a.has("corpus")) + int(a.has("prompt")) + int(a.has("ids"));
+  ARB_CHECK(n_inputs == 1, "[cli] drift: give exactly one of --corpus, --prompt, --ids (got %d)",
+            n_inputs);
+  ARB_CHECK(!a.has("positions") || a.has("corpus"),
+            "[cli] drift: --positions counts corpus tokens; with --prompt/--ids the positions "
+            "are the prompt's (and --continuation's)");
+  ARB_CHECK(!a.has("continuation") || !a.has("corpus"),
+            "[cli] drift: --continuation follows --prompt or --ids, not --corpus");
   const int threads = thread_count(a);
 
   ActivityScope scope("running drift on model " + a.str("model"));
   std::unique_ptr<Model> m = load_model(a.str("model"));
-  const std::string corpus = a.str("corpus");
-  // Open until the outputs are written: --tsv or --svg naming the corpus is then refused.
-  const InputFile corpus_file(corpus, "[drift]");
-  std::vector<int32_t> ids = corpus_positions(*m, corpus_file, positions, "drift");
+  // Open until the outputs are written: --tsv or --svg naming an input is then refused.
+  std::unique_ptr<InputFile> in_file;
+  std::vector<int32_t> ids;
+  std::string input;
+  if (a.has("corpus")) {
+    in_file = std::make_unique<InputFile>(a.str("corpus"), "[drift]");
+    ids = corpus_positions(*m, *in_file, a.int_in("positions", 64, 1, std::numeric_limits<int32_t>::max()),
+                           "drift");
+    input = "BOS + corpus";
+  } else {
+    if (a.has("prompt")) {
+      ids = verify::gate_prompt_ids(*m, a.str("prompt"));
+      ARB_CHECK(!ids.empty(), "[cli] drift: --prompt encodes to no tokens");
+      input = "prompt";
+    } else {
+      in_file = std::make_unique<InputFile>(a.str("ids"), "[drift]");
+      ids = parse_token_ids(read_input_file(a.str("ids"), "[drift]", kMaxInputBytes, "a token id file"),
+                            a.str("ids"), m->config.vocab);
+      input = "ids";
+    }
+    if (a.has("continuation")) {
+      std::vector<int32_t> c = continuation_ids(a.str("continuation"), m->config.vocab);
+      ids.insert(ids.end(), c.begin(), c.end());
+      input += " + " + std::to_string(c.size()) + " continuation";
+    }
+    ARB_CHECK(int64_t(ids.size()) <= m->config.max_pos,
+              "[cli] drift: %s is %zu tokens, past the model's maximum of %d positions",
+              input.c_str(), ids.size(), m->config.max_pos);
+  }
+  const int positions = int(ids.size());
+  const int width = a.int_in("width", positions, 1, std::numeric_limits<int32_t>::max());
   auto be_a = verify::make_side_backend(sa, threads);
   auto be_b = verify::make_side_backend(sb, threads);
   const int wmax = std::min(width, positions);
   Session s_a(*m, *be_a, positions, wmax), s_b(*m, *be_b, positions, wmax);
   s_a.set_inject(sa.inject);
   s_b.set_inject(sb.inject);
-  std::fprintf(stderr, "[drift] capturing %d positions on %s and %s\n", positions, sa.label.c_str(),
-               sb.label.c_str());
-  Capture ca = capture_forwards(s_a, ids, wmax);
-  Capture cb = capture_forwards(s_b, ids, wmax);
-  std::fprintf(stderr, "[drift] replaying every stage on %s from %s's inputs\n", sb.label.c_str(),
-               sa.label.c_str());
-  Capture cl = replay_forwards(s_b, ca);
-  const Roundoff u = coarser(roundoff_of(be_a->compute()), roundoff_of(be_b->compute()));
-  verify::DriftReport r = verify::drift_compare(ca, cb, cl, u);
-  r.b_providers = be_b->stats().summary();
+  std::fprintf(stderr, "[drift] capturing %d positions on %s and %s, replaying %s on %s's inputs\n",
+               positions, sa.label.c_str(), sb.label.c_str(), sb.label.c_str(), sa.label.c_str());
+  verify::DriftReport r = verify::drift_run(s_a, s_b, ids, wmax);
   r.model_path = a.str("model");
-  r.corpus_path = corpus;
+  r.corpus_path = a.str("corpus", "");
+  r.input = input;
   r.a_label = sa.label, r.b_label = sb.label;
-  r.a_device = be_a->device_name(), r.b_device = be_b->device_name();
-  r.a_compute = dtype_name(be_a->compute()), r.b_compute = dtype_name(be_b->compute());
-  r.a_inject = sa.inject.text, r.b_inject = sb.inject.text;
 
   if (a.has("tsv")) write_file_atomic(a.str("tsv"), verify::drift_tsv(r), "[drift]");
   if (a.has("svg")) write_file_atomic(a.str("svg"), verify::drift_svg(r), "[drift]");

@@ -1,18 +1,20 @@
 // arbiter gate: greedy token gate across tiers (verify/localize/gate.h, docs/localize.md).
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "cli/common.h"
 #include "core/error.h"
 #include "io/file.h"
 #include "verify/localize/gate.h"
+#include "verify/localize/gate_localize.h"
 #include "verify/localize/gate_record.h"
 
 namespace arbiter::cli {
 
 static const char* kGateUsage =
     "usage: arbiter gate -m MODEL --prompts FILE [-n N] [--runs K] --sides SIDE,SIDE[,...]\n"
-    "                    [--band NATS] [--json] [-t THREADS] [--mix SPEC] [--quiet]\n"
+    "                    [--band NATS] [--localize] [--json] [-t THREADS] [--mix SPEC] [--quiet]\n"
     "                    [--record DIR] [--against DIR[,DIR]] [--reproduce]\n"
     "  --prompts FILE  one prompt per line (blank lines skipped); its sha256 is printed\n"
     "  -n N            tokens to decode greedily per prompt (default 32)\n"
@@ -22,6 +24,10 @@ static const char* kGateUsage =
     "                  ref,cpu,cuda:bf16  or  ref,cpu+inject=op=down,layer=0,scale=3\n"
     "  --band NATS     a divergence within this many nats of the reference's top-1 is a\n"
     "                  near-tie, else a defect (default 0.5)\n"
+    "  --localize      for each counted divergence of a side run here, drift between the\n"
+    "                  reference and that side on the step's prefix: both sides' top-5, the\n"
+    "                  first stage over its bound, and a class (near-tie flip, localized\n"
+    "                  defect, unexplained)\n"
     "  --mix SPEC      ablation for every cuda side (per side: +mix=SPEC)\n"
     "  --json          one JSON object on stdout instead of the report\n"
     "  --record DIR    keep every side's decodes, top-5 and chain of custody in DIR (new or\n"
@@ -38,7 +44,7 @@ static int cmd_gate(int argc, char** argv) {
   Args a("gate",
          {"-m|--model", "--prompts", "-n|--n-tokens", "--runs", "--sides", "--band", "-t|--threads",
           "--mix", "--inject", "--device", "--dtype", "--record", "--against"},
-         {"--json", "--quiet", "--reproduce", "-h|--help"});
+         {"--json", "--localize", "--quiet", "--reproduce", "-h|--help"});
   a.parse(argc, argv);
   if (a.flag("help")) {
     std::fprintf(stderr, "%s", kGateUsage);
@@ -111,9 +117,13 @@ static int cmd_gate(int argc, char** argv) {
     for (int i = 0; i < argc; ++i) info.command += std::string(" ") + argv[i];
     verify::gate_record_write(record_dir, r, info);
   }
+  // Localized before anything is printed, so a failure there leaves no half report.
+  std::optional<verify::GateLocalizeReport> loc;
+  if (a.flag("localize")) loc = verify::run_gate_localize(opt, r);
   const bool show_resolution = r.sides.size() >= 3 || !opt.recorded.empty();
   if (a.flag("json")) {
     nlohmann::json j = verify::gate_json(r);
+    if (loc) j["localize"] = verify::gate_localize_json(*loc);
     if (show_resolution) j["resolution"] = verify::gate_resolution_json(r, rows);
     if (a.flag("reproduce")) j["reproduction"] = verify::gate_reproduction_json(reps);
     if (!record_dir.empty()) j["record"] = record_dir;
@@ -122,6 +132,7 @@ static int cmd_gate(int argc, char** argv) {
     std::string o = verify::gate_text(r);
     if (show_resolution) o += verify::gate_resolution_text(r, rows);
     if (a.flag("reproduce")) o += verify::gate_reproduction_text(r, reps);
+    if (loc) o += verify::gate_localize_text(*loc);
     if (!record_dir.empty()) o += "\nrecord: " + record_dir + "\n";
     std::printf("%s", o.c_str());
   }

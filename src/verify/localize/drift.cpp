@@ -192,16 +192,65 @@ DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_l
   return r;
 }
 
+DriftReport drift_run(Session& a, Session& b, const std::vector<int32_t>& tokens, int width,
+                      std::vector<double>* a_last, std::vector<double>* b_last) {
+  Capture ca = capture_forwards(a, tokens, width);
+  if (a_last) *a_last = a.logits(a.last_T() - 1);
+  Capture cb = capture_forwards(b, tokens, width);
+  if (b_last) *b_last = b.logits(b.last_T() - 1);
+  Capture cl = replay_forwards(b, ca);
+  Backend &ba = a.backend(), &bb = b.backend();
+  DriftReport r = drift_compare(ca, cb, cl, coarser(roundoff_of(ba.compute()), roundoff_of(bb.compute())));
+  r.b_providers = bb.stats().summary();
+  r.a_device = ba.device_name(), r.b_device = bb.device_name();
+  r.a_compute = dtype_name(ba.compute()), r.b_compute = dtype_name(bb.compute());
+  r.a_inject = a.inject().text, r.b_inject = b.inject().text;
+  return r;
+}
+
+DriftSummary drift_summary(const DriftReport& r, double jump_factor) {
+  DriftSummary s;
+  auto ratio = [&](const DriftRow& w) {
+    const double e = w.local.rel_l2();
+    return std::isfinite(e) ? e / w.id.bound.value : INFINITY;
+  };
+  for (size_t i = 0; i < r.rows.size(); ++i)
+    if (s.worst < 0 || ratio(r.rows[i]) > s.worst_ratio) s.worst = int(i), s.worst_ratio = ratio(r.rows[i]);
+  // Walk the layers in forward order; `entering` is the accumulated error of the last stage
+  // before the current layer (embed before layer 0).
+  double entering = NAN, best = -1;
+  for (size_t i = 0; i < r.rows.size();) {
+    const int layer = r.rows[i].id.layer;
+    size_t end = i;
+    double worst = 0;
+    while (end < r.rows.size() && r.rows[end].id.layer == layer) worst = std::max(worst, ratio(r.rows[end++]));
+    const double leaving = r.rows[end - 1].acc.rel_l2();
+    if (layer >= 0 && !std::isnan(entering)) {
+      const double g = entering > 0 ? leaving / entering : (leaving > 0 ? INFINITY : 1.0);
+      const bool jump = g > jump_factor && worst > 1;
+      // The first jump names the layer; without one, the largest growth is reported.
+      if ((jump && !s.jump) || (!s.jump && g > best)) {
+        s.jump = jump;
+        s.growth_layer = layer, s.growth = g, s.growth_ratio = worst;
+        best = g;
+      }
+    }
+    entering = leaving;
+    i = end;
+  }
+  return s;
+}
+
 std::string drift_text(const DriftReport& r) {
   std::string o;
   char b[512];
   std::snprintf(b, sizeof b,
                 "drift: a = %s (%s, %s, inject %s)   b = %s (%s, %s, inject %s)\n"
-                "tokens: %d positions (BOS + corpus) in %d forward(s) of up to %d\n"
+                "tokens: %d positions (%s) in %d forward(s) of up to %d\n"
                 "bound: %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)),  u_s = %s, u_a = %s\n\n",
                 r.a_label.c_str(), r.a_device.c_str(), r.a_compute.c_str(), r.a_inject.c_str(),
                 r.b_label.c_str(), r.b_device.c_str(), r.b_compute.c_str(), r.b_inject.c_str(),
-                r.positions, r.forwards, r.width, kBoundSafety, fmt_g(r.u.storage).c_str(),
+                r.positions, r.input.c_str(), r.forwards, r.width, kBoundSafety, fmt_g(r.u.storage).c_str(),
                 fmt_g(r.u.accum).c_str());
   o += b;
   if (!r.b_providers.empty()) o += "b's op providers (the same kernels as its traces): " + r.b_providers + "\n\n";
@@ -346,6 +395,7 @@ nlohmann::json drift_json(const DriftReport& r) {
   };
   j["model"] = r.model_path;
   j["corpus"] = r.corpus_path;
+  j["input"] = r.input;
   j["a"] = {{"side", r.a_label},
             {"device", r.a_device},
             {"compute", r.a_compute},

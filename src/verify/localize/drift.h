@@ -86,7 +86,8 @@ struct DriftRow {
 };
 
 struct DriftReport {
-  std::string model_path, corpus_path;
+  std::string model_path, corpus_path;  // corpus_path empty when the tokens came otherwise
+  std::string input = "BOS + corpus";   // what the positions are, for the report
   std::string a_label, b_label, a_device, b_device, a_compute, b_compute;
   std::string a_inject = "none", b_inject = "none";
   std::string b_providers;     // b's op providers over its capture and replay runs
@@ -101,6 +102,30 @@ struct DriftReport {
 /// (replay_forwards on b's session). u: the coarser roundoff of the two sides.
 DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_local,
                           const Roundoff& u);
+
+/// Runs `tokens` on sessions a and b as forwards of at most `width` tokens (capture), replays
+/// b on a's capture (local), and compares them with the coarser roundoff of the two tiers.
+/// Fills the devices, computes, injects (the sessions') and b's providers; labels and paths
+/// are the caller's. a_last / b_last, when given, receive each side's logits row [V] at the
+/// last token (the next-token logits after the whole sequence).
+DriftReport drift_run(Session& a, Session& b, const std::vector<int32_t>& tokens, int width,
+                      std::vector<double>* a_last = nullptr, std::vector<double>* b_last = nullptr);
+
+/// How the accumulated error grows through the layers (docs/localize.md, "jump rule"). The
+/// error entering layer l is the accumulated rel_l2 of the last stage before it (embed for
+/// layer 0); leaving it, that of its last stage (the residual). growth(l) = leaving/entering.
+/// A jump is a layer whose growth exceeds `jump_factor` while one of its stages has local
+/// error above its bound (local/bound > 1): the error was made there, not carried there.
+constexpr double kJumpFactor = 10.0;
+struct DriftSummary {
+  int worst = -1;            // row with the largest local/bound (-1: no rows)
+  double worst_ratio = 0;    // its local rel_l2 / bound (inf when non-finite)
+  bool jump = false;
+  int growth_layer = -1;     // the jump's layer, else the layer of the largest growth (-1: none)
+  double growth = 0;         // growth(growth_layer); inf when the error entering it was 0
+  double growth_ratio = 0;   // worst local/bound within growth_layer
+};
+DriftSummary drift_summary(const DriftReport& r, double jump_factor = kJumpFactor);
 
 /// Human table (one row per stage, a per-layer summary, the first flagged stage).
 std::string drift_text(const DriftReport& r);

@@ -268,6 +268,10 @@ GateSideRuns gate_decode(Session& ses, const std::vector<std::vector<int32_t>>& 
   return out;
 }
 
+std::vector<int32_t> gate_prompt_ids(const Model& m, const std::string& text) {
+  return m.tokenizer->encode(text, true, false);
+}
+
 GateReport run_gate(const GateOptions& opt) {
   const size_t n_live = opt.sides.size(), n_all = n_live + opt.recorded.size();
   ARB_CHECK(n_live >= 1, "[gate] --sides names no side");
@@ -307,7 +311,7 @@ GateReport run_gate(const GateOptions& opt) {
     models.push_back(load_model(opt.model_path));
     backends.push_back(make_side_backend(opt.sides[s], opt.threads));
     for (const std::string& t : pf.text) {
-      ids[s].push_back(models[s]->tokenizer->encode(t, true, false));
+      ids[s].push_back(gate_prompt_ids(*models[s], t));
       ARB_CHECK(!ids[s].back().empty(), "[gate] %s: a prompt encodes to no tokens",
                 opt.prompts_path.c_str());
     }
@@ -443,9 +447,7 @@ GateReport run_gate(const GateOptions& opt) {
 
 // --- reports ------------------------------------------------------------------------------
 
-namespace {
-
-std::string printable(const std::string& s) {
+std::string printable_piece(const std::string& s) {
   std::string o;
   for (unsigned char c : s) {
     if (c == '\n')
@@ -465,13 +467,11 @@ std::string printable(const std::string& s) {
   return o;
 }
 
-}  // namespace
-
 static std::string tok(const GateReport& r, int32_t id) {
   if (id < 0) return "(end)";
   auto it = r.pieces.find(id);
   if (it == r.pieces.end()) return std::to_string(id);
-  return "'" + printable(it->second) + "'(" + std::to_string(id) + ")";
+  return "'" + printable_piece(it->second) + "'(" + std::to_string(id) + ")";
 }
 
 std::string gate_token_text(const GateReport& r, int32_t id) { return tok(r, id); }

@@ -151,6 +151,10 @@ struct GateOptions {
 GateSideRuns gate_decode(Session& ses, const std::vector<std::vector<int32_t>>& ids, int n_tokens,
                          int runs, int topk, const std::function<void(int p, int k)>& progress);
 
+/// A prompt's token ids as the gate runs it: the tokenizer's special tokens (BOS when the
+/// model has one), no chat template. drift --prompt uses it too, so both see the same prefix.
+std::vector<int32_t> gate_prompt_ids(const Model& m, const std::string& text);
+
 /// Reads the prompts (one per line; blank lines skipped; sha256 of the file's bytes), loads
 /// the model once per side, checks every side tokenizes every prompt identically, decodes,
 /// and analyses; recorded sides (opt.recorded) are checked against this run and appended.
@@ -161,6 +165,8 @@ GateReport run_gate(const GateOptions& opt);
 /// Human report (verdict line last); tokens are shown as 'text'(id) when pieces holds them.
 std::string gate_text(const GateReport& r);
 nlohmann::json gate_json(const GateReport& r);
+/// A token's bytes for a one-line report: newline, tab, quote and control bytes escaped.
+std::string printable_piece(const std::string& bytes);
 /// A token as the reports show it: 'text'(id) when r.pieces holds it, else the id; -1 "(end)".
 std::string gate_token_text(const GateReport& r, int32_t id);
 
