@@ -1,6 +1,7 @@
 // arbiter drift: where in the forward do two tiers part? (verify/localize/drift.h, docs/localize.md)
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 
 #include "cli/common.h"
@@ -24,7 +25,7 @@ static const char* kDriftUsage =
     "  --prompt TEXT   the prompt tokenized as arbiter gate does (BOS when the model has one)\n"
     "  --ids FILE      token ids as given (whitespace or comma separated; no BOS added)\n"
     "  --continuation IDS  ids appended after --prompt/--ids (a gate run's generated tokens):\n"
-    "                  a list such as 12,7,99 or a file of ids; the last position's logits\n"
+    "                  a list such as 12,7,99, or a file of ids; the last position's logits\n"
     "                  are the next step's\n"
     "  --width W       tokens per forward (default: all in one forward; 1 = decode path)\n"
     "  --inject SPEC   fault on side b (same as --b DEVICE+inject=SPEC)\n"
@@ -76,9 +77,11 @@ static std::vector<int32_t> parse_token_ids(const std::string& text, const std::
   return ids;
 }
 
-/// --continuation: a value of digits, commas and spaces is a list; anything else a file.
+/// --continuation: a value naming an existing file is read from it; anything else is the
+/// list itself (so a mistyped path is refused as a list entry, naming it).
 static std::vector<int32_t> continuation_ids(const std::string& v, int vocab) {
-  if (v.find_first_not_of("0123456789, ") == std::string::npos)
+  std::error_code ec;
+  if (!std::filesystem::exists(v, ec))
     return parse_token_ids(v, "--continuation", vocab);
   return parse_token_ids(read_input_file(v, "[drift]", kMaxInputBytes, "a token id file"), v, vocab);
 }
