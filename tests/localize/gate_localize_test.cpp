@@ -298,3 +298,31 @@ TEST(CliDriftPrefix, BadIdsRefusedWithOneLine) {
           "--continuation follows --prompt or --ids");
   refused("", "give exactly one of --corpus, --prompt, --ids (got 0)");
 }
+
+// The shipped model on the H200: cuda:bf16 leaves the reference at near-ties only
+// (docs/localize.md: 3 of the 8 prompts at -n 48), and each of them, localized, is a near-tie
+// flip: no stage over its bf16 bound and no jump in the accumulated error.
+TEST(GateLocalizeCuda, Bf16NearTiesAreNearTieFlipsWithUniformDrift) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+  probe.reset();  // only asked whether a device is there; each side makes its own tier
+  GateOptions opt;
+  opt.model_path = kTiny;
+  opt.prompts_path = source_path("tests/localize/prompts.txt");
+  opt.sides = parse_sides("ref,cuda:bf16");
+  opt.n_tokens = 48;
+  opt.runs = 1;
+  GateReport g = run_gate(opt);
+  ASSERT_GE(g.divergences.size(), 1u) << "cuda:bf16 no longer diverges on these prompts: pick "
+                                         "prompts where it does\n"
+                                      << gate_text(g);
+  GateLocalizeReport r = run_gate_localize(opt, g);
+  ASSERT_EQ(r.items.size(), g.divergences.size());
+  for (const GateLocalization& l : r.items) {
+    EXPECT_EQ(l.cls, LocalizeClass::NearTieFlip) << gate_localize_text(r);
+    EXPECT_EQ(l.drift.n_flagged, 0);
+    EXPECT_LE(l.summary.worst_ratio, 1.0);
+    EXPECT_FALSE(l.summary.jump);
+    EXPECT_LE(l.ref_gap, r.band);
+    EXPECT_EQ(l.drift.b_compute, "bf16");
+  }
+}
