@@ -201,6 +201,42 @@ TEST(GateLocalize, InjectedFaultNamedByLayerAndOp) {
   }
 }
 
+// A near-tie flip on the CPU: noise below every f32 bound can only flip a step where the
+// reference is tied to about 1e-5 nats. This prompt is such a step (found by tracing the corpus
+// on ref and keeping positions with top-1/top-2 gap < 2e-5 whose context starts a word: BOS +
+// "playing in the living room." gives ' The'(291) 1.13e-5 above ' He'(346)), and logits noise
+// of 1.5e-5 (0.8 of the logits stage's bound) flips it. If a change of the model or the noise
+// seeding moves it, find another step that way rather than raise the noise over the bound.
+TEST(GateLocalize, NoiseBelowEveryBoundIsANearTieFlip) {
+  const std::string p = write_prompts("gloc-tie", "playing in the living room.\n");
+  GateOptions opt;
+  opt.model_path = kStories;
+  opt.prompts_path = p;
+  opt.sides = parse_sides("ref,cpu+inject=op=logits,noise=-1.5e-5");
+  opt.n_tokens = 4;
+  opt.runs = 1;
+  opt.threads = 1;
+  GateReport g = run_gate(opt);
+  ASSERT_EQ(g.divergences.size(), 1u) << gate_text(g);
+  EXPECT_EQ(g.divergences[0].step, 0);
+  EXPECT_TRUE(g.divergences[0].j.near_tie);
+  GateLocalizeReport r = run_gate_localize(opt, g);
+  ASSERT_EQ(r.items.size(), 1u);
+  const GateLocalization& l = r.items[0];
+  EXPECT_EQ(l.cls, LocalizeClass::NearTieFlip) << gate_localize_text(r);
+  EXPECT_EQ(l.drift.n_flagged, 0);
+  EXPECT_LT(l.summary.worst_ratio, 1.0);
+  EXPECT_EQ(l.drift.rows[size_t(l.summary.worst)].id.stage, "logits");  // the noise, seen
+  EXPECT_GT(l.summary.worst_ratio, 0.5);
+  EXPECT_FALSE(l.summary.jump);
+  EXPECT_LT(l.ref_gap, 1e-4);
+  EXPECT_EQ(l.ref_top[0].id, 291);
+  EXPECT_EQ(l.ref_top[1].id, 346);
+  EXPECT_EQ(l.side_top[0].id, 346);
+  EXPECT_EQ(l.ref_rank_in_side, 2);
+  EXPECT_NE(gate_localize_text(r).find("class: near-tie flip"), std::string::npos);
+}
+
 TEST(CliGateLocalize, FaultNamedInTextAndJson) {
   const std::string p = write_prompts("gloc-cli", kPrompts);
   const std::string base = "gate -m " + kStories + " --prompts " + p +
