@@ -43,7 +43,7 @@ std::vector<int32_t> corpus_positions(const Model& m, const InputFile& corpus, i
   std::vector<int32_t> ids;
   if (m.tokenizer->bos_id() >= 0) ids.push_back(m.tokenizer->bos_id());
   std::vector<int32_t> body =
-      m.tokenizer->encode(read_input_file(path, "[" + std::string(who) + "]", kMaxInputBytes, "a corpus"),
+      m.tokenizer->encode(read_input_file(path, std::string("[").append(who).append("]"), kMaxInputBytes, "a corpus"),
                           false, false);
   ARB_CHECK(int64_t(ids.size() + body.size()) >= n, "[%s] %s: %zu tokens, --positions %d needs %d",
             who, path.c_str(), body.size(), n, n - int(ids.size()));

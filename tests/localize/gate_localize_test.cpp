@@ -177,8 +177,8 @@ TEST(GateLocalize, InjectedFaultNamedByLayerAndOp) {
       // The side's top-5 and the rank of the reference token, against an independent forward
       // of the same prefix on the faulty side.
       std::vector<int32_t> ids = g.prompt_ids[size_t(d.prompt)];
-      ids.insert(ids.end(), g.ref_tokens[size_t(d.prompt)].begin(),
-                 g.ref_tokens[size_t(d.prompt)].begin() + d.step);
+      const std::vector<int32_t>& ref = g.side_runs[0].tokens[size_t(d.prompt)][0];
+      ids.insert(ids.end(), ref.begin(), ref.begin() + d.step);
       std::vector<double> side = row_after(*m, opt.sides[1], ids);
       for (size_t k = 0; k < l.side_top.size(); ++k) {
         EXPECT_NEAR(l.side_top[k].logit, side[size_t(l.side_top[k].id)], 1e-4);
@@ -270,6 +270,24 @@ TEST(CliGateLocalize, FaultNamedInTextAndJson) {
   r = run_cli("gate -m " + kStories + " --prompts " + p +
               " -n 4 --runs 1 --sides ref,cpu -t 1 --quiet --json");
   EXPECT_FALSE(json_of(r).contains("localize"));
+}
+
+TEST(CliGateLocalize, RecordedSidesAreCountedNotLocalized) {
+  // A side recorded elsewhere (gate --against) has no tier here: its divergences are counted
+  // as not localized, while the live side with the same fault is localized.
+  const std::string p = write_prompts("gloc-rec", kPrompts);
+  const std::string dir = temp_dir("gloc-rec") + "/rec";
+  const std::string side = "cpu+inject=op=down,layer=1,scale=3";
+  CliResult r = run_cli("gate -m " + kStories + " --prompts " + p + " -n 8 --runs 1 --sides " +
+                        side + " --record " + dir + " -t 1 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_cli("gate -m " + kStories + " --prompts " + p + " -n 8 --runs 1 --sides ref," + side +
+              " --against " + dir + " -t 1 --quiet --localize");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("4 divergence(s) of recorded sides not localized"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("4 divergence(s) localized: 4 localized defect"), std::string::npos)
+      << r.out;
 }
 
 TEST(CliDriftPrefix, PromptIdsAndContinuationAgree) {
