@@ -77,19 +77,22 @@ static std::vector<int32_t> parse_token_ids(const std::string& text, const std::
   return ids;
 }
 
-/// --continuation: a value naming an existing file is read from it; anything else is the
-/// list itself (so a mistyped path is refused as a list entry, naming it).
-static std::vector<int32_t> continuation_ids(const std::string& v, int vocab) {
+/// --continuation: a value naming an existing file is read from it (and `file` holds it open
+/// like the other inputs); anything else is the list itself (so a mistyped path is refused as
+/// a list entry, naming it).
+static std::vector<int32_t> continuation_ids(const std::string& v, int vocab,
+                                             std::unique_ptr<InputFile>& file) {
   std::error_code ec;
-  if (!std::filesystem::exists(v, ec))
-    return parse_token_ids(v, "--continuation", vocab);
-  return parse_token_ids(read_input_file(v, "[drift]", kMaxInputBytes, "a token id file"), v, vocab);
+  if (!std::filesystem::exists(v, ec)) return parse_token_ids(v, "--continuation", vocab);
+  file = std::make_unique<InputFile>(v, "[drift]");
+  return parse_token_ids(read_input_file(v, "[drift]", kMaxInputBytes, "a token id file"), v,
+                         vocab);
 }
 
 static int cmd_drift(int argc, char** argv) {
   Args a("drift",
-         {"-m|--model", "--corpus", "--prompt", "--ids", "--continuation", "--a", "--b", "--positions", "--width", "--tsv", "--svg",
-          "--inject", "--mix", "-t|--threads", "--device", "--dtype"},
+         {"-m|--model", "--corpus", "--prompt", "--ids", "--continuation", "--a", "--b",
+          "--positions", "--width", "--tsv", "--svg", "--inject", "--mix", "-t|--threads", "--device", "--dtype"},
          {"--json", "-h|--help"});
   a.parse(argc, argv);
   if (a.flag("help")) {
@@ -124,13 +127,13 @@ static int cmd_drift(int argc, char** argv) {
   ActivityScope scope("running drift on model " + a.str("model"));
   std::unique_ptr<Model> m = load_model(a.str("model"));
   // Open until the outputs are written: --tsv or --svg naming an input is then refused.
-  std::unique_ptr<InputFile> in_file;
+  std::unique_ptr<InputFile> in_file, cont_file;
   std::vector<int32_t> ids;
   std::string input;
   if (a.has("corpus")) {
     in_file = std::make_unique<InputFile>(a.str("corpus"), "[drift]");
-    ids = corpus_positions(*m, *in_file, a.int_in("positions", 64, 1, std::numeric_limits<int32_t>::max()),
-                           "drift");
+    ids = corpus_positions(
+        *m, *in_file, a.int_in("positions", 64, 1, std::numeric_limits<int32_t>::max()), "drift");
     input = "BOS + corpus";
   } else {
     if (a.has("prompt")) {
@@ -139,12 +142,13 @@ static int cmd_drift(int argc, char** argv) {
       input = "prompt";
     } else {
       in_file = std::make_unique<InputFile>(a.str("ids"), "[drift]");
-      ids = parse_token_ids(read_input_file(a.str("ids"), "[drift]", kMaxInputBytes, "a token id file"),
-                            a.str("ids"), m->config.vocab);
+      ids = parse_token_ids(
+          read_input_file(a.str("ids"), "[drift]", kMaxInputBytes, "a token id file"),
+          a.str("ids"), m->config.vocab);
       input = "ids";
     }
     if (a.has("continuation")) {
-      std::vector<int32_t> c = continuation_ids(a.str("continuation"), m->config.vocab);
+      std::vector<int32_t> c = continuation_ids(a.str("continuation"), m->config.vocab, cont_file);
       ids.insert(ids.end(), c.begin(), c.end());
       input += " + " + std::to_string(c.size()) + " continuation";
     }

@@ -351,6 +351,13 @@ TEST(CliDriftPrefix, BadIdsRefusedWithOneLine) {
   refused("--corpus " + source_path("models/corpus/stories.txt") + " --continuation 5",
           "--continuation follows --prompt or --ids");
   refused("", "give exactly one of --corpus, --prompt, --ids (got 0)");
+  // An ids file is an input like the corpus: an output naming it is refused, the file kept.
+  write_file(dir + "/cont.txt", "278 4\n");
+  CliResult r = run_cli(base + "--prompt hi --continuation " + dir + "/cont.txt --tsv " + dir +
+                        "/cont.txt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cont.txt: is also an input of this run"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(dir + "/cont.txt"), "278 4\n");
 }
 
 // The shipped model on the H200: cuda:bf16 leaves the reference at near-ties only
