@@ -200,7 +200,8 @@ DriftReport drift_run(Session& a, Session& b, const std::vector<int32_t>& tokens
   if (b_last) *b_last = b.logits(b.last_T() - 1);
   Capture cl = replay_forwards(b, ca);
   Backend &ba = a.backend(), &bb = b.backend();
-  DriftReport r = drift_compare(ca, cb, cl, coarser(roundoff_of(ba.compute()), roundoff_of(bb.compute())));
+  DriftReport r =
+      drift_compare(ca, cb, cl, coarser(roundoff_of(ba.compute()), roundoff_of(bb.compute())));
   r.b_providers = bb.stats().summary();
   r.a_device = ba.device_name(), r.b_device = bb.device_name();
   r.a_compute = dtype_name(ba.compute()), r.b_compute = dtype_name(bb.compute());
@@ -215,7 +216,8 @@ DriftSummary drift_summary(const DriftReport& r, double jump_factor) {
     return std::isfinite(e) ? e / w.id.bound.value : INFINITY;
   };
   for (size_t i = 0; i < r.rows.size(); ++i)
-    if (s.worst < 0 || ratio(r.rows[i]) > s.worst_ratio) s.worst = int(i), s.worst_ratio = ratio(r.rows[i]);
+    if (s.worst < 0 || ratio(r.rows[i]) > s.worst_ratio)
+      s.worst = int(i), s.worst_ratio = ratio(r.rows[i]);
   // Walk the layers in forward order; `entering` is the accumulated error of the last stage
   // before the current layer (embed before layer 0).
   double entering = NAN, best = -1;
@@ -223,7 +225,8 @@ DriftSummary drift_summary(const DriftReport& r, double jump_factor) {
     const int layer = r.rows[i].id.layer;
     size_t end = i;
     double worst = 0;
-    while (end < r.rows.size() && r.rows[end].id.layer == layer) worst = std::max(worst, ratio(r.rows[end++]));
+    while (end < r.rows.size() && r.rows[end].id.layer == layer)
+      worst = std::max(worst, ratio(r.rows[end++]));
     const double leaving = r.rows[end - 1].acc.rel_l2();
     if (layer >= 0 && !std::isnan(entering)) {
       const double g = entering > 0 ? leaving / entering : (leaving > 0 ? INFINITY : 1.0);
@@ -250,8 +253,8 @@ std::string drift_text(const DriftReport& r) {
                 "bound: %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)),  u_s = %s, u_a = %s\n\n",
                 r.a_label.c_str(), r.a_device.c_str(), r.a_compute.c_str(), r.a_inject.c_str(),
                 r.b_label.c_str(), r.b_device.c_str(), r.b_compute.c_str(), r.b_inject.c_str(),
-                r.positions, r.input.c_str(), r.forwards, r.width, kBoundSafety, fmt_g(r.u.storage).c_str(),
-                fmt_g(r.u.accum).c_str());
+                r.positions, r.input.c_str(), r.forwards, r.width, kBoundSafety,
+                fmt_g(r.u.storage).c_str(), fmt_g(r.u.accum).c_str());
   o += b;
   if (!r.b_providers.empty()) o += "b's op providers (the same kernels as its traces): " + r.b_providers + "\n\n";
   std::snprintf(b, sizeof b, "%-5s %-10s | %-28s | %-38s | %-9s %s\n", "layer", "stage",

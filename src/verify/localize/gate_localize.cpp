@@ -103,8 +103,9 @@ GateLocalizeReport run_gate_localize(const GateOptions& opt, const GateReport& g
               d.step, ref.size());
     ids.insert(ids.end(), ref.begin(), ref.begin() + d.step);
     const int n = int(ids.size());
-    ARB_CHECK(n <= m->config.max_pos, "[gate] localize: a prefix of %d tokens passes the model's %d positions",
-              n, m->config.max_pos);
+    ARB_CHECK(n <= m->config.max_pos,
+              "[gate] localize: a prefix of %d tokens passes the model's %d positions", n,
+              m->config.max_pos);
     const Side &sa = opt.sides[0], &sb = opt.sides[size_t(d.side)];
     if (opt.progress)
       opt.progress("localizing side " + sb.label + ", prompt " + std::to_string(d.prompt + 1) +
@@ -179,7 +180,9 @@ std::string count_line(const GateLocalizeReport& r) {
   int n[3] = {0, 0, 0};
   for (const GateLocalization& g : r.items) ++n[int(g.cls)];
   char b[160];
-  std::snprintf(b, sizeof b, "%zu divergence(s) localized: %d localized defect, %d near-tie flip, %d unexplained",
+  std::snprintf(b, sizeof b,
+                "%zu divergence(s) localized: %d localized defect, %d near-tie flip, %d "
+                "unexplained",
                 r.items.size(), n[int(LocalizeClass::LocalizedDefect)],
                 n[int(LocalizeClass::NearTieFlip)], n[int(LocalizeClass::Unexplained)]);
   return b;
@@ -203,8 +206,8 @@ std::string gate_localize_text(const GateLocalizeReport& r) {
     int w = int(std::max(rh.size(), sh.size()));  // one width for both token columns
     for (const auto* v : {&g.ref_top, &g.side_top})
       for (const TopToken& t : *v) w = std::max(w, int(tok_text(t).size()));
-    std::snprintf(b, sizeof b, "    %4s  %-*s %12s   %-*s %12s\n", "rank", w, rh.c_str(), "logit", w,
-                  sh.c_str(), "logit");
+    std::snprintf(b, sizeof b, "    %4s  %-*s %12s   %-*s %12s\n", "rank", w, rh.c_str(),
+                  "logit", w, sh.c_str(), "logit");
     o += b;
     for (size_t k = 0; k < std::max(g.ref_top.size(), g.side_top.size()); ++k) {
       auto cell = [&](const std::vector<TopToken>& v, bool logit) {
@@ -215,8 +218,8 @@ std::string gate_localize_text(const GateLocalizeReport& r) {
       };
       const std::string rt = cell(g.ref_top, false), rl = cell(g.ref_top, true);
       const std::string st = cell(g.side_top, false), sl = cell(g.side_top, true);
-      std::snprintf(b, sizeof b, "    %4zu  %-*s %12s   %-*s %12s\n", k + 1, w, rt.c_str(), rl.c_str(),
-                    w, st.c_str(), sl.c_str());
+      std::snprintf(b, sizeof b, "    %4zu  %-*s %12s   %-*s %12s\n", k + 1, w, rt.c_str(),
+                    rl.c_str(), w, st.c_str(), sl.c_str());
       o += b;
     }
     std::snprintf(b, sizeof b,
@@ -282,7 +285,8 @@ nlohmann::json gate_localize_json(const GateLocalizeReport& r) {
   };
   auto tops = [&](const std::vector<TopToken>& v) {
     nlohmann::json a = nlohmann::json::array();
-    for (const TopToken& t : v) a.push_back({{"id", t.id}, {"piece", t.piece}, {"logit", num(t.logit)}});
+    for (const TopToken& t : v)
+      a.push_back({{"id", t.id}, {"piece", t.piece}, {"logit", num(t.logit)}});
     return a;
   };
   auto stage = [](const DriftRow& w) {
