@@ -36,6 +36,10 @@ struct MatrixTraceRun {
   double seconds = 0;
 };
 
+/// Does a tier's start-up error say there is no GPU to run on (rather than a failure)? Then a
+/// cuda arm is skipped, not failed.
+bool matrix_gpu_unavailable(const std::string& msg);
+
 /// Creates DIR and DIR/traces and writes DIR/matrix.toml (the spec's bytes; replaced when the
 /// spec changed). With remove_stale (`run`), also removes temporary files of trace writers
 /// that are no longer running on this host, and throws arbiter::Error when one still is;
@@ -44,7 +48,9 @@ void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir, bool rem
 
 /// Runs every trace of the spec that is missing or whose header does not match the spec
 /// (matrix_trace_mismatch), keeps the others, skips GPU arms when no CUDA device is
-/// available, and writes DIR/run-status.tsv. A trace that fails is recorded, not fatal.
+/// available, then runs the token gate of each model when the spec has [gate]
+/// (matrix_run_gates), and writes DIR/run-status.tsv. A trace or gate that fails is recorded,
+/// not fatal.
 std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const MatrixRunOptions& opt);
 
 /// One planned trace and the self-contained shell line that produces it.
