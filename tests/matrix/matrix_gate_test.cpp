@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "core/error.h"
 #include "matrix_test_util.h"
+#include "verify/matrix/matrix_slurm.h"
 #include "verify/matrix/matrix_spec.h"
 
 using namespace arbiter;
@@ -248,4 +251,42 @@ TEST(MatrixGateCli, AgainstAnInjectedRecordFailsTheMatrixThroughTheGateAlone) {
   EXPECT_NE(report.find("(recorded)"), std::string::npos) << report;
   EXPECT_NE(report.find("FAIL defect"), std::string::npos) << report;
   EXPECT_NE(test::read_file(out + "/report.md").find("**Answer:** **No.**"), std::string::npos);
+}
+
+// plan: one `matrix gate` line per model after the traces, run by the shell like the trace
+// lines, then left out once its file is valid; under Slurm it joins the array of the most GPUs
+// any gate arm needs.
+TEST(MatrixGatePlan, OneGateLinePerModelThatTheShellRunsAndSlurmPlacesByGpus) {
+  test::enter_source_dir();
+  const std::string dir =
+      write_spec("mgate-plan", gate_spec(false, "prompts = \"prompts.txt\"\nn = 8\nruns = 1\n"));
+  const std::string out = dir + "/out";
+  test::CliResult r = test::run_cli("matrix plan " + dir + "/spec.toml -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string gate_line = " matrix gate " + dir + "/spec.toml -o " + out +
+                                " --model stories260K --quiet";
+  ASSERT_NE(r.out.find(gate_line + "\n"), std::string::npos) << r.out;
+  test::write_file(dir + "/plan.sh", r.out);
+  ASSERT_EQ(std::system(("bash -e " + dir + "/plan.sh").c_str()), 0);
+  r = test::run_cli("matrix plan " + dir + "/spec.toml -o " + out);
+  EXPECT_EQ(r.out.find(" matrix gate "), std::string::npos) << r.out;
+  r = test::run_cli("matrix report " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(test::read_json(out + "/results.json")["gates"][0]["verdict"], "pass");
+
+  std::string gpu_spec = gate_spec(false, "prompts = \"prompts.txt\"\n");
+  gpu_spec.insert(gpu_spec.find("[gate]"), "[arms.gpu]\ndevice = \"cuda:1\"\n");
+  gpu_spec.replace(gpu_spec.find("[\"cpu\"]"), 7, "[\"cpu\", \"gpu\"]");
+  test::write_file(dir + "/gpu.toml", gpu_spec);
+  verify::MatrixSpec spec = verify::parse_matrix_spec(dir + "/gpu.toml");
+  verify::MatrixRunOptions opt;
+  opt.out_dir = dir + "/gpu-out";
+  opt.self_exe = ARBITER_CLI;
+  opt.cwd = ARBITER_SOURCE_DIR;
+  std::map<std::string, std::string> files;
+  for (auto& f : verify::matrix_slurm_scripts(spec, verify::matrix_plan(spec, opt, true), opt))
+    files[f.name] = f.text;
+  ASSERT_TRUE(files.count("traces-gpu2.sbatch"));
+  EXPECT_NE(files["traces-gpu2.sbatch"].find(" matrix gate "), std::string::npos);
+  EXPECT_EQ(files["traces-cpu.sbatch"].find(" matrix gate "), std::string::npos);
 }

@@ -229,12 +229,33 @@ std::string matrix_gate_file(const MatrixSpec& spec, size_t m) {
   return "gate-" + matrix_model_name(spec.models[m]) + ".json";
 }
 
-std::vector<MatrixGateRun> matrix_run_gates(const MatrixSpec& spec, const MatrixRunOptions& opt) {
+std::string matrix_gate_stale(const MatrixSpec& spec, size_t m, const std::string& path) {
+  json f;
+  try {
+    f = read_gate_file(path, nullptr);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  std::string why = asked_mismatch(f.at("asked"), asked(spec, m));
+  if (!why.empty()) return why;
+  const std::string sha = sha256_file(spec.gate.prompts_path);
+  if (f.at("prompts_sha256") != sha)
+    return "its prompts sha256 is " + f.at("prompts_sha256").dump() + ", " +
+           spec.gate.prompts_path + " has " + sha;
+  return "";
+}
+
+std::vector<MatrixGateRun> matrix_run_gates(const MatrixSpec& spec, const MatrixRunOptions& opt,
+                                            const std::string& only_model) {
   std::vector<MatrixGateRun> runs;
   if (!spec.has_gate) return runs;
+  bool found = only_model.empty();
+  for (const auto& m : spec.models) found = found || matrix_model_name(m) == only_model;
+  if (!found) throw Error("[matrix] " + spec.path + ": no model named '" + only_model + "'");
   std::string gpu_skip;  // the same for every model: the arms are the same
   bool gpu_checked = false;
   for (size_t m = 0; m < spec.models.size(); ++m) {
+    if (!only_model.empty() && matrix_model_name(spec.models[m]) != only_model) continue;
     MatrixGateRun g;
     g.model = m;
     g.file = matrix_gate_file(spec, m);
@@ -247,16 +268,7 @@ std::vector<MatrixGateRun> matrix_run_gates(const MatrixSpec& spec, const Matrix
     auto t0 = std::chrono::steady_clock::now();
     try {
       if (fs::exists(path)) {
-        try {
-          json f = read_gate_file(path, nullptr);
-          g.reason = asked_mismatch(f.at("asked"), asked(spec, m));
-          const std::string sha = sha256_file(spec.gate.prompts_path);
-          if (g.reason.empty() && f.at("prompts_sha256") != sha)
-            g.reason = "its prompts sha256 is " + f.at("prompts_sha256").dump() + ", " +
-                       spec.gate.prompts_path + " has " + sha;
-        } catch (const Error& e) {
-          g.reason = e.what();
-        }
+        g.reason = matrix_gate_stale(spec, m, path);
         if (g.reason.empty()) {
           g.status = MatrixTraceStatus::Kept;
           log("kept", "");

@@ -36,10 +36,17 @@ struct MatrixGateRun {
   double seconds = 0;
 };
 
-/// Runs the gate of every model of a spec with [gate] whose gate file is missing or asks
-/// otherwise, writing DIR/gate-<model>.json; progress lines on stderr (opt.progress). A gate
-/// that fails is returned, not thrown. Nothing to do without [gate].
-std::vector<MatrixGateRun> matrix_run_gates(const MatrixSpec& spec, const MatrixRunOptions& opt);
+/// Why the gate file at path cannot be kept for model m ("" = it can): unreadable, or asking
+/// otherwise than the spec (model, arms, sides, against, prompts and their sha256, n, runs,
+/// band, threads). Throws arbiter::Error when the spec's prompts file cannot be read.
+std::string matrix_gate_stale(const MatrixSpec& spec, size_t m, const std::string& path);
+
+/// Runs the gate of every model (or only the model named only_model) of a spec with [gate]
+/// whose gate file is missing or stale, writing DIR/gate-<model>.json; progress lines on
+/// stderr (opt.progress). A gate that fails is returned, not thrown. Nothing to do without
+/// [gate]. Throws arbiter::Error when only_model names no model of the spec.
+std::vector<MatrixGateRun> matrix_run_gates(const MatrixSpec& spec, const MatrixRunOptions& opt,
+                                            const std::string& only_model = "");
 
 /// One model's gate as the report sees it.
 struct MatrixGateResult {

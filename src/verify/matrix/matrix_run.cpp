@@ -298,9 +298,23 @@ std::vector<MatrixPlanLine> matrix_plan(const MatrixSpec& spec, const MatrixRunO
     std::string cmd = "cd " + shell_quote(opt.cwd) + " && ";
     for (const auto& [k, v] : spec.arm(t.arm).env) cmd += k + "=" + shell_quote(v) + " ";
     cmd += shell_quote(opt.self_exe);
-    for (const auto& a : matrix_trace_args(spec, t)) cmd += " " + shell_quote(a);
+    for (const auto& a : matrix_trace_args(spec, t)) cmd.append(" ").append(shell_quote(a));
     cmd += " -o " + shell_quote(path);
-    lines.push_back({t, cmd});
+    lines.push_back({t, "", 0, cmd});
+  }
+  // The gate runs all its arms in one process and needs no trace: one more line per model.
+  const std::string dir = fs::absolute(opt.out_dir).lexically_normal().string();
+  for (size_t m = 0; spec.has_gate && m < spec.models.size(); ++m) {
+    const std::string file = matrix_gate_file(spec, m);
+    if (!all && fs::exists(opt.out_dir + "/" + file) &&
+        matrix_gate_stale(spec, m, opt.out_dir + "/" + file).empty())
+      continue;
+    std::string cmd = "cd " + shell_quote(opt.cwd) + " && " + shell_quote(opt.self_exe);
+    for (const auto& a : {std::string("matrix"), std::string("gate"), spec.path, std::string("-o"),
+                          dir, std::string("--model"), matrix_model_name(spec.models[m]),
+                          std::string("--quiet")})
+      cmd.append(" ").append(shell_quote(a));
+    lines.push_back({MatrixTrace{}, file, m, cmd});
   }
   return lines;
 }

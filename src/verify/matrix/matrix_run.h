@@ -53,14 +53,19 @@ void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir, bool rem
 /// not fatal.
 std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const MatrixRunOptions& opt);
 
-/// One planned trace and the self-contained shell line that produces it.
+/// One planned trace, or one model's token gate, and the self-contained shell line that
+/// produces it.
 struct MatrixPlanLine {
-  MatrixTrace trace;
-  std::string command;  // cd CWD && [ENV=..] ARBITER trace ... -o DIR/traces/FILE (absolute)
+  MatrixTrace trace;    // a trace line
+  std::string gate;     // a gate line: the gate file it writes ("" = a trace line)
+  size_t gate_model = 0;
+  std::string command;  // cd CWD && [ENV=..] ARBITER trace ... -o DIR/traces/FILE (absolute),
+                        // or cd CWD && ARBITER matrix gate SPEC -o DIR --model NAME
 };
 
-/// One line per trace; with all = false only for traces not already valid on disk (checked
-/// without loading models: paths, shape, device, compute, inject, mix, env).
+/// One line per trace, then with [gate] one per model's gate; with all = false only for
+/// traces not already valid on disk (checked without loading models: paths, shape, device,
+/// compute, inject, mix, env) and gates whose file is stale (matrix_gate_stale).
 std::vector<MatrixPlanLine> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt,
                                         bool all);
 
