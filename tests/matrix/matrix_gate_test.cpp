@@ -213,6 +213,7 @@ TEST(MatrixGateCli, CleanSpecPassesAndAForeignGateFileIsIncomparable) {
   EXPECT_NE(report.find("**Verdict:** PASS"), std::string::npos) << report;
   EXPECT_NE(report.find("No divergence"), std::string::npos) << report;
   EXPECT_EQ(test::read_json(out + "/results.json")["gates"][0]["verdict"], "pass");
+  EXPECT_NE(r.out.find("The token gate passed on every model."), std::string::npos) << r.out;
 
   // The same directory judged under a spec asking for more tokens: the file answers another
   // question (incomparable), and a missing gate file leaves the matrix without an answer.
@@ -227,6 +228,22 @@ TEST(MatrixGateCli, CleanSpecPassesAndAForeignGateFileIsIncomparable) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("token gate on stories260K: inconclusive — not run"), std::string::npos)
       << r.out;
+}
+
+// A gate that cannot run (its prompts file is missing) is a run-status line, and the matrix
+// says unreadable naming the file, not pass.
+TEST(MatrixGateCli, AGateThatCannotRunMakesTheMatrixUnreadable) {
+  test::enter_source_dir();
+  const std::string dir =
+      write_spec("mgate-noprompts", gate_spec(false, "prompts = \"absent.txt\"\nn = 8\n"));
+  test::CliResult r = test::run_cli("matrix run " + dir + "/spec.toml -o " + dir + "/out");
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_NE(r.out.find("token gate on stories260K: unreadable — the gate failed: [gate] " + dir +
+                       "/absent.txt: cannot open"),
+            std::string::npos) << r.out;
+  EXPECT_NE(test::read_file(dir + "/out/run-status.tsv").find("gate-stories260K.json\tfailed\t"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/out/gate-stories260K.json"));
 }
 
 // The traces of ref and cpu pass; the only failure is a recorded injected leg (gate --record

@@ -334,6 +334,7 @@ void Reporter::headline() {
         " logits) on " + scope + ": 0 decided disagreements in " + std::to_string(decided) +
         " decided positions over " + std::to_string(compared) +
         " comparisons; every control passed.";
+    if (!gates_.empty()) a += " The token gate passed on every model.";
   } else if (!failed.empty()) {
     a = "**No.** " + std::to_string(failed.size()) + " comparison(s) failed: ";
     for (size_t i = 0; i < failed.size() && i < 6; ++i) a += (i ? "; " : "") + failed[i];
