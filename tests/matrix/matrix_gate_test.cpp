@@ -89,7 +89,8 @@ TEST(GateSpec, DefaultsTakeEveryArmReferenceFirstAndResolvePromptsBesideTheSpec)
 }
 
 TEST(GateSpec, BadValuesAreRefused) {
-  const std::string env_arm = "[arms.envy]\ndevice = \"cpu\"\nthreads = 1\nenv = { ARBITER_X = \"1\" }\n";
+  const std::string env_arm =
+      "[arms.envy]\ndevice = \"cpu\"\nthreads = 1\nenv = { ARBITER_X = \"1\" }\n";
   struct Case {
     std::string spec, want;
   } cases[] = {
@@ -105,8 +106,10 @@ TEST(GateSpec, BadValuesAreRefused) {
        "gate.arms: 'cpu' is listed twice"},
       {gate_spec(false, "prompts = \"p\"\narms = [\"cpu\", \"ref\"]\n"),
        "gate.arms: the first arm must be the reference 'ref'"},
-      {gate_spec(false, "prompts = \"p\"\narms = [\"ref\"]\n"), "gate.arms: the gate needs a second side"},
-      {gate_spec(false, "prompts = \"p\"\nagainst = [\"\"]\n"), "gate.against: an empty directory name"},
+      {gate_spec(false, "prompts = \"p\"\narms = [\"ref\"]\n"),
+       "gate.arms: the gate needs a second side"},
+      {gate_spec(false, "prompts = \"p\"\nagainst = [\"\"]\n"),
+       "gate.against: an empty directory name"},
   };
   for (const Case& c : cases) {
     try {
@@ -137,13 +140,15 @@ TEST(GateSpec, BadValuesAreRefused) {
     parse_matrix_spec_text(threads, "m.toml");
     ADD_FAILURE() << "cpu arms with different threads accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("ask for different threads"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ask for different threads"), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(MatrixGateCli, InjectedArmDefectFailsTheMatrixAndResumeKeepsTheGate) {
   test::enter_source_dir();
-  const std::string dir = write_spec("mgate-inj", gate_spec(true, "prompts = \"prompts.txt\"\nn = 8\n"));
+  const std::string dir =
+      write_spec("mgate-inj", gate_spec(true, "prompts = \"prompts.txt\"\nn = 8\n"));
   const std::string out = dir + "/out";
   test::CliResult r = test::run_cli("matrix run " + dir + "/spec.toml -o " + out);
   ASSERT_EQ(r.exit_code, 1) << r.out << r.err;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "engine/probe.h"
@@ -108,7 +109,8 @@ GateReport report_from_file(const json& f) {
       throw Error("side '" + g.label + "' is listed twice");
     r.sides.push_back(g);
   }
-  if (recorded.size() != r.sides.size()) throw Error("\"recorded\" does not hold one flag per side");
+  if (recorded.size() != r.sides.size())
+    throw Error("\"recorded\" does not hold one flag per side");
   for (const json& in : j.at("inconsistencies"))
     r.inconsistencies.push_back({side_index(idx, in.at("side")), in.at("prompt").get<int>() - 1,
                                  in.at("run").get<int>() - 1, in.at("step").get<int>(),
@@ -162,13 +164,12 @@ json read_gate_file(const std::string& path, GateReport* report) {
     if (report) *report = std::move(r);
   } catch (const json::exception& e) {
     throw Error("[matrix] " + path + ": not a matrix gate file (" + e.what() + ")");
-  } catch (const std::invalid_argument& e) {  // std::stol of a "pieces" key
-    throw Error("[matrix] " + path + ": not a matrix gate file (a token id that is no number)");
+  } catch (const std::logic_error&) {  // std::stol of a "pieces" key
+    throw Error("[matrix] " + path + ": not a matrix gate file (a token id that is no int)");
   } catch (const Error& e) {
     const std::string what = e.what();
-    throw Error(what.rfind("[matrix] ", 0) == 0 ? what
-                                                : "[matrix] " + path + ": not a matrix gate file (" +
-                                                      what + ")");
+    if (what.rfind("[matrix] ", 0) == 0) throw;
+    throw Error("[matrix] " + path + ": not a matrix gate file (" + what + ")");
   }
   return f;
 }
@@ -352,8 +353,10 @@ std::vector<MatrixGateResult> matrix_gate_results(const MatrixSpec& spec, const 
 std::string matrix_gate_finding(const MatrixSpec& spec, const MatrixGateResult& g) {
   if (!g.counted || g.verdict == Verdict::Pass) return "";
   std::string what = "token gate on " + matrix_model_name(spec.models[g.model]) + ": ";
-  if (g.state != MatrixGateResult::State::Done) return what + verdict_name(g.verdict) + " — " + g.why;
-  if (g.verdict != Verdict::Fail) return what + verdict_name(g.verdict) + " — " + g.report.verdict_reason;
+  if (g.state != MatrixGateResult::State::Done)
+    return what + verdict_name(g.verdict) + " — " + g.why;
+  if (g.verdict != Verdict::Fail)
+    return what + verdict_name(g.verdict) + " — " + g.report.verdict_reason;
   std::string sides;
   for (const GateSideSummary& s : g.report.sides)
     if (s.defects > 0)
@@ -413,7 +416,8 @@ void matrix_gate_section(const MatrixSpec& spec, const std::vector<MatrixGateRes
       auto f = [](double x) { return std::isfinite(x) ? strformat("%.4f", x) : std::string("-"); };
       for (const GateDivergence& x : r.divergences) {
         std::string cls = x.j.near_tie ? "near-tie" : "FAIL defect";
-        if (!x.counts) cls = (x.j.near_tie ? "near-tie" : "defect") + std::string(" (not judged: inconsistent)");
+        if (!x.counts)
+          cls = std::string(x.j.near_tie ? "near-tie" : "defect") + " (not judged: inconsistent)";
         t.push_back({code(r.sides[size_t(x.side)].label), std::to_string(x.prompt + 1),
                      std::to_string(x.step), code(gate_token_text(r, x.j.ref_token)),
                      code(gate_token_text(r, x.j.side_token)), f(x.j.ref_gap),
@@ -425,7 +429,8 @@ void matrix_gate_section(const MatrixSpec& spec, const std::vector<MatrixGateRes
       d.table(t, "gate-divergences-" + model);
     }
     if (!r.inconsistencies.empty()) {
-      std::vector<std::vector<std::string>> t = {{"side", "prompt", "run", "step", "run 0", "this run"}};
+      std::vector<std::vector<std::string>> t = {
+          {"side", "prompt", "run", "step", "run 0", "this run"}};
       for (const GateInconsistency& x : r.inconsistencies)
         t.push_back({code(r.sides[size_t(x.side)].label), std::to_string(x.prompt + 1),
                      std::to_string(x.run + 1), std::to_string(x.step),
@@ -469,7 +474,8 @@ json matrix_gate_json(const MatrixSpec& spec, const std::vector<MatrixGateResult
     if (!g.why.empty()) e["why"] = g.why;
     if (g.state == MatrixGateResult::State::Done) {
       e["gate"] = gate_json(g.report);
-      if (g.report.sides.size() >= 3) e["resolution"] = gate_resolution_json(g.report, gate_resolve(g.report));
+      if (g.report.sides.size() >= 3)
+        e["resolution"] = gate_resolution_json(g.report, gate_resolve(g.report));
     }
     a.push_back(e);
   }
