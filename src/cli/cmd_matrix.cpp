@@ -1,4 +1,4 @@
-// arbiter matrix run|plan|report: the correctness matrix (docs/matrix.md).
+// arbiter matrix run|plan|gate|report: the correctness matrix (docs/matrix.md).
 #include <unistd.h>
 
 #include <cstdio>

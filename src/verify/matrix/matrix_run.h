@@ -4,7 +4,8 @@
 //
 // DIR/matrix.toml     the spec's bytes (so `matrix report DIR` needs nothing else)
 // DIR/traces/         a trace store (store.h): traces, METADATA.txt, RUNS.txt, SHA256SUMS
-// DIR/run-status.tsv  traces the last run skipped (no GPU) or failed to produce, with why
+// DIR/run-status.tsv  traces and gates the last run skipped (no GPU) or failed to produce, with why
+// DIR/gate-<model>.json  with [gate]: each model's token gate (matrix_gate.h)
 // DIR/plots/*.svg, DIR/report.md, DIR/report.html, DIR/results.json (matrix_report.h)
 #pragma once
 #include <string>

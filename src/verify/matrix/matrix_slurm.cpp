@@ -35,7 +35,7 @@ std::string array_script(const std::string& spec_path, const std::string& job,
                          const std::string& logs, int gpus,
                          const std::vector<const MatrixPlanLine*>& lines) {
   std::string s = "#!/bin/bash\n";
-  s += "# arbiter matrix plan --slurm: " + std::to_string(lines.size()) + " trace(s) of " +
+  s += "# arbiter matrix plan --slurm: " + std::to_string(lines.size()) + " job(s) of " +
        spec_path + ", array task i runs the i-th (docs/matrix.md, Slurm).\n";
   s += "#SBATCH --job-name=" + job + "\n";
   s += "#SBATCH --array=0-" + std::to_string(lines.size() - 1) + "\n";
