@@ -312,3 +312,44 @@ TEST(MatrixGatePlan, OneGateLinePerModelThatTheShellRunsAndSlurmPlacesByGpus) {
   EXPECT_NE(files["traces-gpu2.sbatch"].find(" matrix gate "), std::string::npos);
   EXPECT_EQ(files["traces-cpu.sbatch"].find(" matrix gate "), std::string::npos);
 }
+
+// Without a GPU a gate with a cuda arm is skipped like the arm's traces: SKIP in its section
+// and in the answer, not counted, never "passed"; ARBITER_REQUIRE_CUDA=1 makes it a failure.
+TEST(MatrixGateCli, CudaArmWithoutGpuSkipsTheGate) {
+  test::enter_source_dir();
+  std::string text = gate_spec(false, "prompts = \"prompts.txt\"\nn = 8\nruns = 1\n");
+  text.insert(text.find("[gate]"), "[arms.gpu]\ndevice = \"cuda\"\n");
+  text.replace(text.find("[\"cpu\"]"), 7, "[\"cpu\", \"gpu\"]");
+  const std::string dir = write_spec("mgate-gpu", text);
+  const std::string out = dir + "/out";
+  const char* saved = std::getenv("ARBITER_REQUIRE_CUDA");
+  const std::string restore = saved ? saved : "";
+  auto put_back = [&] {
+    if (saved)
+      ::setenv("ARBITER_REQUIRE_CUDA", restore.c_str(), 1);
+    else
+      ::unsetenv("ARBITER_REQUIRE_CUDA");
+  };
+  ::unsetenv("ARBITER_REQUIRE_CUDA");
+  test::CliResult r = test::run_cli("matrix run " + dir + "/spec.toml -o " + out);
+  if (r.err.find("gate-stories260K.json: SKIP") == std::string::npos) {
+    put_back();
+    GTEST_SKIP() << "SKIP: a CUDA device is here, the gate ran (" << r.exit_code << ")";
+  }
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Token gate not run here: stories260K — SKIP"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("The token gate passed"), std::string::npos) << r.out;
+  EXPECT_NE(section(test::read_file(out + "/report.md"), "Token gate")
+                .find("**Verdict:** SKIP (not counted)"),
+            std::string::npos);
+  nlohmann::json g = test::read_json(out + "/results.json")["gates"][0];
+  EXPECT_EQ(g["state"], "skipped");
+  EXPECT_EQ(g["counted"], false);
+  ::setenv("ARBITER_REQUIRE_CUDA", "1", 1);
+  r = test::run_cli("matrix report " + out);
+  put_back();
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  g = test::read_json(out + "/results.json")["gates"][0];
+  EXPECT_EQ(g["verdict"], "fail");
+  EXPECT_EQ(g["counted"], true);
+}

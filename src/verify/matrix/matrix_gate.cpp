@@ -365,6 +365,22 @@ std::string matrix_gate_finding(const MatrixSpec& spec, const MatrixGateResult& 
   return what + sides + " (" + g.report.verdict_reason + ")";
 }
 
+std::string matrix_gate_note(const MatrixSpec& spec, const std::vector<MatrixGateResult>& gates) {
+  bool all_passed = !gates.empty();
+  std::string skipped, why;
+  for (const MatrixGateResult& g : gates) {
+    all_passed = all_passed && g.state == MatrixGateResult::State::Done &&
+                 g.verdict == Verdict::Pass;
+    if (g.state != MatrixGateResult::State::Skipped) continue;
+    skipped += (skipped.empty() ? "" : ", ") + matrix_model_name(spec.models[g.model]);
+    why = g.why;
+  }
+  if (all_passed) return " The token gate passed on every model.";
+  if (skipped.empty()) return "";
+  return " **Token gate not run here:** " + skipped + " — SKIP (" + why +
+         "); a skipped gate is never counted as passed.";
+}
+
 void matrix_gate_section(const MatrixSpec& spec, const std::vector<MatrixGateResult>& gates,
                          Doc& d) {
   if (!spec.has_gate) return;

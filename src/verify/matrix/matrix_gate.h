@@ -70,6 +70,11 @@ std::vector<MatrixGateResult> matrix_gate_results(const MatrixSpec& spec, const 
 /// The report's headline phrase for a counted gate that did not pass ("" when it passed).
 std::string matrix_gate_finding(const MatrixSpec& spec, const MatrixGateResult& g);
 
+/// The answer's sentence about the gates besides their findings: " The token gate passed on
+/// every model." when it did, the models whose gate was skipped (never counted as passed),
+/// or "".
+std::string matrix_gate_note(const MatrixSpec& spec, const std::vector<MatrixGateResult>& gates);
+
 /// The "Token gate" section: per model the verdict, per-side counts, divergences,
 /// self-inconsistencies and the resolution of contested steps. Nothing without [gate].
 void matrix_gate_section(const MatrixSpec& spec, const std::vector<MatrixGateResult>& gates,

@@ -334,7 +334,6 @@ void Reporter::headline() {
         " logits) on " + scope + ": 0 decided disagreements in " + std::to_string(decided) +
         " decided positions over " + std::to_string(compared) +
         " comparisons; every control passed.";
-    if (!gates_.empty()) a += " The token gate passed on every model.";
   } else if (!failed.empty()) {
     a = "**No.** " + std::to_string(failed.size()) + " comparison(s) failed: ";
     for (size_t i = 0; i < failed.size() && i < 6; ++i) a += (i ? "; " : "") + failed[i];
@@ -356,6 +355,7 @@ void Reporter::headline() {
     a += " **Not tested here:** " + joined(arms, "", ", ") + " — SKIP (" + why +
          "); a skipped arm is never counted as passed.";
   }
+  a += matrix_gate_note(spec_, gates_);
   if (!res_.problems.empty())
     a += strformat(" %zu problem(s) with the files on disk (see Files).", res_.problems.size());
   res_.answer = a;
