@@ -1,4 +1,4 @@
-// arbiter matrix run|plan|report: the correctness matrix (docs/matrix.md).
+// arbiter matrix run|plan|gate|report: the correctness matrix (docs/matrix.md).
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "verify/matrix/matrix_gate.h"
 #include "verify/matrix/matrix_report.h"
 #include "verify/matrix/matrix_run.h"
 #include "verify/matrix/matrix_slurm.h"
@@ -23,6 +24,9 @@ static const char* kMatrixUsage =
     "           print one shell command per trace still missing (--all: every trace);\n"
     "           --slurm: write them as Slurm job arrays and a dependent report job into\n"
     "           DIR/slurm/ and print the path of the script that submits them\n"
+    "       arbiter matrix gate SPEC.toml -o DIR [--model NAME] [--quiet]\n"
+    "           run only the [gate] token gates still missing in DIR (a plan's gate line);\n"
+    "           exit 0 when every gate file is there, 4 when a gate could not run\n"
     "       arbiter matrix report DIR | SPEC.toml DIR\n"
     "           rebuild the report from the traces on disk (the spec defaults to "
     "DIR/matrix.toml)\n";
@@ -97,6 +101,26 @@ static int cmd_matrix(int argc, char** argv) {
       matrix_run_traces(spec, opt);
       return print_report(spec, opt.out_dir);
     }
+    if (sub == "gate") {
+      Args a("matrix gate", {"-o|--out", "--model"}, {"--quiet"});
+      a.parse(argc - 1, argv + 1);
+      ARB_CHECK(a.positional().size() == 1, "[cli] matrix gate: expected SPEC.toml -o DIR");
+      MatrixSpec spec = parse_matrix_spec(a.positional()[0]);
+      ARB_CHECK(spec.has_gate, "[matrix] %s: no [gate] table", spec.path.c_str());
+      MatrixRunOptions opt;
+      opt.out_dir = a.str("out");
+      opt.progress = !a.flag("quiet");
+      matrix_prepare_dir(spec, opt.out_dir, false);
+      // The verdict is the report's; this exit code says only whether every gate file exists.
+      int rc = 0;
+      for (const auto& g : matrix_run_gates(spec, opt, a.str("model", "")))
+        if (g.status == MatrixTraceStatus::Failed || g.status == MatrixTraceStatus::Skipped) {
+          std::fprintf(stderr, "arbiter matrix gate: %s: %s: %s\n", g.file.c_str(),
+                       matrix_status_name(g.status), g.reason.c_str());
+          rc = int(Verdict::Unreadable);
+        }
+      return rc;
+    }
     if (sub == "report") {
       Args a("matrix report", {}, {});
       a.parse(argc - 1, argv + 1);
@@ -111,12 +135,12 @@ static int cmd_matrix(int argc, char** argv) {
     std::fprintf(stderr, "arbiter matrix %s: %s\n", sub.c_str(), e.what());
     return int(Verdict::Unreadable);
   }
-  std::fprintf(stderr, "arbiter matrix: unknown subcommand '%s' (run, plan, report)\n",
+  std::fprintf(stderr, "arbiter matrix: unknown subcommand '%s' (run, plan, gate, report)\n",
                sub.c_str());
   return 2;
 }
 
-REGISTER_COMMAND("matrix", "correctness matrix: run, plan, report (models x shapes x arms)",
+REGISTER_COMMAND("matrix", "correctness matrix: run, plan, gate, report (models x shapes x arms)",
                  cmd_matrix);
 
 }  // namespace arbiter::cli

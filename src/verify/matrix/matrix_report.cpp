@@ -17,6 +17,7 @@
 #include "io/file.h"
 #include "verify/matrix/matrix_doc.h"
 #include "verify/matrix/matrix_files.h"
+#include "verify/matrix/matrix_gate.h"
 #include "verify/matrix/matrix_run.h"
 #include "verify/trace/store.h"
 #include "verify/localize/svg.h"
@@ -95,6 +96,7 @@ class Reporter {
   std::vector<MatrixTrace> traces_;
   std::map<std::string, Side> sides_;  // by trace file name
   MatrixResults res_;
+  std::vector<MatrixGateResult> gates_;
   bool any_capped_ = false;
 };
 
@@ -265,6 +267,9 @@ void Reporter::compare_all() {
     if (c.candidate && c.state == State::Compared) any_candidate = true;
   }
   if (!any_candidate) res_.worst = worse_verdict(res_.worst, Verdict::Inconclusive);
+  gates_ = matrix_gate_results(spec_, dir_, require_cuda());
+  for (const auto& g : gates_)
+    if (g.counted) res_.worst = worse_verdict(res_.worst, g.verdict);
   if (!res_.problems.empty()) res_.worst = worse_verdict(res_.worst, Verdict::Unreadable);
   for (const auto& s : spec_.shapes) any_capped_ = any_capped_ || s.capped();
 }
@@ -315,6 +320,9 @@ void Reporter::headline() {
               (c.result.reasons.empty() ? "" : " — " + c.result.reasons[0]);
     (c.verdict == Verdict::Fail ? failed : open).push_back(what);
   }
+  for (const auto& g : gates_)
+    if (std::string what = matrix_gate_finding(spec_, g); !what.empty())
+      (g.verdict == Verdict::Fail ? failed : open).push_back(what);
   std::string cands;
   for (const auto& c : spec_.candidates) cands += (cands.empty() ? "`" : ", `") + c + "`";
   std::string a;
@@ -347,6 +355,7 @@ void Reporter::headline() {
     a += " **Not tested here:** " + joined(arms, "", ", ") + " — SKIP (" + why +
          "); a skipped arm is never counted as passed.";
   }
+  a += matrix_gate_note(spec_, gates_);
   if (!res_.problems.empty())
     a += strformat(" %zu problem(s) with the files on disk (see Files).", res_.problems.size());
   res_.answer = a;
@@ -865,6 +874,7 @@ void Reporter::write_files() {
   section_results(d);
   section_sweep_ranks(d);
   section_controls(d);
+  matrix_gate_section(spec_, gates_, d);
   section_like_for_like(d);
   section_plots(d);
   d.heading(2, "Files", "files");
@@ -873,6 +883,7 @@ void Reporter::write_files() {
       "`traces/`: every trace, with `METADATA.txt`, `RUNS.txt`, `SHA256SUMS`",
       "`run-status.tsv`: traces the last run skipped or failed",
       "`plots/`: the SVG plots (inlined in report.html)", "`results.json`: every number above"};
+  if (spec_.has_gate) files.push_back("`gate-<model>.json`: each model's token gate");
   d.list(files);
   if (res_.problems.empty())
     d.para("Store check: every checksum matches and every trace is complete.");
@@ -942,6 +953,7 @@ void Reporter::write_files() {
     if (c.state == State::Compared) e["result"] = to_json(c.result);
     j["comparisons"].push_back(e);
   }
+  if (spec_.has_gate) j["gates"] = matrix_gate_json(spec_, gates_);
   j["problems"] = res_.problems;
   write_file_atomic(res_.results_json, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                     "[matrix]");

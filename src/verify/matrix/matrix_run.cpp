@@ -3,6 +3,7 @@
 // or, when an arm sets environment variables, as a child `arbiter trace` with that
 // environment (variables are read once by the tiers, so they cannot be switched in-process).
 #include "verify/matrix/matrix_run.h"
+#include "verify/matrix/matrix_gate.h"
 #include "verify/trace/api_trace.h"
 
 #include <fcntl.h>
@@ -35,13 +36,6 @@ namespace arbiter::verify {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The CUDA tier says one of these when there is nothing to run on (same test as the CUDA
-// tests' skip): a reason to skip a GPU arm. Any other start-up error is a failure.
-bool gpu_unavailable(const std::string& msg) {
-  return msg.find("no CUDA device") != std::string::npos ||
-         msg.find("cuda tier not built") != std::string::npos;
-}
 
 bool process_alive(long pid) {
   return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
@@ -130,6 +124,13 @@ void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& m
 }
 
 }  // namespace
+
+// The CUDA tier says one of these when there is nothing to run on (same test as the CUDA
+// tests' skip): a reason to skip a GPU arm. Any other start-up error is a failure.
+bool matrix_gpu_unavailable(const std::string& msg) {
+  return msg.find("no CUDA device") != std::string::npos ||
+         msg.find("cuda tier not built") != std::string::npos;
+}
 
 const char* matrix_status_name(MatrixTraceStatus s) {
   switch (s) {
@@ -236,7 +237,7 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
           make_tier(ds);
           gpu_skip[arm.name] = "";
         } catch (const Error& e) {
-          gpu_skip[arm.name] = gpu_unavailable(e.what()) ? e.what() : "";
+          gpu_skip[arm.name] = matrix_gpu_unavailable(e.what()) ? e.what() : "";
         }
       }
       if (arm.is_gpu() && !gpu_skip[arm.name].empty()) {
@@ -267,14 +268,16 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
       runs.push_back(r);
     }
   }
-  std::string status = "# trace\tstatus\treason (traces the last `matrix run` skipped or failed)\n";
-  for (const auto& r : runs)
-    if (r.status == MatrixTraceStatus::Skipped || r.status == MatrixTraceStatus::Failed) {
-      std::string why = r.reason;
-      for (char& c : why)
-        if (c == '\t' || c == '\n') c = ' ';
-      status += r.trace.file + "\t" + matrix_status_name(r.status) + "\t" + why + "\n";
-    }
+  std::string status =
+      "# file\tstatus\treason (traces and gates the last `matrix run` skipped or failed)\n";
+  auto add_status = [&](const std::string& file, MatrixTraceStatus st, std::string why) {
+    if (st != MatrixTraceStatus::Skipped && st != MatrixTraceStatus::Failed) return;
+    for (char& c : why)
+      if (c == '\t' || c == '\n') c = ' ';
+    status += file + "\t" + matrix_status_name(st) + "\t" + why + "\n";
+  };
+  for (const auto& r : runs) add_status(r.trace.file, r.status, r.reason);
+  for (const auto& g : matrix_run_gates(spec, opt)) add_status(g.file, g.status, g.reason);
   write_file_atomic(opt.out_dir + "/" + kMatrixStatus, status, "[matrix]");
   return runs;
 }
@@ -295,9 +298,23 @@ std::vector<MatrixPlanLine> matrix_plan(const MatrixSpec& spec, const MatrixRunO
     std::string cmd = "cd " + shell_quote(opt.cwd) + " && ";
     for (const auto& [k, v] : spec.arm(t.arm).env) cmd += k + "=" + shell_quote(v) + " ";
     cmd += shell_quote(opt.self_exe);
-    for (const auto& a : matrix_trace_args(spec, t)) cmd += " " + shell_quote(a);
+    for (const auto& a : matrix_trace_args(spec, t)) cmd.append(" ").append(shell_quote(a));
     cmd += " -o " + shell_quote(path);
-    lines.push_back({t, cmd});
+    lines.push_back({t, "", 0, cmd});
+  }
+  // The gate runs all its arms in one process and needs no trace: one more line per model.
+  const std::string dir = fs::absolute(opt.out_dir).lexically_normal().string();
+  for (size_t m = 0; spec.has_gate && m < spec.models.size(); ++m) {
+    const std::string file = matrix_gate_file(spec, m);
+    if (!all && fs::exists(opt.out_dir + "/" + file) &&
+        matrix_gate_stale(spec, m, opt.out_dir + "/" + file).empty())
+      continue;
+    std::string cmd = "cd " + shell_quote(opt.cwd) + " && " + shell_quote(opt.self_exe);
+    for (const auto& a : {std::string("matrix"), std::string("gate"), spec.path, std::string("-o"),
+                          dir, std::string("--model"), matrix_model_name(spec.models[m]),
+                          std::string("--quiet")})
+      cmd.append(" ").append(shell_quote(a));
+    lines.push_back({MatrixTrace{}, file, m, cmd});
   }
   return lines;
 }

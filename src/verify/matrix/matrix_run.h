@@ -4,7 +4,8 @@
 //
 // DIR/matrix.toml     the spec's bytes (so `matrix report DIR` needs nothing else)
 // DIR/traces/         a trace store (store.h): traces, METADATA.txt, RUNS.txt, SHA256SUMS
-// DIR/run-status.tsv  traces the last run skipped (no GPU) or failed to produce, with why
+// DIR/run-status.tsv  traces and gates the last run skipped (no GPU) or failed to produce, with why
+// DIR/gate-<model>.json  with [gate]: each model's token gate (matrix_gate.h)
 // DIR/plots/*.svg, DIR/report.md, DIR/report.html, DIR/results.json (matrix_report.h)
 #pragma once
 #include <string>
@@ -36,6 +37,10 @@ struct MatrixTraceRun {
   double seconds = 0;
 };
 
+/// Does a tier's start-up error say there is no GPU to run on (rather than a failure)? Then a
+/// cuda arm is skipped, not failed.
+bool matrix_gpu_unavailable(const std::string& msg);
+
 /// Creates DIR and DIR/traces and writes DIR/matrix.toml (the spec's bytes; replaced when the
 /// spec changed). With remove_stale (`run`), also removes temporary files of trace writers
 /// that are no longer running on this host, and throws arbiter::Error when one still is;
@@ -44,17 +49,24 @@ void matrix_prepare_dir(const MatrixSpec& spec, const std::string& dir, bool rem
 
 /// Runs every trace of the spec that is missing or whose header does not match the spec
 /// (matrix_trace_mismatch), keeps the others, skips GPU arms when no CUDA device is
-/// available, and writes DIR/run-status.tsv. A trace that fails is recorded, not fatal.
+/// available, then runs the token gate of each model when the spec has [gate]
+/// (matrix_run_gates), and writes DIR/run-status.tsv. A trace or gate that fails is recorded,
+/// not fatal.
 std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const MatrixRunOptions& opt);
 
-/// One planned trace and the self-contained shell line that produces it.
+/// One planned trace, or one model's token gate, and the self-contained shell line that
+/// produces it.
 struct MatrixPlanLine {
-  MatrixTrace trace;
-  std::string command;  // cd CWD && [ENV=..] ARBITER trace ... -o DIR/traces/FILE (absolute)
+  MatrixTrace trace;    // a trace line
+  std::string gate;     // a gate line: the gate file it writes ("" = a trace line)
+  size_t gate_model = 0;
+  std::string command;  // cd CWD && [ENV=..] ARBITER trace ... -o DIR/traces/FILE (absolute),
+                        // or cd CWD && ARBITER matrix gate SPEC -o DIR --model NAME
 };
 
-/// One line per trace; with all = false only for traces not already valid on disk (checked
-/// without loading models: paths, shape, device, compute, inject, mix, env).
+/// One line per trace, then with [gate] one per model's gate; with all = false only for
+/// traces not already valid on disk (checked without loading models: paths, shape, device,
+/// compute, inject, mix, env) and gates whose file is stale (matrix_gate_stale).
 std::vector<MatrixPlanLine> matrix_plan(const MatrixSpec& spec, const MatrixRunOptions& opt,
                                         bool all);
 

@@ -3,6 +3,7 @@
 // the scripts add only what Slurm needs: the array bounds, the GPUs, the log paths.
 #include "verify/matrix/matrix_slurm.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -34,7 +35,7 @@ std::string array_script(const std::string& spec_path, const std::string& job,
                          const std::string& logs, int gpus,
                          const std::vector<const MatrixPlanLine*>& lines) {
   std::string s = "#!/bin/bash\n";
-  s += "# arbiter matrix plan --slurm: " + std::to_string(lines.size()) + " trace(s) of " +
+  s += "# arbiter matrix plan --slurm: " + std::to_string(lines.size()) + " job(s) of " +
        spec_path + ", array task i runs the i-th (docs/matrix.md, Slurm).\n";
   s += "#SBATCH --job-name=" + job + "\n";
   s += "#SBATCH --array=0-" + std::to_string(lines.size() - 1) + "\n";
@@ -71,8 +72,15 @@ std::vector<MatrixSlurmFile> matrix_slurm_scripts(const MatrixSpec& spec,
   const std::string slurm = dir + "/" + kMatrixSlurmDir, logs = slurm + "/logs";
   const std::string prefix = "arbiter-" + fs::path(dir).filename().string() + "-";
 
+  // A gate line runs every gate arm in one process: it needs the most GPUs any of them does.
+  auto gpus_of = [&](const MatrixPlanLine& l) {
+    if (l.gate.empty()) return matrix_arm_gpus(spec.arm(l.trace.arm));
+    int n = 0;
+    for (const auto& a : spec.gate.arms) n = std::max(n, matrix_arm_gpus(spec.arm(a)));
+    return n;
+  };
   std::map<int, std::vector<const MatrixPlanLine*>> by_gpus;
-  for (const auto& l : lines) by_gpus[matrix_arm_gpus(spec.arm(l.trace.arm))].push_back(&l);
+  for (const auto& l : lines) by_gpus[gpus_of(l)].push_back(&l);
 
   std::vector<MatrixSlurmFile> files;
   std::string submit =

@@ -1,6 +1,7 @@
 // `matrix plan --slurm` (docs/matrix.md §Slurm): the plan as Slurm batch scripts. One job
-// array per number of GPUs a trace needs, one array task per trace, a report job that waits
-// for every array to end, and a script that submits them in that order.
+// array per number of GPUs a plan line needs, one array task per trace (and, with [gate], per
+// model's gate), a report job that waits for every array to end, and a script that submits
+// them in that order.
 //
 // DIR/slurm/traces-cpu.sbatch   ref, cpu and endpoint arms: no GPU requested
 // DIR/slurm/traces-gpuN.sbatch  cuda arms: --gres=gpu:N (cuda and cuda:0 need 1, cuda:K K+1)

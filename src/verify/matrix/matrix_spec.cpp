@@ -219,6 +219,61 @@ MatrixArm read_arm(Table& parent, const std::string& name, const toml::node& n) 
   return arm;
 }
 
+// [gate]: the arms must be local tiers that one process can hold side by side, so arms with
+// an endpoint or their own environment are refused (the traces run those apart; the gate
+// cannot), and the cpu arms must agree on one thread count.
+void read_gate(MatrixSpec& spec, Table g) {
+  MatrixGate& gate = spec.gate;
+  spec.has_gate = true;
+  const std::filesystem::path base = std::filesystem::path(spec.path).parent_path();
+  auto resolve = [&](const std::string& p) {
+    return std::filesystem::path(p).is_absolute() ? p : (base / p).lexically_normal().string();
+  };
+  gate.prompts = g.str("prompts", true);
+  if (gate.prompts.empty()) g.fail("prompts", "must not be empty");
+  gate.prompts_path = resolve(gate.prompts);
+  gate.n_tokens = int(g.integer("n", 32, 1, 4096));
+  gate.runs = int(g.integer("runs", 2, 1, 100));
+  if (const toml::node* n = g.node("band", false)) {
+    gate.band = g.number(*n, "band");
+    if (!(gate.band >= 0) || !std::isfinite(gate.band)) g.fail("band", "must be >= 0 (nats)");
+  }
+  gate.against = g.strings("against", false);
+  for (const auto& a : gate.against) {
+    if (a.empty()) g.fail("against", "an empty directory name");
+    gate.against_paths.push_back(resolve(a));
+  }
+  const bool listed = g.node("arms", false) != nullptr;
+  gate.arms = listed ? g.strings("arms", true) : matrix_arm_order(spec);
+  const std::string hint = listed ? "" : " (gate.arms defaults to every arm: list the arms)";
+  std::set<std::string> seen;
+  std::string cpu_arm;
+  for (const auto& name : gate.arms) {
+    auto it = std::find_if(spec.arms.begin(), spec.arms.end(),
+                           [&](const MatrixArm& a) { return a.name == name; });
+    if (it == spec.arms.end()) g.fail("arms", "no arm named '" + name + "' under [arms]");
+    if (!seen.insert(name).second) g.fail("arms", "'" + name + "' is listed twice");
+    if (it->is_endpoint())
+      g.fail("arms", "arm '" + name + "' is an endpoint; the gate decodes on local tiers" + hint);
+    if (!it->env.empty())
+      g.fail("arms", "arm '" + name +
+                         "' sets environment variables, which one gate process cannot set per "
+                         "side" + hint);
+    if (it->device != "cpu") continue;
+    if (!cpu_arm.empty() && spec.arm(cpu_arm).threads != it->threads)
+      g.fail("arms", "cpu arms '" + cpu_arm + "' and '" + name +
+                         "' ask for different threads; the gate runs every side with one count");
+    cpu_arm = name;
+  }
+  if (gate.arms.front() != spec.reference)
+    g.fail("arms", "the first arm must be the reference '" + spec.reference +
+                       "' (the gate judges every side on it)");
+  if (gate.arms.size() + gate.against.size() < 2)
+    g.fail("arms", "the gate needs a second side (another arm or an against record)");
+  if (!cpu_arm.empty()) gate.threads = spec.arm(cpu_arm).threads;
+  g.finish("prompts, n, runs, band, against, arms");
+}
+
 }  // namespace
 
 bool MatrixArm::is_gpu() const {
@@ -379,9 +434,10 @@ MatrixSpec parse_matrix_spec_text(const std::string& text, const std::string& pa
   for (const auto& a : spec.arms)
     if (!used.count(a.name))
       arms_t.fail(a.name, "defined but not used as reference, candidate or control");
+  if (const toml::table* gt = top.table("gate", false)) read_gate(spec, Table(path, *gt, "gate"));
   top.finish(
       "question, corpus, models, shapes, chunks, topk, decided, sweep, allow_long_context, "
-      "reference, candidates, arms, controls");
+      "reference, candidates, arms, controls, gate");
   return spec;
 }
 
@@ -394,7 +450,7 @@ std::string matrix_model_name(const std::string& model_path) {
   return base;
 }
 
-std::vector<MatrixTrace> matrix_traces(const MatrixSpec& spec) {
+std::vector<std::string> matrix_arm_order(const MatrixSpec& spec) {
   std::vector<std::string> order = {spec.reference};
   auto add = [&](const std::string& a) {
     if (std::find(order.begin(), order.end(), a) == order.end()) order.push_back(a);
@@ -402,6 +458,11 @@ std::vector<MatrixTrace> matrix_traces(const MatrixSpec& spec) {
   for (const auto& c : spec.candidates) add(c);
   for (const auto& p : spec.noise_floor) add(p.ref), add(p.cand);
   for (const auto& a : spec.aa) add(a);
+  return order;
+}
+
+std::vector<MatrixTrace> matrix_traces(const MatrixSpec& spec) {
+  const std::vector<std::string> order = matrix_arm_order(spec);
   std::vector<MatrixTrace> out;
   for (size_t m = 0; m < spec.models.size(); ++m)
     for (size_t s = 0; s < spec.shapes.size(); ++s)

@@ -51,6 +51,19 @@ struct ArmPair {
   std::string ref, cand;
 };
 
+/// The optional [gate] table: a greedy token gate (verify/localize/gate.h) per model across
+/// arms of the matrix, run by `matrix run` after the traces (docs/matrix.md "Token gate").
+struct MatrixGate {
+  std::string prompts;               // as written; relative to the spec file's directory
+  std::string prompts_path;          // resolved against the spec file's directory
+  int n_tokens = 32, runs = 2;
+  double band = 0.5;                 // nats
+  std::vector<std::string> against;  // record directories as written (gate --against)
+  std::vector<std::string> against_paths;  // resolved like prompts
+  std::vector<std::string> arms;     // the sides, the reference arm first
+  int threads = 0;                   // the cpu arms' common -t (0 = all cores)
+};
+
 struct MatrixSpec {
   std::string path;  // the spec file as given
   std::string text;  // its bytes (copied into the output directory)
@@ -68,6 +81,8 @@ struct MatrixSpec {
   std::vector<std::string> candidates;  // in spec order
   std::vector<std::string> aa;          // arms rerun for an A/A determinism check
   std::vector<ArmPair> noise_floor;     // trusted pairs whose drift is the noise floor
+  bool has_gate = false;                // a [gate] table is present
+  MatrixGate gate;
 
   const MatrixArm& arm(const std::string& name) const;
 };
@@ -88,6 +103,10 @@ struct MatrixTrace {
   bool aa = false;   // the A/A rerun of arm
   std::string file;  // file name inside DIR/traces
 };
+
+/// The arms that produce traces, reference first, then candidates, noise-floor arms and A/A
+/// arms in spec order, each once.
+std::vector<std::string> matrix_arm_order(const MatrixSpec& spec);
 
 /// Every trace of the spec, model-major, then shape, reference first, then the other arms
 /// in spec order, each A/A rerun right after its arm.
