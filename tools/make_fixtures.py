@@ -11,9 +11,10 @@ Steps (each skips what already exists unless --force; `all` runs 2..6 in order):
   sample       sample TinyStories-656K (temperature 0.8, top-k 40, from BOS + a seed
                phrase, until EOS) into models/corpus/stories.txt (~80 KB, committed) and
                .carry/fixtures-work/train.txt (~2 MB, not committed)
-  tokenizer    train the byte-level BPE (Qwen2 split regex, 1023 tokens + <|endoftext|>)
-  train        train tiny-llama, tiny-mistral, tiny-qwen2, tiny-qwen3 in parallel
-               (one process each, --seconds of wall time each) into tests/fixtures/models/
+  tokenizer    train the byte-level BPE (Qwen2 split regex, 1023 tokens + <|endoftext|>), or copy
+               tests/fixtures/models/tiny-qwen2/tokenizer.json when it exists
+  train        train every FIXTURES model that has no model.safetensors yet (or --only NAMES)
+               in parallel (one process each, --seconds of wall time each) into tests/fixtures/models/
   references   float64 logits (CPU, eager attention) -> reference_logits.json files
   traces       float64 hf_trace.py traces (w8: --chunk 8 --chunks 8 --prefill 64 --start 0,
                w1: --chunk 1 --chunks 16 --prefill 0 --start 0) -> tests/fixtures/traces/
