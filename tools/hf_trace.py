@@ -557,7 +557,7 @@ def load_model(model_dir, dtype="float64", device="cpu", attn="eager", f64_exact
     model = model.to(device=device, dtype=tdt).eval()
     info = {"weight_fixes": verify_loaded_weights(torch, model, model_dir)}
     for f in info["weight_fixes"]:
-        log(f"fixed weight after load: {f}")
+        log(f"weight check after load: {f}")
     info["f64_patches"] = None
     if dtype == "float64" and f64_exact:
         info["f64_patches"] = apply_f64_patches(torch, model)
