@@ -137,6 +137,28 @@ class Backend {
   virtual void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
                          std::vector<LogitsSummary>& out) = 0;
 
+  // --- ops of the gemma family (Gemma 2, Gemma 3) -----------------------------------------
+  // A tier without a kernel for one of these keeps the default (backend/fused_ops.cpp), which
+  // refuses with one line naming the tier and the op: a gemma model never runs half-computed.
+
+  /// out[R, N] = x[R, N] / rms(x) * (1 + w[N]): HF Gemma3RMSNorm / Gemma2RMSNorm, the 1 added
+  /// to the weight widened to the compute type. out may alias x.
+  virtual void rmsnorm_1p(const Buffer& x, const Tensor& w, int R, int N, double eps,
+                          Buffer& out);
+  /// out[n] = gelu_tanh(gate[n]) * up[n], HF gelu_pytorch_tanh:
+  /// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+  virtual void geglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out);
+  /// x[n] *= s (gemma's embedding scale).
+  virtual void scale(Buffer& x, int64_t n, double s);
+  /// x[n] = tanh(x[n] / cap) * cap (HF final_logit_softcapping); x may be a logits buffer.
+  virtual void softcap(Buffer& x, int64_t n, double cap);
+  /// attention() with the score scale given (gemma: query_pre_attn_scalar^-0.5) and, when
+  /// softcap > 0, each scaled score s replaced by tanh(s / softcap) * softcap before the
+  /// causal/window mask and the softmax (HF Gemma2 eager attention, attn_logit_softcapping).
+  virtual void scaled_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                                int T, int pos0, int H, int Hkv, int Dh, int window,
+                                double scale, double softcap, Buffer& out);
+
   // --- stage taps and fused ops (backend/fused_ops.cpp) -----------------------------------
   // Each fused op has a default made of the ops above, called one by one with the stage taps
   // (backend/tap.h) applied between them, so a tier without a fused kernel (ref, cpu)

@@ -101,6 +101,28 @@ void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Ten
   apply_tap(taps.out, out, T, H * Dh);
 }
 
+namespace {
+
+[[noreturn]] void not_implemented(const Backend& be, const char* op) {
+  throw Error("[" + be.device_name() + "] " + op +
+              " (a gemma op) is not implemented on this tier; gemma models run on ref and cpu");
+}
+
+}  // namespace
+
+void Backend::rmsnorm_1p(const Buffer&, const Tensor&, int, int, double, Buffer&) {
+  not_implemented(*this, "rmsnorm_1p");
+}
+void Backend::geglu(const Buffer&, const Buffer&, int64_t, Buffer&) {
+  not_implemented(*this, "geglu");
+}
+void Backend::scale(Buffer&, int64_t, double) { not_implemented(*this, "scale"); }
+void Backend::softcap(Buffer&, int64_t, double) { not_implemented(*this, "softcap"); }
+void Backend::scaled_attention(const Buffer&, const Buffer&, const Buffer&, int, int, int, int,
+                               int, int, double, double, Buffer&) {
+  not_implemented(*this, "scaled_attention");
+}
+
 void Backend::pick_greedy(const Buffer& logits, int row, int V) {
   std::vector<LogitsSummary> s;
   summarize(logits, row + 1, V, 1, std::vector<int32_t>(size_t(row) + 1, -1).data(), s);

@@ -13,6 +13,8 @@ Backend::Prepare prepare_spec(const Model& m) {
     if (!t.empty()) p.weights.push_back({&t, s.family});
   }
   p.ropes = {m.config.rope};
+  if (!m.config.layer_sliding.empty() && !(m.config.rope_local == m.config.rope))
+    p.ropes.push_back(m.config.rope_local);  // gemma's sliding layers
   p.max_pos = m.config.max_pos;
   return p;
 }

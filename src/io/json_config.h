@@ -20,6 +20,9 @@ class JsonConfig {
 
   const std::string& path() const { return path_; }
   bool has(const char* key) const;
+  /// Whether the key is present at all, null included (has() treats null as absent; a few
+  /// keys mean "off" when null and a default when absent).
+  bool contains(const char* key) const { return j_.contains(key); }
   const nlohmann::json& raw(const char* key) const { return j_[key]; }
   /// A nested object at key (the key must hold an object).
   JsonConfig object(const char* key) const;

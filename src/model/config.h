@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/rope.h"
 
@@ -24,6 +25,14 @@ struct ModelConfig {
   bool qk_norm = false;   // qwen3: RMSNorm over each head of q and k before RoPE
   bool tied_embeddings = false;
   int sliding_window = 0;  // 0: full attention (mistral: a query at i sees keys in (i-W, i])
+
+  // gemma (model/archs/gemma.cpp): which layers slide (the others attend to every position and
+  // use `rope`), the RoPE of sliding layers, the scores' scale and the soft caps (0: none).
+  std::vector<bool> layer_sliding;  // [L]; empty for the other families
+  RopeSpec rope_local;
+  double attn_scale = 0;        // query_pre_attn_scalar^-0.5
+  double attn_softcap = 0;      // attn_logit_softcapping (gemma 2)
+  double final_softcap = 0;     // final_logit_softcapping
 };
 
 }  // namespace arbiter

@@ -11,15 +11,12 @@
 
 namespace arbiter {
 
-namespace {
-
-// One RoPE description: the older rope_scaling dict, or v5's rope_parameters (which also
-// carries rope_theta). `type` or `rope_type` names the kind.
-void read_rope_dict(const JsonConfig& j, const char* key, RopeSpec& rope) {
+// `type` or `rope_type` names the kind.
+void read_hf_rope_dict(const JsonConfig& j, const char* key, RopeSpec& rope) {
   if (!j.raw(key).is_object()) j.fail(std::string("'") + key + "' is not an object");
   const JsonConfig r = j.object(key);
   const std::string type = r.str_of({"rope_type", "type"}, "default");
-  const std::string w = std::string(key) + ".";
+  const std::string w = j.name(key) + ".";
   if (r.has("rope_theta")) rope.theta = r.number("rope_theta");
   auto need = [&](const char* k) {
     if (!r.has(k)) j.fail(w + k + " missing for rope type '" + type + "'");
@@ -49,6 +46,8 @@ void read_rope_dict(const JsonConfig& j, const char* key, RopeSpec& rope) {
   if (s.kind != RopeScaling::Kind::None && !(s.factor > 0)) j.fail(w + "factor must be positive");
 }
 
+namespace {
+
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -75,8 +74,8 @@ std::vector<double> llama3_divisors(const RopeSpec& r) {
 
 void read_hf_rope(const JsonConfig& j, RopeSpec& rope) {
   rope.theta = j.number("rope_theta", 10000.0);
-  if (j.has("rope_scaling")) read_rope_dict(j, "rope_scaling", rope);
-  if (j.has("rope_parameters")) read_rope_dict(j, "rope_parameters", rope);
+  if (j.has("rope_scaling")) read_hf_rope_dict(j, "rope_scaling", rope);
+  if (j.has("rope_parameters")) read_hf_rope_dict(j, "rope_parameters", rope);
   if (!(rope.theta > 0)) j.fail("rope_theta must be positive");
   if (j.has("partial_rotary_factor") && j.number("partial_rotary_factor") != 1.0)
     j.fail("partial_rotary_factor != 1 is not supported");

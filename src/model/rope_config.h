@@ -16,6 +16,9 @@ class JsonConfig;
 /// rope.theta (rope_theta, default 10000) and rope.scaling from config.json; rope.dims and
 /// rope.layout (Half) are the caller's. Refuses unknown rope types and partial rotation.
 void read_hf_rope(const JsonConfig& j, RopeSpec& rope);
+/// One RoPE description held in the object at `key` of j (the older rope_scaling dict, or
+/// v5's rope_parameters, which also carries rope_theta): its theta, if given, and scaling.
+void read_hf_rope_dict(const JsonConfig& j, const char* key, RopeSpec& rope);
 /// The same in config.json's keys (synth): rope_theta and rope_scaling.
 void write_hf_rope(const RopeSpec& rope, nlohmann::json& j);
 

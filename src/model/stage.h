@@ -40,4 +40,30 @@ class StageHook {
   virtual const StageTap* at(const StagePoint& p, int pos0) = 0;
 };
 
+/// The taps of one forward, for an architecture's forward(): declares each stage (its
+/// point) to the hook, if any, and returns the stage's tap (nullptr without a hook).
+class Stages {
+ public:
+  Stages(StageHook* hook, int pos0, int T) : hook_(hook), pos0_(pos0), T_(T) {}
+  const StageTap* operator()(const char* name, int layer, const char* op, int cols,
+                             int64_t reduction, int roundings,
+                             const AttentionGeometry* attention = nullptr) const {
+    if (!hook_) return nullptr;
+    StagePoint p;
+    p.name = name;
+    p.layer = layer;
+    p.op = op;
+    p.rows = T_;
+    p.cols = cols;
+    p.reduction = reduction;
+    p.roundings = roundings;
+    p.attention = attention;
+    return hook_->at(p, pos0_);
+  }
+
+ private:
+  StageHook* hook_;
+  int pos0_, T_;
+};
+
 }  // namespace arbiter

@@ -1,7 +1,9 @@
 // Every CPU tier against float64 logits from HF transformers (an independent
 // implementation; tools/make_fixtures.py), on the four architecture fixtures
 // (tests/fixtures/models: llama with llama3 RoPE scaling, mistral with a sliding window,
-// qwen2 with QKV bias, qwen3 with q/k norm) and the shipped TinyStories-656K.
+// qwen2 with QKV bias, qwen3 with q/k norm), the gemma fixtures (gemma3: sliding and full
+// layers with their own RoPEs, q/k norm, final softcap; gemma2: attention softcap) and the
+// shipped TinyStories-656K.
 // The corpus tokenization is checked too: the fixtures' prompt ids come from HF tokenizers.
 // To add a model: add its directory and reference JSON to kCases.
 #include <gtest/gtest.h>
@@ -22,6 +24,7 @@ namespace {
 struct Case {
   const char* model_dir;
   const char* reference;
+  double ref_bound = 1e-6;  // the ref tier's max |logit - HF float64|
 };
 
 const Case kCases[] = {
@@ -29,14 +32,19 @@ const Case kCases[] = {
     {"tests/fixtures/models/tiny-mistral", "tests/fixtures/models/tiny-mistral/reference_logits.json"},
     {"tests/fixtures/models/tiny-qwen2", "tests/fixtures/models/tiny-qwen2/reference_logits.json"},
     {"tests/fixtures/models/tiny-qwen3", "tests/fixtures/models/tiny-qwen3/reference_logits.json"},
+    // Issue 23 asks 1e-9 of the gemma fixtures (made after the f64 fixups of tools/README.md).
+    {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-gemma3/reference_logits.json",
+     1e-9},
+    {"tests/fixtures/models/tiny-gemma2", "tests/fixtures/models/tiny-gemma2/reference_logits.json",
+     1e-9},
     {"models/TinyStories-656K", "tests/fixtures/reference/TinyStories-656K.json"},
     {"models/TinyStories-656K/fp32", "tests/fixtures/reference/TinyStories-656K-fp32.json"},
 };
 
 // Bounds: ref computes in f64 like the (patched) HF float64 run, so only reduction order
-// differs (~1e-13); the issue's floor is 1e-6. The cpu tier computes in f32: relative error
-// of a few u = 6e-8 per op through a few layers on logits of magnitude ~10.
-double bound(const std::string& tier) { return tier == "ref" ? 1e-6 : 2e-4; }
+// differs (~1e-13); the issue's floor is 1e-6 (Case::ref_bound). The cpu tier computes in
+// f32: relative error of a few u = 6e-8 per op through a few layers on logits of magnitude ~10.
+double bound(const Case& c, const std::string& tier) { return tier == "ref" ? c.ref_bound : 2e-4; }
 
 }  // namespace
 
@@ -78,7 +86,7 @@ TEST_P(HfReference, LogitsMatchTransformersFloat64) {
       ASSERT_EQ(got.size(), want.size());
       for (size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::abs(got[v] - want[v]));
     }
-    EXPECT_LE(worst, bound(tier)) << c.model_dir << ": max |logit - HF float64|";
+    EXPECT_LE(worst, bound(c, tier)) << c.model_dir << ": max |logit - HF float64|";
     std::printf("[ hf-ref   ] %-36s %s max |dlogit| = %.3g\n", c.model_dir, tier.c_str(), worst);
   }
 }

@@ -99,12 +99,7 @@ class CpuBackend final : public Backend {
     stats_.record("rmsnorm", "cpu.rmsnorm" + suffix_);
     ARB_ASSERT(w.numel() == N && x.n >= int64_t(R) * N && out.n >= int64_t(R) * N);
     widen_small(w, wbuf_);
-    const float* xp = f32(x);
-    float* op = f32(out);
-    const float* wp = wbuf_.data();
-    auto body = [&](int64_t r0, int64_t r1) { rows_->rmsnorm(xp, wp, r0, r1, N, eps, op); };
-    if (int64_t(R) * N >= kParallelElems) pool_.parallel_for(R, body);
-    else body(0, R);
+    norm_rows(x, R, N, eps, out);
   }
 
   void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T,
@@ -217,23 +212,57 @@ class CpuBackend final : public Backend {
   void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
                  int H, int Hkv, int Dh, int window, Buffer& out) override {
     stats_.record("attention", "cpu.attention" + suffix_);
-    ARB_ASSERT(Hkv > 0 && H % Hkv == 0);
-    ARB_ASSERT(int64_t(pos0 + T) * Hkv * Dh <= k_cache.n && q.n >= int64_t(T) * H * Dh &&
-               out.n >= int64_t(T) * H * Dh);
-    AttentionArgs a;
-    a.q = f32(q);
-    a.k_cache = f32(k_cache);
-    a.v_cache = f32(v_cache);
-    a.out = f32(out);
-    a.T = T;
-    a.pos0 = pos0;
-    a.H = H;
-    a.Hkv = Hkv;
-    a.Dh = Dh;
-    a.window = window;
-    // Units are (head, token) with the head outermost, so static chunks split the heads and
-    // each thread gets the same mix of short (early) and long (late) causal rows.
-    pool_.parallel_for(int64_t(H) * T, [&](int64_t u0, int64_t u1) { rows_->attention(a, u0, u1); });
+    attend(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, 1.0 / std::sqrt(double(Dh)), 0, out);
+  }
+
+  void scaled_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                        int pos0, int H, int Hkv, int Dh, int window, double scale,
+                        double softcap, Buffer& out) override {
+    stats_.record("scaled_attention", "cpu.attention" + suffix_);
+    attend(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, scale, softcap, out);
+  }
+
+  void rmsnorm_1p(const Buffer& x, const Tensor& w, int R, int N, double eps,
+                  Buffer& out) override {
+    stats_.record("rmsnorm_1p", "cpu.rmsnorm_1p" + suffix_);
+    ARB_ASSERT(w.numel() == N && x.n >= int64_t(R) * N && out.n >= int64_t(R) * N);
+    widen_small(w, wbuf_);
+    for (float& v : wbuf_) v += 1.f;  // in f32, as HF's (1.0 + self.weight.float())
+    norm_rows(x, R, N, eps, out);
+  }
+
+  // Scalar loops: gemma's element-wise ops are a small share of a forward (the matmuls
+  // dominate); SIMD versions would follow swiglu's in row_ops.cpp.
+  void geglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override {
+    stats_.record("geglu", "cpu.geglu");
+    ARB_ASSERT(gate.n >= n && up.n >= n && out.n >= n);
+    const float *g = f32(gate), *u = f32(up);
+    float* o = f32(out);
+    const float c = float(std::sqrt(2.0 / 3.14159265358979323846));
+    elementwise(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        o[i] = 0.5f * g[i] * (1.f + std::tanh(c * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i];
+    });
+  }
+
+  void scale(Buffer& x, int64_t n, double s) override {
+    stats_.record("scale", "cpu.scale");
+    ARB_ASSERT(x.n >= n);
+    float* xp = f32(x);
+    const float sf = float(s);
+    elementwise(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) xp[i] *= sf;
+    });
+  }
+
+  void softcap(Buffer& x, int64_t n, double cap) override {
+    stats_.record("softcap", "cpu.softcap");
+    ARB_ASSERT(x.n >= n);
+    float* xp = f32(x);
+    const float cf = float(cap);
+    elementwise(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) xp[i] = std::tanh(xp[i] / cf) * cf;
+    });
   }
 
   void swiglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override {
@@ -272,6 +301,39 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  void attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
+              int H, int Hkv, int Dh, int window, double scale, double softcap, Buffer& out) {
+    ARB_ASSERT(Hkv > 0 && H % Hkv == 0);
+    ARB_ASSERT(int64_t(pos0 + T) * Hkv * Dh <= k_cache.n && q.n >= int64_t(T) * H * Dh &&
+               out.n >= int64_t(T) * H * Dh);
+    AttentionArgs a;
+    a.q = f32(q);
+    a.k_cache = f32(k_cache);
+    a.v_cache = f32(v_cache);
+    a.out = f32(out);
+    a.T = T;
+    a.pos0 = pos0;
+    a.H = H;
+    a.Hkv = Hkv;
+    a.Dh = Dh;
+    a.window = window;
+    a.scale = scale;
+    a.softcap = softcap;
+    // Units are (head, token) with the head outermost, so static chunks split the heads and
+    // each thread gets the same mix of short (early) and long (late) causal rows.
+    pool_.parallel_for(int64_t(H) * T, [&](int64_t u0, int64_t u1) { rows_->attention(a, u0, u1); });
+  }
+
+  // out = rmsnorm of x with the widened weight in wbuf_.
+  void norm_rows(const Buffer& x, int R, int N, double eps, Buffer& out) {
+    const float* xp = f32(x);
+    float* op = f32(out);
+    const float* wp = wbuf_.data();
+    auto body = [&](int64_t r0, int64_t r1) { rows_->rmsnorm(xp, wp, r0, r1, N, eps, op); };
+    if (int64_t(R) * N >= kParallelElems) pool_.parallel_for(R, body);
+    else body(0, R);
+  }
+
   // Small vectors (norm weights, biases) widened per call: N floats, not a model copy.
   static void widen_small(const Tensor& t, std::vector<float>& dst) {
     dst.resize(size_t(t.numel()));

@@ -71,6 +71,8 @@ struct AttentionArgs {
   const float* v_cache = nullptr;  // [ctx, Hkv*Dh]
   float* out = nullptr;            // [T, H*Dh]
   int T = 0, pos0 = 0, H = 0, Hkv = 0, Dh = 0, window = 0;
+  double scale = 0;    // scores are scale * q.k (attention(): 1/sqrt(Dh))
+  double softcap = 0;  // > 0: scores s -> tanh(s / softcap) * softcap (gemma 2)
 };
 struct RowKernels {
   /// out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w for r in [r0, r1); out may alias x.

@@ -126,7 +126,7 @@ inline void axpy(float p, const float* v, float* acc, int n) {
 template <class V>
 void attention_units(const AttentionArgs& a, int64_t u0, int64_t u1) {
   const int kv_dim = a.Hkv * a.Dh, group = a.H / a.Hkv, Dh = a.Dh;
-  const float scale = float(1.0 / std::sqrt(double(Dh)));
+  const float scale = float(a.scale), softcap = float(a.softcap);
   thread_local std::vector<float> score, acc;
   score.resize(size_t(a.pos0 + a.T));
   acc.resize(size_t(Dh));
@@ -139,7 +139,8 @@ void attention_units(const AttentionArgs& a, int64_t u0, int64_t u1) {
     const int64_t koff = int64_t(h / group) * Dh;
     float mx = -std::numeric_limits<float>::infinity();
     for (int j = 0; j < L; ++j) {
-      const float s = dot<V>(qh, a.k_cache + int64_t(lo + j) * kv_dim + koff, Dh) * scale;
+      float s = dot<V>(qh, a.k_cache + int64_t(lo + j) * kv_dim + koff, Dh) * scale;
+      if (softcap > 0) s = std::tanh(s / softcap) * softcap;
       score[size_t(j)] = s;
       mx = s > mx ? s : mx;
     }

@@ -54,6 +54,21 @@ class RefBackend final : public Backend {
     stats_.record("rmsnorm", "ref.rmsnorm");
     std::vector<double> wd(N);
     row_to_f64(w.dtype, w.data, wd.data(), N);
+    norm_rows(x, wd, R, N, eps, out);
+  }
+
+  void rmsnorm_1p(const Buffer& x, const Tensor& w, int R, int N, double eps,
+                  Buffer& out) override {
+    stats_.record("rmsnorm_1p", "ref.rmsnorm_1p");
+    std::vector<double> wd(N);
+    row_to_f64(w.dtype, w.data, wd.data(), N);
+    for (double& v : wd) v += 1.0;  // exact: a stored weight has at most 24 significant bits
+    norm_rows(x, wd, R, N, eps, out);
+  }
+
+  // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w
+  static void norm_rows(const Buffer& x, const std::vector<double>& wd, int R, int N, double eps,
+                        Buffer& out) {
     for (int r = 0; r < R; ++r) {
       const double* xr = f64(x) + int64_t(r) * N;
       double* yr = f64(out) + int64_t(r) * N;
@@ -133,8 +148,23 @@ class RefBackend final : public Backend {
   void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
                  int H, int Hkv, int Dh, int window, Buffer& out) override {
     stats_.record("attention", "ref.attention");
+    attend(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, 1.0 / std::sqrt(double(Dh)), 0,
+           out);
+  }
+
+  void scaled_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                        int pos0, int H, int Hkv, int Dh, int window, double scale,
+                        double softcap, Buffer& out) override {
+    stats_.record("scaled_attention", "ref.attention");
+    attend(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, scale, softcap, out);
+  }
+
+  // Scores s = scale * q.k (softcap > 0: s = tanh(s / softcap) * softcap), softmax over the
+  // keys in (i - window, i], weighted sum of the values.
+  static void attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                     int pos0, int H, int Hkv, int Dh, int window, double scale, double softcap,
+                     Buffer& out) {
     const int kv_dim = Hkv * Dh, group = H / Hkv;
-    const double scale = 1.0 / std::sqrt(double(Dh));
     std::vector<double> score(size_t(pos0 + T));
     for (int t = 0; t < T; ++t) {
       const int i = pos0 + t;  // query position; keys in [lo, i]
@@ -148,6 +178,7 @@ class RefBackend final : public Backend {
           double dot = 0;
           for (int d = 0; d < Dh; ++d) dot += qh[d] * kj[d];
           score[j] = dot * scale;
+          if (softcap > 0) score[j] = std::tanh(score[j] / softcap) * softcap;
           mx = std::max(mx, score[j]);
         }
         double sum = 0;
@@ -172,6 +203,25 @@ class RefBackend final : public Backend {
       double g = f64(gate)[i];
       f64(out)[i] = g / (1.0 + std::exp(-g)) * f64(up)[i];
     }
+  }
+
+  void geglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override {
+    stats_.record("geglu", "ref.geglu");
+    const double c = std::sqrt(2.0 / 3.14159265358979323846);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = f64(gate)[i];
+      f64(out)[i] = 0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * f64(up)[i];
+    }
+  }
+
+  void scale(Buffer& x, int64_t n, double s) override {
+    stats_.record("scale", "ref.scale");
+    for (int64_t i = 0; i < n; ++i) f64(x)[i] *= s;
+  }
+
+  void softcap(Buffer& x, int64_t n, double cap) override {
+    stats_.record("softcap", "ref.softcap");
+    for (int64_t i = 0; i < n; ++i) f64(x)[i] = std::tanh(f64(x)[i] / cap) * cap;
   }
 
   void add(Buffer& x, const Buffer& y, int64_t n) override {

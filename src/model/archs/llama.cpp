@@ -67,31 +67,6 @@ class LlamaState final : public ForwardState {
   Backend& be_;
 };
 
-/// The taps of one forward: declares each stage (its point) to the hook, if any.
-class Stages {
- public:
-  Stages(StageHook* hook, int pos0, int T) : hook_(hook), pos0_(pos0), T_(T) {}
-  const StageTap* operator()(const char* name, int layer, const char* op, int cols,
-                             int64_t reduction, int roundings,
-                             const AttentionGeometry* attention = nullptr) const {
-    if (!hook_) return nullptr;
-    StagePoint p;
-    p.name = name;
-    p.layer = layer;
-    p.op = op;
-    p.rows = T_;
-    p.cols = cols;
-    p.reduction = reduction;
-    p.roundings = roundings;
-    p.attention = attention;
-    return hook_->at(p, pos0_);
-  }
-
- private:
-  StageHook* hook_;
-  int pos0_, T_;
-};
-
 class Llama final : public Arch {
  public:
   std::string family() const override { return "llama"; }

@@ -1,0 +1,434 @@
+// The gemma family: Gemma2ForCausalLM and Gemma3ForCausalLM (the text model, config
+// `gemma3_text`). One decoder block, sandwich-normed (HF Gemma3DecoderLayer):
+//   x += post_attn_norm(o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v))),
+//        q/k/v = proj(input_norm(x))
+//   x += post_ffn_norm(down(gelu_tanh(gate(xn)) * up(xn))),  xn = pre_ffn_norm(x)
+// with every norm an RMSNorm scaled by (1 + w), the embedding scaled by sqrt(D) rounded to the
+// weight dtype, scores scaled by query_pre_attn_scalar^-0.5, and per layer either a sliding
+// window (its own RoPE: rope_local_base_freq) or full attention (rope_theta + scaling).
+// Gemma 2 differs by flags: no q/k norm, attention scores soft-capped, one RoPE.
+// Semantics from transformers' modeling_gemma2.py / modeling_gemma3.py (v5.17).
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "io/json_config.h"
+#include "model/model.h"
+#include "model/rope_config.h"
+#include "model/synth.h"
+
+namespace arbiter {
+
+namespace {
+
+// Tensor slots (Weights::global / Weights::layer).
+enum Global { kEmbed, kOutNorm, kLmHead, kGlobalSlots };
+enum Layer {
+  kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kPostAttnNorm, kFfnNorm, kGate, kUp, kDown,
+  kPostFfnNorm, kLayerSlots
+};
+
+/// Per-sequence state: the KV cache of every layer ([max_ctx] rows on sliding layers too) and
+/// the scratch of forwards of up to max_T tokens.
+class GemmaState final : public ForwardState {
+ public:
+  GemmaState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_) : be_(be) {
+    const int64_t T = max_T_, D = c.d_model, q_dim = int64_t(c.n_head) * c.head_dim;
+    const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff;
+    max_T = max_T_;
+    max_ctx = max_ctx_;
+    for (int l = 0; l < c.n_layer; ++l) {
+      k_cache.push_back(be.alloc(max_ctx * kv_dim));  // [max_ctx, Hkv*Dh]
+      v_cache.push_back(be.alloc(max_ctx * kv_dim));
+    }
+    x = be.alloc(T * D);
+    xn = be.alloc(T * D);
+    q = be.alloc(T * q_dim);
+    k = be.alloc(T * kv_dim);
+    v = be.alloc(T * kv_dim);
+    att = be.alloc(T * q_dim);
+    o = be.alloc(T * D);
+    gate = be.alloc(T * F);
+    up = be.alloc(T * F);
+    act = be.alloc(T * F);
+    down = be.alloc(T * D);
+    logits = be.alloc(T * c.vocab, /*logits=*/true);
+  }
+  ~GemmaState() override {
+    for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})
+      be_.free(*b);
+    for (Buffer& b : k_cache) be_.free(b);
+    for (Buffer& b : v_cache) be_.free(b);
+  }
+  std::vector<Buffer> k_cache, v_cache;
+  Buffer x, xn, q, k, v, att, o, gate, up, act, down;  // [max_T, ...]
+
+ private:
+  Backend& be_;
+};
+
+// sqrt(D) as HF applies it: Gemma3TextScaledWordEmbedding keeps it as an f32 tensor and casts
+// it to the weight dtype; Gemma2Model makes it in the activations' dtype (the weight dtype).
+// Both are the f32 value rounded to the weight dtype here (exact for every D in the fixtures;
+// for f64 weights Gemma 2's is sqrt(D) itself).
+double embed_scale(const ModelConfig& c, DType weights) {
+  const double s = std::sqrt(double(c.d_model));
+  switch (weights) {
+    case DType::F64: return c.arch == "gemma2" ? s : double(float(s));
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(float(s)));
+    case DType::F16: return f16_to_f32(f32_to_f16(float(s)));
+    default: return double(float(s));
+  }
+}
+
+class Gemma final : public Arch {
+ public:
+  std::string family() const override { return "gemma"; }
+  std::vector<std::pair<std::string, std::string>> hf_classes() const override {
+    return {{"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"}};
+  }
+  // llama.cpp's gemma2/gemma3 GGUF files store the norm weights with the 1 already added
+  // (its converter adds it); reading them needs the plain rmsnorm and is not done yet.
+  std::vector<std::string> gguf_names() const override { return {}; }
+  int global_slots() const override { return kGlobalSlots; }
+  int layer_slots() const override { return kLayerSlots; }
+  std::vector<std::string> stages() const override {
+    return {"embed", "attn_norm", "q",        "k",         "v",        "q_norm",
+            "k_norm", "q_rope",   "k_rope",   "attn",      "o",        "post_attn_norm",
+            "attn_res", "ffn_norm", "gate",   "up",        "act",      "down",
+            "post_ffn_norm", "ffn_res", "final_norm", "logits", "logits_softcap"};
+  }
+
+  // Defaults are those of transformers' Gemma2Config / Gemma3TextConfig when a key is absent
+  // (noted per key); the dimensions are required, as in the llama family.
+  void parse_hf(const JsonConfig& j, ModelConfig& c) const override {
+    const bool g3 = c.arch == "gemma3";
+    c.d_model = j.positive_int("hidden_size");
+    c.n_layer = j.positive_int("num_hidden_layers");
+    c.n_head = j.positive_int("num_attention_heads");
+    c.n_head_kv = j.positive_int("num_key_value_heads", c.n_head);
+    c.d_ff = j.positive_int("intermediate_size");
+    c.vocab = j.positive_int("vocab_size");
+    c.head_dim = j.positive_int("head_dim", 256);  // both configs default to 256
+    if (c.n_head % c.n_head_kv != 0)
+      j.fail(strformat("num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                       c.n_head, c.n_head_kv));
+    c.max_pos = j.positive_int("max_position_embeddings", g3 ? 131072 : 8192);
+    c.norm_eps = j.number("rms_norm_eps", 1e-6);
+    if (!(c.norm_eps > 0)) j.fail("rms_norm_eps must be positive");
+    c.tied_embeddings = j.flag("tie_word_embeddings", true);
+    c.qk_norm = g3;  // Gemma3Attention's q_norm / k_norm; Gemma 2 has none
+
+    const std::string act = j.str_of({"hidden_activation"}, "gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh")
+      j.fail("hidden_activation \"" + act + "\" is not supported (expected \"gelu_pytorch_tanh\")");
+    if (j.flag("attention_bias", false)) j.fail("attention_bias=true is not supported");
+    if (j.flag("use_bidirectional_attention", false))
+      j.fail("use_bidirectional_attention=true is not supported (a causal LM is expected)");
+
+    c.attn_scale = 1.0 / std::sqrt(positive(j, "query_pre_attn_scalar", 256));
+    // Absent: the config's default (Gemma 2: 50 and 30; Gemma 3: none); null: none.
+    c.attn_softcap = softcap(j, "attn_logit_softcapping", g3 ? 0 : 50.0);
+    c.final_softcap = softcap(j, "final_logit_softcapping", g3 ? 0 : 30.0);
+    parse_layer_types(j, c);
+    parse_rope(j, c);
+  }
+
+  void parse_gguf(const GgufFile&, ModelConfig& c) const override {
+    throw Error("[loader] " + c.arch + ": GGUF files of the gemma family are not supported yet");
+  }
+
+  std::vector<TensorSpec> tensors(const ModelConfig& c) const override {
+    const int64_t D = c.d_model, F = c.d_ff, Dh = c.head_dim, V = c.vocab;
+    const int64_t Hq = int64_t(c.n_head) * Dh, Hk = int64_t(c.n_head_kv) * Dh;
+    std::vector<TensorSpec> t;
+    auto global = [&](const char* role, int slot, const char* hf, const char* gguf,
+                      std::vector<int64_t> shape, TensorKind kind, const char* family) {
+      TensorSpec s;
+      s.role = role, s.slot = slot, s.hf = hf, s.gguf = gguf, s.shape = std::move(shape);
+      s.kind = kind, s.family = family;
+      t.push_back(std::move(s));
+      return &t.back();
+    };
+    global("embed", kEmbed, "model.embed_tokens.weight", "token_embd.weight", {V, D},
+           TensorKind::Matrix, "embed");
+    global("out_norm", kOutNorm, "model.norm.weight", "output_norm.weight", {D}, TensorKind::Norm,
+           "norm");
+    global("lm_head", kLmHead, "lm_head.weight", "output.weight", {V, D}, TensorKind::Matrix,
+           "logits")
+        ->tie_to = "embed";
+    for (int l = 0; l < c.n_layer; ++l) {
+      const std::string hf = "model.layers." + std::to_string(l) + ".";
+      const std::string gg = "blk." + std::to_string(l) + ".";
+      auto layer = [&](const char* role, int slot, const char* hf_name, const char* gguf_name,
+                       std::vector<int64_t> shape, TensorKind kind, const char* family) {
+        TensorSpec s;
+        s.role = role, s.slot = slot, s.layer = l, s.hf = hf + hf_name, s.gguf = gg + gguf_name;
+        s.shape = std::move(shape), s.kind = kind, s.family = family;
+        t.push_back(std::move(s));
+      };
+      layer("attn_norm", kAttnNorm, "input_layernorm.weight", "attn_norm.weight", {D},
+            TensorKind::Norm, "norm");
+      layer("wq", kWq, "self_attn.q_proj.weight", "attn_q.weight", {Hq, D}, TensorKind::Matrix,
+            "attn");
+      layer("wk", kWk, "self_attn.k_proj.weight", "attn_k.weight", {Hk, D}, TensorKind::Matrix,
+            "attn");
+      layer("wv", kWv, "self_attn.v_proj.weight", "attn_v.weight", {Hk, D}, TensorKind::Matrix,
+            "attn");
+      if (c.qk_norm) {
+        layer("q_norm", kQNorm, "self_attn.q_norm.weight", "attn_q_norm.weight", {Dh},
+              TensorKind::Norm, "norm");
+        layer("k_norm", kKNorm, "self_attn.k_norm.weight", "attn_k_norm.weight", {Dh},
+              TensorKind::Norm, "norm");
+      }
+      layer("wo", kWo, "self_attn.o_proj.weight", "attn_output.weight", {D, Hq},
+            TensorKind::Matrix, "attn");
+      layer("post_attn_norm", kPostAttnNorm, "post_attention_layernorm.weight",
+            "post_attention_norm.weight", {D}, TensorKind::Norm, "norm");
+      layer("ffn_norm", kFfnNorm, "pre_feedforward_layernorm.weight", "ffn_norm.weight", {D},
+            TensorKind::Norm, "norm");
+      layer("w_gate", kGate, "mlp.gate_proj.weight", "ffn_gate.weight", {F, D},
+            TensorKind::Matrix, "mlp");
+      layer("w_up", kUp, "mlp.up_proj.weight", "ffn_up.weight", {F, D}, TensorKind::Matrix,
+            "mlp");
+      layer("w_down", kDown, "mlp.down_proj.weight", "ffn_down.weight", {D, F},
+            TensorKind::Matrix, "mlp");
+      layer("post_ffn_norm", kPostFfnNorm, "post_feedforward_layernorm.weight",
+            "post_ffw_norm.weight", {D}, TensorKind::Norm, "norm");
+    }
+    return t;
+  }
+
+  std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
+                                           int max_T) const override {
+    return std::make_unique<GemmaState>(be, m.config, max_ctx, max_T);
+  }
+
+  void forward(const Model& m, Backend& be, ForwardState& state,
+               const ForwardArgs& a) const override {
+    GemmaState& s = static_cast<GemmaState&>(state);
+    const ModelConfig& c = m.config;
+    const Weights& w = m.weights;
+    const int T = a.T, pos0 = a.pos0;
+    ARB_CHECK(T >= 1 && T <= s.max_T, "[model] forward of %d tokens exceeds scratch width %d", T,
+              s.max_T);
+    ARB_CHECK(pos0 + T <= s.max_ctx, "[model] position %d exceeds the KV cache (%d rows)",
+              pos0 + T, s.max_ctx);
+    ARB_CHECK(a.ids || T == 1, "[model] a forward of %d picked tokens (only one is kept)", T);
+    const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim, F = c.d_ff;
+    const int q_dim = H * Dh, kv_dim = Hkv * Dh;
+    const double eps = c.norm_eps;
+    const Stages tap(a.hook, pos0, T);
+
+    const Tensor& embed = w.global(kEmbed);
+    if (a.ids) be.embed(embed, a.ids, T, s.x);  // x [T, D]
+    else be.embed_picked(embed, s.x);
+    be.scale(s.x, int64_t(T) * D, embed_scale(c, embed.dtype));
+    be.apply_tap(tap("embed", -1, "embed", D, 1, 3), s.x, T, D);
+
+    for (int l = 0; l < c.n_layer; ++l) {
+      auto lw = [&](int slot) -> const Tensor& { return w.layer(l, slot); };
+      const bool sliding = c.layer_sliding[size_t(l)];
+      const int window = sliding ? c.sliding_window : 0;
+      const RopeSpec& rope = sliding ? c.rope_local : c.rope;
+      const AttentionGeometry geo{"q_rope", "k_rope", "v", H, Hkv, Dh, window, c.attn_scale};
+
+      // attention block
+      be.rmsnorm_1p(s.x, lw(kAttnNorm), T, D, eps, s.xn);  // xn [T, D]
+      be.apply_tap(tap("attn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
+      be.matmul(s.xn, lw(kWq), nullptr, T, s.q);  // q [T, H*Dh]
+      be.apply_tap(tap("q", l, "matmul", q_dim, D, 3), s.q, T, q_dim);
+      be.matmul(s.xn, lw(kWk), nullptr, T, s.k);  // k [T, Hkv*Dh]
+      be.apply_tap(tap("k", l, "matmul", kv_dim, D, 3), s.k, T, kv_dim);
+      be.matmul(s.xn, lw(kWv), nullptr, T, s.v);  // v [T, Hkv*Dh]
+      be.apply_tap(tap("v", l, "matmul", kv_dim, D, 3), s.v, T, kv_dim);
+      if (c.qk_norm) {  // gemma3: (1 + w) RMSNorm over each head before RoPE
+        be.rmsnorm_1p(s.q, lw(kQNorm), T * H, Dh, eps, s.q);
+        be.apply_tap(tap("q_norm", l, "rmsnorm", q_dim, Dh, 3), s.q, T, q_dim);
+        be.rmsnorm_1p(s.k, lw(kKNorm), T * Hkv, Dh, eps, s.k);
+        be.apply_tap(tap("k_norm", l, "rmsnorm", kv_dim, Dh, 3), s.k, T, kv_dim);
+      }
+      be.rope(s.q, T, H, Dh, pos0, rope);
+      be.apply_tap(tap("q_rope", l, "rope", q_dim, 2, 3), s.q, T, q_dim);
+      be.rope(s.k, T, Hkv, Dh, pos0, rope);
+      be.apply_tap(tap("k_rope", l, "rope", kv_dim, 2, 3), s.k, T, kv_dim);
+      be.kv_store(s.k, s.v, s.k_cache[size_t(l)], s.v_cache[size_t(l)], T, pos0, kv_dim);
+      be.scaled_attention(s.q, s.k_cache[size_t(l)], s.v_cache[size_t(l)], T, pos0, H, Hkv, Dh,
+                          window, c.attn_scale, c.attn_softcap, s.att);  // att [T, H*Dh]
+      be.apply_tap(tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo), s.att, T,
+                   q_dim);
+      be.matmul(s.att, lw(kWo), nullptr, T, s.o);  // o [T, D]
+      be.apply_tap(tap("o", l, "matmul", D, q_dim, 3), s.o, T, D);
+      be.rmsnorm_1p(s.o, lw(kPostAttnNorm), T, D, eps, s.o);
+      be.apply_tap(tap("post_attn_norm", l, "rmsnorm", D, D, 3), s.o, T, D);
+      be.add(s.x, s.o, int64_t(T) * D);
+      be.apply_tap(tap("attn_res", l, "add", D, 1, 3), s.x, T, D);
+
+      // feed-forward block
+      be.rmsnorm_1p(s.x, lw(kFfnNorm), T, D, eps, s.xn);
+      be.apply_tap(tap("ffn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
+      be.matmul(s.xn, lw(kGate), nullptr, T, s.gate);  // [T, F]
+      be.apply_tap(tap("gate", l, "matmul", F, D, 3), s.gate, T, F);
+      be.matmul(s.xn, lw(kUp), nullptr, T, s.up);
+      be.apply_tap(tap("up", l, "matmul", F, D, 3), s.up, T, F);
+      be.geglu(s.gate, s.up, int64_t(T) * F, s.act);
+      be.apply_tap(tap("act", l, "geglu", F, 1, 3), s.act, T, F);
+      be.matmul(s.act, lw(kDown), nullptr, T, s.down);  // [T, D]
+      be.apply_tap(tap("down", l, "matmul", D, F, 3), s.down, T, D);
+      be.rmsnorm_1p(s.down, lw(kPostFfnNorm), T, D, eps, s.down);
+      be.apply_tap(tap("post_ffn_norm", l, "rmsnorm", D, D, 3), s.down, T, D);
+      be.add(s.x, s.down, int64_t(T) * D);
+      be.apply_tap(tap("ffn_res", l, "add", D, 1, 3), s.x, T, D);
+    }
+    if (!a.logits) return;
+    be.rmsnorm_1p(s.x, w.global(kOutNorm), T, D, eps, s.xn);
+    be.apply_tap(tap("final_norm", -1, "rmsnorm", D, D, 3), s.xn, T, D);
+    be.matmul(s.xn, w.global(kLmHead), nullptr, T, s.logits);  // [T, V]
+    be.apply_tap(tap("logits", -1, "matmul", c.vocab, D, 3), s.logits, T, c.vocab);
+    if (c.final_softcap > 0) {
+      be.softcap(s.logits, int64_t(T) * c.vocab, c.final_softcap);
+      be.apply_tap(tap("logits_softcap", -1, "softcap", c.vocab, 1, 3), s.logits, T, c.vocab);
+    }
+  }
+
+  std::vector<SynthPreset> presets() const override { return {}; }
+
+  void hf_config_json(const ModelConfig& c, nlohmann::json& j) const override {
+    j["hidden_size"] = c.d_model;
+    j["intermediate_size"] = c.d_ff;
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.n_head_kv;
+    j["head_dim"] = c.head_dim;
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["rms_norm_eps"] = c.norm_eps;
+    j["query_pre_attn_scalar"] = 1.0 / (c.attn_scale * c.attn_scale);
+    j["sliding_window"] = c.sliding_window;
+    nlohmann::json types = nlohmann::json::array();
+    for (bool s : c.layer_sliding) types.push_back(s ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    auto cap = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    j["attn_logit_softcapping"] = cap(c.attn_softcap);
+    j["final_logit_softcapping"] = cap(c.final_softcap);
+    write_hf_rope(c.rope, j);
+    if (c.arch == "gemma3") j["rope_local_base_freq"] = c.rope_local.theta;
+  }
+
+  void gguf_metadata(const ModelConfig& c, GgufWriter&) const override {
+    throw Error("[synth] " + c.arch + ": GGUF output of the gemma family is not supported yet");
+  }
+
+  RopeLayout gguf_rope_layout(const std::string&) const override { return RopeLayout::Half; }
+
+  nlohmann::ordered_json describe(const ModelConfig& c) const override {
+    std::string types;
+    for (bool s : c.layer_sliding) types += std::string(types.empty() ? "" : ",") + (s ? "S" : "F");
+    return {{"layer_types", types},
+            {"sliding_window", c.sliding_window},
+            {"rope_local_theta", c.rope_local.theta},
+            {"attn_scale", c.attn_scale},
+            {"attn_softcap", c.attn_softcap},
+            {"final_softcap", c.final_softcap},
+            {"qk_norm", c.qk_norm}};
+  }
+
+  // K and V of every layer, sliding layers over their window's keys.
+  double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const override {
+    return 2.0 * keys_over_layers(c, ctx) * double(c.n_head_kv) * c.head_dim * elem_bytes;
+  }
+
+  // 2 x (matmul weights incl. the output matrix) + 4 H Dh keys per layer (QK^T and PV).
+  double flops_per_token(const ModelConfig& c, int T, int pos0) const override {
+    const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim;
+    const double Hk = double(c.n_head_kv) * c.head_dim;
+    const double per_layer = D * Hq + 2 * D * Hk + Hq * D + 3 * D * F;
+    const double matmul = 2.0 * (c.n_layer * per_layer + double(c.vocab) * D);
+    double keys = 0;  // keys attended by all layers, summed over the T tokens
+    for (int t = 0; t < T; ++t) keys += keys_over_layers(c, double(pos0) + t + 1);
+    return matmul + 4.0 * Hq * keys / std::max(T, 1);
+  }
+
+ private:
+  static double keys_over_layers(const ModelConfig& c, double ctx) {
+    double keys = 0;
+    for (bool s : c.layer_sliding) keys += s ? std::min<double>(ctx, c.sliding_window) : ctx;
+    return keys;
+  }
+
+  static double positive(const JsonConfig& j, const char* key, double dflt) {
+    const double v = j.number(key, dflt);
+    if (!(v > 0)) j.fail(std::string(key) + " must be positive");
+    return v;
+  }
+
+  static double softcap(const JsonConfig& j, const char* key, double dflt) {
+    if (!j.contains(key)) return dflt;
+    return j.has(key) ? positive(j, key, 0) : 0;
+  }
+
+  // layer_types (transformers v5 spells every layer out), else the pattern: Gemma 3 slides on
+  // every layer but each sliding_window_pattern-th (default 6), Gemma 2 on the even ones.
+  static void parse_layer_types(const JsonConfig& j, ModelConfig& c) {
+    c.layer_sliding.assign(size_t(c.n_layer), false);
+    if (j.has("layer_types")) {
+      const nlohmann::json& lt = j.raw("layer_types");
+      if (!lt.is_array() || int(lt.size()) != c.n_layer)
+        j.fail("'layer_types' is not a list of num_hidden_layers entries");
+      for (int l = 0; l < c.n_layer; ++l) {
+        const nlohmann::json& t = lt[size_t(l)];
+        const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+        if (s == "sliding_attention") c.layer_sliding[size_t(l)] = true;
+        else if (s != "full_attention")
+          j.fail(strformat("layer_types[%d] '%s' is not supported (expected sliding_attention or "
+                           "full_attention)", l, s.c_str()));
+      }
+    } else {
+      const bool g3 = c.arch == "gemma3";
+      const char* key = j.has("_sliding_window_pattern") ? "_sliding_window_pattern"
+                                                         : "sliding_window_pattern";
+      const int pattern = g3 ? j.positive_int(key, 6) : 2;
+      for (int l = 0; l < c.n_layer; ++l) c.layer_sliding[size_t(l)] = (l + 1) % pattern != 0;
+    }
+    bool any = false;
+    for (bool s : c.layer_sliding) any = any || s;
+    if (!any) return;
+    c.sliding_window = j.positive_int("sliding_window", 4096);  // both configs: 4096
+    if (c.sliding_window > c.max_pos)
+      j.fail(strformat("sliding_window %d exceeds max_position_embeddings %d", c.sliding_window,
+                       c.max_pos));
+  }
+
+  // Full layers: rope_theta (Gemma 3 default 1e6, Gemma 2 1e4) and rope_scaling; Gemma 3's
+  // sliding layers: rope_local_base_freq (default 1e4), unscaled. transformers v5 writes
+  // rope_parameters instead: Gemma 3 one entry per layer type, Gemma 2 one for all.
+  static void parse_rope(const JsonConfig& j, ModelConfig& c) {
+    const bool g3 = c.arch == "gemma3";
+    c.rope = RopeSpec{};
+    c.rope.dims = c.head_dim;
+    c.rope.layout = RopeLayout::Half;  // HF "rotate_half"
+    c.rope.theta = j.number("rope_theta", g3 ? 1e6 : 1e4);
+    c.rope_local = c.rope;
+    c.rope_local.theta = g3 ? j.number("rope_local_base_freq", 1e4) : c.rope.theta;
+    if (j.has("rope_scaling")) read_hf_rope_dict(j, "rope_scaling", c.rope);
+    if (j.has("rope_parameters")) {
+      const JsonConfig rp = j.object("rope_parameters");
+      if (rp.has("full_attention") || rp.has("sliding_attention")) {
+        if (rp.has("full_attention")) read_hf_rope_dict(rp, "full_attention", c.rope);
+        if (rp.has("sliding_attention")) read_hf_rope_dict(rp, "sliding_attention", c.rope_local);
+      } else {
+        read_hf_rope_dict(j, "rope_parameters", c.rope);
+      }
+    }
+    if (!g3) c.rope_local = c.rope;  // Gemma 2: one RoPE for every layer
+    if (!(c.rope.theta > 0) || !(c.rope_local.theta > 0)) j.fail("rope theta must be positive");
+  }
+};
+
+}  // namespace
+
+const Arch& gemma_family() {
+  static const Gemma arch;
+  return arch;
+}
+
+}  // namespace arbiter
