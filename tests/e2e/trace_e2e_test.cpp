@@ -43,6 +43,8 @@ const FixtureModel kFixtureModels[] = {
     {"tests/fixtures/models/tiny-mistral", "tiny-mistral"},
     {"tests/fixtures/models/tiny-qwen2", "tiny-qwen2"},
     {"tests/fixtures/models/tiny-qwen3", "tiny-qwen3"},
+    {"tests/fixtures/models/tiny-gemma3", "tiny-gemma3"},
+    {"tests/fixtures/models/tiny-gemma2", "tiny-gemma2"},
 };
 
 // The ref tier against transformers float64 traces: same targets and top-k ids, every logit
@@ -81,6 +83,26 @@ TEST(TraceE2E, RefMatchesTransformersFloat64Traces) {
       ++compared;
     }
   EXPECT_GE(compared, 5) << "fixture traces missing";
+}
+
+// The cpu tier (f32) on the gemma fixtures against transformers' float64 traces: compare
+// passes at w1 and at w8 behind 64 tokens of context (past both sliding windows).
+TEST(TraceE2E, GemmaCpuPassesAgainstTransformersTraces) {
+  const std::pair<const char*, const char*> shapes[] = {
+      {"w1", "--chunk 1 --chunks 16 --prefill 0 --start 0"},
+      {"w8", "--chunk 8 --chunks 8 --prefill 64 --start 0"}};
+  for (const char* name : {"tiny-gemma3", "tiny-gemma2"})
+    for (auto [shape, args] : shapes) {
+      const std::string fixture =
+          test::source_path(std::string("tests/fixtures/traces/") + name + "." + shape + ".f64.tsv");
+      SCOPED_TRACE(fixture);
+      const std::string out = test::temp_dir("e2e") + "/cpu.tsv";
+      auto r = test::run_cli(trace_cmd(std::string("tests/fixtures/models/") + name, "cpu", args, out));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      auto c = test::run_cli("compare --json " + fixture + " " + out);
+      EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
+      EXPECT_EQ(nlohmann::json::parse(c.out)["verdict"], "pass");
+    }
 }
 
 TEST(TraceE2E, RefVsCpuPassesAtW1W8W256) {

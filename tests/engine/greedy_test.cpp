@@ -119,6 +119,33 @@ TEST(Tiers, RefCpuAgreeOnF32Checkpoints) {
   }
 }
 
+// Gemma past its sliding window (tiny-gemma3: 16, tiny-gemma2: 24): 48 greedy tokens behind
+// a 6-token prompt give the same ids on cpu (f32) as on ref (f64), and decode token by token
+// gives the logits of one prefill of the same ids (the window is applied identically in both).
+TEST(Greedy, GemmaCpuEqualsRefPastTheWindow) {
+  for (const char* dir : {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-gemma2"}) {
+    SCOPED_TRACE(dir);
+    auto m = load_model(test::source_path(dir));
+    ASSERT_GT(m->config.sliding_window, 0);
+    const std::vector<int32_t> prompt = m->tokenizer->encode("Once upon a time, a cat", true, false);
+    const int n = 48;
+    ASSERT_GT(int(prompt.size()) + n, 2 * m->config.sliding_window);
+    std::vector<int32_t> want = greedy(*m, "ref", prompt, n, {});
+    ASSERT_EQ(int(want.size()), n);
+    EXPECT_EQ(greedy(*m, "cpu", prompt, n, {}), want);
+
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), want.begin(), want.end());
+    auto be = backend("ref");
+    Session one(*m, *be, int(all.size())), steps(*m, *be, int(all.size()));
+    one.forward(all);
+    steps.forward(prompt);
+    for (size_t t = prompt.size(); t < all.size(); ++t) steps.forward({all[t]});
+    const int last = int(all.size()) - 1;
+    EXPECT_LT(rel_l2(steps.logits(0), one.logits(last)), 1e-12);
+  }
+}
+
 // Prefill of many tokens and token-by-token decode run the same model code: same logits.
 TEST(Tiers, PrefillEqualsDecode) {
   auto m = load_model(test::source_path("models/TinyStories-656K/fp32"));

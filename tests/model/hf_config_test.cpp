@@ -243,3 +243,81 @@ TEST(HfConfig, EosIds) {
   test::write_file(dir + "/config.json", R"({"eos_token_id":[128001,128008]})");
   EXPECT_EQ(load_hf_eos_ids(dir), (std::vector<int32_t>{128001, 128009, 128008}));
 }
+
+namespace {
+
+// A minimal gemma config (Gemma 3 by default) with `extra` spliced in (leading comma).
+std::string gemma(const std::string& extra = "", const std::string& cls = "Gemma3ForCausalLM") {
+  return R"({"architectures":[")" + cls + R"("],"hidden_size":64,"num_hidden_layers":7,)"
+         R"("num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,"intermediate_size":128,)"
+         R"("vocab_size":300,"max_position_embeddings":2048,"sliding_window":16)" + extra + "}";
+}
+
+}  // namespace
+
+// Defaults as transformers' Gemma2Config / Gemma3TextConfig apply them (their __init__
+// signatures): Gemma 3 slides on all but every 6th layer, local RoPE base 1e4, global 1e6, no
+// soft caps; Gemma 2 slides on even layers, caps 50 (attention) and 30 (logits), null = off.
+TEST(HfConfig, GemmaDefaultsAndLayerTypes) {
+  ModelConfig g3 = parse(gemma());
+  EXPECT_EQ(g3.layer_sliding, std::vector<bool>({true, true, true, true, true, false, true}));
+  EXPECT_EQ(g3.sliding_window, 16);
+  EXPECT_EQ(g3.rope_local.theta, 10000.0);
+  EXPECT_EQ(g3.rope.theta, 1000000.0);
+  EXPECT_EQ(g3.attn_scale, 1.0 / 16.0);  // query_pre_attn_scalar 256
+  EXPECT_EQ(g3.attn_softcap, 0);
+  EXPECT_EQ(g3.final_softcap, 0);
+  EXPECT_TRUE(g3.qk_norm);
+  EXPECT_TRUE(g3.tied_embeddings);
+
+  ModelConfig g2 = parse(gemma(R"(,"query_pre_attn_scalar":144)", "Gemma2ForCausalLM"));
+  EXPECT_EQ(g2.layer_sliding, std::vector<bool>({true, false, true, false, true, false, true}));
+  EXPECT_EQ(g2.attn_softcap, 50.0);
+  EXPECT_EQ(g2.final_softcap, 30.0);
+  EXPECT_EQ(g2.attn_scale, 1.0 / 12.0);
+  EXPECT_FALSE(g2.qk_norm);
+  EXPECT_EQ(g2.rope_local, g2.rope);
+  ModelConfig off = parse(gemma(R"(,"attn_logit_softcapping":null,"final_logit_softcapping":null)",
+                                "Gemma2ForCausalLM"));
+  EXPECT_EQ(off.attn_softcap, 0);
+  EXPECT_EQ(off.final_softcap, 0);
+
+  // transformers v5: layer_types and per-layer-type rope_parameters.
+  ModelConfig v5 = parse(gemma(
+      R"(,"layer_types":["full_attention","sliding_attention","full_attention","full_attention",)"
+      R"("sliding_attention","sliding_attention","full_attention"],)"
+      R"("rope_parameters":{"full_attention":{"rope_type":"linear","factor":8.0,"rope_theta":500000.0},)"
+      R"("sliding_attention":{"rope_type":"default","rope_theta":20000.0}})"));
+  EXPECT_EQ(v5.layer_sliding, std::vector<bool>({false, true, false, false, true, true, false}));
+  EXPECT_EQ(v5.rope.theta, 500000.0);
+  EXPECT_EQ(v5.rope.scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_EQ(v5.rope.scaling.factor, 8.0);
+  EXPECT_EQ(v5.rope_local.theta, 20000.0);
+  EXPECT_EQ(v5.rope_local.scaling.kind, RopeScaling::Kind::None);
+  // The older form: rope_local_base_freq for sliding layers, rope_scaling on full ones only.
+  ModelConfig old = parse(gemma(R"(,"rope_local_base_freq":5000.0,"rope_scaling":{"rope_type":"linear","factor":2.0})"));
+  EXPECT_EQ(old.rope_local.theta, 5000.0);
+  EXPECT_EQ(old.rope_local.scaling.kind, RopeScaling::Kind::None);
+  EXPECT_EQ(old.rope.scaling.factor, 2.0);
+}
+
+// Bad gemma configs: one error naming the file and the key.
+TEST(HfConfig, GemmaRefusals) {
+  const std::pair<std::string, std::string> cases[] = {
+      {gemma(R"(,"layer_types":["sliding_attention","chunked_attention","full_attention",)"
+             R"("full_attention","full_attention","full_attention","full_attention"])"),
+       "layer_types[1] 'chunked_attention' is not supported"},
+      {gemma(R"(,"layer_types":["full_attention"])"), "'layer_types' is not a list"},
+      {gemma(R"(,"max_position_embeddings":8)"), "sliding_window 16 exceeds max_position_embeddings 8"},
+      {gemma(R"(,"hidden_activation":"gelu")"), "hidden_activation \"gelu\" is not supported"},
+      {gemma(R"(,"final_logit_softcapping":-1.0)"), "final_logit_softcapping must be positive"},
+      {gemma(R"(,"query_pre_attn_scalar":0)"), "query_pre_attn_scalar must be positive"},
+      {gemma(R"(,"use_bidirectional_attention":true)"), "use_bidirectional_attention"},
+  };
+  for (const auto& [body, want] : cases) {
+    const std::string e = error_of(body);
+    EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
