@@ -41,7 +41,8 @@ TEST_P(Rmsnorm1p, MatchesRef) {
       Buf& out = c.in_place ? xb : ob;
       ref->rmsnorm_1p(xr.b, w->t, c.R, c.N, 1e-6, want.b);
       ref->rmsnorm(xr.b, w1->t, c.R, c.N, 1e-6, plain.b);
-      check_exact("rmsnorm_1p", OpTier{"ref", DType::F64}, what, seed, want.read(), plain.read());
+      check_exact("rmsnorm_1p", tier, "ref vs rmsnorm(1 + w): " + what, seed, want.read(),
+                  plain.read());
       if (tier.cuda) {
         EXPECT_THROW(be->rmsnorm_1p(xb.b, w->t, c.R, c.N, 1e-6, out.b), Error);
         return;

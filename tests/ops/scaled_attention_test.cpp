@@ -25,7 +25,8 @@ const Case kCases[] = {
 // q = [2], keys [1, 3], values [10, 20], scale 0.5, cap 1: scores tanh(1), tanh(3).
 TEST(ScaledAttentionRef, MatchesTheDefinition) {
   auto ref = make_ref_backend();
-  Buf q(*ref, {2.0}), k(*ref, {1.0, 3.0}), v(*ref, {10.0, 20.0}), out(*ref, 1);
+  using V = std::vector<double>;
+  Buf q(*ref, V{2.0}), k(*ref, V{1.0, 3.0}), v(*ref, V{10.0, 20.0}), out(*ref, 1);
   ref->scaled_attention(q.b, k.b, v.b, 1, 1, 1, 1, 1, 0, 0.5, 1.0, out.b);
   const double p1 = 1.0 / (1.0 + std::exp(std::tanh(1.0) - std::tanh(3.0)));
   EXPECT_NEAR(out.read()[0], 10.0 * (1 - p1) + 20.0 * p1, 1e-13);
@@ -57,7 +58,8 @@ TEST_P(ScaledAttention, MatchesRef) {
     ref->scaled_attention(qr.b, kr.b, vr.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window,
                           1.0 / std::sqrt(double(c.Dh)), 0, want.b);
     ref->attention(qr.b, kr.b, vr.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, plain.b);
-    check_exact("scaled_attention", OpTier{"ref", DType::F64}, what, seed, want.read(), plain.read());
+    check_exact("scaled_attention", tier, "ref vs attention(): " + what, seed, want.read(),
+                plain.read());
     ob.poison();
     if (tier.cuda) {
       EXPECT_THROW(be->scaled_attention(qb.b, kb.b, vb.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window,
