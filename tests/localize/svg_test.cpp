@@ -154,6 +154,13 @@ TEST(Svg, ScatterVerticalLinesAndSmallMultiples) {
   EXPECT_EQ(count(s, "class=\"vline\""), 2);
   EXPECT_EQ(count(s, ">decided</text>"), 1);
   EXPECT_EQ(count(s, "class=\"legend\""), 0);
+  SvgChart x = c;
+  x.series[0].cross = true;
+  x.series[0].name = "differs";
+  s = render_svg(x);
+  EXPECT_EQ(count(s, "<path class=\"mark\""), 3);  // crosses, not dots
+  EXPECT_EQ(count(s, "<circle"), 0);
+  EXPECT_EQ(count(s, "class=\"legend-mark\""), 1);  // the legend shows the cross, not a mark
 
   SvgChart big = c;
   big.series[0].y = {100, -100, 50, 1};

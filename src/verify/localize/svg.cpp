@@ -24,6 +24,18 @@ std::string fmt(double v) {  // pixel coordinates: one decimal is plenty
   return b;
 }
 
+// One data point: a dot, or a cross (a second encoding besides colour).
+std::string marker(const SvgSeries& s, double x, double y, const std::string& col,
+                   const std::string& cls = "mark") {
+  if (!s.cross)
+    return "<circle class=\"" + cls + "\" cx=\"" + fmt(x) + "\" cy=\"" + fmt(y) +
+           "\" r=\"2.2\" fill=\"" + col + "\"/>\n";
+  const double r = 3.5;
+  return "<path class=\"" + cls + "\" d=\"M" + fmt(x - r) + " " + fmt(y - r) + " L" + fmt(x + r) +
+         " " + fmt(y + r) + " M" + fmt(x - r) + " " + fmt(y + r) + " L" + fmt(x + r) + " " +
+         fmt(y - r) + "\" stroke=\"" + col + "\" stroke-width=\"1.8\"/>\n";
+}
+
 }  // namespace
 
 double SvgAxis::to_px(double v) const {
@@ -171,7 +183,10 @@ std::string render_chart(const SvgChart& c, bool nested, double at_x, double at_
     double mn = INFINITY, mx = -INFINITY;
     for (double x : xs)
       if (std::isfinite(x)) mn = std::min(mn, x), mx = std::max(mx, x);
-    if (mn < mx) xax.lo = mn, xax.hi = mx;  // lines span the plot edge to edge
+    bool lines = false;
+    for (const SvgSeries& s : c.series) lines = lines || s.line;
+    // Lines span the plot edge to edge; a scatter keeps the padding, so no point sits on an axis.
+    if (mn < mx && lines) xax.lo = mn, xax.hi = mx;
   }
   xax.p0 = ml;
   xax.p1 = W - mr;
@@ -255,8 +270,7 @@ std::string render_chart(const SvgChart& c, bool nested, double at_x, double at_
     if (s.markers || !s.line)
       for (size_t i = 0; i < s.y.size(); ++i)
         if (drawable(s.y[i], log_y) && std::isfinite(s.x[i]))
-          o += "<circle class=\"mark\" cx=\"" + fmt(xax.to_px(s.x[i])) + "\" cy=\"" +
-               fmt(yax.to_px(s.y[i])) + "\" r=\"2.2\" fill=\"" + col + "\"/>\n";
+          o += marker(s, xax.to_px(s.x[i]), yax.to_px(s.y[i]), col);
   }
   for (const auto& [v, label] : c.vlines) {
     if (!std::isfinite(v)) continue;
@@ -281,8 +295,11 @@ std::string render_chart(const SvgChart& c, bool nested, double at_x, double at_
     const SvgSeries& s = c.series[si];
     if (s.name.empty()) continue;
     const std::string col = s.color.empty() ? kPalette[si % 8] : s.color;
-    o += "<rect x=\"" + fmt(W - mr + 14) + "\" y=\"" + fmt(ly - 9) +
-         "\" width=\"14\" height=\"10\" fill=\"" + col + "\"/>\n";
+    if (s.line)
+      o += "<rect x=\"" + fmt(W - mr + 14) + "\" y=\"" + fmt(ly - 9) +
+           "\" width=\"14\" height=\"10\" fill=\"" + col + "\"/>\n";
+    else  // a scatter's legend shows its marker (not of class mark: not a data point)
+      o += marker(s, W - mr + 21, ly - 4, col, "legend-mark");
     o += "<text class=\"legend\" x=\"" + fmt(W - mr + 34) + "\" y=\"" + fmt(ly) + "\">" +
          svg_escape(s.name) + "</text>\n";
     ly += 18;

@@ -24,6 +24,7 @@ struct SvgSeries {
   bool dashed = false;
   bool markers = true;  // a dot at each point (lines only)
   bool line = true;     // false: markers only (a scatter plot)
+  bool cross = false;   // markers drawn as × instead of dots (shape as well as colour)
 };
 
 struct SvgChart {

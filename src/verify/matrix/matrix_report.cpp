@@ -577,13 +577,16 @@ void Reporter::section_summary(Doc& d) {
   d.heading(3, "Not run here (SKIP)", "skipped");
   std::vector<std::string> items;
   for (size_t i = 0; i < skips_.size(); ++i) {
-    std::set<std::string> arms, shapes;
+    std::set<std::string> arms;
+    std::set<size_t> shape_ids;
     for (const auto* c : skips_[i].second) {
       arms.insert("`" + c->cand_arm + "`" + (c->aa ? " A/A" : ""));
-      shapes.insert(spec_.shapes[c->shape].shape.name);
+      shape_ids.insert(c->shape);
     }
+    std::string shapes;  // in the spec's order
+    for (size_t s : shape_ids) shapes += (shapes.empty() ? "" : ", ") + spec_.shapes[s].shape.name;
     items.push_back(strformat("**reason %zu** ", i + 1) + md_code(skips_[i].first) + " — " +
-                    joined(arms, "", ", ") + " at " + joined(shapes, "", ", ") +
+                    joined(arms, "", ", ") + " at " + shapes +
                     strformat(" (%zu comparisons)", skips_[i].second.size()));
   }
   d.list(items);
@@ -907,7 +910,8 @@ void Reporter::section_plots(Doc& d) {
   d.para(
       "Per model and shape, one panel per compared pair, each on its own axes (a gross fault "
       "does not flatten a small one): (1) candidate − reference logit of the reference's top-1 "
-      "token against the reference's top-1 − top-2 gap, top-1 disagreements in orange, the "
+      "token against the reference's top-1 − top-2 gap, top-1 disagreements as vermillion crosses, "
+      "the "
       "decided threshold " +
       num(spec_.decided, "%g") +
       " dashed — a correct candidate disagrees only left of it; (2) the drift gate's KL at "
@@ -954,6 +958,7 @@ void Reporter::section_plots(Doc& d) {
         ch.y_label = "cand − ref logit of ref top-1";
         SvgSeries agree{"top-1 agrees", {}, {}, kAgree}, differ{"top-1 differs", {}, {}, kDisagree};
         agree.line = differ.line = false;
+        differ.cross = true;
         for (const auto& p : x.points) {
           SvgSeries& se = p.disagree ? differ : agree;
           se.x.push_back(p.ref_gap);
