@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/error.h"
 #include "matrix_test_util.h"
 #include "verify/trace/trace.h"
 
@@ -103,6 +104,21 @@ TEST(MatrixCli, InjectedFaultArmFailsOthersPass) {
   EXPECT_NE(md.find("`cpu-bad` on TinyStories-656K w1"), std::string::npos);
   EXPECT_NE(md.find("a deliberate fault is injected"), std::string::npos);  // not like-for-like
   EXPECT_NE(md.find("capped"), std::string::npos);  // small_spec caps w1 and w8
+  // One KL per row, the one the drift gate judged, labelled with its method; the answer
+  // quotes the same number (not the top-k estimate, which differs).
+  const nlohmann::json bad = test::comparison(j, "w1", "cpu-bad")["result"];
+  ASSERT_EQ(bad["drift_gate"]["kl_method"], "shared_topk");
+  const std::string gate_kl = strformat("%.3g nats (shared top-k)",
+                                        bad["drift_gate"]["kl"]["mean"].get<double>());
+  const std::string est_kl = strformat("%.3g", bad["kl"]["mean"]["mean"].get<double>());
+  const std::string answer = j["answer"];
+  EXPECT_NE(answer.find(gate_kl), std::string::npos) << gate_kl << "\n" << answer;
+  ASSERT_NE(est_kl, strformat("%.3g", bad["drift_gate"]["kl"]["mean"].get<double>()));
+  EXPECT_EQ(answer.find(est_kl), std::string::npos) << est_kl << "\n" << answer;
+  std::string table = md.substr(md.find("## Results"));
+  table = table.substr(0, table.find("\n## "));
+  EXPECT_NE(table.find("| " + gate_kl + " |"), std::string::npos) << table;
+  EXPECT_EQ(table.find("KL mean"), std::string::npos) << table;
   EXPECT_NE(r.out.find("VERDICT: fail (exit 1)"), std::string::npos) << r.out;
 }
 
