@@ -120,6 +120,14 @@ TEST(MatrixCli, InjectedFaultArmFailsOthersPass) {
   EXPECT_NE(table.find("| " + gate_kl + " |"), std::string::npos) << table;
   EXPECT_EQ(table.find("KL mean"), std::string::npos) << table;
   EXPECT_NE(r.out.find("VERDICT: fail (exit 1)"), std::string::npos) << r.out;
+
+  // A file name is quoted, never read as Markdown or HTML (libcmark passes raw HTML).
+  fs::copy_file(dir + "/traces/TinyStories-656K.w1.cpu.tsv", dir + "/traces/odd<b>name<i>*x*.tsv");
+  auto again = test::run_cli("matrix report " + dir);
+  EXPECT_EQ(again.exit_code, 4) << again.out << again.err;  // a problem with the files
+  std::string html = test::read_file(dir + "/report.html");
+  EXPECT_NE(html.find("odd&lt;b&gt;name&lt;i&gt;*x*.tsv"), std::string::npos);
+  EXPECT_EQ(html.find("<b>name"), std::string::npos);
 }
 
 TEST(MatrixCli, PlanCommandsThenReport) {

@@ -325,7 +325,7 @@ void Reporter::headline() {
     if (!c.counted || c.verdict == Verdict::Pass) continue;
     std::string what = label(c) + ": ";
     if (c.state != State::Compared)
-      what += upper(verdict_name(c.verdict)) + " — " + c.why;
+      what += upper(verdict_name(c.verdict)) + " — " + md_code(c.why);
     else if (c.aa)
       what += "rows not byte-identical, " + c.aa_detail;
     else if (c.verdict == Verdict::Fail) {
@@ -491,11 +491,13 @@ void Reporter::section_method(Doc& d) {
 
 std::string Reporter::verdict_cell(const MatrixComparison& c) const {
   if (c.state == State::Skipped) return strformat("SKIP (reason %zu)", skip_number(c));
-  if (c.state == State::Missing) return "MISSING: " + c.why;
-  if (c.state == State::Error) return upper(verdict_name(c.verdict)) + ": " + c.why;
+  // Messages about files are quoted as code: a path or an error text is never read as
+  // Markdown or HTML.
+  if (c.state == State::Missing) return "MISSING: " + md_code(c.why);
+  if (c.state == State::Error) return upper(verdict_name(c.verdict)) + ": " + md_code(c.why);
   std::string v = upper(verdict_name(c.verdict));
   if (c.verdict == Verdict::Incomparable && !c.result.reasons.empty())
-    v += ": " + c.result.reasons[0];
+    v += ": " + md_code(c.result.reasons[0]);
   return v;
 }
 
@@ -1064,7 +1066,9 @@ void Reporter::write_files() {
     d.para("Store check: every checksum matches and every trace is complete.");
   else {
     d.para("**Problems with the files on disk:**");
-    d.list(res_.problems);
+    std::vector<std::string> items;
+    for (const auto& p : res_.problems) items.push_back(md_code(p));
+    d.list(items);
   }
 
   res_.report_md = dir_ + "/report.md";
