@@ -312,10 +312,10 @@ std::string Reporter::label(const MatrixComparison& c) const {
 void Reporter::headline() {
   std::vector<std::string> failed, open;
   int64_t decided = 0, compared = 0;
-  std::set<std::string> skipped;
+  std::set<std::string> skipped;  // arms; their reasons are listed once under the summary
   for (const auto& c : res_.comparisons) {
     if (c.state == State::Skipped) {
-      skipped.insert(c.cand_arm + " (" + c.why + ")");
+      skipped.insert("`" + c.cand_arm + "`");
       continue;
     }
     if (c.candidate && c.state == State::Compared) {
@@ -372,10 +372,7 @@ void Reporter::headline() {
     a += ".";
   }
   if (!skipped.empty()) {
-    std::set<std::string> arms;
-    for (const auto& c : res_.comparisons)
-      if (c.state == State::Skipped) arms.insert("`" + c.cand_arm + "`");
-    a += " **Not tested here:** " + joined(arms, "", ", ") +
+    a += " **Not tested here:** " + joined(skipped, "", ", ") +
          " — SKIP (the reasons are under the summary); a skipped arm is never counted as passed.";
   }
   if (!res_.problems.empty())
@@ -519,9 +516,10 @@ std::string Reporter::floor_cell(const MatrixComparison& c) const {
 }
 
 size_t Reporter::skip_number(const MatrixComparison& c) const {
-  for (size_t i = 0; i < skips_.size(); ++i)
-    if (skips_[i].first == c.why) return i + 1;
-  throw Error("[matrix] internal: skip reason not grouped: " + c.why);
+  size_t i = 0;
+  while (i < skips_.size() && skips_[i].first != c.why) ++i;
+  ARB_ASSERT(i < skips_.size());  // group_skips saw every skipped comparison
+  return i + 1;
 }
 
 void Reporter::group_skips() {
