@@ -5,6 +5,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/atomic_file.h"
 #include "io/file.h"
 #include "verify/localize/drift.h"
@@ -84,13 +85,11 @@ static int cmd_drift(int argc, char** argv) {
   Session s_a(*m, *be_a, positions, wmax), s_b(*m, *be_b, positions, wmax);
   s_a.set_inject(sa.inject);
   s_b.set_inject(sb.inject);
-  std::fprintf(stderr, "[drift] capturing %d positions on %s and %s\n", positions, sa.label.c_str(),
-               sb.label.c_str());
-  Capture ca = capture_forwards(s_a, ids, wmax);
-  Capture cb = capture_forwards(s_b, ids, wmax);
-  std::fprintf(stderr, "[drift] replaying every stage on %s from %s's inputs\n", sb.label.c_str(),
-               sa.label.c_str());
-  Capture cl = replay_forwards(s_b, ca);
+  progress_note("drift", strformat("capturing %d positions on %s and %s", positions, sa.label.c_str(), sb.label.c_str()));
+  Capture ca = capture_forwards(s_a, ids, wmax, "drift " + sa.label);
+  Capture cb = capture_forwards(s_b, ids, wmax, "drift " + sb.label);
+  progress_note("drift", "replaying every stage on " + sb.label + " from " + sa.label + "'s inputs");
+  Capture cl = replay_forwards(s_b, ca, "drift replay " + sb.label);
   const Roundoff u = coarser(roundoff_of(be_a->compute()), roundoff_of(be_b->compute()));
   verify::DriftReport r = verify::drift_compare(ca, cb, cl, u);
   r.b_providers = be_b->stats().summary();

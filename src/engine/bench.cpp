@@ -18,6 +18,7 @@
 #include "backend/cpu/probes.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/session.h"
 
 namespace arbiter {
@@ -197,7 +198,7 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   ARB_CHECK(opt.reps >= 1, "[bench] -r %d must be >= 1", opt.reps);
   ARB_CHECK(opt.depth >= 0, "[bench] --depth %d must be >= 0", opt.depth);
     auto say = [&](const std::string& s) {
-    if (opt.progress) opt.progress(s);
+    if (opt.progress) progress_note("bench", s);
   };
   const ModelConfig& c = m.config;
   BenchReport r;
@@ -304,11 +305,17 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   const double pflops = m.arch->flops_per_token(c, P, Dp);
   std::vector<double> dfrac, pfrac;
 
-  say(strformat("warm-up: pp%d, tg%d", P, std::min(N, 8)));
+  // The warm-up is one prefill and a few decode steps; on a large model or the ref tier each
+  // part can take long, so each says when it is done.
   {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto secs = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    say(strformat("warm-up: pp%d ...", P));
     double a, b;
     run_pp(a, b);
+    say(strformat("warm-up: pp%d done (%.1f s); tg%d ...", P, secs(), std::min(N, 8)));
     (void)run_tg(std::min(N, 8));
+    say(strformat("warm-up: done (%.1f s)", secs()));
     note_hwm();
   }
   for (int rep = 0; rep < opt.reps; ++rep) {

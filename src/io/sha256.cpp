@@ -195,7 +195,7 @@ std::string sha256_hex(const void* data, size_t n) {
   return h.hex_digest();
 }
 
-std::string sha256_file(const std::string& path) {
+std::string sha256_file(const std::string& path, const std::function<void(uint64_t)>& on_read) {
   InputFile f(path, "[sha256]");
   Sha256 h;
   std::vector<uint8_t> buf(1 << 20);
@@ -203,6 +203,7 @@ std::string sha256_file(const std::string& path) {
     const size_t n = size_t(std::min<uint64_t>(buf.size(), f.size() - at));
     f.read_at(at, buf.data(), n);
     h.update(buf.data(), n);
+    if (on_read) on_read(n);
   }
   return h.hex_digest();
 }

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace arbiter {
@@ -30,6 +31,7 @@ class Sha256 {
 
 std::string sha256_hex(const void* data, size_t n);
 /// Hash of a file's bytes; throws arbiter::Error naming the path if it cannot be read.
-std::string sha256_file(const std::string& path);
+/// on_read, when given, gets the size of each piece hashed (progress of a long hash).
+std::string sha256_file(const std::string& path, const std::function<void(uint64_t)>& on_read = {});
 
 }  // namespace arbiter

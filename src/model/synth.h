@@ -48,8 +48,8 @@ struct SynthOptions {
   std::string out_dir;
   bool force = false;         // replace an existing out_dir
   int threads = 0;            // weight generation threads; <= 0: all cores
-  /// Progress lines ("writing model.safetensors ...") for the CLI; may be empty.
-  std::function<void(const std::string&)> progress;
+  /// Progress on stderr (core/progress.h): what is written, then bytes written / total.
+  bool progress = true;
 };
 
 struct SynthResult {

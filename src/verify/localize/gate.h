@@ -111,7 +111,7 @@ struct GateOptions {
   std::vector<Side> sides;
   int n_tokens = 32, runs = 2, threads = 0;
   double band = 0.5;
-  std::function<void(const std::string&)> progress;  // status lines (stderr in the CLI)
+  bool progress = true;  // status lines on stderr (core/progress.h)
 };
 
 /// Reads the prompts (one per line; blank lines skipped; sha256 of the file's bytes), loads

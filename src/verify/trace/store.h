@@ -27,7 +27,8 @@ std::vector<std::string> store_trace_names(const std::string& dir);
 /// Checks a store: SHA256SUMS lists every file and each checksum matches; every trace reads
 /// as a complete arbiter trace whose rows fit its shape; RUNS.txt agrees; logits files match
 /// their traces. Returns one message per problem, each naming the file; empty = sound.
-std::vector<std::string> store_verify(const std::string& dir);
+/// progress: bytes hashed on stderr (core/progress.h).
+std::vector<std::string> store_verify(const std::string& dir, bool progress = false);
 
 /// One compared pair of `store compare`.
 struct StorePair {
