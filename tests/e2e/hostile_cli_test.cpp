@@ -269,8 +269,8 @@ TEST(HostileCli, ContextPastTheModelsMaximum) {
   r = test::run_cli_bounded(trace_args(kCorpus, dir + "/d.tsv"), 120);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(test::read_file(dir + "/d.tsv").find("long_context"), std::string::npos);
-  // Sessions sized past the maximum (issue 32: --ctx 2048 was accepted by chat, serve said
-  // only "outside [2, 512]"): one line naming the model's limit.
+  // Sessions sized past the maximum: one line naming the model's limit (issue 32; before,
+  // generate said only "outside [1, 512]" and serve "outside [2, 512]").
   hostile("generate -m " + kModel + " -p hi -n 2 --ctx 2048",
           {"generate: --ctx 2048 passes the model's maximum of 512 positions"});
   hostile("generate -m " + kModel + " --chat --chat-template " +
