@@ -38,12 +38,39 @@ void TextTable::row(std::vector<std::string> cells) {
 
 void TextTable::blank() { rows_.emplace_back(); }
 
-std::string TextTable::str(const std::string& indent) const {
-  const size_t n = cols_.size();
-  std::vector<size_t> w(n);
-  for (size_t c = 0; c < n; ++c) w[c] = cols_of(cols_[c].header);
+std::vector<size_t> TextTable::cell_widths() const {
+  std::vector<size_t> w(cols_.size());
+  for (size_t c = 0; c < w.size(); ++c) w[c] = cols_of(cols_[c].header);
   for (const auto& r : rows_)
     for (size_t c = 0; c < r.size(); ++c) w[c] = std::max(w[c], cols_of(r[c]));
+  return w;
+}
+
+std::string TextTable::pad(const std::string& s, size_t c, size_t width) const {
+  const std::string fill(width - cols_of(s), ' ');
+  return cols_[c].align == Left ? s + fill : fill + s;
+}
+
+std::string TextTable::markdown() const {
+  const std::vector<size_t> w = cell_widths();
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string l = "|";
+    for (size_t c = 0; c < w.size(); ++c) l += " " + pad(cells[c], c, w[c]) + " |";
+    return l + "\n";
+  };
+  std::vector<std::string> head;
+  for (const Column& col : cols_) head.push_back(col.header);
+  std::string out = line(head) + "|";
+  for (size_t c = 0; c < w.size(); ++c) out += std::string(w[c] + 2, '-') + "|";
+  out += "\n";
+  for (const auto& r : rows_)
+    if (!r.empty()) out += line(r);
+  return out;
+}
+
+std::string TextTable::str(const std::string& indent) const {
+  const size_t n = cols_.size();
+  std::vector<size_t> w = cell_widths();
   // A group title wider than its columns widens the span's last column.
   for (size_t g = 0, c = 0; g < groups_.size() && c < n; c += size_t(groups_[g].second), ++g) {
     const size_t last = std::min(n, c + size_t(groups_[g].second)) - 1;
@@ -58,9 +85,7 @@ std::string TextTable::str(const std::string& indent) const {
   auto render = [&](const std::vector<std::string>& cells, bool header) {
     std::string line;
     for (size_t c = 0; c < n; ++c) {
-      const std::string& s = header ? cols_[c].header : cells[c];
-      const std::string pad(w[c] - cols_of(s), ' ');
-      line += seps_[c] + (cols_[c].align == Left ? s + pad : pad + s);
+      line += seps_[c] + pad(header ? cols_[c].header : cells[c], c, w[c]);
     }
     return finish(line);
   };

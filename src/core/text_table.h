@@ -32,8 +32,13 @@ class TextTable {
   void blank();
   /// Header line(s) and rows, each line prefixed by indent, trailing blanks trimmed, '\n' ended.
   std::string str(const std::string& indent = "") const;
+  /// The same as a Markdown table ("| a | b |", a "|---|" rule under the header), cells padded
+  /// to their column's width; separators, groups and blank lines are not drawn.
+  std::string markdown() const;
 
  private:
+  std::vector<size_t> cell_widths() const;  // per column, before group titles widen any
+  std::string pad(const std::string& s, size_t col, size_t width) const;
   std::vector<Column> cols_;
   std::vector<std::string> seps_;
   std::vector<std::pair<std::string, int>> groups_;

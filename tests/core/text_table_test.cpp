@@ -53,3 +53,15 @@ TEST(TextTable, FormatsNonFiniteNumbersAsWords) {
   EXPECT_EQ(fmt_num("%.3g", std::nan("")), "nan");
   EXPECT_EQ(fmt_num("%.3g", -INFINITY), "-inf");
 }
+
+TEST(TextTable, MarkdownPadsCellsToTheirColumn) {
+  TextTable t({{"test", TextTable::Left}, {"mean ± sd"}});
+  t.row({"pp512", "1.50 ± 0.20 t/s"});
+  t.row({"trace w8ctx1536", "-"});
+  // Column widths 15 and 15 (the ± is one column); a rule of width + 2 dashes per column.
+  EXPECT_EQ(t.markdown(),
+            "| test            |       mean ± sd |\n"
+            "|-----------------|-----------------|\n"
+            "| pp512           | 1.50 ± 0.20 t/s |\n"
+            "| trace w8ctx1536 |               - |\n");
+}
