@@ -309,14 +309,13 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   // The warm-up is one prefill and a few decode steps; on a large model or the ref tier each
   // part can take long, so each says when it is done.
   {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto secs = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    const Clock::time_point t0 = Clock::now();
     say(strformat("warm-up: pp%d ...", P));
     double a, b;
     run_pp(a, b);
-    say(strformat("warm-up: pp%d done (%.1f s); tg%d ...", P, secs(), std::min(N, 8)));
+    say(strformat("warm-up: pp%d done (%.1f s); tg%d ...", P, secs(t0, Clock::now()), std::min(N, 8)));
     (void)run_tg(std::min(N, 8));
-    say(strformat("warm-up: done (%.1f s)", secs()));
+    say(strformat("warm-up: done (%.1f s)", secs(t0, Clock::now())));
     note_hwm();
   }
   for (int rep = 0; rep < opt.reps; ++rep) {

@@ -23,7 +23,6 @@
 //       matmul on the model's weight shapes at M = P tokens.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 

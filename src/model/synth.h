@@ -10,7 +10,6 @@
 // tests/bench/synth_test.cpp. The tensors written are the family's TensorSpecs.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 

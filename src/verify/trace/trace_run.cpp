@@ -2,7 +2,6 @@
 
 #include "core/build_info.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
