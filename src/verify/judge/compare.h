@@ -198,6 +198,8 @@ CompareResult compare_traces(const Trace& ref, const Trace& cand, const CompareO
 
 /// The human report (always includes the threshold-free numbers), several lines.
 std::string format_report(const CompareResult& r);
+/// `compare --explain`: each statistic's formula with this run's values substituted.
+std::string format_explain(const CompareResult& r);
 /// Everything in the result as one JSON object, with "verdict" and "exit_code".
 nlohmann::json to_json(const CompareResult& r);
 

@@ -206,11 +206,7 @@ GateReport run_one(const MatrixSpec& spec, size_t m, const MatrixRunOptions& opt
   }
   for (const auto& dir : spec.gate.against_paths)
     for (GateRecordedSide& rs : gate_record_read(dir)) go.recorded.push_back(std::move(rs));
-  const std::string model = matrix_model_name(spec.models[m]);
-  if (opt.progress)
-    go.progress = [&](const std::string& s) {
-      std::fprintf(stderr, "[matrix] gate %s: %s\n", model.c_str(), s.c_str());
-    };
+  go.progress = opt.progress;
   return run_gate(go);
 }
 
