@@ -2,7 +2,8 @@
 // [gate] table's defaults and refusals, and through the real CLI on stories260K (2 prompts,
 // -n 8, one w1 shape of 8 chunks): an injected arm's defect named in the report and failing
 // the matrix, a clean spec passing, resume keeping the gate file, a tampered or foreign gate
-// file judged, not trusted. To add a refusal: one more row of GateSpec.BadValuesAreRefused.
+// file judged, not trusted, and with localize = true the injected stage named in the report.
+// To add a refusal: one more row of GateSpec.BadValuesAreRefused.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
