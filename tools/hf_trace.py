@@ -42,9 +42,16 @@ float64 fidelity: transformers' "float64" is not float64 throughout. Its RMSNorm
 the activations to float32, the eager attention softmax runs with dtype=float32, and
 RoPE's cos/sin are computed in float32 (inv_freq too). With --dtype float64 this script
 therefore patches those three places (RMSNorm classes of llama/mistral/qwen2/qwen3, the
-softmax dtype, the rotary embedding) so the whole forward is float64; `--hf-f64-as-is`
-turns the patches off. The patch call counts are recorded in the `# providers` line as
-`f64_fixups=rmsnorm:N+softmax:N+rope:N`.
+softmax dtype, the rotary embedding, also per layer type as in Gemma 3) and, during the
+model's forward, keeps every other float64 -> float32/bf16/f16 cast (Tensor.float/.to/.type,
+softmax dtype=) in float64 (Gemma's 1+w RMSNorm, Mamba2 mixers and their gated RMSNorm, MoE
+routers), so the whole forward is float64; `--hf-f64-as-is` turns the patches off. The
+patch call counts are recorded in the `# providers` line as
+`f64_fixups=rmsnorm:N+softmax:N+rope:N+downcast:N`.
+
+Hybrid Mamba2 models (FULL_FORWARD_ARCHS): transformers' cache cannot continue a chunk of
+more than one token, so each chunk's logits are the last W rows of one uncached forward
+over context + chunk; --check-full has nothing to compare there.
 
 Header: model path exactly as given; sha256 over the concatenation of the directory's
 *.safetensors files in sorted name order; arch = config model_type; params = number of
@@ -84,8 +91,18 @@ COMPUTE_NAMES = {"float64": "f64", "float32": "f32", "bfloat16": "bf16"}
 ST_DTYPE_NAMES = {"F64": "f64", "F32": "f32", "F16": "f16", "BF16": "bf16"}
 
 # RMSNorm classes whose forward is `w * normalize(x.float()).to(x.dtype)` (HF llama form);
-# only these are replaced in float64 mode. Others (gemma's 1+w form) are left alone.
+# only these are replaced in float64 mode. Others (Gemma's 1+w form, Mamba2's gated norm) keep
+# their own forward, whose float32 casts the downcast guard keeps in float64.
 F64_RMSNORM_CLASSES = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
+
+# model_type -> why its cache cannot continue a multi-token chunk. transformers' Mamba2 mixers
+# (torch_forward) use the cached conv/SSM state only for a single new token; a longer forward
+# behind a cache restarts the state from zero. For these the traced logits of a chunk are the
+# last W rows of ONE uncached forward over context + chunk (the same numbers by definition).
+FULL_FORWARD_ARCHS = {
+    "granitemoehybrid": "Mamba2 layers: cached state is used for 1-token steps only",
+    "nemotron_h": "Mamba2 layers: cached state is used for 1-token steps only",
+}
 
 
 class TraceError(Exception):
@@ -258,9 +275,91 @@ def set_softmax_f64(enabled):
     _SOFTMAX_STATE["enabled"] = bool(enabled) and _SOFTMAX_STATE["orig"] is not None
 
 
-def rope_params(config):
-    """(rope_type, params dict with rope_theta, rotary dim) from a v5 or v4 style config."""
+_DOWNCAST_STATE = {"depth": 0, "calls": 0, "installed": False}
+
+
+def _install_downcast_guard(torch):
+    """Tensor.float/.to/.type and torch.softmax/Tensor.softmax that keep float64 tensors in float64,
+    but only while a guarded model forward runs (depth > 0).
+
+    transformers writes float32 casts all over its "float64" path, not only in the three places
+    patched by name: Gemma's (1 + w) RMSNorm (`x.float()`), the Mamba2 torch_forward (A_log, x, B, C
+    `.float()`, `.to(dtype=torch.float32)`), the gated RMSNorm of Mamba2 layers, routers
+    (`.float()`, `.type(torch.float32)`). Catching the cast itself finds every one of them, also
+    those a later transformers adds; each caught cast is counted (f64_fixups downcast:N).
+    """
+    if _DOWNCAST_STATE["installed"]:
+        return
+    low = {torch.float32, torch.float16, torch.bfloat16}
+    st = _DOWNCAST_STATE
+    T = torch.Tensor
+    orig_float, orig_to, orig_type, orig_tsoftmax = T.float, T.to, T.type, T.softmax
+    orig_softmax = torch.softmax
+
+    def active(t):
+        return st["depth"] > 0 and isinstance(t, T) and t.dtype == torch.float64
+
+    def keep(dtype):
+        if isinstance(dtype, torch.dtype) and dtype in low:
+            st["calls"] += 1
+            return torch.float64
+        return dtype
+
+    def t_float(self, *a, **kw):
+        if active(self):
+            st["calls"] += 1
+            return self
+        return orig_float(self, *a, **kw)
+
+    def t_to(self, *a, **kw):
+        if active(self):
+            a = tuple(keep(x) for x in a)
+            if "dtype" in kw:
+                kw["dtype"] = keep(kw["dtype"])
+        return orig_to(self, *a, **kw)
+
+    def t_type(self, dtype=None, *a, **kw):
+        if dtype is not None and active(self):
+            dtype = keep(dtype)
+        return orig_type(self, dtype, *a, **kw) if dtype is not None else orig_type(self, *a, **kw)
+
+    def t_softmax(self, *a, dtype=None, **kw):
+        if active(self):
+            dtype = keep(dtype)
+        return orig_tsoftmax(self, *a, dtype=dtype, **kw)
+
+    def softmax(input, *a, dtype=None, **kw):
+        if active(input):
+            dtype = keep(dtype)
+        return orig_softmax(input, *a, dtype=dtype, **kw)
+
+    T.float, T.to, T.type, T.softmax = t_float, t_to, t_type, t_softmax
+    torch.softmax = softmax
+    st["installed"] = True
+
+
+def _guard_model_forward(model):
+    """Route model.forward through the downcast guard (a depth counter, so nested calls nest)."""
+    orig = model.forward
+
+    def forward(*a, **kw):
+        _DOWNCAST_STATE["depth"] += 1
+        try:
+            return orig(*a, **kw)
+        finally:
+            _DOWNCAST_STATE["depth"] -= 1
+
+    model.forward = forward
+
+
+def rope_params(config, layer_type=None):
+    """(rope_type, params dict with rope_theta, rotary dim) from a v5 or v4 style config.
+
+    layer_type: Gemma 2/3 style configs keep one rope_parameters dict per layer type
+    ("sliding_attention", "full_attention"); None reads the flat form."""
     rp = getattr(config, "rope_parameters", None)
+    if layer_type is not None and isinstance(rp, dict) and isinstance(rp.get(layer_type), dict):
+        rp = rp[layer_type]
     if isinstance(rp, dict) and "rope_theta" in rp:
         params = dict(rp)
     else:
@@ -272,13 +371,15 @@ def rope_params(config):
     return rope_type, params, int(head_dim * partial)
 
 
-def rope_inv_freq_f64(torch, config):
-    """inv_freq in float64 for rope types default and llama3 (HF modeling_rope_utils formulas)."""
-    rope_type, params, dim = rope_params(config)
+def rope_inv_freq_f64(torch, config, layer_type=None):
+    """inv_freq in float64 for rope types default, linear and llama3 (HF modeling_rope_utils formulas)."""
+    rope_type, params, dim = rope_params(config, layer_type)
     theta = float(params["rope_theta"])
     inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     if rope_type == "default":
         return inv
+    if rope_type == "linear":
+        return inv / float(params["factor"])
     if rope_type == "llama3":
         factor = float(params["factor"])
         low = float(params["low_freq_factor"])
@@ -296,10 +397,14 @@ def rope_inv_freq_f64(torch, config):
 
 
 def apply_f64_patches(torch, model):
-    """Make an HF float64 model compute in float64 throughout. Returns {patch: count}."""
+    """Make an HF float64 model compute in float64 throughout.
+
+    Returns (counts {rmsnorm, rope}, softmax_calls(), downcast_calls(), notes)."""
     counts = {"rmsnorm": 0, "rope": 0}
     _install_softmax_f64(torch)
+    _install_downcast_guard(torch)
     softmax_base = _SOFTMAX_STATE["calls"]
+    downcast_base = _DOWNCAST_STATE["calls"]
 
     def rmsnorm_f64(self, hidden_states):
         dt = hidden_states.dtype
@@ -309,40 +414,54 @@ def apply_f64_patches(torch, model):
         counts["rmsnorm"] += 1
         return self.weight * h.to(dt)
 
-    def rope_f64(self, x, position_ids, *rest, **kw):
-        if rest or kw:
-            return self._arb_orig_forward(x, position_ids, *rest, **kw)
-        inv = self._arb_inv_freq64.to(x.device)
+    def rope_f64(self, x, position_ids, layer_type=None):
+        inv = self._arb_inv_freq64[layer_type].to(x.device)
         freqs = position_ids.to(torch.float64)[:, :, None] * inv[None, None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        scale = float(getattr(self, "attention_scaling", 1.0))
+        scale = float(self._arb_scale[layer_type])
         counts["rope"] += 1
         return (emb.cos() * scale).to(x.dtype), (emb.sin() * scale).to(x.dtype)
 
     notes = []
     for name, m in model.named_modules():
         cls = type(m).__name__
-        if cls.endswith("RMSNorm"):
+        if cls.endswith("RMSNorm") or cls.endswith("RMSNormGated"):
             if cls in F64_RMSNORM_CLASSES and hasattr(m, "variance_epsilon"):
                 m.forward = types.MethodType(rmsnorm_f64, m)
             else:
-                notes.append(f"{name}: {cls} left as is")
-        elif cls.endswith("RotaryEmbedding") and hasattr(m, "inv_freq"):
-            hf_inv = m.inv_freq.detach().to("cpu", torch.float64)
-            inv = rope_inv_freq_f64(torch, model.config)
-            if inv is None or inv.shape != hf_inv.shape or not torch.allclose(inv, hf_inv, rtol=1e-5, atol=0):
-                notes.append(f"{name}: own float64 inv_freq unavailable or differs; using HF's inv_freq")
-                inv = hf_inv
-            m._arb_inv_freq64 = inv
-            m._arb_orig_forward = m.forward
+                notes.append(f"{name}: {cls} kept, its float32 casts go through the downcast guard")
+        elif cls.endswith("RotaryEmbedding"):
+            # one inv_freq buffer, or one per layer type (Gemma 3: sliding_attention_inv_freq, ...)
+            bufs = {None if b == "inv_freq" else b[:-len("_inv_freq")]: t for b, t in m.named_buffers(recurse=False)
+                    if b == "inv_freq" or (b.endswith("_inv_freq") and not b.endswith("original_inv_freq"))}
+            if not bufs:
+                notes.append(f"{name}: {cls} has no inv_freq buffer, left as is")
+                continue
+            m._arb_inv_freq64, m._arb_scale = {}, {}
+            for lt, buf in bufs.items():
+                hf_inv = buf.detach().to("cpu", torch.float64)
+                # a module built from its own config copy (older Gemma 3 local rope) has its own theta
+                inv = rope_inv_freq_f64(torch, getattr(m, "config", None) or model.config, lt)
+                if inv is None or inv.shape != hf_inv.shape or not torch.allclose(inv, hf_inv, rtol=1e-5, atol=0):
+                    notes.append(f"{name}[{lt}]: own float64 inv_freq unavailable or differs; using HF's inv_freq")
+                    inv = hf_inv
+                m._arb_inv_freq64[lt] = inv
+                m._arb_scale[lt] = getattr(m, f"{lt}_attention_scaling" if lt else "attention_scaling", 1.0)
+            if None not in bufs:  # called without a layer type: HF uses the first one
+                m._arb_inv_freq64[None] = m._arb_inv_freq64[next(iter(bufs))]
+                m._arb_scale[None] = m._arb_scale[next(iter(bufs))]
             m.forward = types.MethodType(rope_f64, m)
     for n in notes:
         log("f64 patch note: " + n)
+    _guard_model_forward(model)
 
     def softmax_calls():
         return _SOFTMAX_STATE["calls"] - softmax_base
 
-    return counts, softmax_calls, notes
+    def downcast_calls():
+        return _DOWNCAST_STATE["calls"] - downcast_base
+
+    return counts, softmax_calls, downcast_calls, notes
 
 
 def verify_loaded_weights(torch, model, model_dir):
@@ -388,8 +507,38 @@ def verify_loaded_weights(torch, model, model_dir):
             raise TraceError(f"{model_dir}: model tensors differ from the checkpoint: {bad[:5]}")
     missing = [k for k, v in model.named_parameters() if v.data_ptr() not in covered]
     if missing:
-        raise TraceError(f"{model_dir}: model tensors with no checkpoint source: {missing[:5]}")
+        # transformers 5 fuses some checkpoint tensors on load (MoE experts -> one 3-D tensor) and
+        # splits them again on save, so these have no 1:1 source. Check them through that inverse.
+        bad = roundtrip_mismatches(torch, model, model_dir)
+        if bad:
+            raise TraceError(f"{model_dir}: model tensors with no checkpoint source: {missing[:5]}; "
+                             f"save round trip differs: {bad[:5]}")
+        fixes.append(f"checked through a save_pretrained round trip: {len(missing)} fused tensors "
+                     f"(e.g. {missing[0]})")
     return fixes
+
+
+def roundtrip_mismatches(torch, model, model_dir):
+    """Names where model.save_pretrained's tensors differ from the checkpoint's (values in float64)."""
+    import tempfile
+    from safetensors import safe_open
+
+    def load_all(d):
+        out = {}
+        for path in weight_files(d):
+            with safe_open(path, framework="pt") as h:
+                for k in h.keys():
+                    out[k] = h.get_tensor(k).to(torch.float64)
+        return out
+
+    want = load_all(model_dir)
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d)
+        got = load_all(d)
+    bad = sorted(set(want) ^ set(got))
+    bad += [k for k in sorted(set(want) & set(got))
+            if want[k].shape != got[k].shape or not torch.equal(want[k], got[k].to(want[k].device))]
+    return bad
 
 
 def load_model(model_dir, dtype="float64", device="cpu", attn="eager", f64_exact=True):
@@ -398,14 +547,17 @@ def load_model(model_dir, dtype="float64", device="cpu", attn="eager", f64_exact
     from transformers import AutoModelForCausalLM
 
     tdt = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    # MoE experts: the plain per-expert loop; grouped-matmul kernels need not exist for float64 on CPU
+    kw = dict(attn_implementation=attn, experts_implementation="eager")
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=tdt, attn_implementation=attn)
-    except TypeError:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=tdt, attn_implementation=attn)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=tdt, **kw)
+    except Exception:  # a transformers without experts_implementation; a real problem shows again below
+        kw.pop("experts_implementation")
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=tdt, **kw)
     model = model.to(device=device, dtype=tdt).eval()
     info = {"weight_fixes": verify_loaded_weights(torch, model, model_dir)}
     for f in info["weight_fixes"]:
-        log(f"fixed weight after load: {f}")
+        log(f"weight check after load: {f}")
     info["f64_patches"] = None
     if dtype == "float64" and f64_exact:
         info["f64_patches"] = apply_f64_patches(torch, model)
@@ -418,9 +570,9 @@ def fixups_field(info):
     p = info.get("f64_patches")
     if not p:
         return ""
-    counts, softmax_calls, _notes = p
-    return ",f64_fixups=rmsnorm:%d+softmax:%d+rope:%d" % (
-        counts["rmsnorm"], softmax_calls(), counts["rope"])
+    counts, softmax_calls, downcast_calls, _notes = p
+    return ",f64_fixups=rmsnorm:%d+softmax:%d+rope:%d+downcast:%d" % (
+        counts["rmsnorm"], softmax_calls(), counts["rope"], downcast_calls())
 
 
 def count_params(model):
@@ -551,6 +703,9 @@ def run(args):
     if args.topk > vocab:
         raise TraceError(f"--topk {args.topk} exceeds the vocabulary ({vocab})")
 
+    full_only = FULL_FORWARD_ARCHS.get(cfg.get("model_type"))
+    if full_only:
+        log(f"{cfg.get('model_type')}: each chunk is one uncached forward over context + chunk ({full_only})")
     rows, nonfinite, max_full_diff = [], 0, 0.0
     t0 = time.time()
     with torch.inference_mode():
@@ -558,8 +713,11 @@ def run(args):
             ctx = ([bos] if bos is not None else []) + corpus[ctx_start:cs]
             chunk = corpus[cs:cs + w]
             targets = corpus[cs + 1:cs + w + 1]
-            logits = forward_chunk(torch, model, ctx, chunk, args.device)
-            if args.check_full:
+            if full_only:
+                logits = forward_full(torch, model, ctx + chunk, w, args.device)
+            else:
+                logits = forward_chunk(torch, model, ctx, chunk, args.device)
+            if args.check_full and not full_only:
                 full = forward_full(torch, model, ctx + chunk, w, args.device)
                 d = (full.double() - logits.double()).abs().max().item()
                 max_full_diff = max(max_full_diff, d)
@@ -569,7 +727,7 @@ def run(args):
     if args.device == "cuda":
         torch.cuda.synchronize()
     elapsed = time.time() - t0
-    if args.check_full:
+    if args.check_full and not full_only:
         log(f"check-full: max |cached - full| logit difference {max_full_diff:.3e}")
 
     env = sorted(k for k in os.environ if k.startswith("ARBITER_"))
@@ -601,7 +759,8 @@ def run(args):
     os.replace(tmp, args.out)
     log(f"wrote {args.out}: {len(rows)} rows in {elapsed:.3f} s")
     stats = {"rows": len(rows), "elapsed_s": elapsed, "nonfinite": nonfinite,
-             "max_full_diff": max_full_diff if args.check_full else None,
+             "max_full_diff": max_full_diff if args.check_full and not full_only else None,
+             "full_forward_only": full_only,
              "f64_fixups": fixups_field(info).lstrip(",").replace("f64_fixups=", ""), "weight_fixes": info["weight_fixes"]}
     if nonfinite:
         log(f"ERROR: {nonfinite} non-finite logits")

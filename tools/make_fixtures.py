@@ -11,9 +11,10 @@ Steps (each skips what already exists unless --force; `all` runs 2..6 in order):
   sample       sample TinyStories-656K (temperature 0.8, top-k 40, from BOS + a seed
                phrase, until EOS) into models/corpus/stories.txt (~80 KB, committed) and
                .carry/fixtures-work/train.txt (~2 MB, not committed)
-  tokenizer    train the byte-level BPE (Qwen2 split regex, 1023 tokens + <|endoftext|>)
-  train        train tiny-llama, tiny-mistral, tiny-qwen2, tiny-qwen3 in parallel
-               (one process each, --seconds of wall time each) into tests/fixtures/models/
+  tokenizer    train the byte-level BPE (Qwen2 split regex, 1023 tokens + <|endoftext|>), or copy
+               tests/fixtures/models/tiny-qwen2/tokenizer.json when it exists
+  train        train every FIXTURES model that has no model.safetensors yet (or --only NAMES)
+               in parallel (one process each, --seconds of wall time each) into tests/fixtures/models/
   references   float64 logits (CPU, eager attention) -> reference_logits.json files
   traces       float64 hf_trace.py traces (w8: --chunk 8 --chunks 8 --prefill 64 --start 0,
                w1: --chunk 1 --chunks 16 --prefill 0 --start 0) -> tests/fixtures/traces/
@@ -87,7 +88,7 @@ FIXTURES = {
                   high_freq_factor=4.0, original_max_position_embeddings=64)),
     "tiny-mistral": dict(
         model_class="MistralForCausalLM", config_class="MistralConfig", tokenizer="tinystories",
-        save_dtype="float32", seed=102, legacy_rope_keys=True,
+        save_dtype="float32", seed=102, legacy_config="rope",
         config=dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=1, sliding_window=32, max_position_embeddings=2048,
                     rms_norm_eps=1e-5, tie_word_embeddings=False),
@@ -106,6 +107,90 @@ FIXTURES = {
                     num_key_value_heads=2, head_dim=32, max_position_embeddings=2048, rms_norm_eps=1e-6,
                     tie_word_embeddings=True, attention_bias=False, use_sliding_window=False),
         rope=dict(rope_type="default", rope_theta=1000000.0)),
+    # issue 23: Gemma 2/3, MoE. Values are chosen so that every code path an implementation needs
+    # is taken: windows smaller than the trace context (w8 has 64 tokens of it), sliding and full
+    # layers mixed, scalars that differ from their usual derived values.
+    "tiny-gemma3": dict(
+        model_class="Gemma3ForCausalLM", config_class="Gemma3TextConfig", tokenizer="tinystories",
+        save_dtype="bfloat16", seed=105,
+        config=dict(hidden_size=64, intermediate_size=192, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24, sliding_window=16,
+                    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                    final_logit_softcapping=15.0, hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6,
+                    max_position_embeddings=2048, tie_word_embeddings=True),
+        rope={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+              "full_attention": dict(rope_type="linear", rope_theta=1000000.0, factor=4.0)},
+        rope_legacy=dict(rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                         rope_scaling=dict(rope_type="linear", factor=4.0))),
+    "tiny-gemma2": dict(
+        model_class="Gemma2ForCausalLM", config_class="Gemma2Config", tokenizer="bytelevel",
+        save_dtype="float32", seed=106,
+        config=dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=32, sliding_window=24,
+                    layer_types=["sliding_attention", "full_attention"], attn_logit_softcapping=20.0,
+                    final_logit_softcapping=15.0, hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6,
+                    max_position_embeddings=2048, tie_word_embeddings=True),
+        rope=dict(rope_type="default", rope_theta=10000.0)),
+    "tiny-qwen3-moe": dict(
+        model_class="Qwen3MoeForCausalLM", config_class="Qwen3MoeConfig", tokenizer="bytelevel",
+        save_dtype="float32", seed=107,
+        config=dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=8,
+                    num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+                    max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                    use_sliding_window=False),
+        rope=dict(rope_type="default", rope_theta=1000000.0)),
+    "tiny-mixtral": dict(
+        model_class="MixtralForCausalLM", config_class="MixtralConfig", tokenizer="tinystories",
+        save_dtype="bfloat16", seed=108,
+        config=dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
+                    max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False),
+        rope=dict(rope_type="default", rope_theta=1000000.0)),
+    "tiny-qwen2-moe": dict(
+        model_class="Qwen2MoeForCausalLM", config_class="Qwen2MoeConfig", tokenizer="bytelevel",
+        save_dtype="float32", seed=109,
+        config=dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                    shared_expert_intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                    num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                    decoder_sparse_step=2, mlp_only_layers=[], max_position_embeddings=2048, rms_norm_eps=1e-6,
+                    tie_word_embeddings=False, use_sliding_window=False),
+        rope=dict(rope_type="default", rope_theta=1000000.0)),
+    # issue 24: Mamba2 hybrids. mamba heads 8 x head dim 16 = expand 2 x hidden 64; 2 groups, so
+    # the gated RMSNorm normalizes each half of the 128 channels on its own.
+    "tiny-granite-h": dict(
+        model_class="GraniteMoeHybridForCausalLM", config_class="GraniteMoeHybridConfig", tokenizer="tinystories",
+        save_dtype="bfloat16", seed=110,
+        config=dict(hidden_size=64, intermediate_size=128, shared_intermediate_size=128, num_local_experts=0,
+                    num_experts_per_tok=0, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                    layer_types=["mamba", "attention", "mamba", "attention"], position_embedding_type="nope",
+                    mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4,
+                    mamba_expand=2, mamba_chunk_size=16, mamba_conv_bias=True, mamba_proj_bias=False,
+                    embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0625,
+                    logits_scaling=4.0, max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=True),
+        rope=None, key_aliases={"layer_types": "layers_block_type"}, legacy_config="granite_layer_types"),
+    "tiny-granite-h-moe": dict(
+        model_class="GraniteMoeHybridForCausalLM", config_class="GraniteMoeHybridConfig", tokenizer="bytelevel",
+        save_dtype="float32", seed=111,
+        config=dict(hidden_size=64, intermediate_size=32, shared_intermediate_size=64, num_local_experts=4,
+                    num_experts_per_tok=2, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                    layer_types=["attention", "mamba", "mamba", "attention"], position_embedding_type="rope",
+                    mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4,
+                    mamba_expand=2, mamba_chunk_size=16, mamba_conv_bias=True, mamba_proj_bias=False,
+                    embedding_multiplier=8.0, residual_multiplier=0.5, attention_multiplier=0.125,
+                    logits_scaling=2.0, max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False),
+        rope=dict(rope_type="default", rope_theta=10000.0), key_aliases={"layer_types": "layers_block_type"}),
+    "tiny-nemotron-h": dict(
+        model_class="NemotronHForCausalLM", config_class="NemotronHConfig", tokenizer="tinystories",
+        save_dtype="bfloat16", seed=112,
+        config=dict(hidden_size=64, hybrid_override_pattern="ME*-", num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, intermediate_size=128, mlp_hidden_act="relu2",
+                    mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=16, conv_kernel=4,
+                    expand=2, chunk_size=16, use_conv_bias=True, n_routed_experts=4, num_experts_per_tok=2,
+                    moe_intermediate_size=32, moe_shared_expert_intermediate_size=48, n_shared_experts=1,
+                    routed_scaling_factor=2.0, norm_topk_prob=True, use_mamba_kernels=False,
+                    layer_norm_epsilon=1e-5, max_position_embeddings=2048, tie_word_embeddings=False),
+        rope=None, optional_keys=("num_hidden_layers",), legacy_config="nemotron_pattern"),
 }
 
 TRACE_SHAPES = {
@@ -241,6 +326,8 @@ def step_sample(args, rep):
     if os.path.exists(CORPUS) and os.path.exists(TRAIN_TEXT) and not args.force:
         log("sample: corpus and training text exist, skipped")
         return
+    if os.path.exists(CORPUS) and not args.force:
+        log("sample: corpus exists and is kept; sampling the training text only")
     import torch
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
@@ -284,7 +371,18 @@ def step_sample(args, rep):
     while order and n < TRAIN_BYTES:
         train.append(order.pop(0))
         n += len(train[-1]) + 2
-    write_text(CORPUS, "\n\n".join(corpus) + "\n")
+    corpus_text = "\n\n".join(corpus) + "\n"
+    if os.path.exists(CORPUS) and not args.force:
+        # keep the committed corpus (sampling need not reproduce it on another GPU or torch);
+        # drop any training story that is in it, so the corpus stays held out
+        with open(CORPUS, encoding="utf-8") as f:
+            kept = f.read()
+        held = set(kept.rstrip("\n").split("\n\n"))
+        stats.update(corpus_kept=True, corpus_reproduced=kept == corpus_text,
+                     train_dropped_as_in_corpus=sum(t in held for t in train))
+        train = [t for t in train if t not in held]
+    else:
+        write_text(CORPUS, corpus_text)
     write_text(TRAIN_TEXT, "\n\n".join(train) + "\n")
     stats.update(corpus_stories=len(corpus), corpus_bytes=os.path.getsize(CORPUS),
                  train_stories=len(train), train_bytes=os.path.getsize(TRAIN_TEXT),
@@ -300,6 +398,14 @@ def step_sample(args, rep):
 def step_tokenizer(args, rep):
     if os.path.exists(BYTELEVEL_TOK) and not args.force:
         log("tokenizer: exists, skipped")
+        return
+    committed = os.path.join(FIX_MODELS, "tiny-qwen2", "tokenizer.json")
+    if os.path.exists(committed) and not args.force:
+        # later fixtures share the committed vocabulary; retraining on new text would not give it
+        os.makedirs(WORK, exist_ok=True)
+        shutil.copyfile(committed, BYTELEVEL_TOK)
+        log(f"tokenizer: copied {committed}")
+        rep.set("tokenizer", {"copied_from": committed, "sha256": sha256_file(BYTELEVEL_TOK)})
         return
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
     from tokenizers import pre_tokenizers, processors, trainers
@@ -351,36 +457,80 @@ def bytelevel_tokenizer_config(eot_id):
 # ------------------------------------------------------------------------------ train
 
 
+def make_config(cls, kw, spec):
+    """cls(**kw), retrying with a key renamed (spec key_aliases) or dropped (spec optional_keys)
+    when this transformers rejects it. Returns (config, {given key: key used or None})."""
+    kw, used = dict(kw), {k: k for k in kw}
+    for _ in range(len(kw) + 1):
+        try:
+            return cls(**kw), used
+        except (TypeError, ValueError) as e:
+            culprit = next((k for k in kw if repr(k) in str(e) or f"`{k}`" in str(e)), None)
+            alias = spec.get("key_aliases", {}).get(culprit)
+            if alias and alias not in kw:
+                kw[alias] = kw.pop(culprit)
+                used = {k: (alias if v == culprit else v) for k, v in used.items()}
+            elif culprit in spec.get("optional_keys", ()):
+                kw.pop(culprit)
+                used = {k: (None if v == culprit else v) for k, v in used.items()}
+            else:
+                raise
+            log(f"config: {e}; retrying with {culprit} -> {alias or 'dropped'}")
+    return cls(**kw), used
+
+
+def config_readback(cfg, spec, used):
+    """Given config keys whose value the built config does not hold (silently ignored keys)."""
+    bad = {}
+    for k, v in spec["config"].items():
+        key = used.get(k)
+        got = getattr(cfg, key, "<missing>") if key else "<dropped>"
+        if isinstance(got, tuple):
+            got = list(got)
+        if got != v and not (isinstance(v, float) and isinstance(got, (int, float)) and float(got) == v):
+            bad[k] = {"given": v, "got": repr(got)}
+    return bad
+
+
 def build_config(transformers, spec, vocab, bos, eos):
-    """The transformers config of a fixture; rope given as v5 `rope_parameters`, falling back
-    to the v4 `rope_theta`/`rope_scaling` keys when this transformers does not take them."""
+    """The transformers config of a fixture and how rope was given. rope: None (the family has no
+    rope keys, or they are in `config`), one dict (v5 `rope_parameters`, falling back to the v4
+    `rope_theta`/`rope_scaling` keys), or one dict per layer type (Gemma 3; fallback `rope_legacy`)."""
     cls = getattr(transformers, spec["config_class"])
     kw = dict(spec["config"], vocab_size=vocab, bos_token_id=bos, eos_token_id=eos)
     rope = spec["rope"]
+    if rope is None:
+        cfg, used = make_config(cls, kw, spec)
+        return cfg, "none", used
+    per_type = all(isinstance(v, dict) for v in rope.values())
 
     def rope_ok(cfg):
-        rtype, params, _dim = hf_trace.rope_params(cfg)
-        return rtype == rope["rope_type"] and all(
-            float(params.get(k, float("nan"))) == float(v) for k, v in rope.items() if k != "rope_type")
+        for lt, want in (rope.items() if per_type else [(None, rope)]):
+            rtype, params, _dim = hf_trace.rope_params(cfg, lt)
+            if rtype != want["rope_type"] or not all(
+                    float(params.get(k, float("nan"))) == float(v) for k, v in want.items() if k != "rope_type"):
+                return False
+        return True
 
-    try:
-        cfg = cls(**kw, rope_parameters=dict(rope))
-        if rope_ok(cfg):
-            return cfg, "rope_parameters"
-    except (TypeError, ValueError) as e:
-        log(f"config: rope_parameters not taken ({e}); trying rope_theta/rope_scaling")
-    legacy = dict(kw, rope_theta=rope["rope_theta"])
-    if rope["rope_type"] != "default":
-        legacy["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
-    try:
-        cfg2 = cls(**legacy)
-        if rope_ok(cfg2):
-            return cfg2, "rope_theta/rope_scaling"
-    except (TypeError, ValueError) as e:
-        log(f"config: rope_theta/rope_scaling not taken either ({e})")
-    cfg = cls(**kw, rope_parameters=dict(rope))
-    log(f"config: WARNING rope check failed; using rope_parameters as given: {hf_trace.rope_params(cfg)}")
-    return cfg, "rope_parameters (check failed)"
+    forms = [("rope_parameters", dict(kw, rope_parameters=dict(rope)))]
+    if per_type:
+        forms.append(("rope_legacy", dict(kw, **spec["rope_legacy"])))
+    else:
+        legacy = dict(kw, rope_theta=rope["rope_theta"])
+        if rope["rope_type"] != "default":
+            legacy["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+        forms.append(("rope_theta/rope_scaling", legacy))
+    for form, args in forms:
+        try:
+            cfg, used = make_config(cls, args, spec)
+            if rope_ok(cfg):
+                return cfg, form, used
+            log(f"config: {form} built but the rope check failed: {cfg.rope_parameters}")
+        except (TypeError, ValueError) as e:
+            log(f"config: {form} not taken ({e})")
+    cfg, used = make_config(cls, forms[0][1], spec)
+    log(f"config: WARNING rope check failed; using rope_parameters as given: {cfg.rope_parameters}")
+    return cfg, "rope_parameters (check failed)", used
 
 
 def token_stream(tok, path, group=32):
@@ -405,19 +555,45 @@ def eval_loss(torch, model, ids, bos, device, max_windows=64):
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1)).item()
 
 
-def rewrite_legacy_rope(config_path):
-    """Rewrite a v5 config.json (`rope_parameters`) into the older top-level `rope_theta` form."""
-    with open(config_path) as f:
-        cfg = json.load(f)
+def legacy_rope(cfg):
+    """v5 `rope_parameters` -> the older top-level `rope_theta` (+ `rope_scaling`) form."""
     if "rope_parameters" not in cfg:
-        return False
+        return "config.json had no rope_parameters"
     rp = cfg.pop("rope_parameters")
     cfg["rope_theta"] = rp.get("rope_theta", 10000.0)
     extra = {k: v for k, v in rp.items() if k not in ("rope_theta", "rope_type")}
     if rp.get("rope_type", "default") != "default" or extra:
         cfg["rope_scaling"] = dict(extra, rope_type=rp.get("rope_type", "default"))
-    write_text(config_path, json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    return True
+    return None
+
+
+def legacy_granite_layer_types(cfg):
+    """5.17 writes layer_types linear_attention/full_attention; Hub Granite 4.0-H checkpoints say
+    mamba/attention."""
+    names = {"linear_attention": "mamba", "full_attention": "attention"}
+    if not all(t in names for t in cfg.get("layer_types", [None])):
+        return f"unexpected layer_types {cfg.get('layer_types')}"
+    cfg["layer_types"] = [names[t] for t in cfg["layer_types"]]
+    return None
+
+
+def legacy_nemotron_pattern(cfg):
+    """5.17 writes the layers_block_type list; Hub Nemotron-H checkpoints carry the
+    hybrid_override_pattern string (M mamba, E moe, * attention, - mlp) and num_hidden_layers."""
+    chars = {"linear_attention": "M", "mamba": "M", "moe": "E", "full_attention": "*", "attention": "*", "mlp": "-"}
+    types = cfg.get("layers_block_type")
+    if not types or not all(t in chars for t in types):
+        return f"unexpected layers_block_type {types}"
+    cfg.pop("layers_block_type")
+    cfg["hybrid_override_pattern"] = "".join(chars[t] for t in types)
+    cfg["num_hidden_layers"] = len(types)
+    return None
+
+
+# spec legacy_config -> rewrite of config.json into the form older/Hub checkpoints use; returns
+# None when done, else why not. train_one keeps a rewrite only if it reloads to identical logits.
+LEGACY_CONFIG = {"rope": legacy_rope, "granite_layer_types": legacy_granite_layer_types,
+                 "nemotron_pattern": legacy_nemotron_pattern}
 
 
 def train_one(name, args):
@@ -433,7 +609,10 @@ def train_one(name, args):
     tok_path, bos, eos = tokenizer_paths(spec["tokenizer"])
     tok = Tokenizer.from_file(tok_path)
     vocab = tok.get_vocab_size()
-    cfg, rope_form = build_config(transformers, spec, vocab, bos, eos)
+    cfg, rope_form, used = build_config(transformers, spec, vocab, bos, eos)
+    readback = config_readback(cfg, spec, used)
+    if readback:
+        log(f"{name}: WARNING config keys not held as given: {readback}")
     model = getattr(transformers, spec["model_class"])(cfg).to(dev)
     stream = token_stream(tok, TRAIN_TEXT)
     with open(CORPUS, encoding="utf-8") as f:
@@ -500,7 +679,8 @@ def train_one(name, args):
     written_cfg = hf_trace.read_json(cfg_path)
 
     # reload checks: the saved directory holds exactly the trained (save-dtype) weights, and the
-    # legacy-key config (tiny-mistral) gives the same logits as the config transformers wrote.
+    # legacy-form config (tiny-mistral, tiny-granite-h, tiny-nemotron-h) gives the same logits as the
+    # config transformers wrote.
     # (Logits are not compared with the in-memory model: model.to(bf16) also rounds the
     # non-persistent rope inv_freq buffer, which a reload recomputes in float32.)
     probe = torch.tensor([heldout[:64]], dtype=torch.long)
@@ -515,19 +695,23 @@ def train_one(name, args):
     m2, base_logits = reload()
     diff = max((p.detach() - saved[k]).abs().max().item() for k, p in m2.named_parameters())
     legacy = None
-    if spec.get("legacy_rope_keys"):
-        if rewrite_legacy_rope(cfg_path):
+    if spec.get("legacy_config"):
+        cfg_json = hf_trace.read_json(cfg_path)
+        why_not = LEGACY_CONFIG[spec["legacy_config"]](cfg_json)
+        if why_not is None:
+            write_text(cfg_path, json.dumps(cfg_json, indent=2, sort_keys=True) + "\n")
             _m3, logits3 = reload()
             diff2 = (logits3 - base_logits).abs().max().item()
-            legacy = {"rewritten": True, "reload_logits_max_abs_diff": diff2,
-                      "config_keys": sorted(hf_trace.read_json(cfg_path))}
+            legacy = {"form": spec["legacy_config"], "rewritten": True, "reload_logits_max_abs_diff": diff2,
+                      "config_keys": sorted(cfg_json)}
             if diff2 != 0.0:
-                log(f"{name}: legacy rope_theta config does not reproduce the model (diff {diff2}); reverted")
+                log(f"{name}: legacy {spec['legacy_config']} config does not reproduce the model "
+                    f"(diff {diff2}); reverted")
                 write_text(cfg_path, json.dumps(written_cfg, indent=2, sort_keys=True) + "\n")
                 legacy["reverted"] = True
         else:
-            legacy = {"rewritten": False, "reason": "config.json had no rope_parameters"}
-    attn = m2.model.layers[0].self_attn
+            legacy = {"form": spec["legacy_config"], "rewritten": False, "reason": why_not}
+    attn = next(m for _n, m in m2.named_modules() if hasattr(m, "q_proj"))  # hybrids: not layer 0
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp_dir, out_dir)
     files = {f: os.path.getsize(os.path.join(out_dir, f)) for f in sorted(os.listdir(out_dir))}
@@ -537,8 +721,9 @@ def train_one(name, args):
         "name": name, "steps": step, "train_seconds": round(train_seconds, 1), "device": dev,
         "loss_first20": round(first, 4), "loss_final100": round(final, 4), "heldout_loss": round(held, 4),
         "ln_vocab": round(math.log(vocab), 4), "vocab": vocab, "params": hf_trace.count_params(m2),
-        "rope_form_given": rope_form, "config_written": written_cfg, "reload_param_max_abs_diff": diff,
-        "legacy_rope": legacy, "files": files, "tensors": tensors,
+        "rope_form_given": rope_form, "config_keys_used": used, "config_readback_mismatch": readback,
+        "config_written": written_cfg, "reload_param_max_abs_diff": diff,
+        "legacy_config": legacy, "files": files, "tensors": tensors,
         "q_proj_shape": list(attn.q_proj.weight.shape), "k_proj_shape": list(attn.k_proj.weight.shape),
         "q_proj_bias": attn.q_proj.bias is not None,
         "has_q_norm": hasattr(attn, "q_norm"),
@@ -628,9 +813,8 @@ def step_references(args, rep):
         x = torch.tensor([prompt], dtype=torch.long)
         with torch.no_grad():
             as_is = model(input_ids=x, use_cache=False).logits[0]
-            counts, softmax_calls, notes = hf_trace.apply_f64_patches(torch, model)
+            info["f64_patches"] = hf_trace.apply_f64_patches(torch, model)
             exact = model(input_ids=x, use_cache=False).logits[0]
-        info["f64_patches"] = (counts, softmax_calls, notes)
         fix = hf_trace.fixups_field(info).lstrip(",").replace("f64_fixups=", "")
         diff = (exact - as_is).abs().max().item()
         meta = {
@@ -642,7 +826,8 @@ def step_references(args, rep):
             "note": ("prompt_ids = BOS (if any) + the first 48 tokens of the corpus (tokenized as one string, "
                      "no special tokens); one forward over the whole prompt; logits[i] are the full-vocabulary "
                      "logits at prompt position positions[i]. float64 throughout: transformers' float32 casts "
-                     "(RMSNorm, eager softmax, RoPE cos/sin) patched, see f64_fixups; "
+                     "(RMSNorm, eager softmax, RoPE cos/sin, every other float64->float32 cast in the forward) "
+                     "patched, see f64_fixups; "
                      "hf_as_is_max_abs_diff = largest |difference| to unpatched transformers float64."),
             "f64_fixups": fix, "hf_as_is_max_abs_diff": diff,
             "weight_fixes": info["weight_fixes"],
