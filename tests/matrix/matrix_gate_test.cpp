@@ -361,6 +361,9 @@ TEST(MatrixGateCli, LocalizeNamesTheInjectedStageAndTogglingItRedoesTheGate) {
   EXPECT_NE(md.find("**FAIL unexplained**. First stage over its bound: none;"),
             std::string::npos) << md;
   EXPECT_NE(md.find("| 1 | ``'a`\\|b'(" + std::to_string(id) + ")`` |"), std::string::npos) << md;
+  EXPECT_NE(test::read_file(out + "/report.html")
+                .find("<td><code>'a`|b'(" + std::to_string(id) + ")</code></td>"),
+            std::string::npos);
 
   d0["class"] = "bad luck";
   test::write_file(gate, f.dump());
