@@ -335,14 +335,14 @@ void localize_blocks(const MatrixGateResult& g, const std::string& model, Doc& d
     // Both other classes are past the band, so gate defects: FAIL as in the divergences table.
     const std::string cls =
         (x.cls == localize_class_name(LocalizeClass::NearTieFlip) ? "" : "FAIL ") + x.cls;
+    const std::string at =
+        x.max_stage.empty() ? "" : " at " + stage_text(x.max_stage, "", x.max_layer);
     d.para(strformat("Side `%s`, prompt %d, step %d: **%s**. First stage over its bound: %s; "
                      "max local/bound %s%s; growth: %s. Reference top-1/top-2 gap %.4f nats; the "
                      "side ranks the reference's token %d; gate deficit %.4f.",
                      x.side.c_str(), x.prompt, x.step, cls.c_str(), first.c_str(),
-                     fnum(x.max_ratio).c_str(),
-                     x.max_stage.empty() ? ""
-                                         : (" at " + stage_text(x.max_stage, "", x.max_layer)).c_str(),
-                     growth.c_str(), x.ref_gap, x.ref_rank_in_side, x.deficit));
+                     fnum(x.max_ratio).c_str(), at.c_str(), growth.c_str(), x.ref_gap,
+                     x.ref_rank_in_side, x.deficit));
     std::vector<std::vector<std::string>> t = {
         {"rank", "reference " + code(r.sides.front().label), "logit", "side " + code(x.side),
          "logit"}};
@@ -543,7 +543,8 @@ std::string matrix_gate_note(const MatrixSpec& spec, const std::vector<MatrixGat
   for (const MatrixGateResult& g : gates)
     for (const MatrixLocalized& x : g.localize)
       if (x.cls == localize_class_name(LocalizeClass::Unexplained))
-        ++n, unexplained += strformat("%s%s `%s` prompt %d step %d", unexplained.empty() ? "" : "; ",
+        ++n, unexplained += strformat("%s%s `%s` prompt %d step %d",
+                                      unexplained.empty() ? "" : "; ",
                                       matrix_model_name(spec.models[g.model]).c_str(),
                                       x.side.c_str(), x.prompt, x.step);
   if (n)
