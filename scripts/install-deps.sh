@@ -8,7 +8,7 @@
 # tests/matrix/slurm.sh start a single-node Slurm for `matrix plan --slurm` (ctest matrix_slurm).
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config git nlohmann-json3-dev libpcre2-dev libopenblas-dev
-      libgtest-dev libbenchmark-dev libtomlplusplus-dev libcpp-httplib-dev xz-utils python3 chromium
+      libgtest-dev libbenchmark-dev libtomlplusplus-dev libcpp-httplib-dev libcmark-dev libssl-dev xz-utils python3 chromium
       clang-14 libclang-rt-14-dev parallel slurm-wlm munge)
 # A machine may already have node from elsewhere (with its own npm): Debian's then stays out.
 command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)

@@ -11,6 +11,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/bench.h"
 #include "engine/session.h"
 #include "io/atomic_file.h"
@@ -112,12 +113,19 @@ static int cmd_bench(int argc, char** argv) {
   o.probes = !a.flag("no-probes");
   ARB_CHECK(o.shapes.empty() || !o.corpus_path.empty(), "[cli] bench: --shapes needs --corpus FILE");
   for (const std::string& sh : o.shapes) (void)verify::named_shape(sh);  // unknown names fail now
-  o.progress = [](const std::string& s) { std::fprintf(stderr, "[bench] %s\n", s.c_str()); };
 
   ModelRun run = open_model_run(a);
+  // Speed past the trained context is still a speed (like --shapes, which allows long
+  // contexts), so bench warns where generate, serve and trace refuse (docs/performance.md).
+  const int64_t positions = int64_t(o.depth) + std::max(o.n_prompt, o.n_gen);
+  if (run.model->config.max_pos > 0 && positions > run.model->config.max_pos)
+    std::fprintf(stderr,
+                 "[bench] warning: --depth %d + max(-p %d, -n %d) = %lld positions passes the model's maximum of %d; "
+                 "timings only, the logits there mean nothing\n",
+                 o.depth, o.n_prompt, o.n_gen, (long long)positions, run.model->config.max_pos);
   BenchReport r = run_bench(*run.model, *run.backend, o);
   for (const std::string& sh : o.shapes) {
-    o.progress("trace " + sh + " ...");
+    progress_note("bench", "trace " + sh + " ...");
     r.traces.push_back(time_trace(*run.model, *run.backend, sh, o));
     bench_note_peak_rss(r);
   }

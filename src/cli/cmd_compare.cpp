@@ -21,7 +21,7 @@ namespace arbiter::cli {
 static constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
 
 static const char* kCompareUsage =
-    "usage: arbiter compare REF CAND [--decided 2.0] [--kl-kappa K] [--json] [--force] [--topk-only]\n"
+    "usage: arbiter compare REF CAND [--decided 2.0] [--kl-kappa K] [--json|--explain] [--force] [--topk-only]\n"
     "                       [--ref-logits FILE --cand-logits FILE] [--window W] [--tokenizer MODEL]\n"
     "  REF, CAND   traces (arbiter format v1, or another engine's 6-column logit_trace TSV), or a\n"
     "              logprobs dump: completions replies with prompt logprobs, one chunk a line (a\n"
@@ -36,6 +36,7 @@ static const char* kCompareUsage =
     "  --kl-kappa  drift gate: fail when mean KL(ref||cand) > K * u^2 nats, u the coarser unit\n"
     "              roundoff of the two traces' compute dtypes (default %g; docs/traces.md)\n"
     "  --json      one JSON object on stdout instead of the report\n"
+    "  --explain   after the report, each statistic's formula with this run's values\n"
     "  --force     judge even when model/corpus/tokenizer/shape/targets differ (report says so)\n"
     "  --topk-only ignore full-logits files (KL is then estimated from top-k + lse)\n"
     "  full-logits files default to REF.logits and CAND.logits when both exist\n"
@@ -45,8 +46,9 @@ static int cmd_compare(int argc, char** argv) {
   using namespace verify;
   try {
     Args a("compare", {"--decided", "--kl-kappa", "--ref-logits", "--cand-logits", "--window", "--tokenizer"},
-           {"--json", "--force", "--topk-only", "-h|--help"});
+           {"--json", "--force", "--topk-only", "--explain", "-h|--help"});
     a.parse(argc, argv);
+    ARB_CHECK(!(a.flag("explain") && a.flag("json")), "[cli] compare: --explain adds to the text report; not with --json");
     if (a.flag("help")) {
       std::printf(kCompareUsage, kDefaultKlKappa);
       return 0;
@@ -121,6 +123,7 @@ static int cmd_compare(int argc, char** argv) {
     CompareResult r = compare_traces(ref, cand, opt);
     if (a.flag("json")) std::printf("%s\n", to_json(r).dump(2, ' ', false, kReplace).c_str());
     else std::fputs(format_report(r).c_str(), stdout);
+    if (a.flag("explain")) std::fputs(("\n" + format_explain(r)).c_str(), stdout);
     return int(r.verdict);
   } catch (const Error& e) {
     std::fprintf(stderr, "arbiter compare: unreadable: %s\n", e.what());

@@ -6,6 +6,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/atomic_file.h"
 #include "io/file.h"
 #include "verify/localize/drift.h"
@@ -164,9 +165,9 @@ static int cmd_drift(int argc, char** argv) {
   Session s_a(*m, *be_a, positions, wmax), s_b(*m, *be_b, positions, wmax);
   s_a.set_inject(sa.inject);
   s_b.set_inject(sb.inject);
-  std::fprintf(stderr, "[drift] capturing %d positions on %s and %s, replaying %s on %s's inputs\n",
-               positions, sa.label.c_str(), sb.label.c_str(), sb.label.c_str(), sa.label.c_str());
-  verify::DriftReport r = verify::drift_run(s_a, s_b, ids, wmax);
+  progress_note("drift", strformat("capturing %d positions on a = %s and b = %s, replaying b on a's inputs",
+                                   positions, sa.label.c_str(), sb.label.c_str()));
+  verify::DriftReport r = verify::drift_run(s_a, s_b, ids, wmax, nullptr, nullptr, "drift");
   r.model_path = a.str("model");
   r.corpus_path = a.str("corpus", "");
   r.input = input;

@@ -102,10 +102,7 @@ static int cmd_gate(int argc, char** argv) {
       }
     ARB_CHECK(any, "[cli] gate: --mix applies to cuda sides and --sides has none");
   }
-  const bool quiet = a.flag("quiet");
-  opt.progress = [&](const std::string& s) {
-    if (!quiet) std::fprintf(stderr, "[gate] %s\n", s.c_str());
-  };
+  opt.progress = !a.flag("quiet");
   verify::GateReport r = verify::run_gate(opt);
   const std::vector<verify::GateResolutionRow> rows = verify::gate_resolve(r);
   std::vector<verify::GateReproduction> reps;

@@ -95,8 +95,8 @@ static int cmd_generate(int argc, char** argv) {
     ARB_CHECK(!a.has("chat-template"), "[cli] generate: --chat-template needs --chat");
     if (!have_prompt) std::fprintf(stderr, "[generate] no prompt given: generating from BOS\n");
     std::vector<int32_t> prompt = m.tokenizer->encode(prompt_text, !a.flag("no-bos"), true);
-    const int ctx = a.int_in("ctx", n < 0 ? max_pos : std::min<int64_t>(max_pos, int64_t(prompt.size()) + n), 1,
-                             max_pos);
+    const int ctx =
+        context_option(a, "generate", n < 0 ? max_pos : std::min<int64_t>(max_pos, int64_t(prompt.size()) + n), 1, m);
     ActivityScope scope(strformat("generating with a %d-position session on model %s", ctx, m.path.c_str()));
     Session s(m, *run.backend, ctx);
     s.set_inject(run.inject);
@@ -120,7 +120,7 @@ static int cmd_generate(int argc, char** argv) {
   std::unique_ptr<ChatTemplate> tpl = a.has("chat-template") ? chat_template_from_file(a.str("chat-template"), *m.tokenizer)
                                                              : load_chat_template(a.str("model"), *m.tokenizer);
   ARB_CHECK(tpl, "[cli] generate: %s has no chat template; give one with --chat-template FILE", a.str("model").c_str());
-  const int64_t ctx = a.int_in("ctx", max_pos, 1, max_pos);
+  const int64_t ctx = context_option(a, "generate", max_pos, 1, m);
   ActivityScope scope(strformat("chatting with a %lld-position session on model %s", (long long)ctx, m.path.c_str()));
   Session s(m, *run.backend, int(ctx));
   s.set_inject(run.inject);

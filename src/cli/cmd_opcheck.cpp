@@ -7,6 +7,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/atomic_file.h"
 #include "io/file.h"
 #include "verify/localize/opcheck.h"
@@ -71,14 +72,13 @@ static int cmd_opcheck(int argc, char** argv) {
   std::unique_ptr<Backend> ref = make_tier(DeviceSpec{"ref", "", 0, ""});
   ActivityScope scope(strformat("checking ops of model %s over %d positions", m.path.c_str(), positions));
   Session s_ref(m, *ref, positions, width);
-  std::fprintf(stderr, "[opcheck] ref forward of %d positions (capturing every op's inputs)\n",
-               positions);
-  Capture cap = capture_forwards(s_ref, ids, width);
+  progress_note("opcheck", strformat("ref forward of %d positions (capturing every op's inputs)", positions));
+  Capture cap = capture_forwards(s_ref, ids, width, "opcheck ref");
 
   Session s(m, *run.backend, positions, width);
   s.set_inject(run.inject);
-  std::fprintf(stderr, "[opcheck] replaying every op on %s\n", run.backend->device_name().c_str());
-  Capture replayed = replay_forwards(s, cap);
+  progress_note("opcheck", "replaying every op on " + run.backend->device_name());
+  Capture replayed = replay_forwards(s, cap, "opcheck replay");
   const Roundoff u = coarser(roundoff_of(DType::F64), roundoff_of(run.backend->compute()));
   verify::OpcheckReport r = verify::run_opcheck(cap, replayed, *run.backend, m.config.vocab, u);
   r.model_path = a.str("model");

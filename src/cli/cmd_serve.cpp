@@ -62,10 +62,7 @@ static int cmd_serve(int argc, char** argv) {
                model_path.c_str());
   ModelRun run = open_model_run(a);
   const Model& m = *run.model;
-  const int64_t ctx = a.integer("ctx", std::min<int64_t>(m.config.max_pos > 0 ? m.config.max_pos : 4096, 4096));
-  ARB_CHECK(ctx >= 2 && (m.config.max_pos <= 0 || ctx <= m.config.max_pos),
-            "[cli] serve: --ctx %lld outside [2, %d] (the model's max_position_embeddings)", (long long)ctx,
-            m.config.max_pos);
+  const int64_t ctx = context_option(a, "serve", std::min<int64_t>(m.config.max_pos > 0 ? m.config.max_pos : 4096, 4096), 2, m);
   std::unique_ptr<ChatTemplate> tpl =
       a.has("chat-template") ? chat_template_from_file(a.str("chat-template"), *m.tokenizer)
                              : load_chat_template(model_path, *m.tokenizer);

@@ -40,7 +40,7 @@ static int cmd_store(int argc, char** argv) {
     a.parse(argc - 1, argv + 1);
     ARB_CHECK(a.positional().size() == 1, "[cli] store verify: expected DIR");
     const std::string& dir = a.positional()[0];
-    std::vector<std::string> problems = store_verify(dir);
+    std::vector<std::string> problems = store_verify(dir, true);
     for (const auto& p : problems) std::fprintf(stderr, "arbiter store verify: %s\n", p.c_str());
     if (!problems.empty()) return 1;
     std::printf("%s: OK (%zu traces)\n", dir.c_str(), store_trace_names(dir).size());

@@ -11,12 +11,12 @@ namespace arbiter::cli {
 
 static int cmd_synth(int argc, char** argv) {
   Args a("synth", {"--preset", "--dtype", "--seed", "--layers", "--format", "-o|--out", "-t|--threads"},
-         {"--force", "--list", "-h|--help"});
+         {"--force", "--list", "-q|--quiet", "-h|--help"});
   a.parse(argc, argv);
   if (a.flag("help") || a.flag("list")) {
     std::fprintf(stderr,
                  "usage: arbiter synth --preset NAME --dtype bf16|f16|f32 [--seed N] [--layers N] "
-                 "[--format hf|gguf] -o DIR|FILE.gguf [--force] [-t THREADS]\n"
+                 "[--format hf|gguf] -o DIR|FILE.gguf [--force] [-t THREADS] [--quiet]\n"
                  "Writes an HF checkpoint directory (or, with --format gguf or -o X.gguf, one GGUF file with\n"
                  "the same weights) with the preset's shapes and seeded random weights: for speed\n"
                  "measurements only, never for correctness.\npresets:\n");
@@ -43,7 +43,7 @@ static int cmd_synth(int argc, char** argv) {
   o.format = format == "gguf" ? SynthFormat::Gguf : SynthFormat::Hf;
   o.force = a.flag("force");
   o.threads = thread_count(a);
-  o.progress = [](const std::string& s) { std::fprintf(stderr, "[synth] %s\n", s.c_str()); };
+  o.progress = !a.flag("quiet");
   SynthResult plan = synth_plan(o);  // validates preset, dtype and layers before any work
   if (plan.weight_bytes > 8'000'000'000ull)
     std::fprintf(stderr, "[synth] warning: this checkpoint is %.1f GB; writing it takes minutes and that much disk\n",

@@ -44,6 +44,19 @@ ModelRun open_model_run(const Args& a) {
   return r;
 }
 
+int context_option(const Args& a, const std::string& command, int64_t dflt, int64_t lo, const Model& m) {
+  if (!a.has("ctx")) return int(dflt);
+  const int64_t v = a.integer("ctx");
+  ARB_CHECK(v >= lo, "[cli] %s: --ctx %lld is below %lld", command.c_str(), (long long)v, (long long)lo);
+  ARB_CHECK(m.config.max_pos <= 0 || v <= m.config.max_pos,
+            "[cli] %s: --ctx %lld passes the model's maximum of %d positions (max_position_embeddings / "
+            "context_length of %s)",
+            command.c_str(), (long long)v, m.config.max_pos, m.path.c_str());
+  ARB_CHECK(v <= std::numeric_limits<int32_t>::max(), "[cli] %s: --ctx %lld is over %d", command.c_str(),
+            (long long)v, std::numeric_limits<int32_t>::max());
+  return int(v);
+}
+
 void print_stats_if_asked(const ModelRun& r) {
   if (r.stats) std::fprintf(stderr, "%s", r.backend->stats().table().c_str());
 }

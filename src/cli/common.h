@@ -30,6 +30,11 @@ struct ModelRun {
 
 /// Loads -m and makes the --device/--dtype/-t backend; parses --inject.
 ModelRun open_model_run(const Args& a);
+/// --ctx (a session's positions): dflt when absent; refused when below lo or past the
+/// model's maximum (max_position_embeddings / context_length), naming that limit:
+///   "[cli] generate: --ctx 2048 passes the model's maximum of 512 positions (...)".
+/// A model that states no maximum (max_pos <= 0) is bounded at INT32_MAX.
+int context_option(const Args& a, const std::string& command, int64_t dflt, int64_t lo, const Model& m);
 /// Prints the op-stats table to stderr when asked.
 void print_stats_if_asked(const ModelRun& r);
 /// "ARBITER_X=v ..." for the ARBITER_* variables set, or "none".

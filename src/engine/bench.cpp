@@ -18,6 +18,8 @@
 #include "backend/cpu/probes.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/progress.h"
+#include "core/text_table.h"
 #include "engine/session.h"
 
 namespace arbiter {
@@ -197,7 +199,7 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   ARB_CHECK(opt.reps >= 1, "[bench] -r %d must be >= 1", opt.reps);
   ARB_CHECK(opt.depth >= 0, "[bench] --depth %d must be >= 0", opt.depth);
     auto say = [&](const std::string& s) {
-    if (opt.progress) opt.progress(s);
+    if (opt.progress) progress_note("bench", s);
   };
   const ModelConfig& c = m.config;
   BenchReport r;
@@ -304,11 +306,16 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   const double pflops = m.arch->flops_per_token(c, P, Dp);
   std::vector<double> dfrac, pfrac;
 
-  say(strformat("warm-up: pp%d, tg%d", P, std::min(N, 8)));
+  // The warm-up is one prefill and a few decode steps; on a large model or the ref tier each
+  // part can take long, so each says when it is done.
   {
+    const Clock::time_point t0 = Clock::now();
+    say(strformat("warm-up: pp%d ...", P));
     double a, b;
     run_pp(a, b);
+    say(strformat("warm-up: pp%d done (%.1f s); tg%d ...", P, secs(t0, Clock::now()), std::min(N, 8)));
     (void)run_tg(std::min(N, 8));
+    say(strformat("warm-up: done (%.1f s)", secs(t0, Clock::now())));
     note_hwm();
   }
   for (int rep = 0; rep < opt.reps; ++rep) {
@@ -403,28 +410,30 @@ std::string bench_report_text(const BenchReport& r) {
   s << strformat("method  %d repetitions after 1 warm-up, interleaved with the limit probes; limits from medians\n\n",
                  o.reps);
   const std::string dsuf = o.depth > 0 ? strformat(" @ d%d", o.depth) : "";
-  s << "| test           |                  mean ± sd |     median |      limit | fraction |\n";
-  s << "|----------------|----------------------------|------------|------------|----------|\n";
+  TextTable table({{"test", TextTable::Left}, {"mean ± sd"}, {"median"}, {"limit"}, {"fraction"}});
   auto row = [&](const std::string& name, const BenchStat& st, const char* unit, double limit, double frac) {
-    const std::string v = pm(st, "%.2f");
-    const int width = st.empty() ? 22 : 23;  // "±" is two bytes wide in UTF-8, one column on screen
-    s << strformat("| %-14s | %*s %3s | %10.2f | %10s | %8s |\n", name.c_str(), width, v.c_str(), unit,
-                   st.median, limit > 0 ? strformat("%.2f", limit).c_str() : "-",
-                   frac > 0 ? strformat("%.3f", frac).c_str() : "-");
+    table.row({name, pm(st, "%.2f") + " " + unit, strformat("%.2f", st.median),
+               limit > 0 ? strformat("%.2f", limit) : "-", frac > 0 ? strformat("%.3f", frac) : "-"});
   };
   row(strformat("pp%d", o.n_prompt) + dsuf, r.pp_tok_s, "t/s", r.prefill_limit_tok_s, r.prefill_fraction);
   row(strformat("tg%d", o.n_gen) + dsuf, r.tg_tok_s, "t/s", r.decode_limit_tok_s, r.decode_fraction);
   row("first token", r.ttft_ms, "ms", 0, 0);
+  // A trace's row holds its rate; what does not fit a column (rows, time, forward tokens, or
+  // the error) follows the table, one line per trace.
+  std::string trace_notes;
   for (const BenchTrace& t : r.traces) {
-    if (!t.error.empty())
-      s << strformat("| trace %-8s | %s\n", t.shape.c_str(), t.error.c_str());
-    else
-      s << strformat("| trace %-8s | %21s pos/s | %10.1f | %lld rows in %.3f s (median); forwards %.1f tok/s (%lld tokens)\n",
-                     t.shape.c_str(),
-                     strformat("%.1f ± %.1f", t.positions_per_s_reps.mean, t.positions_per_s_reps.sd).c_str(),
-                     t.positions_per_s, (long long)t.rows, t.elapsed_s, t.forward_tokens_per_s,
-                     (long long)t.forward_tokens);
+    const std::string name = "trace " + t.shape;
+    if (!t.error.empty()) {
+      table.row({name, "-", "-", "-", "-"});
+      trace_notes += name + ": " + t.error + "\n";
+      continue;
+    }
+    table.row({name, strformat("%.1f ± %.1f pos/s", t.positions_per_s_reps.mean, t.positions_per_s_reps.sd),
+               strformat("%.1f", t.positions_per_s), "-", "-"});
+    trace_notes += strformat("%s: %lld rows in %.3f s (median); forwards %.1f tok/s (%lld tokens)\n", name.c_str(),
+                             (long long)t.rows, t.elapsed_s, t.forward_tokens_per_s, (long long)t.forward_tokens);
   }
+  s << table.markdown() << trace_notes;
   s << "\nlimits measured in this run\n";
   if (!r.bandwidth_gbs.empty()) {
     s << strformat("  read bandwidth  %.2f GB/s median (min %.2f, max %.2f, %zu samples): %s\n",

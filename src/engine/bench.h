@@ -23,7 +23,6 @@
 //       matmul on the model's weight shapes at M = P tokens.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,7 +50,7 @@ struct BenchOptions {
   std::string model_path;           // as given
   bool probes = true;               // measure the limits (off: report throughput only)
   uint64_t seed = 1;                // prompt token ids
-  std::function<void(const std::string&)> progress;  // stderr lines for the CLI; may be empty
+  bool progress = true;             // status lines on stderr (core/progress.h)
 };
 
 /// Throughput of teacher-forced traces (verify::run_trace) of a named shape: one untimed

@@ -6,6 +6,7 @@
 #include "backend/mix.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace arbiter {
 
@@ -70,7 +71,11 @@ class Recorder final : public StageObserver {
 };
 
 /// Runs each forward of `forwards` (positions contiguous from 0) with a recorder attached.
-Capture record(Session& s, std::vector<std::pair<std::vector<int32_t>, const CapturedForward*>> forwards) {
+Capture record(Session& s, std::vector<std::pair<std::vector<int32_t>, const CapturedForward*>> forwards,
+               const std::string& progress_tag) {
+  int64_t total = 0;
+  for (const auto& f : forwards) total += int64_t(f.first.size());
+  Progress meter(progress_tag, total, "positions", Progress::Unit::Count, !progress_tag.empty());
   Capture cap;
   Recorder rec;
   s.reset();
@@ -86,18 +91,20 @@ Capture record(Session& s, std::vector<std::pair<std::vector<int32_t>, const Cap
                 f.pos0, f.T, src ? src->pos0 : 0, src ? src->T : 0);
       rec.begin(f, src);
       s.forward(f.ids);
+      meter.update(f.pos0 + f.T);
     }
   } catch (...) {
     s.set_observer(nullptr);
     throw;
   }
   s.set_observer(nullptr);
+  meter.finish();
   return cap;
 }
 
 }  // namespace
 
-Capture capture_forwards(Session& s, const std::vector<int32_t>& tokens, int width) {
+Capture capture_forwards(Session& s, const std::vector<int32_t>& tokens, int width, const std::string& progress_tag) {
   ARB_CHECK(width >= 1, "[probe] forward width %d must be >= 1", width);
   ARB_CHECK(!tokens.empty(), "[probe] no tokens to run");
   std::vector<std::pair<std::vector<int32_t>, const CapturedForward*>> fw;
@@ -106,14 +113,14 @@ Capture capture_forwards(Session& s, const std::vector<int32_t>& tokens, int wid
     fw.emplace_back(std::vector<int32_t>(tokens.begin() + long(i), tokens.begin() + long(i + n)),
                     nullptr);
   }
-  return record(s, std::move(fw));
+  return record(s, std::move(fw), progress_tag);
 }
 
-Capture replay_forwards(Session& s, const Capture& from) {
+Capture replay_forwards(Session& s, const Capture& from, const std::string& progress_tag) {
   ARB_CHECK(!from.empty(), "[probe] nothing to replay");
   std::vector<std::pair<std::vector<int32_t>, const CapturedForward*>> fw;
   for (const CapturedForward& f : from) fw.emplace_back(f.ids, &f);
-  return record(s, std::move(fw));
+  return record(s, std::move(fw), progress_tag);
 }
 
 std::unique_ptr<Backend> make_tier(const DeviceSpec& spec) { return make_backend(spec); }

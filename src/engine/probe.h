@@ -52,12 +52,14 @@ struct CapturedForward {
 using Capture = std::vector<CapturedForward>;
 
 /// Resets s and runs tokens through it as forwards of at most width tokens (width = 1 is the
-/// decode path), recording every stage after injection.
-Capture capture_forwards(Session& s, const std::vector<int32_t>& tokens, int width);
+/// decode path), recording every stage after injection. A non-empty progress_tag reports the
+/// positions done on stderr (core/progress.h).
+Capture capture_forwards(Session& s, const std::vector<int32_t>& tokens, int width,
+                         const std::string& progress_tag = "");
 /// Resets s and runs the forwards of `from` again on s's tier (its own fault included),
 /// recording each stage and then overwriting it with from's output, so every op reads from's
 /// inputs: each stage's error alone ("local"). A stage from does not hold is refused.
-Capture replay_forwards(Session& s, const Capture& from);
+Capture replay_forwards(Session& s, const Capture& from, const std::string& progress_tag = "");
 
 /// Tiers by name (backend/backend.h DeviceSpec): ref, cpu, cuda[:N] with a dtype and --mix.
 std::unique_ptr<Backend> make_tier(const DeviceSpec& spec);

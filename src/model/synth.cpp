@@ -14,11 +14,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "core/progress.h"
 #include "io/gguf_write.h"
 #include "io/safetensors_write.h"
 #include "model/arch.h"
@@ -344,6 +346,21 @@ using Fill = std::function<void(int64_t begin, int64_t n, void* dst)>;
 // the stream keyed by the tensor's HF name and the seed. Row r of the written tensor is row
 // src_row(r) of the HF tensor (rows of `cols` elements); no src_row means the same row. Each
 // element depends only on (key, HF index), so threads and formats cannot change a value.
+// fill, counting the bytes it produces into meter (fills run one after another, in write
+// order). A writer's piece (8M elements) can take seconds on a busy host, so it is filled in
+// slices of 1M elements, each a valid fill call (increasing begin), to keep the meter live.
+Fill metered(Fill fill, DType dt, Progress& meter, int64_t& bytes) {
+  return [fill = std::move(fill), dt, &meter, &bytes](int64_t begin, int64_t n, void* dst) {
+    constexpr int64_t kSlice = int64_t(1) << 20;
+    for (int64_t k = 0; k < n; k += kSlice) {
+      const int64_t m = std::min(kSlice, n - k);
+      fill(begin + k, m, static_cast<char*>(dst) + dtype_bytes(dt, k));
+      bytes += int64_t(dtype_bytes(dt, m));
+      meter.update(bytes);
+    }
+  };
+}
+
 Fill seeded_fill(const std::string& hf_name, uint64_t seed, bool ones, DType dt, int n_threads, int64_t cols,
                  std::function<int64_t(int64_t)> src_row = nullptr) {
   const uint64_t key = mix64(seed ^ mix64(fnv1a(hf_name)));
@@ -387,7 +404,7 @@ DType stored_dtype(const TensorSpec& t, const SynthOptions& o) {
 }
 
 void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const ModelConfig& c,
-                           const SynthOptions& o, int n_threads) {
+                           const SynthOptions& o, int n_threads, Progress& meter) {
   GgufWriter g;
   const std::string a = c.arch + ".";
   g.add_string("general.architecture", c.arch);
@@ -415,14 +432,16 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   // llama.cpp's converter permutes the rows of RoPE'd projections into adjacent pairs where
   // its RoPE for the architecture rotates those.
   const bool adjacent = arch_of(c.arch).gguf_rope_layout(c.arch) == RopeLayout::Adjacent;
+  int64_t bytes = 0;
   for (const TensorSpec& t : tensor_list(c)) {
     GgufTensorEntry e;
     e.name = t.gguf;
     e.dtype = stored_dtype(t, o);
     e.shape = t.shape;
     const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    e.fill = seeded_fill(t.hf, o.seed, t.kind == TensorKind::Norm, e.dtype, n_threads, cols,
-                         adjacent && t.rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr);
+    e.fill = metered(seeded_fill(t.hf, o.seed, t.kind == TensorKind::Norm, e.dtype, n_threads, cols,
+                                 adjacent && t.rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr),
+                     e.dtype, meter, bytes);
     g.add_tensor(std::move(e));
   }
   g.write(path);
@@ -534,14 +553,16 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
                           sp.available / 1e9, need / 1e9));
 
   auto say = [&](const std::string& s) {
-    if (opt.progress) opt.progress(s);
+    if (opt.progress) progress_note("synth", s);
   };
+  Progress meter("synth", int64_t(r.weight_bytes), "", Progress::Unit::Bytes, opt.progress);
   const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
   if (opt.format == SynthFormat::Gguf) {
     if (fs::is_directory(out, ec))
       throw Error("[synth] " + out.string() + ": is a directory (a GGUF checkpoint is one file)");
     say(strformat("writing %s (GGUF, %.2f GB)", out.string().c_str(), r.weight_bytes / 1e9));
-    write_gguf_checkpoint(out.string(), p, c, opt, n_threads);
+    write_gguf_checkpoint(out.string(), p, c, opt, n_threads, meter);
+    meter.finish();
     return r;
   }
 
@@ -555,6 +576,7 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
   try {
     std::vector<SafetensorsEntry> entries;
     std::vector<TensorSpec> list = tensor_list(c);
+    int64_t bytes = 0;
     std::sort(list.begin(), list.end(),
               [](const TensorSpec& a, const TensorSpec& b) { return a.hf < b.hf; });
     for (const TensorSpec& t : list) {
@@ -562,12 +584,14 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
       e.name = t.hf;
       e.dtype = opt.dtype;
       e.shape = t.shape;
-      e.fill = seeded_fill(t.hf, opt.seed, t.kind == TensorKind::Norm, opt.dtype, n_threads, 1);
+      e.fill = metered(seeded_fill(t.hf, opt.seed, t.kind == TensorKind::Norm, opt.dtype, n_threads, 1), opt.dtype,
+                       meter, bytes);
       entries.push_back(std::move(e));
     }
     say(strformat("writing model.safetensors (%zu tensors, %.2f GB)", entries.size(), r.weight_bytes / 1e9));
     write_safetensors((tmp / "model.safetensors").string(), entries,
                       {{"format", "pt"}, {"arbiter_synth", p.name + " seed " + std::to_string(opt.seed)}});
+    meter.finish();
     say("writing tokenizer.json (" + std::to_string(c.vocab) + " tokens)");
     write_text((tmp / "tokenizer.json").string(), tokenizer_json(p, c));
     write_text((tmp / "config.json").string(), config_json(p, c, opt));

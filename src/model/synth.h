@@ -10,7 +10,6 @@
 // tests/bench/synth_test.cpp. The tensors written are the family's TensorSpecs.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,8 +47,8 @@ struct SynthOptions {
   std::string out_dir;
   bool force = false;         // replace an existing out_dir
   int threads = 0;            // weight generation threads; <= 0: all cores
-  /// Progress lines ("writing model.safetensors ...") for the CLI; may be empty.
-  std::function<void(const std::string&)> progress;
+  /// Progress on stderr (core/progress.h): what is written, then bytes written / total.
+  bool progress = true;
 };
 
 struct SynthResult {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/probes.h"
@@ -160,8 +161,8 @@ TEST(BenchCli, TextTableAndTraceShapes) {
   expect_positive(jf["tg"]["tok_s"]["median"], "tg median (json-out)");
 }
 
-// The text table with trace rows, one of them a shape the corpus is too short for (its row
-// carries the error). A stale build once crashed printing these rows after the pp/tg runs.
+// The text table with trace rows, one of them a shape the corpus is too short for (its line
+// after the table carries the error). A stale build once crashed printing these rows after the pp/tg runs.
 TEST(BenchCli, TextTableWithTraceRowsAndAnError) {
   const std::string model = stories260k();
   if (model.empty()) GTEST_SKIP() << "models/stories260K/stories260K.gguf is absent";
@@ -172,9 +173,25 @@ TEST(BenchCli, TextTableWithTraceRowsAndAnError) {
   test::write_file(corpus, text);
   auto r = test::run_cli("bench -m " + model + " -p 8 -n 4 -r 1 --no-probes --shapes w256,w8ctx1536 --corpus " + corpus);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("| trace w256     |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| trace w8ctx1536 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| trace w256 "), std::string::npos) << r.out;
+  // The widest cell of the first column: no padding.
+  EXPECT_NE(r.out.find("| trace w8ctx1536 | "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("pos/s"), std::string::npos) << r.out;
+  // The rows and the error follow the table, one line per trace.
+  EXPECT_NE(r.out.find("\ntrace w256: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ntrace w8ctx1536: "), std::string::npos) << r.out;
+  // Every table line is as wide on screen as the header ("±" is one column, two bytes).
+  std::istringstream lines(r.out);
+  size_t header = 0, table_lines = 0;
+  for (std::string l; std::getline(lines, l);) {
+    if (l.empty() || l[0] != '|') continue;
+    size_t cols = 0;
+    for (unsigned char c : l) cols += (c & 0xC0) != 0x80;
+    if (header == 0) header = cols;
+    EXPECT_EQ(cols, header) << l;
+    ++table_lines;
+  }
+  EXPECT_EQ(table_lines, 2u + 3u + 2u);  // header, rule, pp, tg, first token, two traces
 }
 
 TEST(BenchCli, RefusesBadArguments) {

@@ -1,7 +1,8 @@
 // What only the CUDA tier has (each op against ref on every tier is in tests/ops/): the
 // single-row matmuls through cuBLASLt (ARBITER_CUDA_GEMV=0), views of one weight buffer kept
 // apart by the upload cache, the decode attention in blocks of a whole group and with the key
-// splits the cases name, and the build's identity. SKIP without a GPU.
+// splits the cases name, the build's identity and its words when no device is visible. SKIP
+// without a GPU, except the message's own test, which needs none.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -131,6 +132,43 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CudaTier, ::testing::Values(DType::BF16, DType:
                          [](const ::testing::TestParamInfo<DType>& i) {
                            return std::string(dtype_name(i.param));
                          });
+
+// Issue 32: without a GPU the runtime says "CUDA driver version is insufficient for CUDA
+// runtime version", which sends users after a driver update. The message names what is
+// missing, from cudaGetDeviceCount / cudaDriverGetVersion / cudaRuntimeGetVersion results.
+TEST(CudaBuild, NoDeviceMessageNamesCountDriverAndRuntime) {
+  const std::string insufficient = "CUDA driver version is insufficient for CUDA runtime version";
+  // No driver at all (cudaDriverGetVersion gives 0): the runtime's words are left out.
+  EXPECT_EQ(cuda_no_device_message(0, 0, 13000, insufficient),
+            "[cuda] no CUDA device visible (0 GPUs; driver none; runtime 13.0): no NVIDIA driver loaded: is this a "
+            "machine with a GPU?");
+  // A driver older than the runtime: then it is a driver problem, and it says so.
+  EXPECT_EQ(cuda_no_device_message(0, 12020, 13000, insufficient),
+            "[cuda] no CUDA device visible (0 GPUs; driver 12.2; runtime 13.0): the driver is older than the "
+            "runtime: update the driver");
+  // A good driver that sees no device (CUDA_VISIBLE_DEVICES= or a container without GPUs).
+  EXPECT_EQ(cuda_no_device_message(0, 13010, 13000, "no CUDA-capable device is detected"),
+            "[cuda] no CUDA device visible (0 GPUs; driver 13.1; runtime 13.0): cudaGetDeviceCount: no "
+            "CUDA-capable device is detected; check CUDA_VISIBLE_DEVICES");
+  // The words the CUDA tests' skip and the matrix's GPU-arm skip look for.
+  EXPECT_NE(cuda_no_device_message(0, 0, 13000, "").find("no CUDA device"), std::string::npos);
+}
+
+// The same through the binary on a CUDA build: devices hidden from a working driver.
+TEST(CudaBuild, HiddenDevicesAreReportedAsNotVisible) {
+  if (!cuda_tier_built()) {
+    if (cuda_required()) FAIL() << "ARBITER_REQUIRE_CUDA=1 but the CUDA tier is not built";
+    GTEST_SKIP() << "SKIP: cuda tier not built";
+  }
+  const std::string err = test::temp_dir("cuda-hidden") + "/err";
+  const std::string cmd = std::string("CUDA_VISIBLE_DEVICES= ") + ARBITER_CLI + " generate -m " +
+                          test::source_path("models/stories260K/stories260K.gguf") +
+                          " -p hi -n 1 --device cuda >/dev/null 2>" + err;
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  const std::string text = test::read_file(err);
+  EXPECT_NE(text.find("[cuda] no CUDA device visible (0 GPUs; driver "), std::string::npos) << text;
+  EXPECT_EQ(text.find("insufficient"), std::string::npos) << text;
+}
 
 TEST(CudaBuild, ReportsBuildAndRefusesBadDtype) {
   if (!cuda_tier_built()) {

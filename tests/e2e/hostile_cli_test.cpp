@@ -196,7 +196,8 @@ TEST(HostileCli, HugeCountsAndIds) {
   // CLI counts that do not fit an int (they wrapped to small values before).
   hostile("trace -m " + kModel + " --corpus " + kCorpus + " --chunk 4294967297 --chunks 1 -o " + dir + "/o.tsv",
           {"--chunk 4294967297 is outside [1, 2147483647]"});
-  hostile("generate -m " + kModel + " -p hi --ctx 4294967297", {"--ctx 4294967297 is outside [1, 512]"});
+  hostile("generate -m " + kModel + " -p hi --ctx 4294967297",
+          {"--ctx 4294967297 passes the model's maximum of 512 positions"});
   hostile("generate -m " + kModel + " -p hi -n 100000000", {"-n 100000000 exceeds the model's 512 positions"});
 }
 
@@ -268,6 +269,25 @@ TEST(HostileCli, ContextPastTheModelsMaximum) {
   r = test::run_cli_bounded(trace_args(kCorpus, dir + "/d.tsv"), 120);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(test::read_file(dir + "/d.tsv").find("long_context"), std::string::npos);
+  // Sessions sized past the maximum: one line naming the model's limit (issue 32; before,
+  // generate said only "outside [1, 512]" and serve "outside [2, 512]").
+  hostile("generate -m " + kModel + " -p hi -n 2 --ctx 2048",
+          {"generate: --ctx 2048 passes the model's maximum of 512 positions"});
+  hostile("generate -m " + kModel + " --chat --chat-template " +
+              test::source_path("tests/fixtures/chat_templates/qwen2.5.jinja") + " -p hi -n 2 --ctx 2048",
+          {"generate: --ctx 2048 passes the model's maximum of 512 positions"});
+  hostile("serve -m " + kModel + " --port 0 --ctx 2048", {"serve: --ctx 2048 passes the model's maximum of 512 positions"});
+  hostile("serve -m " + kModel + " --port 0 --ctx 1", {"serve: --ctx 1 is below 2"});
+  // bench measures speed there on purpose (docs/performance.md): a warning, and it runs.
+  r = test::run_cli_bounded("bench -m " + kModel + " --depth 600 -p 8 -n 2 -r 1 --no-probes", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[bench] warning: --depth 600 + max(-p 8, -n 2) = 608 positions passes the model's maximum "
+                       "of 512"),
+            std::string::npos)
+      << r.err;
+  r = test::run_cli_bounded("bench -m " + kModel + " -p 8 -n 2 -r 1 --no-probes", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
 }
 
 TEST(HostileCli, InterruptedTraceLeavesNoTemporaryAndStaleOnesAreRemoved) {

@@ -1,6 +1,6 @@
-// SHA-256 against the FIPS 180-2 / NIST example vectors, on both compression paths
-// (portable and SHA-NI when the CPU has it), with incremental updates split at every
-// padding boundary, and against a published file hash (models/SHA256SUMS).
+// SHA-256 (io/sha256.h, OpenSSL EVP underneath) against the FIPS 180-2 / NIST example
+// vectors, with incremental updates split at every padding boundary, against a published
+// file hash (models/SHA256SUMS), and the streaming file hash's progress callback.
 // Add a case: append {message, expected hex} to kVectors.
 #include <gtest/gtest.h>
 
@@ -30,59 +30,49 @@ const Vector kVectors[] = {
     {std::string(1000000, 'a'), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
 };
 
-std::vector<bool> paths() {
-  std::vector<bool> p = {false};
-  if (Sha256::hw_available()) p.push_back(true);
-  return p;
-}
-
-std::string hash(const std::string& m, bool hw) {
-  Sha256 h(hw);
+std::string hash(const std::string& m) {
+  Sha256 h;
   h.update(m.data(), m.size());
   return h.hex_digest();
 }
 
 }  // namespace
 
-TEST(Sha256, NistVectorsBothPaths) {
-  if (!Sha256::hw_available()) std::fprintf(stderr, "note: no SHA-NI on this CPU; portable path only\n");
-  for (bool hw : paths())
-    for (const Vector& v : kVectors)
-      EXPECT_EQ(hash(v.msg, hw), v.hex) << "hw=" << hw << " len=" << v.msg.size();
+TEST(Sha256, NistVectors) {
+  for (const Vector& v : kVectors) EXPECT_EQ(hash(v.msg), v.hex) << "len=" << v.msg.size();
   EXPECT_EQ(sha256_hex("abc", 3), kVectors[0].hex);
 }
 
 TEST(Sha256, MillionAsInOddPieces) {
   const Vector& v = kVectors[4];
-  for (bool hw : paths()) {
-    Sha256 h(hw);
-    size_t pos = 0, step = 1;
-    while (pos < v.msg.size()) {
-      size_t n = std::min(step, v.msg.size() - pos);
-      h.update(v.msg.data() + pos, n);
-      pos += n;
-      step = step * 3 % 1013 + 1;  // 1..1013 bytes, crossing block edges at every offset
-    }
-    EXPECT_EQ(h.hex_digest(), v.hex) << "hw=" << hw;
+  Sha256 h;
+  size_t pos = 0, step = 1;
+  while (pos < v.msg.size()) {
+    size_t n = std::min(step, v.msg.size() - pos);
+    h.update(v.msg.data() + pos, n);
+    pos += n;
+    step = step * 3 % 1013 + 1;  // 1..1013 bytes, crossing block edges at every offset
   }
+  EXPECT_EQ(h.hex_digest(), v.hex);
 }
 
-TEST(Sha256, PathsAgreeOnEveryLengthAroundPadding) {
+TEST(Sha256, SplitUpdatesAgreeOnEveryLengthAroundPadding) {
   // Lengths 0..300 cover 55/56/63/64/119/120 (where the length field spills a block).
   std::mt19937 rng(1234);
   std::string m(300, '\0');
   for (char& c : m) c = char(rng());
   for (size_t n = 0; n <= m.size(); ++n) {
-    std::string portable = hash(m.substr(0, n), false);
-    for (bool hw : paths()) EXPECT_EQ(hash(m.substr(0, n), hw), portable) << "len=" << n;
-    // split in two at every point for one length per block class
-    if (n % 61 == 0)
-      for (size_t cut = 0; cut <= n; ++cut) {
-        Sha256 h(false);
-        h.update(m.data(), cut);
-        h.update(m.data() + cut, n - cut);
-        EXPECT_EQ(h.hex_digest(), portable) << "len=" << n << " cut=" << cut;
-      }
+    const std::string whole = hash(m.substr(0, n));
+    Sha256 bytes;  // one byte per update
+    for (size_t i = 0; i < n; ++i) bytes.update(m.data() + i, 1);
+    EXPECT_EQ(bytes.hex_digest(), whole) << "len=" << n;
+    if (n % 61 != 0) continue;  // split in two at every point for one length per block class
+    for (size_t cut = 0; cut <= n; ++cut) {
+      Sha256 h;
+      h.update(m.data(), cut);
+      h.update(m.data() + cut, n - cut);
+      EXPECT_EQ(h.hex_digest(), whole) << "len=" << n << " cut=" << cut;
+    }
   }
 }
 
@@ -95,7 +85,12 @@ TEST(Sha256, FileMatchesPublishedSum) {
   while (std::getline(f, line))
     if (line.find("stories260K/stories260K.gguf") != std::string::npos) want = line.substr(0, 64);
   ASSERT_EQ(want.size(), 64u);
-  EXPECT_EQ(sha256_file(gguf), want);
+  // The progress callback sees every byte once, in pieces of at most 1 MiB.
+  uint64_t seen = 0, pieces = 0;
+  EXPECT_EQ(sha256_file(gguf, [&](uint64_t n) { seen += n, ++pieces; }), want);
+  std::ifstream g(gguf, std::ios::binary | std::ios::ate);
+  EXPECT_EQ(seen, uint64_t(g.tellg()));
+  EXPECT_EQ(pieces, (seen + (1u << 20) - 1) >> 20);
 }
 
 TEST(Sha256, MissingFileIsAnError) {

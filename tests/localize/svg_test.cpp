@@ -83,7 +83,7 @@ TEST(Svg, LineChartDocument) {
   size_t p = s.find("class=\"series\" d=\"");
   std::string d = s.substr(p, s.find('"', p + 18) - p);
   EXPECT_EQ(count(d, "M"), 2);
-  EXPECT_EQ(count(s, "<circle"), 3);  // markers only on the drawable points of "local"
+  EXPECT_EQ(count(s, "<circle class=\"mark\""), 3);  // markers on "local"'s drawable points
   EXPECT_NE(s.find(">L1</text>"), std::string::npos);
   EXPECT_NE(s.find("stroke-dasharray=\"6 4\""), std::string::npos);
   EXPECT_EQ(count(s, "class=\"hline\""), 1);
@@ -99,6 +99,82 @@ TEST(Svg, BarChartDocument) {
   c.series.push_back({"b", {}, {2, NAN, 1}, "", false, true});
   c.x_ticks = {{0, "x"}, {1, "y"}, {2, "z"}};
   std::string s = render_svg(c);
-  EXPECT_EQ(count(s, "class=\"bar\""), 5);  // the NaN bar is left out
+  EXPECT_EQ(count(s, "class=\"bar mark\""), 5);  // the NaN bar is left out
   EXPECT_EQ(count(s, "class=\"xtick\""), 3);
+}
+
+TEST(Svg, AllZeroSaysSoInsteadOfASymmetricAxis) {
+  SvgChart c;
+  c.kind = SvgChart::Kind::Bar;
+  c.series.push_back({"", {}, {0, 0, 0}, "", false, true});
+  c.x_ticks = {{0, "a"}, {1, "b"}, {2, "c"}};
+  std::string s = render_svg(c);
+  EXPECT_EQ(count(s, "class=\"all-zero\""), 1);
+  EXPECT_EQ(count(s, "class=\"ytick\""), 1);  // the zero line only
+  EXPECT_EQ(count(s, ">-"), 0) << "no negative tick for an all-zero series";
+  EXPECT_EQ(count(s, "class=\"bar mark\""), 3);  // the marks are still there (height 0)
+
+  SvgChart n;
+  n.series.push_back({"", {0, 1}, {0, 1e-9}, "", false, true});
+  EXPECT_EQ(count(render_svg(n), "all zero"), 0);
+}
+
+TEST(Svg, LogAxisOnlyWhenTheDataSpansTwoDecades) {
+  EXPECT_TRUE(svg_spans_decades({1e-3, 0.5, 1.0}));
+  EXPECT_TRUE(svg_spans_decades({0.01, 1.0}));
+  EXPECT_FALSE(svg_spans_decades({1.0, 50.0, 99.0}));
+  EXPECT_FALSE(svg_spans_decades({0.0, -5.0, 3.0}));  // one positive value: no span
+  SvgChart wide;
+  wide.auto_log_y = true;
+  wide.series.push_back({"", {0, 1, 2}, {1e-6, 1e-3, 1.0}, "", false, true});
+  std::string s = render_svg(wide);
+  EXPECT_NE(s.find(">1e-06</text>"), std::string::npos);  // decade ticks
+  EXPECT_NE(s.find(">0.001</text>"), std::string::npos);
+  SvgChart narrow = wide;
+  narrow.series[0].y = {2, 5, 9};
+  s = render_svg(narrow);
+  EXPECT_EQ(s.find(">1e-06</text>"), std::string::npos);
+  EXPECT_NE(s.find(">0</text>"), std::string::npos) << "linear from zero: " << s;
+  // A reference line far below the data (a budget) needs the log axis to be seen.
+  narrow.hlines = {{1e-9, "budget"}};
+  EXPECT_NE(render_svg(narrow).find(">1e-09</text>"), std::string::npos);
+}
+
+TEST(Svg, ScatterVerticalLinesAndSmallMultiples) {
+  SvgChart c;
+  c.width = 400;
+  c.height = 300;
+  SvgSeries pts{"", {1, 2, 3, NAN}, {1, -1, 2, 5}, "", false, true};
+  pts.line = false;
+  c.series.push_back(pts);
+  c.vlines = {{2.0, "decided"}, {2.5, ""}};
+  std::string s = render_svg(c);
+  EXPECT_EQ(count(s, "class=\"series\""), 0);  // a scatter draws no line
+  EXPECT_EQ(count(s, "<circle class=\"mark\""), 3);
+  EXPECT_EQ(count(s, "class=\"vline\""), 2);
+  EXPECT_EQ(count(s, ">decided</text>"), 1);
+  EXPECT_EQ(count(s, "class=\"legend\""), 0);
+  SvgChart x = c;
+  x.series[0].cross = true;
+  x.series[0].name = "differs";
+  s = render_svg(x);
+  EXPECT_EQ(count(s, "<path class=\"mark\""), 3);  // crosses, not dots
+  EXPECT_EQ(count(s, "<circle"), 0);
+  EXPECT_EQ(count(s, "class=\"legend-mark\""), 1);  // the legend shows the cross, not a mark
+
+  SvgChart big = c;
+  big.series[0].y = {100, -100, 50, 1};
+  std::string p = render_svg_panels({c, big, c}, 2);
+  EXPECT_EQ(p.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"600\"", 0),
+            0u)
+      << p.substr(0, 120);
+  EXPECT_EQ(count(p, "xmlns="), 1);
+  EXPECT_EQ(count(p, "<svg x=\"0.0\" y=\"0.0\""), 1);
+  EXPECT_EQ(count(p, "<svg x=\"400.0\" y=\"0.0\""), 1);
+  EXPECT_EQ(count(p, "<svg x=\"0.0\" y=\"300.0\""), 1);
+  EXPECT_EQ(count(p, "<circle class=\"mark\""), 9);
+  // Each panel on its own axes: the small panels keep their own ±2 ticks next to the big one.
+  EXPECT_EQ(count(p, ">100</text>"), 1);
+  // x tick 2 in all three panels, y tick 2 only in the two small ones.
+  EXPECT_EQ(count(p, ">2</text>"), 3 + 2);
 }

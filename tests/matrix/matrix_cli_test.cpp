@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/error.h"
 #include "matrix_test_util.h"
 #include "verify/trace/trace.h"
 
@@ -55,12 +56,18 @@ TEST(MatrixCli, DefaultMatrixOnCpuArms) {
   if (skipped) {
     EXPECT_NE(md.find("SKIP"), std::string::npos);
     EXPECT_NE(md.find("Not tested here"), std::string::npos);
+    // Three cuda arms at three shapes share one reason: stated once, not per row.
+    const std::string why = test::comparison(j, "w1", "cuda-bf16")["why"];
+    EXPECT_NE(md.find(why), std::string::npos) << why;
+    EXPECT_EQ(md.find(why), md.rfind(why)) << why;
     EXPECT_NE(r.out.find("SKIP"), std::string::npos);
   }
   for (const char* section :
        {"**Question:**", "**Answer:** **Yes.**", "## Environment", "## Method", "## Results",
         "## Threshold sweep", "## Rank distribution", "## Controls and noise floor",
-        "## Not like-for-like", "## Plots", "plots/TinyStories-656K.w8.gap.svg"})
+        "## Not like-for-like", "## Plots", "## Summary", "## Details",
+        "plots/TinyStories-656K.w8.delta.svg", "plots/TinyStories-656K.w8.kl.svg",
+        "plots/TinyStories-656K.w8.sweep.svg", "plots/TinyStories-656K.w8.nll.svg"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
 
   // The store is sound: `sha256sum -c` and `arbiter store verify` both accept it.
@@ -97,7 +104,30 @@ TEST(MatrixCli, InjectedFaultArmFailsOthersPass) {
   EXPECT_NE(md.find("`cpu-bad` on TinyStories-656K w1"), std::string::npos);
   EXPECT_NE(md.find("a deliberate fault is injected"), std::string::npos);  // not like-for-like
   EXPECT_NE(md.find("capped"), std::string::npos);  // small_spec caps w1 and w8
+  // One KL per row, the one the drift gate judged, labelled with its method; the answer
+  // quotes the same number (not the top-k estimate, which differs).
+  const nlohmann::json bad = test::comparison(j, "w1", "cpu-bad")["result"];
+  ASSERT_EQ(bad["drift_gate"]["kl_method"], "shared_topk");
+  const std::string gate_kl = strformat("%.3g nats (shared top-k)",
+                                        bad["drift_gate"]["kl"]["mean"].get<double>());
+  const std::string est_kl = strformat("%.3g", bad["kl"]["mean"]["mean"].get<double>());
+  const std::string answer = j["answer"];
+  EXPECT_NE(answer.find(gate_kl), std::string::npos) << gate_kl << "\n" << answer;
+  ASSERT_NE(est_kl, strformat("%.3g", bad["drift_gate"]["kl"]["mean"].get<double>()));
+  EXPECT_EQ(answer.find(est_kl), std::string::npos) << est_kl << "\n" << answer;
+  std::string table = md.substr(md.find("## Results"));
+  table = table.substr(0, table.find("\n## "));
+  EXPECT_NE(table.find("| " + gate_kl + " |"), std::string::npos) << table;
+  EXPECT_EQ(table.find("KL mean"), std::string::npos) << table;
   EXPECT_NE(r.out.find("VERDICT: fail (exit 1)"), std::string::npos) << r.out;
+
+  // A file name is quoted, never read as Markdown or HTML (libcmark passes raw HTML).
+  fs::copy_file(dir + "/traces/TinyStories-656K.w1.cpu.tsv", dir + "/traces/odd<b>name<i>*x*.tsv");
+  auto again = test::run_cli("matrix report " + dir);
+  EXPECT_EQ(again.exit_code, 4) << again.out << again.err;  // a problem with the files
+  std::string html = test::read_file(dir + "/report.html");
+  EXPECT_NE(html.find("odd&lt;b&gt;name&lt;i&gt;*x*.tsv"), std::string::npos);
+  EXPECT_EQ(html.find("<b>name"), std::string::npos);
 }
 
 TEST(MatrixCli, PlanCommandsThenReport) {

@@ -2,7 +2,8 @@
 // [gate] table's defaults and refusals, and through the real CLI on stories260K (2 prompts,
 // -n 8, one w1 shape of 8 chunks): an injected arm's defect named in the report and failing
 // the matrix, a clean spec passing, resume keeping the gate file, a tampered or foreign gate
-// file judged, not trusted. To add a refusal: one more row of GateSpec.BadValuesAreRefused.
+// file judged, not trusted, and with localize = true the injected stage named in the report.
+// To add a refusal: one more row of GateSpec.BadValuesAreRefused.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -74,15 +75,17 @@ TEST(GateSpec, DefaultsTakeEveryArmReferenceFirstAndResolvePromptsBesideTheSpec)
   EXPECT_EQ(s.gate.runs, 2);
   EXPECT_EQ(s.gate.band, 0.5);
   EXPECT_EQ(s.gate.threads, 1);
+  EXPECT_FALSE(s.gate.localize);
   MatrixSpec t = parse_matrix_spec_text(
       gate_spec(true, "prompts = \"/abs/p.txt\"\nn = 8\nruns = 1\nband = 1\narms = [\"ref\", "
-                      "\"inj\"]\nagainst = [\"rec\"]\n"),
+                      "\"inj\"]\nagainst = [\"rec\"]\nlocalize = true\n"),
       "specs/m.toml");
   EXPECT_EQ(t.gate.prompts_path, "/abs/p.txt");
   EXPECT_EQ(t.gate.arms, (std::vector<std::string>{"ref", "inj"}));
   EXPECT_EQ(t.gate.against_paths, (std::vector<std::string>{"specs/rec"}));
   EXPECT_EQ(t.gate.n_tokens, 8);
   EXPECT_EQ(t.gate.band, 1.0);
+  EXPECT_TRUE(t.gate.localize);
   std::string without = gate_spec(false, "");
   without.resize(without.find("[gate]"));
   EXPECT_FALSE(parse_matrix_spec_text(without, "m.toml").has_gate);
@@ -110,6 +113,7 @@ TEST(GateSpec, BadValuesAreRefused) {
        "gate.arms: the gate needs a second side"},
       {gate_spec(false, "prompts = \"p\"\nagainst = [\"\"]\n"),
        "gate.against: an empty directory name"},
+      {gate_spec(false, "prompts = \"p\"\nlocalize = 1\n"), "gate.localize: expected a boolean"},
   };
   for (const Case& c : cases) {
     try {
@@ -273,6 +277,102 @@ TEST(MatrixGateCli, AgainstAnInjectedRecordFailsTheMatrixThroughTheGateAlone) {
   EXPECT_NE(report.find("(recorded)"), std::string::npos) << report;
   EXPECT_NE(report.find("FAIL defect"), std::string::npos) << report;
   EXPECT_NE(test::read_file(out + "/report.md").find("**Answer:** **No.**"), std::string::npos);
+}
+
+// [gate] localize = true: the gate file keeps each divergence's localization, the report's
+// Token gate section names the stage the injection made wrong (down, layer 1), results.json
+// carries it, toggling the key redoes the gate, and a malformed localization is refused in one
+// line. The injection sits on layer 1 so that the layer is the localization's, not a default.
+TEST(MatrixGateCli, LocalizeNamesTheInjectedStageAndTogglingItRedoesTheGate) {
+  test::enter_source_dir();
+  std::string text = gate_spec(true, "prompts = \"prompts.txt\"\nn = 8\nruns = 1\narms = "
+                                     "[\"ref\", \"inj\"]\nlocalize = true\n");
+  text.replace(text.find("layer=0"), 7, "layer=1");
+  const std::string dir = write_spec("mgate-localize", text);
+  const std::string out = dir + "/out";
+  test::CliResult r = test::run_cli("matrix run " + dir + "/spec.toml -o " + out);
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+
+  nlohmann::json res = test::read_json(out + "/results.json");
+  const nlohmann::json& loc = res["gates"][0]["localize"];
+  ASSERT_GE(loc["divergences"].size(), 1u) << res["gates"][0].dump();
+  for (const auto& d : loc["divergences"]) {
+    EXPECT_EQ(d["side"], "inj");
+    EXPECT_EQ(d["class"], "localized defect") << d.dump();
+    EXPECT_EQ(d["drift"]["first_flagged"]["layer"], 1) << d.dump();
+    EXPECT_EQ(d["drift"]["first_flagged"]["stage"], "down") << d.dump();
+    EXPECT_EQ(d["drift"]["first_flagged"]["op"], "matmul") << d.dump();
+    EXPECT_EQ(d["ref_top"].size(), 5u);
+    EXPECT_EQ(d["side_top"].size(), 5u);
+  }
+  const std::string report = section(test::read_file(out + "/report.md"), "Token gate");
+  EXPECT_NE(report.find("**Localization**"), std::string::npos) << report;
+  EXPECT_NE(report.find("**FAIL localized defect**. First stage over its bound: "),
+            std::string::npos) << report;
+  EXPECT_NE(report.find("`down` (op `matmul`, layer 1)"), std::string::npos) << report;
+  EXPECT_NE(report.find("| rank | reference `ref` | logit | side `inj` | logit |"),
+            std::string::npos) << report;
+  EXPECT_NE(report.find("\n| 5 | `"), std::string::npos) << report;
+  // A localized defect is the gate's defect already: the answer names no unexplained one.
+  EXPECT_EQ(r.out.find("unexplained"), std::string::npos) << r.out;
+
+  // The same spec without localize asks another question: the gate is redone, without it.
+  const std::string gate = out + "/gate-stories260K.json";
+  text.replace(text.find("localize = true"), 15, "localize = false");
+  test::write_file(dir + "/spec.toml", text);
+  r = test::run_cli("matrix run " + dir + "/spec.toml -o " + out);
+  EXPECT_NE(r.err.find("gate 1/1 gate-stories260K.json: redo: its localize is true, the spec "
+                       "asks for false"),
+            std::string::npos) << r.err;
+  EXPECT_FALSE(test::read_json(gate).contains("localize"));
+  EXPECT_EQ(section(test::read_file(out + "/report.md"), "Token gate").find("**Localization**"),
+            std::string::npos);
+
+  // Back to localize = true: the plan's gate job (what Slurm runs) redoes it, localized.
+  text.replace(text.find("localize = false"), 16, "localize = true");
+  test::write_file(dir + "/spec.toml", text);
+  r = test::run_cli("matrix plan " + dir + "/spec.toml -o " + out);
+  const std::string gate_job = "matrix gate " + dir + "/spec.toml -o " + out +
+                               " --model stories260K";
+  ASSERT_NE(r.out.find(" " + gate_job + " --quiet\n"), std::string::npos) << r.out;
+  r = test::run_cli(gate_job);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("redo: its localize is false, the spec asks for true"), std::string::npos)
+      << r.err;
+  nlohmann::json f = test::read_json(gate);
+  ASSERT_GE(f["localize"]["divergences"].size(), 1u);
+
+  // An unexplained divergence (no stage over its bound) is named in the answer; a piece with
+  // a backtick and a pipe stays one code span in one table cell.
+  nlohmann::json& d0 = f["localize"]["divergences"][0];
+  d0["class"] = "unexplained";
+  d0["drift"]["first_flagged"] = nullptr;
+  d0["ref_top"][0]["piece"] = "a`|b";
+  const std::string where = "stories260K `inj` prompt " + d0["prompt"].dump() + " step " +
+                            d0["step"].dump();
+  const int32_t id = d0["ref_top"][0]["id"];
+  test::write_file(gate, f.dump());
+  r = test::run_cli("matrix report " + out);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  const std::string md = test::read_file(out + "/report.md");
+  EXPECT_NE(md.find("**Token gate, unexplained:** 1 divergence(s) (" + where + ") cost more "
+                    "than the band with no stage over its bound"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("**FAIL unexplained**. First stage over its bound: none;"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 | ``'a`\\|b'(" + std::to_string(id) + ")`` |"), std::string::npos) << md;
+  EXPECT_NE(test::read_file(out + "/report.html")
+                .find("<td><code>'a`|b'(" + std::to_string(id) + ")</code></td>"),
+            std::string::npos);
+
+  d0["class"] = "bad luck";
+  test::write_file(gate, f.dump());
+  r = test::run_cli("matrix report " + out);
+  EXPECT_EQ(r.exit_code, 4) << r.out;
+  EXPECT_NE(section(test::read_file(out + "/report.md"), "Token gate")
+                .find("**Verdict:** UNREADABLE — [matrix] " + gate +
+                      ": not a matrix gate file (localize class \"bad luck\")\n"),
+            std::string::npos);
 }
 
 // plan: one `matrix gate` line per model after the traces, run by the shell like the trace

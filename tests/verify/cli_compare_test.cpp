@@ -150,3 +150,49 @@ TEST(CliCompare, JsonAndLogitsSideFiles) {
   j = nlohmann::json::parse(compare(f, "--json --topk-only").out);
   EXPECT_EQ(j["kl"]["method"], "topk_tail_estimate");
 }
+
+// Issue 32: a passing compare printed "t chunk 229.26" with nothing saying what it is.
+TEST(CliCompare, LegendSaysWhatTChunkIsAndThatItDecidesNothing) {
+  Files f = write_pair(six_rows(), six_rows());
+  CliResult r = compare(f);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("legend: t = mean / SE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("'t chunk' uses the SE of\n  chunk batch means"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("it decides nothing: the gates are the lines marked '<- gate'"), std::string::npos) << r.out;
+  // Under the statistics, before the verdict.
+  EXPECT_LT(r.out.find("drift gate"), r.out.find("legend:"));
+  EXPECT_LT(r.out.find("legend:"), r.out.find("VERDICT"));
+}
+
+TEST(CliCompare, ExplainShowsTheFormulasWithThisRunsValues) {
+  // cand nll = ref nll + d, d = 0.1 0.2 0.3 | 0.3 0.4 0.5 (chunks 0 | 1). By hand: mean 0.3;
+  // sd = sqrt(0.1 / 5) = 0.141421; SE iid = sd / sqrt 6 = 0.057735; t iid = 5.196; chunk sums
+  // 0.6 and 1.2 against 3 * 0.3: SE chunk = sqrt(2 * (0.09 + 0.09)) / 6 = 0.1, t chunk = 3;
+  // ppl diff = 100 (e^0.3 - 1) = 34.9859 %, its SE 100 e^0.3 * 0.1 = 13.5 %.
+  const std::vector<TraceRow> ref = six_rows();
+  std::vector<TraceRow> cand;
+  const double d[6] = {0.1, 0.2, 0.3, 0.3, 0.4, 0.5};
+  for (size_t i = 0; i < ref.size(); ++i)
+    cand.push_back(make_row(ref[i].chunk, ref[i].pos, ref[i].target, ref[i].nll + d[i], ref[i].top_ids,
+                            ref[i].top_logits));
+  Files f = write_pair(ref, cand);
+  CliResult r = compare(f, "--explain");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* want : {
+           "nll shift, x_i = cand nll - ref nll (nats): n 6 positions in B 2 chunks\n",
+           "  mean x̄ = Σ x_i / n = 0.3\n",
+           "  sd = sqrt(Σ (x_i - x̄)² / (n - 1)) = 0.141421\n",
+           "  SE iid = sd / √n = 0.141421 / √6 = 0.057735\n",
+           "(S_c - n_c·x̄)²) / n, S_c and n_c chunk c's sum and count = 0.1\n",
+           "  t iid = x̄ / SE iid = 0.3 / 0.057735 = 5.196\n",
+           "  t chunk = x̄ / SE chunk = 0.3 / 0.1 = 3\n",
+           "  ppl diff = 100·(exp(x̄) - 1) = 34.9859%, SE = 100·exp(x̄)·SE chunk = 13.5%\n",
+           "decided gate: a position is decided when ref top1 - top2 logit >= 2; 3 decided, 0 disagree there",
+       })
+    EXPECT_NE(r.out.find(want), std::string::npos) << "missing: " << want << "\n" << r.out;
+  // The report itself is unchanged and comes first.
+  EXPECT_LT(r.out.find("VERDICT"), r.out.find("how these numbers are computed"));
+  CliResult j = compare(f, "--explain --json");
+  EXPECT_EQ(j.exit_code, 4) << j.out << j.err;
+  EXPECT_NE(j.err.find("--explain adds to the text report; not with --json"), std::string::npos) << j.err;
+}

@@ -99,6 +99,10 @@ TEST(Compare, FlipAtDecidedPositionFails) {
   EXPECT_EQ(r.worst_disagreements[0].ref_top1, 10);
   EXPECT_EQ(r.worst_disagreements[0].cand_top1, 11);
   EXPECT_EQ(r.gap_buckets[3].disagree, 1);  // [2,5)
+  ASSERT_EQ(r.points.size(), 6u);
+  EXPECT_TRUE(r.points[0].disagree);
+  EXPECT_NEAR(r.points[0].logit_delta, 0.0, 1e-12);  // token 10: 5.0 in both, at rank 2 here
+  for (size_t i = 1; i < 6; ++i) EXPECT_FALSE(r.points[i].disagree) << i;
   EXPECT_NE(format_report(r).find("VERDICT: fail"), std::string::npos);
 }
 
@@ -321,6 +325,17 @@ TEST(Compare, LogitDeltaAndSpread) {
   EXPECT_NEAR(r.spread_shift.mean, 0.05, 1e-9);
   EXPECT_NEAR(r.spread_shift.se_iid, std::sqrt(0.005), 1e-9);
   EXPECT_NEAR(r.spread_shift.se_chunk, 0.5 / 6, 1e-9);
+  // The per-position points the matrix report plots: reference gap and delta per row.
+  const double gaps[] = {3.0, 0.5, 3.0, 1.5, 6.0, 0.2};
+  ASSERT_EQ(r.points.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(r.points[i].ref_gap, gaps[i], 1e-12) << i;
+    EXPECT_NEAR(r.points[i].logit_delta, d[i], 1e-12) << i;
+    EXPECT_FALSE(r.points[i].disagree) << i;
+    EXPECT_TRUE(std::isfinite(r.points[i].drift_kl)) << i;
+  }
+  EXPECT_NEAR(r.points[2].drift_kl, 0.0, 1e-12);  // delta 0: the same distribution
+  EXPECT_GT(r.points[3].drift_kl, 0.0);
 }
 
 namespace {

@@ -718,8 +718,12 @@ std::unique_ptr<Backend> make_cuda_backend(int device, const std::string& dtype)
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
     cudaGetLastError();
-    throw Error(strformat("[cuda] no CUDA device (cudaGetDeviceCount: %s)",
-                          e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = CUDART_VERSION;
+    cudaGetLastError();
+    throw Error(cuda_no_device_message(e == cudaSuccess ? count : 0, driver, runtime,
+                                       e != cudaSuccess ? cudaGetErrorString(e) : ""));
   }
   ARB_CHECK(device >= 0 && device < count, "[cuda] device cuda:%d does not exist (%d device%s)",
             device, count, count == 1 ? "" : "s");

@@ -403,6 +403,9 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
       cl = c.target_logit;
       have = true;
     }
+    PositionPoint pt{gap, kNaN, kNaN, disagree};
+    if (!shifted && have && std::isfinite(cl) && std::isfinite(r.top_logits[0]))
+      pt.logit_delta = cl - r.top_logits[0];
     if (shifted) {
       // Not a statistic of these two rows: their logits differ by an unknown constant.
     } else if (!have) {
@@ -475,6 +478,8 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
       if (tail_p > 0) s += tail_p * std::log(tail_p / tail_q);
       k_pos = s;
     }
+    pt.drift_kl = k_drift;
+    res.points.push_back(pt);
     if (res.kl_method != "unavailable") {
       if (std::isfinite(k_pos) && std::isfinite(k_drift)) {
         kl.push_back(k_pos);

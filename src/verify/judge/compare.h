@@ -96,6 +96,15 @@ struct Disagreement {
   int cand_rank = 0;  // rank of ref top-1 in the candidate's top-k; 0 = beyond top-k
 };
 
+/// One matched position, for plots (the matrix report): what the statistics above are
+/// made of, in reference row order. Not part of to_json.
+struct PositionPoint {
+  double ref_gap = 0;      // reference top-1 - top-2 logit (NaN: K < 2)
+  double logit_delta = 0;  // candidate - reference logit of the reference's top-1 (NaN: n/a)
+  double drift_kl = 0;     // the drift gate's per-position KL (NaN: unavailable)
+  bool disagree = false;   // top-1 ids differ
+};
+
 struct CompareResult {
   std::string ref_label, cand_label;
   Verdict verdict = Verdict::Inconclusive;
@@ -179,6 +188,8 @@ struct CompareResult {
   // KL only); any of them fails the verdict.
   int64_t nonfinite_ref = 0, nonfinite_cand = 0;
   int64_t nonfinite_logits_ref = 0, nonfinite_logits_cand = 0;
+
+  std::vector<PositionPoint> points;  // every matched position
 };
 
 /// Compares cand against ref. Rows are matched by (chunk, pos); abs_pos and target must
@@ -187,6 +198,8 @@ CompareResult compare_traces(const Trace& ref, const Trace& cand, const CompareO
 
 /// The human report (always includes the threshold-free numbers), several lines.
 std::string format_report(const CompareResult& r);
+/// `compare --explain`: each statistic's formula with this run's values substituted.
+std::string format_explain(const CompareResult& r);
 /// Everything in the result as one JSON object, with "verdict" and "exit_code".
 nlohmann::json to_json(const CompareResult& r);
 

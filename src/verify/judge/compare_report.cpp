@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/text_table.h"
 #include "verify/judge/compare.h"
 
 namespace arbiter::verify {
@@ -102,12 +103,14 @@ std::string format_report(const CompareResult& r) {
                                       : std::to_string(r.worst_rank).c_str());
     line(rk);
     if (!r.worst_disagreements.empty()) {
-      line("  disagreements, largest ref gap first (chunk pos abs_pos target ref_top1 cand_top1 "
-           "ref_gap cand_rank_of_ref_top1):");
+      line("  disagreements, largest ref gap first (cand_rank: of the ref top-1 in cand's top-k):");
+      TextTable t({{"chunk"}, {"pos"}, {"abs_pos"}, {"target"}, {"ref_top1"}, {"cand_top1"}, {"ref_gap"},
+                   {"cand_rank"}});
       for (const auto& d : r.worst_disagreements)
-        line(strformat("    %d %d %lld %d %d %d %s %s", d.chunk, d.pos, (long long)d.abs_pos,
-                       d.target, d.ref_top1, d.cand_top1, num(d.ref_gap, "%.6g").c_str(),
-                       d.cand_rank ? std::to_string(d.cand_rank).c_str() : "beyond"));
+        t.row({std::to_string(d.chunk), std::to_string(d.pos), std::to_string(d.abs_pos), std::to_string(d.target),
+               std::to_string(d.ref_top1), std::to_string(d.cand_top1), num(d.ref_gap, "%.6g"),
+               d.cand_rank ? std::to_string(d.cand_rank) : "beyond"});
+      s += t.str("    ");
     }
     line("");
     if (r.logit_units == "shifted") {
@@ -153,6 +156,13 @@ std::string format_report(const CompareResult& r) {
                    : r.drift_status == "pass" ? strformat("pass (KL/budget %.3g)", r.drift_kl.mean / r.drift_budget).c_str()
                                               : "n/a"));
     line("");
+    // "t chunk 229" on a passing run alarms readers who take t for a size (issue 32).
+    line("legend: t = mean / SE, how many standard errors the mean is from 0; 't chunk' uses the SE of");
+    line("  chunk batch means (positions inside a chunk are correlated). It measures certainty, not size:");
+    line("  a consistent rounding shift of a lower-precision tier gives t in the hundreds over many");
+    line("  positions. It matters only when the mean itself is material (a shift of ~0.01 nats or more);");
+    line("  it decides nothing: the gates are the lines marked '<- gate'. `compare --explain` shows the sums.");
+    line("");
   }
   if (r.llama) s += format_llama_kld(*r.llama) + "\n";
   else line("llama-perplexity statistics: " + r.llama_note);
@@ -164,6 +174,54 @@ std::string format_report(const CompareResult& r) {
                                : std::string()));
   line(std::string("VERDICT: ") + verdict_name(r.verdict) + (r.forced ? " (FORCED)" : ""));
   for (const auto& why : r.reasons) line("  " + why);
+  return s;
+}
+
+namespace {
+
+void explain_mean(std::string& s, const char* name, const MeanSe& m, const char* unit) {
+  s += strformat("%s (%s): n %lld positions in B %lld chunks\n", name, unit, (long long)m.n, (long long)m.chunks);
+  if (m.n == 0) {
+    s += "  n/a (no positions)\n";
+    return;
+  }
+  s += strformat("  mean x̄ = Σ x_i / n = %s\n", num(m.mean, "%.6g").c_str());
+  s += strformat("  sd = sqrt(Σ (x_i - x̄)² / (n - 1)) = %s\n", num(m.sd, "%.6g").c_str());
+  s += strformat("  SE iid = sd / √n = %s / √%lld = %s\n", num(m.sd, "%.6g").c_str(), (long long)m.n,
+                 num(m.se_iid, "%.6g").c_str());
+  s += strformat("  SE chunk = sqrt(B/(B-1) · Σ_c (S_c - n_c·x̄)²) / n, S_c and n_c chunk c's sum and count = %s%s\n",
+                 num(m.se_chunk, "%.6g").c_str(), m.chunks < 2 ? " (needs B >= 2)" : "");
+  s += strformat("  t iid = x̄ / SE iid = %s / %s = %s\n", num(m.mean, "%.6g").c_str(), num(m.se_iid, "%.6g").c_str(),
+                 num(m.t_iid, "%.4g").c_str());
+  s += strformat("  t chunk = x̄ / SE chunk = %s / %s = %s\n", num(m.mean, "%.6g").c_str(),
+                 num(m.se_chunk, "%.6g").c_str(), num(m.t_chunk, "%.4g").c_str());
+}
+
+}  // namespace
+
+std::string format_explain(const CompareResult& r) {
+  std::string s = "how these numbers are computed (docs/traces.md §Standard errors, §Drift gate)\n";
+  if (r.verdict == Verdict::Incomparable) return s + "  n/a: the traces are incomparable\n";
+  s += strformat("decided gate: a position is decided when ref top1 - top2 logit >= %g; %lld decided, "
+                 "%lld disagree there (fail when > 0)\n",
+                 r.decided_threshold, (long long)r.decided, (long long)r.decided_disagree);
+  if (r.logit_units != "shifted") explain_mean(s, "mean delta, x_i = cand - ref logit of ref top-1", r.top1_logit_delta, r.logit_units.c_str());
+  explain_mean(s, "nll shift, x_i = cand nll - ref nll", r.nll_shift, "nats");
+  s += strformat("  ppl = exp(mean nll): ref exp(%s) = %s, cand exp(%s) = %s\n", num(r.mean_nll_ref, "%.6g").c_str(),
+                 num(r.ppl_ref, "%.6g").c_str(), num(r.mean_nll_cand, "%.6g").c_str(), num(r.ppl_cand, "%.6g").c_str());
+  s += strformat("  ppl diff = 100·(exp(x̄) - 1) = %s%%, SE = 100·exp(x̄)·SE chunk = %s%%\n",
+                 num(r.ppl_diff_pct, "%.6g").c_str(), num(r.ppl_diff_pct_se, "%.3g").c_str());
+  if (r.spread_k >= 2) explain_mean(s, "spread shift, x_i = cand - ref (top-1 minus top-K logit)", r.spread_shift, "logits");
+  if (!r.drift_kl_method.empty()) {
+    explain_mean(s, ("KL judged (" + r.drift_kl_method + ")").c_str(), r.drift_kl, "nats");
+    s += strformat("drift gate: u = max(u_ref, u_cand, 2^-24) = %s; budget = kappa·u² = %s·%s² = %s nats; "
+                   "KL/u² = %s / %s² = %s; fail when mean KL > budget: %s\n",
+                   num(r.drift_u, "%.6g").c_str(), num(r.drift_kappa, "%g").c_str(), num(r.drift_u, "%.6g").c_str(),
+                   num(r.drift_budget, "%.6g").c_str(), num(r.drift_kl.mean, "%.6g").c_str(),
+                   num(r.drift_u, "%.6g").c_str(), num(r.kl_over_u2, "%.6g").c_str(), r.drift_status.c_str());
+  } else {
+    s += "drift gate: n/a (" + r.drift_note + ")\n";
+  }
   return s;
 }
 

@@ -6,17 +6,12 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core/text_table.h"
 #include "verify/localize/svg.h"
 
 namespace arbiter::verify {
 
-std::string fmt_g(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3g", v);
-  return b;
-}
+std::string fmt_g(double v) { return fmt_num("%.3g", v); }
 
 std::string stage_id_name(const std::string& stage, int layer) {
   return layer >= 0 ? stage + "@L" + std::to_string(layer) : stage;
@@ -193,12 +188,14 @@ DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_l
 }
 
 DriftReport drift_run(Session& a, Session& b, const std::vector<int32_t>& tokens, int width,
-                      std::vector<double>* a_last, std::vector<double>* b_last) {
-  Capture ca = capture_forwards(a, tokens, width);
+                      std::vector<double>* a_last, std::vector<double>* b_last,
+                      const std::string& progress_tag) {
+  auto tag = [&](const char* what) { return progress_tag.empty() ? "" : progress_tag + " " + what; };
+  Capture ca = capture_forwards(a, tokens, width, tag("a"));
   if (a_last) *a_last = a.logits(a.last_T() - 1);
-  Capture cb = capture_forwards(b, tokens, width);
+  Capture cb = capture_forwards(b, tokens, width, tag("b"));
   if (b_last) *b_last = b.logits(b.last_T() - 1);
-  Capture cl = replay_forwards(b, ca);
+  Capture cl = replay_forwards(b, ca, tag("replay"));
   Backend &ba = a.backend(), &bb = b.backend();
   DriftReport r =
       drift_compare(ca, cb, cl, coarser(roundoff_of(ba.compute()), roundoff_of(bb.compute())));
@@ -245,46 +242,48 @@ DriftSummary drift_summary(const DriftReport& r, double jump_factor) {
 }
 
 std::string drift_text(const DriftReport& r) {
-  std::string o;
-  char b[512];
-  std::snprintf(b, sizeof b,
-                "drift: a = %s (%s, %s, inject %s)   b = %s (%s, %s, inject %s)\n"
-                "tokens: %d positions (%s) in %d forward(s) of up to %d\n"
-                "bound: %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)),  u_s = %s, u_a = %s\n\n",
-                r.a_label.c_str(), r.a_device.c_str(), r.a_compute.c_str(), r.a_inject.c_str(),
-                r.b_label.c_str(), r.b_device.c_str(), r.b_compute.c_str(), r.b_inject.c_str(),
-                r.positions, r.input.c_str(), r.forwards, r.width, kBoundSafety,
-                fmt_g(r.u.storage).c_str(), fmt_g(r.u.accum).c_str());
-  o += b;
+  std::string o = strformat(
+      "drift: a = %s (%s, %s, inject %s)   b = %s (%s, %s, inject %s)\n"
+      "tokens: %d positions (%s) in %d forward(s) of up to %d\n"
+      "bound: %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)),  u_s = %s, u_a = %s\n\n",
+      r.a_label.c_str(), r.a_device.c_str(), r.a_compute.c_str(), r.a_inject.c_str(), r.b_label.c_str(),
+      r.b_device.c_str(), r.b_compute.c_str(), r.b_inject.c_str(), r.positions, r.input.c_str(), r.forwards, r.width, kBoundSafety,
+      fmt_g(r.u.storage).c_str(), fmt_g(r.u.accum).c_str());
   if (!r.b_providers.empty()) o += "b's op providers (the same kernels as its traces): " + r.b_providers + "\n\n";
-  std::snprintf(b, sizeof b, "%-5s %-10s | %-28s | %-38s | %-9s %s\n", "layer", "stage",
-                "accumulated (b chain vs a)", "local (b op on a's inputs vs a)", "bound", "");
-  o += b;
-  std::snprintf(b, sizeof b, "%-5s %-10s | %9s %9s %8s | %9s %9s %9s %8s | %-9s %s\n", "", "",
-                "rel_l2", "max_abs", "cosine", "rel_l2", "max_abs", "mean_abs", "cosine", "rel_l2",
-                "flag");
-  o += b;
+  TextTable t({{"layer", TextTable::Left},
+               {"stage", TextTable::Left},
+               {"rel_l2"},
+               {"max_abs"},
+               {"cosine"},
+               {"rel_l2"},
+               {"max_abs"},
+               {"mean_abs"},
+               {"cosine"},
+               {"rel_l2", TextTable::Left},
+               {"flag", TextTable::Left}});
+  t.groups({{"", 2}, {"accumulated (b chain vs a)", 3}, {"local (b op on a's inputs vs a)", 4}, {"bound", 2}});
+  for (size_t c : {2, 5, 9}) t.separator_before(c, " | ");
   int last_layer = -2;
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const DriftRow& w = r.rows[i];
-    if (w.id.layer != last_layer && i > 0) o += "\n";
+    if (w.id.layer != last_layer && i > 0) t.blank();
     last_layer = w.id.layer;
     std::string flag = w.flagged ? (int(i) == r.first_flagged ? "FIRST" : "over") : "";
     if (w.flagged && w.local.rel_l2() > 0 && std::isfinite(w.local.rel_l2()))
       flag += " x" + fmt_g(w.local.rel_l2() / w.id.bound.value);
-    std::snprintf(b, sizeof b, "%-5s %-10s | %9s %9s %8.6f | %9s %9s %9s %8.6f | %-9s %s\n",
-                  w.id.layer >= 0 ? std::to_string(w.id.layer).c_str() : "-",
-                  w.id.stage.c_str(), fmt_g(w.acc.rel_l2()).c_str(),
-                  fmt_g(w.acc.max_abs).c_str(), w.acc.cosine(), fmt_g(w.local.rel_l2()).c_str(),
-                  fmt_g(w.local.max_abs).c_str(), fmt_g(w.local.mean_abs()).c_str(),
-                  w.local.cosine(), fmt_g(w.id.bound.value).c_str(), flag.c_str());
-    o += b;
+    t.row({w.id.layer >= 0 ? std::to_string(w.id.layer) : "-", w.id.stage, fmt_g(w.acc.rel_l2()),
+           fmt_g(w.acc.max_abs), fmt_num("%.6f", w.acc.cosine()), fmt_g(w.local.rel_l2()), fmt_g(w.local.max_abs),
+           fmt_g(w.local.mean_abs()), fmt_num("%.6f", w.local.cosine()), fmt_g(w.id.bound.value), flag});
   }
+  o += t.str();
   // Per layer: the hidden state leaving the layer (accumulated) and the worst local stage.
   o += "\nper layer: hidden state after the layer (accumulated) and worst local error / bound\n";
-  std::snprintf(b, sizeof b, "%-6s %12s %12s  %-12s %s\n", "layer", "acc_rel_l2", "local/bound",
-                "worst_stage", "flagged");
-  o += b;
+  TextTable per({{"layer", TextTable::Left},
+                 {"acc_rel_l2"},
+                 {"local/bound"},
+                 {"worst_stage", TextTable::Left},
+                 {"flagged", TextTable::Left}});
+  per.separator_before(3, "  ");
   // Rows outside the blocks before the first layer ("embed") and after the last ("head");
   // a group's hidden state is its last stage's (the layer's residual stream leaving it).
   auto group_line = [&](const std::string& name, const std::function<bool(size_t)>& in_group) {
@@ -299,9 +298,7 @@ std::string drift_text(const DriftReport& r) {
       if (!(ratio <= worst)) worst = ratio, ws = w.id.stage;
       nflag += w.flagged;
     }
-    std::snprintf(b, sizeof b, "%-6s %12s %12s  %-12s %d\n", name.c_str(), fmt_g(acc).c_str(),
-                  fmt_g(worst).c_str(), ws.c_str(), nflag);
-    o += b;
+    per.row({name, fmt_g(acc), fmt_g(worst), ws, std::to_string(nflag)});
   };
   size_t first_layer_row = r.rows.size();
   int L = 0;
@@ -314,16 +311,13 @@ std::string drift_text(const DriftReport& r) {
   for (int l = 0; l < L; ++l)
     group_line(std::to_string(l), [&](size_t i) { return r.rows[i].id.layer == l; });
   group_line("head", [&](size_t i) { return i > first_layer_row && r.rows[i].id.layer < 0; });
-  o += "\n";
+  o += per.str() + "\n";
   if (r.first_flagged >= 0) {
     const DriftRow& w = r.rows[size_t(r.first_flagged)];
-    std::snprintf(b, sizeof b,
-                  "FIRST FLAGGED: %s (op %s%s): local rel_l2 %s > bound %s; %d stage(s) over "
-                  "their bound\n",
-                  w.id.stage.c_str(), w.id.op.c_str(),
-                  w.id.layer >= 0 ? (", layer " + std::to_string(w.id.layer)).c_str() : "",
-                  fmt_g(w.local.rel_l2()).c_str(), fmt_g(w.id.bound.value).c_str(), r.n_flagged);
-    o += b;
+    o += strformat("FIRST FLAGGED: %s (op %s%s): local rel_l2 %s > bound %s; %d stage(s) over their bound\n",
+                   w.id.stage.c_str(), w.id.op.c_str(),
+                   w.id.layer >= 0 ? (", layer " + std::to_string(w.id.layer)).c_str() : "",
+                   fmt_g(w.local.rel_l2()).c_str(), fmt_g(w.id.bound.value).c_str(), r.n_flagged);
   } else {
     o += "no stage over its bound: every op of b reproduces a's outputs within rounding\n";
   }
@@ -335,12 +329,7 @@ std::string drift_tsv(const DriftReport& r) {
       "stage\tlayer\top\trows\tcols\tacc_rel_l2\tacc_max_abs\tacc_cosine\tlocal_rel_l2\t"
       "local_max_abs\tlocal_mean_abs\tlocal_cosine\tlocal_nmse\tbound_rel_l2\treduction\t"
       "roundings\tamp\tflagged\n";
-  char b[64];
-  auto g = [&](double v) {
-    if (!std::isfinite(v)) return fmt_g(v);
-    std::snprintf(b, sizeof b, "%.6g", v);
-    return std::string(b);
-  };
+  auto g = [](double v) { return fmt_num("%.6g", v); };
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const DriftRow& w = r.rows[i];
     o += w.id.stage + "\t" + std::to_string(w.id.layer) + "\t" + w.id.op + "\t" +

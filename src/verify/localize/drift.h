@@ -107,9 +107,11 @@ DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_l
 /// b on a's capture (local), and compares them with the coarser roundoff of the two tiers.
 /// Fills the devices, computes, injects (the sessions') and b's providers; labels and paths
 /// are the caller's. a_last / b_last, when given, receive each side's logits row [V] at the
-/// last token (the next-token logits after the whole sequence).
+/// last token (the next-token logits after the whole sequence). progress_tag non-empty: each
+/// capture and the replay report progress on stderr ("[TAG a]", "[TAG b]", "[TAG replay]").
 DriftReport drift_run(Session& a, Session& b, const std::vector<int32_t>& tokens, int width,
-                      std::vector<double>* a_last = nullptr, std::vector<double>* b_last = nullptr);
+                      std::vector<double>* a_last = nullptr, std::vector<double>* b_last = nullptr,
+                      const std::string& progress_tag = "");
 
 /// How the accumulated error grows through the layers (docs/localize.md, "jump rule"). The
 /// error entering layer l is the accumulated rel_l2 of the last stage before it (embed for

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/progress.h"
+#include "core/text_table.h"
 #include "engine/session.h"
 #include "io/file.h"
 #include "io/sha256.h"
@@ -281,7 +283,7 @@ GateReport run_gate(const GateOptions& opt) {
   ARB_CHECK(opt.runs >= 1, "[gate] --runs %d must be >= 1", opt.runs);
   ARB_CHECK(opt.band >= 0 && std::isfinite(opt.band), "[gate] --band %g must be >= 0", opt.band);
   auto say = [&](const std::string& s) {
-    if (opt.progress) opt.progress(s);
+    if (opt.progress) progress_note("gate", s);
   };
   GateReport r;
   r.model_path = opt.model_path;
@@ -477,15 +479,12 @@ static std::string tok(const GateReport& r, int32_t id) {
 std::string gate_token_text(const GateReport& r, int32_t id) { return tok(r, id); }
 
 std::string gate_text(const GateReport& r) {
-  std::string o;
-  char b[1024];
-  std::snprintf(b, sizeof b,
-                "gate: model %s\nprompts: %s sha256 %s (%d prompts), %d tokens, %d run(s) per "
-                "side, band %g nats\ntokenizer: %s%s\n\nsides:\n",
-                r.model_path.c_str(), r.prompts_path.c_str(), r.prompts_sha256.c_str(), r.n_prompts,
-                r.n_tokens, r.runs, r.band,
-                r.tokenizers_agree ? "agree: " : "DISAGREE: ", r.tokenizer_note.c_str());
-  o += b;
+  // strformat and TextTable, not fixed buffers: a long model path or prompt used to cut lines.
+  std::string o = strformat(
+      "gate: model %s\nprompts: %s sha256 %s (%d prompts), %d tokens, %d run(s) per side, band %g nats\n"
+      "tokenizer: %s%s\n\nsides:\n",
+      r.model_path.c_str(), r.prompts_path.c_str(), r.prompts_sha256.c_str(), r.n_prompts, r.n_tokens, r.runs, r.band,
+      r.tokenizers_agree ? "agree: " : "DISAGREE: ", r.tokenizer_note.c_str());
   int lw = 4;  // label column width
   for (const GateSideSummary& g : r.sides) lw = std::max(lw, int(g.label.size()));
   for (size_t s = 0; s < r.sides.size(); ++s) {
@@ -496,22 +495,16 @@ std::string gate_text(const GateReport& r) {
                              : std::to_string(g.diverged) + "/" + std::to_string(r.n_prompts) +
                                    " prompts diverge (" + std::to_string(g.near_ties) +
                                    " near-tie, " + std::to_string(g.defects) + " defect)";
-    std::snprintf(b, sizeof b, "  [%zu] %-*s  %s (%s, inject %s): %s; %s\n", s, lw, g.label.c_str(),
-                  g.device.c_str(), g.compute.c_str(), g.inject.c_str(), state.c_str(),
-                  div.c_str());
-    o += b;
+    o += strformat("  [%zu] %-*s  %s (%s, inject %s): %s; %s\n", s, lw, g.label.c_str(), g.device.c_str(),
+                   g.compute.c_str(), g.inject.c_str(), state.c_str(), div.c_str());
   }
   if (!r.inconsistencies.empty()) {
     o += "\nself-consistency failures (run k vs run 0 of the same side):\n";
     for (const GateInconsistency& in : r.inconsistencies) {
-      std::snprintf(b, sizeof b,
-                    "  side %s, prompt %d (line %d): run %d leaves run 0 at step %d: "
-                    "%s vs %s\n",
-                    r.sides[size_t(in.side)].label.c_str(), in.prompt + 1,
-                    in.prompt < int(r.prompt_lines.size()) ? r.prompt_lines[size_t(in.prompt)] : 0,
-                    in.run + 1, in.step, tok(r, in.run_token).c_str(),
-                    tok(r, in.run0_token).c_str());
-      o += b;
+      o += strformat("  side %s, prompt %d (line %d): run %d leaves run 0 at step %d: %s vs %s\n",
+                     r.sides[size_t(in.side)].label.c_str(), in.prompt + 1,
+                     in.prompt < int(r.prompt_lines.size()) ? r.prompt_lines[size_t(in.prompt)] : 0, in.run + 1,
+                     in.step, tok(r, in.run_token).c_str(), tok(r, in.run0_token).c_str());
     }
   }
   o += "\ndivergences (first step where a side leaves the reference; judged by the reference "
@@ -519,20 +512,26 @@ std::string gate_text(const GateReport& r) {
   if (r.divergences.empty()) {
     o += "  none: every side reproduced the reference's tokens on every prompt\n";
   } else {
-    std::snprintf(b, sizeof b, "  %-*s %6s %5s  %-22s %-22s %8s %5s %8s %8s  %s\n", lw, "side",
-                  "prompt", "step", "reference", "side", "ref_gap", "rank", "deficit", "own_gap",
-                  "class");
-    o += b;
+    TextTable t({{"side", TextTable::Left},
+                 {"prompt"},
+                 {"step"},
+                 {"reference", TextTable::Left},
+                 {"side", TextTable::Left},
+                 {"ref_gap"},
+                 {"rank"},
+                 {"deficit"},
+                 {"own_gap"},
+                 {"class", TextTable::Left}});
+    for (size_t c : {3, 9}) t.separator_before(c, "  ");
     for (const GateDivergence& d : r.divergences) {
       std::string cls = d.j.near_tie ? "near-tie" : "DEFECT";
       if (!d.counts) cls += " (not judged: inconsistent)";
       if (d.j.ref_top1 != d.j.ref_token) cls += " [ref top-1 here is " + tok(r, d.j.ref_top1) + "]";
-      std::snprintf(b, sizeof b, "  %-*s %6d %5d  %-22s %-22s %8.4f %5d %8.4f %8s  %s\n", lw,
-                    r.sides[size_t(d.side)].label.c_str(), d.prompt + 1, d.step,
-                    tok(r, d.j.ref_token).c_str(), tok(r, d.j.side_token).c_str(), d.j.ref_gap,
-                    d.j.side_rank, d.j.deficit, fmt_g(d.side_own_gap).c_str(), cls.c_str());
-      o += b;
+      t.row({r.sides[size_t(d.side)].label, std::to_string(d.prompt + 1), std::to_string(d.step),
+             tok(r, d.j.ref_token), tok(r, d.j.side_token), fmt_num("%.4f", d.j.ref_gap),
+             std::to_string(d.j.side_rank), fmt_num("%.4f", d.j.deficit), fmt_g(d.side_own_gap), cls});
     }
+    o += t.str("  ");
   }
   if (r.sides.size() >= 3) {
     o += "\ncontested steps (sides still on the reference's path, grouped by their token):\n";

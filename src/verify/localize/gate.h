@@ -142,7 +142,7 @@ struct GateOptions {
   int topk = 0;              // > 0: keep each side's top-k per step (GateSideRuns::top_ids)
   bool single_side = false;  // allow one side alone (a recording: self-consistency only)
   std::vector<GateRecordedSide> recorded;
-  std::function<void(const std::string&)> progress;  // status lines (stderr in the CLI)
+  bool progress = true;  // status lines on stderr (core/progress.h)
 };
 
 /// Greedily decodes n_tokens after each prompt ids[p] (the prompt is prefilled; EOS does not

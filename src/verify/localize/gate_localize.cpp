@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace arbiter::verify {
 
@@ -108,7 +109,7 @@ GateLocalizeReport run_gate_localize(const GateOptions& opt, const GateReport& g
               m->config.max_pos);
     const Side &sa = opt.sides[0], &sb = opt.sides[size_t(d.side)];
     if (opt.progress)
-      opt.progress("localizing side " + sb.label + ", prompt " + std::to_string(d.prompt + 1) +
+      progress_note("gate", "localizing side " + sb.label + ", prompt " + std::to_string(d.prompt + 1) +
                    ", step " + std::to_string(d.step) + ": drift over " + std::to_string(n) +
                    " positions");
     // Fresh sessions as wide as the prefix: one forward, whose last row is the judged step.

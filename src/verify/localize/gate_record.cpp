@@ -11,6 +11,7 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/probe.h"
 #include "engine/session.h"
 #include "io/atomic_file.h"
@@ -437,7 +438,7 @@ json gate_resolution_json(const GateReport& r, const std::vector<GateResolutionR
 std::vector<GateReproduction> gate_reproduce(GateReport& r,
                                              const std::vector<GateRecordedSide>& recorded,
                                              int threads,
-                                             const std::function<void(const std::string&)>& progress) {
+                                             bool progress) {
   std::vector<GateReproduction> out;
   std::unique_ptr<Model> model;
   for (const GateRecordedSide& rs : recorded) {
@@ -471,7 +472,7 @@ std::vector<GateReproduction> gate_reproduce(GateReport& r,
     const GateSideRuns here =
         gate_decode(ses, r.prompt_ids, rs.n_tokens, runs, 0, [&](int p, int k) {
           if (progress)
-            progress("reproducing " + rep.label + ": prompt " + std::to_string(p + 1) + ", run " +
+            progress_note("gate", "reproducing " + rep.label + ": prompt " + std::to_string(p + 1) + ", run " +
                      std::to_string(k + 1));
         });
     rep.attempted = true;

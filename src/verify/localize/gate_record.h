@@ -91,8 +91,7 @@ struct GateReproduction {
 /// reported as not attempted. Adds the text of the tokens it names to r.pieces.
 std::vector<GateReproduction> gate_reproduce(GateReport& r,
                                              const std::vector<GateRecordedSide>& recorded,
-                                             int threads,
-                                             const std::function<void(const std::string&)>& progress);
+                                             int threads, bool progress);
 
 std::string gate_reproduction_text(const GateReport& r, const std::vector<GateReproduction>& rep);
 nlohmann::json gate_reproduction_json(const std::vector<GateReproduction>& rep);

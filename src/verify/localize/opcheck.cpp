@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/text_table.h"
 
 namespace arbiter::verify {
 
@@ -109,52 +110,53 @@ OpcheckReport run_opcheck(const Capture& ref_cap, const Capture& replayed, Backe
 }
 
 std::string opcheck_text(const OpcheckReport& r) {
-  std::string o;
-  char b[512];
-  std::snprintf(b, sizeof b,
-                "opcheck: %s (compute %s, inject %s) vs ref (f64) on ref's captured inputs\n"
-                "inputs: %d positions (BOS + text) in %d forward(s) of up to %d\n"
-                "bound on rel_l2 = %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)), u_s = %s, "
-                "u_a = %s; NMSE bound = bound^2\n\n",
-                r.device.c_str(), r.compute.c_str(), r.inject.c_str(), r.positions, r.forwards,
-                r.width, kBoundSafety, fmt_g(r.u.storage).c_str(), fmt_g(r.u.accum).c_str());
-  o += b;
-  std::snprintf(b, sizeof b, "%-10s %-5s %-10s %11s %9s %9s %9s %9s %9s %6s  %s\n", "op", "layer",
-                "stage", "shape", "max_abs", "mean_abs", "nmse", "rel_l2", "bound", "n", "flag");
-  o += b;
+  std::string o = strformat(
+      "opcheck: %s (compute %s, inject %s) vs ref (f64) on ref's captured inputs\n"
+      "inputs: %d positions (BOS + text) in %d forward(s) of up to %d\n"
+      "bound on rel_l2 = %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)), u_s = %s, "
+      "u_a = %s; NMSE bound = bound^2\n\n",
+      r.device.c_str(), r.compute.c_str(), r.inject.c_str(), r.positions, r.forwards, r.width, kBoundSafety,
+      fmt_g(r.u.storage).c_str(), fmt_g(r.u.accum).c_str());
+  TextTable t({{"op", TextTable::Left},
+               {"layer", TextTable::Left},
+               {"stage", TextTable::Left},
+               {"shape"},
+               {"max_abs"},
+               {"mean_abs"},
+               {"nmse"},
+               {"rel_l2"},
+               {"bound"},
+               {"n"},
+               {"flag", TextTable::Left}});
+  t.separator_before(10, "  ");
   for (const OpcheckRow& w : r.rows) {
     std::string shape = std::to_string(w.id.rows) + "x" + std::to_string(w.id.cols);
     std::string flag;
     if (w.flagged)
       flag = "OUT OF LINE x" + fmt_g(w.err.rel_l2() / w.id.bound.value) +
              (w.err.nonfinite ? " (" + std::to_string(w.err.nonfinite) + " NaN/Inf)" : "");
-    std::snprintf(b, sizeof b, "%-10s %-5s %-10s %11s %9s %9s %9s %9s %9s %6lld  %s\n",
-                  w.id.op.c_str(), w.id.layer >= 0 ? std::to_string(w.id.layer).c_str() : "-",
-                  w.id.stage.c_str(), shape.c_str(), fmt_g(w.err.max_abs).c_str(),
-                  fmt_g(w.err.mean_abs()).c_str(), fmt_g(w.err.nmse()).c_str(),
-                  fmt_g(w.err.rel_l2()).c_str(), fmt_g(w.id.bound.value).c_str(),
-                  (long long)w.id.bound.reduction, flag.c_str());
-    o += b;
+    t.row({w.id.op, w.id.layer >= 0 ? std::to_string(w.id.layer) : "-", w.id.stage, shape, fmt_g(w.err.max_abs),
+           fmt_g(w.err.mean_abs()), fmt_g(w.err.nmse()), fmt_g(w.err.rel_l2()), fmt_g(w.id.bound.value),
+           std::to_string(w.id.bound.reduction), flag});
   }
+  o += t.str();
   o += "\nper op (worst error / bound over all its uses):\n";
-  std::snprintf(b, sizeof b, "%-10s %7s %8s %12s %12s  %s\n", "op", "checks", "flagged",
-                "worst_ratio", "worst_nmse", "worst_at");
-  o += b;
-  for (const OpcheckOp& op : r.ops) {
-    std::snprintf(b, sizeof b, "%-10s %7d %8d %12s %12s  %s\n", op.op.c_str(), op.checks,
-                  op.flagged, fmt_g(op.worst_ratio).c_str(), fmt_g(op.worst_nmse).c_str(),
-                  op.worst.c_str());
-    o += b;
-  }
+  TextTable per({{"op", TextTable::Left},
+                 {"checks"},
+                 {"flagged"},
+                 {"worst_ratio"},
+                 {"worst_nmse"},
+                 {"worst_at", TextTable::Left}});
+  per.separator_before(5, "  ");
+  for (const OpcheckOp& op : r.ops)
+    per.row({op.op, std::to_string(op.checks), std::to_string(op.flagged), fmt_g(op.worst_ratio),
+             fmt_g(op.worst_nmse), op.worst});
+  o += per.str();
   const SummarizeCheck& s = r.summarize;
-  std::snprintf(b, sizeof b,
-                "%-10s %7d %8d  lse err %s, target-logit err %s (bound %s), top-1 flips "
-                "beyond rounding %d, NaN/Inf %lld\n",
-                "summarize", s.rows, int(s.flagged), fmt_g(s.max_lse_err).c_str(),
-                fmt_g(s.max_target_err).c_str(), fmt_g(s.lse_bound).c_str(), s.top1_mismatch,
-                (long long)s.nonfinite);
-  o += b;
-  o += "\n";
+  o += strformat("summarize: %d rows, %d flagged; lse err %s, target-logit err %s (bound %s), top-1 flips "
+                 "beyond rounding %d, NaN/Inf %lld\n\n",
+                 s.rows, int(s.flagged), fmt_g(s.max_lse_err).c_str(), fmt_g(s.max_target_err).c_str(),
+                 fmt_g(s.lse_bound).c_str(), s.top1_mismatch, (long long)s.nonfinite);
   if (r.n_flagged == 0) {
     o += "OPCHECK: pass (every op within its bound)\n";
   } else {
@@ -175,12 +177,7 @@ std::string opcheck_tsv(const OpcheckReport& r) {
   std::string o =
       "op\tstage\tlayer\trows\tcols\tmax_abs\tmean_abs\tnmse\trel_l2\tbound_rel_l2\t"
       "reduction\tnonfinite\tflagged\n";
-  char b[64];
-  auto g = [&](double v) {
-    if (!std::isfinite(v)) return fmt_g(v);
-    std::snprintf(b, sizeof b, "%.6g", v);
-    return std::string(b);
-  };
+  auto g = [](double v) { return fmt_num("%.6g", v); };
   for (const OpcheckRow& w : r.rows)
     o += w.id.op + "\t" + w.id.stage + "\t" + std::to_string(w.id.layer) + "\t" +
          std::to_string(w.id.rows) + "\t" + std::to_string(w.id.cols) + "\t" + g(w.err.max_abs) + "\t" +

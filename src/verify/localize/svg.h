@@ -1,10 +1,15 @@
-// A tiny SVG chart writer (no dependencies): line and grouped-bar charts with axes, ticks,
-// a legend, optional log-scale y and horizontal reference lines. Used by drift (error by
-// layer) and by the correctness-matrix report. Output is deterministic text, so tests and
-// diffs can read it.
+// A tiny SVG chart writer (no dependencies): line, scatter and grouped-bar charts with axes,
+// ticks, a legend, log-scale y (forced, or chosen when the data spans decades), horizontal
+// and vertical reference lines, and small multiples (several charts in one SVG, each on its
+// own axes). Used by drift (error by layer) and by the correctness-matrix report. Output is
+// deterministic text, so tests and diffs can read it.
+//
+// Every data point drawn (a marker, a bar) carries class "mark", so a test can count what a
+// plot shows. A chart whose drawable y values are all zero says "all zero" on a [0, 1] axis
+// instead of inventing a symmetric range around zero.
 //
 // To plot: fill an SvgChart (series of (x, y) points, or bars at categorical x = 0..n-1 with
-// x_ticks naming them), call render_svg, write the string.
+// x_ticks naming them), call render_svg (or render_svg_panels), write the string.
 #pragma once
 #include <string>
 #include <utility>
@@ -18,6 +23,8 @@ struct SvgSeries {
   std::string color;         // CSS color; "" = next of the built-in palette
   bool dashed = false;
   bool markers = true;  // a dot at each point (lines only)
+  bool line = true;     // false: markers only (a scatter plot)
+  bool cross = false;   // markers drawn as × instead of dots (shape as well as colour)
 };
 
 struct SvgChart {
@@ -25,6 +32,9 @@ struct SvgChart {
   Kind kind = Kind::Line;
   std::string title, x_label, y_label;
   bool log_y = false;
+  /// Log y when the positive y values span at least two decades (svg_spans_decades);
+  /// otherwise linear. Ignored when log_y is set.
+  bool auto_log_y = false;
   int width = 900, height = 480;  // px
   std::vector<SvgSeries> series;
   /// Tick marks on x with their labels; empty = numeric ticks chosen from the data.
@@ -32,6 +42,9 @@ struct SvgChart {
   std::vector<std::pair<double, std::string>> x_ticks;
   /// Horizontal reference lines (y, label), e.g. an error bound.
   std::vector<std::pair<double, std::string>> hlines;
+  /// Vertical reference lines (x, label), e.g. a threshold or a mean; bar charts use the
+  /// categorical coordinate (group i at x = i).
+  std::vector<std::pair<double, std::string>> vlines;
 };
 
 /// Maps data to pixels along one axis: [lo, hi] (log10 of them when log) to [p0, p1].
@@ -49,8 +62,14 @@ struct SvgAxis {
 /// empty set gives [0, 1] (linear) or [1e-1, 1] (log).
 std::pair<double, double> svg_range(const std::vector<double>& values, bool log, bool bars);
 
+/// True when the finite positive values span at least `decades` decades (max/min >= 10^d).
+bool svg_spans_decades(const std::vector<double>& values, double decades = 2);
+
 /// The whole <svg> document.
 std::string render_svg(const SvgChart& chart);
+/// Small multiples: the panels (each with its own axes, at its own width and height) in
+/// rows of `columns`, as one <svg> document.
+std::string render_svg_panels(const std::vector<SvgChart>& panels, int columns);
 /// Short numeric label: "0", "0.5", "1e-06", "2.5e+03".
 std::string svg_number(double v);
 /// Escapes & < > " for text and attributes.

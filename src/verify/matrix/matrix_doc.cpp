@@ -1,6 +1,10 @@
 #include "verify/matrix/matrix_doc.h"
 
+#include <cmark.h>
+
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 
 #include "verify/localize/svg.h"
 
@@ -17,13 +21,15 @@ th,td{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f2f2f2}
 tr:nth-child(even) td{background:#fafafa}
 code{background:#f4f4f4;padding:0 3px;border-radius:3px;font-size:.92em}
-td.v-pass{background:#dff3df!important;font-weight:600}
-td.v-fail{background:#f8d7d7!important;font-weight:600}
-td.v-skip,td.v-missing,td.v-inconclusive{background:#fff3cd!important;font-weight:600}
-td.v-incomparable,td.v-unreadable,td.v-error{background:#e8d4f0!important;font-weight:600}
+td.v-pass{background:#d9f0e8!important;box-shadow:inset 4px 0 #009e73;font-weight:600}
+td.v-fail{background:#f9e0cf!important;box-shadow:inset 4px 0 #d55e00;font-weight:600}
+td.v-skip,td.v-missing,td.v-inconclusive{background:#f4f4f4!important;box-shadow:inset 4px 0 #e69f00}
+td.v-incomparable,td.v-unreadable,td.v-error{background:#f5e3ee!important;box-shadow:inset 4px 0 #cc79a7;font-weight:600}
+table.grid td{font-weight:400!important;line-height:1.3}
+table.grid td a{color:inherit;text-decoration:none;font-weight:700}
 figure{margin:1em 0}
 figcaption{font-size:.9em;color:#555}
-svg{max-width:100%;height:auto}
+figure svg{width:100%;height:auto}
 )";
 
 std::string md_cell(const std::string& s) {
@@ -33,8 +39,12 @@ std::string md_cell(const std::string& s) {
   return o;
 }
 
-// CSS class of a verdict-like cell ("PASS", "FAIL (3 decided)", "SKIP: no GPU", ...).
-std::string cell_class(const std::string& s) {
+// CSS class of a verdict-like cell ("PASS", "FAIL (3 decided)", "SKIP: no GPU",
+// "[✗ FAIL ...](#anchor)", ...).
+std::string cell_class(std::string s) {
+  if (!s.empty() && s[0] == '[') s.erase(0, 1);
+  for (const char* g : {"✓ ", "✗ ", "! ", "? "})
+    if (s.rfind(g, 0) == 0) s.erase(0, std::strlen(g));
   for (const char* v :
        {"PASS", "FAIL", "SKIP", "MISSING", "INCONCLUSIVE", "INCOMPARABLE", "UNREADABLE", "ERROR"}) {
     std::string w = v;
@@ -51,27 +61,23 @@ std::string cell_class(const std::string& s) {
 }  // namespace
 
 std::string doc_inline_html(const std::string& s) {
-  std::string o;
-  bool code = false, bold = false, em = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '`') {
-      o += code ? "</code>" : "<code>";
-      code = !code;
-    } else if (!code && s.compare(i, 2, "**") == 0) {
-      o += bold ? "</strong>" : "<strong>";
-      bold = !bold;
-      ++i;
-    } else if (!code && s[i] == '*') {
-      o += em ? "</em>" : "<em>";
-      em = !em;
-    } else {
-      o += svg_escape(std::string(1, s[i]));
-    }
-  }
-  if (code) o += "</code>";
-  if (bold) o += "</strong>";
-  if (em) o += "</em>";
+  // CommonMark by Debian's libcmark; UNSAFE keeps the raw HTML the report writes itself
+  // (SVG, links with ids). A single paragraph loses its <p> so the text fits in a cell.
+  char* h = cmark_markdown_to_html(s.data(), s.size(), CMARK_OPT_UNSAFE);
+  std::string o = h ? h : "";
+  std::free(h);
+  while (!o.empty() && o.back() == '\n') o.pop_back();
+  if (o.size() >= 7 && o.compare(0, 3, "<p>") == 0 && o.compare(o.size() - 4, 4, "</p>") == 0 &&
+      o.find("<p>", 3) == std::string::npos)
+    o = o.substr(3, o.size() - 7);
   return o;
+}
+
+std::string doc_verdict_glyph(const std::string& v) {
+  if (v == "PASS") return "✓";
+  if (v == "FAIL") return "✗";
+  if (v == "INCOMPARABLE" || v == "UNREADABLE" || v == "ERROR") return "!";
+  return "?";
 }
 
 void Doc::heading(int level, const std::string& text, const std::string& id) {
@@ -97,11 +103,13 @@ void Doc::list(std::vector<std::string> items) {
   blocks_.push_back(b);
 }
 
-void Doc::table(std::vector<std::vector<std::string>> rows, const std::string& id) {
+void Doc::table(std::vector<std::vector<std::string>> rows, const std::string& id,
+                const std::string& css) {
   DocBlock b;
   b.kind = DocBlock::Kind::Table;
   b.rows = std::move(rows);
   b.id = id;
+  b.css = css;
   blocks_.push_back(b);
 }
 
@@ -154,49 +162,66 @@ std::string Doc::markdown() const {
 }
 
 std::string Doc::html(const std::string& title) const {
-  std::string o = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
-                  svg_escape(title) + "</title>\n<style>\n" + kCss + "</style>\n</head>\n<body>\n";
+  // One CommonMark document for libcmark: paragraphs and lists as Markdown, the blocks
+  // CommonMark has no syntax for (ids, tables, figures) as raw HTML blocks. A raw HTML block
+  // ends at a blank line, so none is written inside one.
   auto id_attr = [](const std::string& id) {
     return id.empty() ? std::string() : " id=\"" + svg_escape(id) + "\"";
   };
+  auto one_line = [](std::string h) {
+    for (char& c : h)
+      if (c == '\n') c = ' ';
+    return h;
+  };
+  std::string md;
   for (const DocBlock& b : blocks_) {
     switch (b.kind) {
       case DocBlock::Kind::Heading: {
         std::string h = "h" + std::to_string(b.level);
-        o += "<" + h + id_attr(b.id) + ">" + doc_inline_html(b.text) + "</" + h + ">\n";
+        md +=
+            "<" + h + id_attr(b.id) + ">" + one_line(doc_inline_html(b.text)) + "</" + h + ">\n\n";
         break;
       }
       case DocBlock::Kind::Para:
-        o += "<p>" + doc_inline_html(b.text) + "</p>\n";
+        md += b.text + "\n\n";
         break;
       case DocBlock::Kind::List:
-        o += "<ul>\n";
-        for (const auto& it : b.items) o += "<li>" + doc_inline_html(it) + "</li>\n";
-        o += "</ul>\n";
+        for (const auto& it : b.items) md += "- " + it + "\n";
+        md += "\n";
         break;
       case DocBlock::Kind::Table:
         if (b.rows.empty()) break;
-        o += "<table" + id_attr(b.id) + ">\n<thead><tr>";
-        for (const auto& c : b.rows[0]) o += "<th>" + doc_inline_html(c) + "</th>";
-        o += "</tr></thead>\n<tbody>\n";
+        md += "<table" + id_attr(b.id) + (b.css.empty() ? "" : " class=\"" + b.css + "\"") +
+              ">\n<thead><tr>";
+        for (const auto& c : b.rows[0]) md += "<th>" + one_line(doc_inline_html(c)) + "</th>";
+        md += "</tr></thead>\n<tbody>\n";
         for (size_t r = 1; r < b.rows.size(); ++r) {
-          o += "<tr>";
+          md += "<tr>";
           for (const auto& c : b.rows[r]) {
             std::string cls = cell_class(c);
-            o += (cls.empty() ? "<td>" : "<td class=\"" + cls + "\">") + doc_inline_html(c) +
-                 "</td>";
+            md += (cls.empty() ? "<td>" : "<td class=\"" + cls + "\">") +
+                  one_line(doc_inline_html(c)) + "</td>";
           }
-          o += "</tr>\n";
+          md += "</tr>\n";
         }
-        o += "</tbody>\n</table>\n";
+        md += "</tbody>\n</table>\n\n";
         break;
-      case DocBlock::Kind::Figure:
-        o += "<figure" + id_attr(b.id) + ">\n" + b.svg + "<figcaption>" + doc_inline_html(b.text) +
-             "</figcaption>\n</figure>\n";
+      case DocBlock::Kind::Figure: {
+        std::string svg = b.svg;
+        // An SVG never holds a blank line (render_svg), but keep the block intact regardless.
+        for (size_t at; (at = svg.find("\n\n")) != std::string::npos;) svg.erase(at, 1);
+        md += "<figure" + id_attr(b.id) + ">\n" + svg + "<figcaption>" +
+              one_line(doc_inline_html(b.text)) + "</figcaption>\n</figure>\n\n";
         break;
+      }
     }
   }
-  return o + "</body>\n</html>\n";
+  char* body = cmark_markdown_to_html(md.data(), md.size(), CMARK_OPT_UNSAFE);
+  std::string o = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
+                  svg_escape(title) + "</title>\n<style>\n" + kCss + "</style>\n</head>\n<body>\n" +
+                  (body ? body : "") + "</body>\n</html>\n";
+  std::free(body);
+  return o;
 }
 
 }  // namespace arbiter::verify

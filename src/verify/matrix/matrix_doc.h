@@ -3,9 +3,9 @@
 // self-contained HTML file (inline CSS and SVG, no script, no network). Writing the report
 // once as blocks keeps report.md and report.html saying exactly the same thing.
 //
-// Inline markup in text: `code`, **bold** and *italic* (rendered in both outputs);
-// everything else is escaped for HTML. Table cells starting with PASS/FAIL/SKIP/... are
-// coloured in HTML.
+// Text is CommonMark (rendered to HTML by Debian's libcmark, raw HTML passed through).
+// Table cells starting with PASS/FAIL/SKIP/... (after an optional link bracket and verdict
+// glyph, see doc_verdict_glyph) are coloured in HTML.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,6 +21,7 @@ struct DocBlock {
   std::vector<std::vector<std::string>> rows;  // table: rows[0] is the header row
   std::string svg, svg_file;                   // figure: the SVG text and its file (md link)
   std::string id;                              // HTML id (headings, tables, figures)
+  std::string css;                             // HTML class (tables)
 };
 
 class Doc {
@@ -28,7 +29,8 @@ class Doc {
   void heading(int level, const std::string& text, const std::string& id = "");
   void para(const std::string& text);
   void list(std::vector<std::string> items);
-  void table(std::vector<std::vector<std::string>> rows, const std::string& id = "");
+  void table(std::vector<std::vector<std::string>> rows, const std::string& id = "",
+             const std::string& css = "");
   void figure(const std::string& caption, const std::string& svg, const std::string& svg_file,
               const std::string& id = "");
   const std::vector<DocBlock>& blocks() const { return blocks_; }
@@ -41,7 +43,11 @@ class Doc {
   std::vector<DocBlock> blocks_;
 };
 
-/// HTML-escapes s and turns `code`, **bold** and *italic* into <code>, <strong>, <em>.
+/// s (CommonMark) as HTML; a single paragraph without its <p> wrapper.
 std::string doc_inline_html(const std::string& s);
+
+/// The glyph that shows a verdict by shape as well as by colour: PASS ✓, FAIL ✗,
+/// INCOMPARABLE/UNREADABLE/ERROR !, everything else (SKIP, MISSING, INCONCLUSIVE) ?.
+std::string doc_verdict_glyph(const std::string& verdict_upper);
 
 }  // namespace arbiter::verify

@@ -2,6 +2,7 @@
 // the report rebuilt from those files (so `matrix report DIR` needs no model), its section.
 #include "verify/matrix/matrix_gate.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -43,7 +44,8 @@ json asked(const MatrixSpec& spec, size_t m) {
   for (const auto& a : g.arms) sides.push_back(arm_side(spec.arm(a)));
   return {{"model", spec.models[m]}, {"arms", g.arms},       {"sides", sides},
           {"against", g.against},    {"prompts", g.prompts}, {"n", g.n_tokens},
-          {"runs", g.runs},          {"band", g.band},       {"threads", g.threads}};
+          {"runs", g.runs},          {"band", g.band},       {"threads", g.threads},
+          {"localize", g.localize}};
 }
 
 // Why a gate file's "asked" differs from the spec's ("" = it matches).
@@ -61,18 +63,100 @@ int side_index(const std::map<std::string, int>& idx, const json& label) {
   return it->second;
 }
 
-// `s` as inline code; built by appending, which also keeps gcc 12 from a false -Wrestrict
-// on operator+ chains of string literals.
+// `s` as inline code. A token piece may hold backticks: CommonMark then needs a fence longer
+// than its longest run of them, and spaces inside when it starts or ends with one. Built by
+// appending, which also keeps gcc 12 from a false -Wrestrict on operator+ chains.
 std::string code(const std::string& s) {
+  size_t run = 0, longest = 0;
+  for (char c : s) longest = std::max(longest, run = c == '`' ? run + 1 : 0);
+  const std::string fence(longest + 1, '`');
+  const bool pad = !s.empty() && (s.front() == '`' || s.back() == '`');
   std::string o;
-  o.reserve(s.size() + 2);
-  o += '`';
+  o.reserve(s.size() + 2 * fence.size() + 2);
+  o += fence;
+  if (pad) o += ' ';
   o += s;
-  o += '`';
+  if (pad) o += ' ';
+  o += fence;
   return o;
 }
 
 double num_or_nan(const json& v) { return v.is_null() ? NAN : v.get<double>(); }
+
+// A number of gate_localize_json: finite ones are numbers, the others the strings "nan",
+// "inf" or "-inf".
+double localize_num(const json& v) {
+  if (v.is_number()) return v.get<double>();
+  const std::string t = v.get<std::string>();
+  if (t == "nan") return NAN;
+  if (t == "inf") return INFINITY;
+  if (t == "-inf") return -INFINITY;
+  throw Error("a localize number " + v.dump());
+}
+
+std::vector<TopToken> localize_tops(const json& a) {
+  if (!a.is_array()) throw Error("a top-5 that is no array");
+  std::vector<TopToken> v;
+  for (const json& t : a)
+    v.push_back({t.at("id").get<int32_t>(), t.at("piece").get<std::string>(),
+                 localize_num(t.at("logit"))});
+  return v;
+}
+
+// The file's "localize" as gate_localize_json() and gate_file_json() wrote it; the side must
+// be one of the gate's and the class one localize_class() gives.
+void localize_from_file(const json& l, const GateReport& r, MatrixGateResult* out) {
+  std::vector<MatrixLocalized> items;
+  for (const json& d : l.at("divergences")) {
+    MatrixLocalized x;
+    x.side = d.at("side").get<std::string>();
+    bool known = false;
+    for (const GateSideSummary& s : r.sides) known = known || s.label == x.side;
+    if (!known) throw Error("localize names side \"" + x.side + "\", which is not in \"sides\"");
+    x.cls = d.at("class").get<std::string>();
+    bool cls_known = false;
+    for (LocalizeClass c : {LocalizeClass::NearTieFlip, LocalizeClass::LocalizedDefect,
+                            LocalizeClass::Unexplained})
+      cls_known = cls_known || x.cls == localize_class_name(c);
+    if (!cls_known) throw Error("localize class \"" + x.cls + "\"");
+    x.prompt = d.at("prompt").get<int>();
+    x.step = d.at("step").get<int>();
+    x.ref_top = localize_tops(d.at("ref_top"));
+    x.side_top = localize_tops(d.at("side_top"));
+    x.ref_gap = localize_num(d.at("ref_gap"));
+    x.deficit = localize_num(d.at("deficit"));
+    x.ref_rank_in_side = d.at("ref_rank_in_side").get<int>();
+    const json& dr = d.at("drift");
+    if (const json& f = dr.at("first_flagged"); !f.is_null()) {
+      x.first_stage = f.at("stage").get<std::string>();
+      x.first_op = f.at("op").get<std::string>();
+      x.first_layer = f.at("layer").get<int>();
+    }
+    if ((x.cls == localize_class_name(LocalizeClass::LocalizedDefect)) == x.first_stage.empty())
+      throw Error("localize class \"" + x.cls + "\" and first_flagged " +
+                  dr.at("first_flagged").dump() + " disagree");
+    x.max_ratio = localize_num(dr.at("max_local_over_bound"));
+    if (const json& w = dr.at("max_at"); !w.is_null()) {
+      x.max_stage = w.at("stage").get<std::string>();
+      x.max_layer = w.at("layer").get<int>();
+    }
+    const json& g = dr.at("growth");
+    x.growth_kind = g.at("kind").get<std::string>();
+    if (x.growth_kind != "jump" && x.growth_kind != "uniform" && x.growth_kind != "none")
+      throw Error("localize growth kind \"" + x.growth_kind + "\"");
+    x.growth_layer = g.at("layer").get<int>();
+    x.growth = localize_num(g.at("factor"));
+    x.growth_ratio = localize_num(g.at("local_over_bound"));
+    x.jump_factor = localize_num(g.at("jump_factor"));
+    items.push_back(std::move(x));
+  }
+  const int skipped = l.at("recorded_skipped").get<int>();
+  if (!out) return;
+  out->localized = true;
+  out->localize = std::move(items);
+  out->localize_recorded_skipped = skipped;
+  out->localize_json = l;
+}
 
 // The gate report as gate_json() wrote it, with what gate_json leaves out (which sides were
 // recorded, the token texts) from the matrix file around it.
@@ -152,8 +236,9 @@ GateReport report_from_file(const json& f) {
   return r;
 }
 
-// Reads and checks a gate file: the format, then the report. Throws Error "FILE: problem".
-json read_gate_file(const std::string& path, GateReport* report) {
+// Reads and checks a gate file: the format, the report, then the localization when the file
+// asked for one. Throws Error "FILE: problem".
+json read_gate_file(const std::string& path, MatrixGateResult* out) {
   json f;
   try {
     f = json::parse(read_input_file(path, "[matrix]", kMaxInputBytes, "a matrix gate file"));
@@ -161,7 +246,8 @@ json read_gate_file(const std::string& path, GateReport* report) {
       throw Error("format " + f.at("format").dump() + " version " + f.at("version").dump() +
                   ", expected " + kMatrixGateFormat + " " + std::to_string(kMatrixGateVersion));
     GateReport r = report_from_file(f);
-    if (report) *report = std::move(r);
+    if (f.at("asked").value("localize", false)) localize_from_file(f.at("localize"), r, out);
+    if (out) out->report = std::move(r);
   } catch (const json::exception& e) {
     throw Error("[matrix] " + path + ": not a matrix gate file (" + e.what() + ")");
   } catch (const std::logic_error&) {  // std::stol of a "pieces" key
@@ -191,7 +277,7 @@ std::string gpu_skip_reason(const MatrixSpec& spec) {
   return "";
 }
 
-GateReport run_one(const MatrixSpec& spec, size_t m, const MatrixRunOptions& opt) {
+GateOptions gate_options(const MatrixSpec& spec, size_t m, const MatrixRunOptions& opt) {
   GateOptions go;
   go.model_path = spec.models[m];
   go.prompts_path = spec.gate.prompts_path;
@@ -206,12 +292,72 @@ GateReport run_one(const MatrixSpec& spec, size_t m, const MatrixRunOptions& opt
   }
   for (const auto& dir : spec.gate.against_paths)
     for (GateRecordedSide& rs : gate_record_read(dir)) go.recorded.push_back(std::move(rs));
-  const std::string model = matrix_model_name(spec.models[m]);
-  if (opt.progress)
-    go.progress = [&](const std::string& s) {
-      std::fprintf(stderr, "[matrix] gate %s: %s\n", model.c_str(), s.c_str());
-    };
-  return run_gate(go);
+  go.progress = opt.progress;
+  return go;
+}
+
+std::string fnum(double x) { return std::isfinite(x) ? strformat("%.4g", x) : strformat("%g", x); }
+
+// The stage a drift row names: "stage (op OP, layer L)", as gate --localize prints it.
+std::string stage_text(const std::string& stage, const std::string& op, int layer) {
+  return code(stage) + (op.empty() ? "" : " (op " + code(op)) +
+         (layer >= 0 ? ", layer " + std::to_string(layer) : "") + (op.empty() ? "" : ")");
+}
+
+// Each localized divergence of a gate: a paragraph with its class and drift summary, and the
+// two sides' top-5 at the judged step side by side.
+void localize_blocks(const MatrixGateResult& g, const std::string& model, Doc& d) {
+  const GateReport& r = g.report;
+  d.para(strformat(
+      "**Localization** (drift between the reference `%s` and the diverging side on each "
+      "divergence's prefix, one forward whose last position is the judged step; classes of "
+      "docs/localize.md):%s",
+      r.sides.front().label.c_str(),
+      g.localize.empty() ? " no counted divergence to localize." : ""));
+  if (g.localize_recorded_skipped)
+    d.para(std::to_string(g.localize_recorded_skipped) +
+           " divergence(s) of recorded sides not localized: their tiers did not run here.");
+  for (size_t i = 0; i < g.localize.size(); ++i) {
+    const MatrixLocalized& x = g.localize[i];
+    const std::string first =
+        x.first_stage.empty() ? "none" : stage_text(x.first_stage, x.first_op, x.first_layer);
+    std::string growth = "no layers";
+    if (x.growth_kind == "jump")
+      growth = strformat("jump at layer %d (accumulated error x%s over the layer, local/bound %s)",
+                         x.growth_layer, fnum(x.growth).c_str(), fnum(x.growth_ratio).c_str());
+    else if (x.growth_kind == "uniform")
+      growth = strformat("uniform (largest growth x%s at layer %d; a jump needs > x%s with "
+                         "local/bound > 1)",
+                         fnum(x.growth).c_str(), x.growth_layer, fnum(x.jump_factor).c_str());
+    // Both other classes are past the band, so gate defects: FAIL as in the divergences table.
+    const std::string cls =
+        (x.cls == localize_class_name(LocalizeClass::NearTieFlip) ? "" : "FAIL ") + x.cls;
+    const std::string at =
+        x.max_stage.empty() ? "" : " at " + stage_text(x.max_stage, "", x.max_layer);
+    d.para(strformat("Side `%s`, prompt %d, step %d: **%s**. First stage over its bound: %s; "
+                     "max local/bound %s%s; growth: %s. Reference top-1/top-2 gap %.4f nats; the "
+                     "side ranks the reference's token %d; gate deficit %.4f.",
+                     x.side.c_str(), x.prompt, x.step, cls.c_str(), first.c_str(),
+                     fnum(x.max_ratio).c_str(), at.c_str(), growth.c_str(), x.ref_gap,
+                     x.ref_rank_in_side, x.deficit));
+    std::vector<std::vector<std::string>> t = {
+        {"rank", "reference " + code(r.sides.front().label), "logit", "side " + code(x.side),
+         "logit"}};
+    for (size_t k = 0; k < std::max(x.ref_top.size(), x.side_top.size()); ++k) {
+      t.push_back({std::to_string(k + 1)});
+      for (const auto* v : {&x.ref_top, &x.side_top}) {
+        if (k >= v->size()) {
+          t.back().insert(t.back().end(), {"", ""});
+          continue;
+        }
+        const TopToken& tok = (*v)[k];
+        t.back().push_back(
+            code(strformat("'%s'(%d)", printable_piece(tok.piece).c_str(), int(tok.id))));
+        t.back().push_back(strformat("%.6f", tok.logit));
+      }
+    }
+    d.table(t, "gate-localize-" + model + "-" + std::to_string(i + 1));
+  }
 }
 
 json gate_file_json(const MatrixSpec& spec, size_t m, const GateReport& r) {
@@ -287,8 +433,15 @@ std::vector<MatrixGateRun> matrix_run_gates(const MatrixSpec& spec, const Matrix
         runs.push_back(g);
         continue;
       }
-      const GateReport r = run_one(spec, m, opt);
-      write_file_atomic(path, gate_file_json(spec, m, r).dump(1) + "\n", "[matrix]");
+      const GateOptions go = gate_options(spec, m, opt);
+      const GateReport r = run_gate(go);
+      json f = gate_file_json(spec, m, r);
+      if (spec.gate.localize) {
+        const GateLocalizeReport l = run_gate_localize(go, r);
+        f["localize"] = {{"divergences", gate_localize_json(l)},
+                         {"recorded_skipped", l.recorded_skipped}};
+      }
+      write_file_atomic(path, f.dump(1) + "\n", "[matrix]");
       g.status = MatrixTraceStatus::Ran;
       g.reason.clear();
     } catch (const Error& e) {
@@ -318,7 +471,7 @@ std::vector<MatrixGateResult> matrix_gate_results(const MatrixSpec& spec, const 
     auto st = status.find(g.file);
     if (fs::exists(path)) {
       try {
-        json f = read_gate_file(path, &g.report);
+        json f = read_gate_file(path, &g);
         g.why = asked_mismatch(f.at("asked"), asked(spec, m));
         if (g.why.empty()) {
           g.state = MatrixGateResult::State::Done;
@@ -375,10 +528,27 @@ std::string matrix_gate_note(const MatrixSpec& spec, const std::vector<MatrixGat
     skipped += (skipped.empty() ? "" : ", ") + matrix_model_name(spec.models[g.model]);
     why = g.why;
   }
-  if (all_passed) return " The token gate passed on every model.";
-  if (skipped.empty()) return "";
-  return " **Token gate not run here:** " + skipped + " — SKIP (" + why +
-         "); a skipped gate is never counted as passed.";
+  std::string note;
+  if (all_passed) note = " The token gate passed on every model.";
+  if (!skipped.empty())
+    note += " **Token gate not run here:** " + skipped + " — SKIP (" + why +
+            "); a skipped gate is never counted as passed.";
+  // A localized defect is a gate defect the finding already names; an unexplained one is a
+  // defect too, but one that no stage's bound accounts for, which the answer says apart.
+  std::string unexplained;
+  int n = 0;
+  for (const MatrixGateResult& g : gates)
+    for (const MatrixLocalized& x : g.localize)
+      if (x.cls == localize_class_name(LocalizeClass::Unexplained))
+        ++n, unexplained += strformat("%s%s `%s` prompt %d step %d",
+                                      unexplained.empty() ? "" : "; ",
+                                      matrix_model_name(spec.models[g.model]).c_str(),
+                                      x.side.c_str(), x.prompt, x.step);
+  if (n)
+    note += strformat(" **Token gate, unexplained:** %d divergence(s) (%s) cost more than the "
+                      "band with no stage over its bound; the drift does not localize them.",
+                      n, unexplained.c_str());
+  return note;
 }
 
 void matrix_gate_section(const MatrixSpec& spec, const std::vector<MatrixGateResult>& gates,
@@ -444,6 +614,7 @@ void matrix_gate_section(const MatrixSpec& spec, const std::vector<MatrixGateRes
              "reference puts the side's token, *own gap*: the side's own margin, nats):");
       d.table(t, "gate-divergences-" + model);
     }
+    if (g.localized) localize_blocks(g, model, d);
     if (!r.inconsistencies.empty()) {
       std::vector<std::vector<std::string>> t = {
           {"side", "prompt", "run", "step", "run 0", "this run"}};
@@ -492,6 +663,7 @@ json matrix_gate_json(const MatrixSpec& spec, const std::vector<MatrixGateResult
       e["gate"] = gate_json(g.report);
       if (g.report.sides.size() >= 3)
         e["resolution"] = gate_resolution_json(g.report, gate_resolve(g.report));
+      if (g.localized) e["localize"] = g.localize_json;
     }
     a.push_back(e);
   }

@@ -6,14 +6,17 @@
 //
 // DIR/gate-<model>.json: {"format": "arbiter-matrix-gate", "version": 1, "asked": what the
 // spec asked (model, arms, sides, against, prompts, n, runs, band, threads), "prompts_sha256",
-// "gate": gate_json(), "recorded": [per side], "pieces": {id: text}}. Written atomically after
-// a complete gate; a gate that was skipped (no GPU) or failed is a line of run-status.tsv.
+// "gate": gate_json(), "recorded": [per side], "pieces": {id: text}}, and with [gate] localize
+// = true "localize": {"divergences": gate_localize_json(), "recorded_skipped": n}. Written
+// atomically after a complete gate (and localization); a gate that was skipped (no GPU) or
+// failed is a line of run-status.tsv.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "verify/localize/gate.h"
+#include "verify/localize/gate_localize.h"
 #include "verify/matrix/matrix_run.h"
 
 namespace arbiter::verify {
@@ -48,6 +51,24 @@ std::string matrix_gate_stale(const MatrixSpec& spec, size_t m, const std::strin
 std::vector<MatrixGateRun> matrix_run_gates(const MatrixSpec& spec, const MatrixRunOptions& opt,
                                             const std::string& only_model = "");
 
+/// One localized divergence as the gate file keeps it (gate_localize_json), for the report,
+/// which has no model to rebuild a DriftReport.
+struct MatrixLocalized {
+  std::string side, cls;  // cls: localize_class_name()
+  int prompt = 0, step = 0;  // prompt 1-based, as in the file
+  std::vector<TopToken> ref_top, side_top;
+  double ref_gap = 0, deficit = 0;
+  int ref_rank_in_side = 0;
+  std::string first_stage, first_op;  // first stage over its bound ("" = none)
+  int first_layer = -1;
+  double max_ratio = 0;  // max local/bound, at max_stage (layer max_layer)
+  std::string max_stage;
+  int max_layer = -1;
+  std::string growth_kind;  // "jump", "uniform" or "none"
+  int growth_layer = -1;
+  double growth = 0, growth_ratio = 0, jump_factor = 0;
+};
+
 /// One model's gate as the report sees it.
 struct MatrixGateResult {
   size_t model = 0;
@@ -60,6 +81,10 @@ struct MatrixGateResult {
   Verdict verdict = Verdict::Inconclusive;
   bool counted = true;
   GateReport report;  // state == Done: rebuilt from the file
+  bool localized = false;  // the file holds a localization ([gate] localize = true)
+  std::vector<MatrixLocalized> localize;
+  int localize_recorded_skipped = 0;
+  nlohmann::json localize_json;  // the file's "localize", for results.json
 };
 
 /// Reads each model's gate from DIR (files and run-status.tsv); empty without [gate].
@@ -70,17 +95,20 @@ std::vector<MatrixGateResult> matrix_gate_results(const MatrixSpec& spec, const 
 /// The report's headline phrase for a counted gate that did not pass ("" when it passed).
 std::string matrix_gate_finding(const MatrixSpec& spec, const MatrixGateResult& g);
 
-/// The answer's sentence about the gates besides their findings: " The token gate passed on
+/// The answer's sentences about the gates besides their findings: " The token gate passed on
 /// every model." when it did, the models whose gate was skipped (never counted as passed),
-/// or "".
+/// and the divergences localize classed unexplained (no stage over its bound, yet past the
+/// band), or "".
 std::string matrix_gate_note(const MatrixSpec& spec, const std::vector<MatrixGateResult>& gates);
 
 /// The "Token gate" section: per model the verdict, per-side counts, divergences,
-/// self-inconsistencies and the resolution of contested steps. Nothing without [gate].
+/// self-inconsistencies, the resolution of contested steps and, with localize, each
+/// divergence's localization. Nothing without [gate].
 void matrix_gate_section(const MatrixSpec& spec, const std::vector<MatrixGateResult>& gates,
                          Doc& d);
 
-/// results.json's "gates": per model the state, verdict, counted flag and gate_json().
+/// results.json's "gates": per model the state, verdict, counted flag, gate_json() and the
+/// gate file's "localize".
 nlohmann::json matrix_gate_json(const MatrixSpec& spec, const std::vector<MatrixGateResult>& gates);
 
 }  // namespace arbiter::verify

@@ -43,6 +43,32 @@ std::string num(double v, const char* fmt = "%.3g") {
   return std::isfinite(v) ? strformat(fmt, v) : std::string("–");
 }
 
+// A CommonMark code span holding s verbatim (a fence longer than any backtick run in s).
+std::string md_code(const std::string& s) {
+  size_t run = 0, longest = 0;
+  for (char c : s) longest = std::max(longest, run = c == '`' ? run + 1 : 0);
+  std::string fence(longest + 1, '`');
+  bool pad = !s.empty() && (s.front() == '`' || s.back() == '`');
+  return fence + (pad ? " " : "") + s + (pad ? " " : "") + fence;
+}
+
+// The KL one row shows: the one the drift gate judged (exact, or the shared top-k part of
+// the estimate), or without a gate the estimate compare reports; labelled with its method.
+std::string kl_text(const CompareResult& x) {
+  if (x.drift_status != "n/a")
+    return num(x.drift_kl.mean) + " nats (" +
+           (x.drift_kl_method == "exact" ? "exact" : "shared top-k") + ")";
+  if (x.kl_method == "unavailable") return "–";
+  return num(x.kl.mean) + " nats (" + (x.kl_method == "exact" ? "exact" : "top-k estimate") +
+         ", no gate)";
+}
+
+// Anchor of a comparison's detail section.
+std::string detail_id(const std::string& model, const std::string& shape,
+                      const MatrixComparison& c) {
+  return "detail-" + model + "-" + shape + "-" + c.cand_arm + (c.aa ? "-aa" : "-vs-" + c.ref_arm);
+}
+
 // A trace of the spec as found on disk.
 struct Side {
   State state = State::Missing;
@@ -78,7 +104,10 @@ class Reporter {
   MatrixComparison judge(size_t m, size_t s, const std::string& ref, const std::string& cand,
                          bool aa);
   void headline();
+  void group_skips();
   void write_files();
+  void section_summary(Doc& d);
+  void section_details(Doc& d);
   void section_environment(Doc& d);
   void section_method(Doc& d);
   void section_results(Doc& d);
@@ -98,6 +127,9 @@ class Reporter {
   MatrixResults res_;
   std::vector<MatrixGateResult> gates_;
   bool any_capped_ = false;
+  // Each distinct skip reason once, with the comparisons it covers (report order).
+  std::vector<std::pair<std::string, std::vector<const MatrixComparison*>>> skips_;
+  size_t skip_number(const MatrixComparison& c) const;
 };
 
 const Side& Reporter::side(size_t m, size_t s, const std::string& arm, bool aa) const {
@@ -285,10 +317,10 @@ std::string Reporter::label(const MatrixComparison& c) const {
 void Reporter::headline() {
   std::vector<std::string> failed, open;
   int64_t decided = 0, compared = 0;
-  std::set<std::string> skipped;
+  std::set<std::string> skipped;  // arms; their reasons are listed once under the summary
   for (const auto& c : res_.comparisons) {
     if (c.state == State::Skipped) {
-      skipped.insert(c.cand_arm + " (" + c.why + ")");
+      skipped.insert("`" + c.cand_arm + "`");
       continue;
     }
     if (c.candidate && c.state == State::Compared) {
@@ -298,7 +330,7 @@ void Reporter::headline() {
     if (!c.counted || c.verdict == Verdict::Pass) continue;
     std::string what = label(c) + ": ";
     if (c.state != State::Compared)
-      what += upper(verdict_name(c.verdict)) + " — " + c.why;
+      what += upper(verdict_name(c.verdict)) + " — " + md_code(c.why);
     else if (c.aa)
       what += "rows not byte-identical, " + c.aa_detail;
     else if (c.verdict == Verdict::Fail) {
@@ -310,8 +342,8 @@ void Reporter::headline() {
             (long long)x.decided_disagree, (long long)x.decided,
             num(x.max_gap_at_disagreement).c_str()));
       if (x.drift_status == "fail")
-        why.push_back("mean KL " + num(x.kl.mean) + " nats exceeds the drift budget " +
-                      num(x.drift_budget));
+        why.push_back("mean KL " + kl_text(x) + " is " + num(x.drift_kl.mean / x.drift_budget) +
+                      "× the drift budget " + num(x.drift_budget) + " nats");
       if (x.nonfinite_cand + x.nonfinite_ref) why.push_back("NaN/Inf present");
       if (why.empty() && !x.reasons.empty()) why.push_back(x.reasons[0]);
       for (size_t i = 0; i < why.size(); ++i) what += (i ? "; " : "") + why[i];
@@ -348,12 +380,8 @@ void Reporter::headline() {
     a += ".";
   }
   if (!skipped.empty()) {
-    std::set<std::string> arms;
-    std::string why;
-    for (const auto& c : res_.comparisons)
-      if (c.state == State::Skipped) arms.insert("`" + c.cand_arm + "`"), why = c.why;
-    a += " **Not tested here:** " + joined(arms, "", ", ") + " — SKIP (" + why +
-         "); a skipped arm is never counted as passed.";
+    a += " **Not tested here:** " + joined(skipped, "", ", ") +
+         " — SKIP (the reasons are under the summary); a skipped arm is never counted as passed.";
   }
   a += matrix_gate_note(spec_, gates_);
   if (!res_.problems.empty())
@@ -468,12 +496,14 @@ void Reporter::section_method(Doc& d) {
 }
 
 std::string Reporter::verdict_cell(const MatrixComparison& c) const {
-  if (c.state == State::Skipped) return "SKIP: " + c.why;
-  if (c.state == State::Missing) return "MISSING: " + c.why;
-  if (c.state == State::Error) return upper(verdict_name(c.verdict)) + ": " + c.why;
+  if (c.state == State::Skipped) return strformat("SKIP (reason %zu)", skip_number(c));
+  // Messages about files are quoted as code: a path or an error text is never read as
+  // Markdown or HTML.
+  if (c.state == State::Missing) return "MISSING: " + md_code(c.why);
+  if (c.state == State::Error) return upper(verdict_name(c.verdict)) + ": " + md_code(c.why);
   std::string v = upper(verdict_name(c.verdict));
   if (c.verdict == Verdict::Incomparable && !c.result.reasons.empty())
-    v += ": " + c.result.reasons[0];
+    v += ": " + md_code(c.result.reasons[0]);
   return v;
 }
 
@@ -494,33 +524,151 @@ std::string Reporter::floor_cell(const MatrixComparison& c) const {
   return o.empty() ? "–" : o;
 }
 
+size_t Reporter::skip_number(const MatrixComparison& c) const {
+  size_t i = 0;
+  while (i < skips_.size() && skips_[i].first != c.why) ++i;
+  ARB_ASSERT(i < skips_.size());  // group_skips saw every skipped comparison
+  return i + 1;
+}
+
+void Reporter::group_skips() {
+  for (const auto& c : res_.comparisons) {
+    if (c.state != State::Skipped) continue;
+    auto it =
+        std::find_if(skips_.begin(), skips_.end(), [&](const auto& g) { return g.first == c.why; });
+    if (it == skips_.end()) it = skips_.insert(skips_.end(), {c.why, {}});
+    it->second.push_back(&c);
+  }
+}
+
+void Reporter::section_summary(Doc& d) {
+  d.heading(2, "Summary", "summary");
+  d.para(
+      "One cell per model, shape and candidate (✓ PASS, ✗ FAIL, ? not decided, ! not "
+      "comparable): decided disagreements / decided positions, then what decided it — the "
+      "largest reference gap at a disagreement (*gap*) and the drift gate's KL as a multiple of "
+      "its budget (*KL/budget*). Each cell links to its details.");
+  std::vector<std::vector<std::string>> rows = {{"model", "shape"}};
+  for (const auto& cand : spec_.candidates) rows[0].push_back("`" + cand + "`");
+  for (size_t m = 0; m < spec_.models.size(); ++m)
+    for (size_t s = 0; s < spec_.shapes.size(); ++s) {
+      const std::string mn = matrix_model_name(spec_.models[m]), sn = spec_.shapes[s].shape.name;
+      std::vector<std::string> r = {mn, sn};
+      for (const auto& c : res_.comparisons) {
+        if (c.model != m || c.shape != s || !c.candidate || c.aa) continue;
+        const std::string v = upper(verdict_name(c.verdict));
+        if (c.state == State::Skipped) {
+          r.push_back(strformat("[? SKIP](#skipped) reason %zu", skip_number(c)) +
+                      (c.counted ? " (counted: FAIL)" : ""));
+          continue;
+        }
+        std::string cell =
+            "[" + doc_verdict_glyph(v) + " " + v + "](#" + detail_id(mn, sn, c) + ")";
+        if (c.state != State::Compared) {
+          r.push_back(cell + "<br>" + (c.state == State::Missing ? "no trace" : "see details"));
+          continue;
+        }
+        const CompareResult& x = c.result;
+        cell += strformat("<br>%lld / %lld decided", (long long)x.decided_disagree,
+                          (long long)x.decided);
+        std::vector<std::string> why;
+        if (x.decided_disagree > 0) why.push_back("gap " + num(x.max_gap_at_disagreement));
+        if (x.drift_status != "n/a")
+          why.push_back("KL/budget " + num(x.drift_kl.mean / x.drift_budget, "%.2g"));
+        if (x.nonfinite_cand + x.nonfinite_ref) why.push_back("NaN/Inf");
+        for (size_t i = 0; i < why.size(); ++i) cell += (i ? " · " : "<br>") + why[i];
+        r.push_back(cell);
+      }
+      rows.push_back(r);
+    }
+  d.table(rows, "summary-grid", "grid");
+  if (skips_.empty()) return;
+  d.heading(3, "Not run here (SKIP)", "skipped");
+  std::vector<std::string> items;
+  for (size_t i = 0; i < skips_.size(); ++i) {
+    std::set<std::string> arms;
+    std::set<size_t> shape_ids;
+    for (const auto* c : skips_[i].second) {
+      arms.insert("`" + c->cand_arm + "`" + (c->aa ? " A/A" : ""));
+      shape_ids.insert(c->shape);
+    }
+    std::string shapes;  // in the spec's order
+    for (size_t s : shape_ids) shapes += (shapes.empty() ? "" : ", ") + spec_.shapes[s].shape.name;
+    items.push_back(strformat("**reason %zu** ", i + 1) + md_code(skips_[i].first) + " — " +
+                    joined(arms, "", ", ") + " at " + shapes +
+                    strformat(" (%zu comparisons)", skips_[i].second.size()));
+  }
+  d.list(items);
+}
+
+void Reporter::section_details(Doc& d) {
+  d.heading(2, "Details", "details");
+  d.para(
+      "Per compared pair: what the verdict rests on. Plots of the same model and shape are "
+      "linked from each.");
+  for (const auto& c : res_.comparisons) {
+    if (c.aa || c.state == State::Skipped) continue;
+    const std::string mn = matrix_model_name(spec_.models[c.model]),
+                      sn = spec_.shapes[c.shape].shape.name;
+    d.heading(3,
+              label(c) + ": " + doc_verdict_glyph(upper(verdict_name(c.verdict))) + " " +
+                  upper(verdict_name(c.verdict)),
+              detail_id(mn, sn, c));
+    if (c.state != State::Compared) {
+      d.para(verdict_cell(c));
+      continue;
+    }
+    const CompareResult& x = c.result;
+    std::vector<std::string> items;
+    for (const auto& why : x.reasons) items.push_back(why);
+    items.push_back(strformat(
+        "decided disagreements %lld / %lld (threshold %s); top-1 "
+        "disagreements at any gap %lld of %lld; largest reference gap at "
+        "a disagreement %s",
+        (long long)x.decided_disagree, (long long)x.decided, num(spec_.decided, "%g").c_str(),
+        (long long)x.disagree, (long long)x.positions, num(x.max_gap_at_disagreement).c_str()));
+    items.push_back("KL " + kl_text(x) + "; drift gate " + x.drift_status +
+                    (std::isfinite(x.drift_budget)
+                         ? " (budget " + num(x.drift_budget) + " nats, KL/budget " +
+                               num(x.drift_kl.mean / x.drift_budget) + ")"
+                         : ""));
+    items.push_back("|δ| top-1 logit p50 " + num(x.top1_logit_abs_delta.p50) + ", p99 " +
+                    num(x.top1_logit_abs_delta.p99) + ", max " + num(x.top1_logit_abs_delta.max) +
+                    "; noise floor " + floor_cell(c));
+    items.push_back("NLL shift " + num(x.nll_shift.mean) + " ± " + num(x.nll_shift.se_chunk) +
+                    " nats (SE over chunks); perplexity Δ " + num(x.ppl_diff_pct, "%+.3g") +
+                    " % ± " + num(x.ppl_diff_pct_se));
+    items.push_back("[plots of " + mn + " " + sn + "](#plots-" + mn + "-" + sn + ")");
+    d.list(items);
+  }
+}
+
 void Reporter::section_results(Doc& d) {
   d.heading(2, "Results", "results");
   d.para(
-      "Per model, shape and compared pair. *top-1 disagree*: positions whose top-1 ids differ; "
-      "*decided*: disagreements among decided positions / decided positions, and that *rate*; "
-      "*max gap*: the largest reference top-1 margin at any disagreement (the verdict flips at a "
-      "threshold below it); *|δ|*: |candidate − reference| logit of the reference's top-1 token "
-      "(p50/p90/p99/max); *ppl Δ*: perplexity difference in percent ± SE (chunk batch means); "
-      "*KL*: mean KL(ref‖cand) per position (top-k tail estimate, a lower bound, unless full "
-      "logits "
-      "were stored); *drift gate*: mean KL against its budget κ·u² (u the coarser unit roundoff "
-      "of the two arms; `docs/traces.md`), pass/fail/n/a; *noise floor*: p99 |δ| of the spec's "
-      "trusted pairs at the same model and shape, "
-      "and this row's multiple of it.");
+      "Per model, shape and compared pair (skipped pairs are in the summary). *top-1 "
+      "disagree*: positions whose top-1 ids differ; *decided*: disagreements among decided "
+      "positions / decided positions; *max gap*: the largest reference top-1 margin at any "
+      "disagreement (the verdict flips at a threshold below it); *|δ|*: |candidate − reference| "
+      "logit of the reference's top-1 token (p50 / p99 / max); *ppl Δ*: perplexity difference in "
+      "percent ± SE (chunk batch means); *KL*: mean KL(ref‖cand) per position, the one the drift "
+      "gate judged, with its method (exact from full logits, or the shared top-k part of the "
+      "estimate; `docs/traces.md`); *drift gate*: that KL against its budget κ·u² (u the coarser "
+      "unit roundoff of the two arms), pass/fail/n/a; *noise floor*: p99 |δ| of the spec's "
+      "trusted pairs at the same model and shape, and this row's multiple of it.");
   for (size_t m = 0; m < spec_.models.size(); ++m) {
     d.heading(3, "Model " + matrix_model_name(spec_.models[m]),
               "results-" + matrix_model_name(spec_.models[m]));
     std::vector<std::vector<std::string>> rows = {
-        {"shape", "arm", "vs", "positions", "top-1 disagree", "decided", "rate", "max gap",
-         "|δ| p50", "|δ| p90", "|δ| p99", "|δ| max", "ppl Δ % ± SE", "KL mean", "drift gate",
-         "noise floor", "verdict"}};
+        {"shape", "arm", "vs", "positions", "top-1 disagree", "decided", "max gap",
+         "|δ| p50 / p99 / max", "ppl Δ % ± SE", "KL (method)", "drift gate", "noise floor",
+         "verdict"}};
     for (const auto& c : res_.comparisons) {
-      if (c.model != m || c.aa) continue;
+      if (c.model != m || c.aa || c.state == State::Skipped) continue;
       std::vector<std::string> r = {spec_.shapes[c.shape].shape.name, "`" + c.cand_arm + "`",
                                     "`" + c.ref_arm + "`"};
       if (c.state != State::Compared) {
-        r.resize(16, "–");
+        r.resize(12, "–");
         r.push_back(verdict_cell(c));
         rows.push_back(r);
         continue;
@@ -530,16 +678,15 @@ void Reporter::section_results(Doc& d) {
       r.push_back(strformat("%lld (%.2f%%)", (long long)x.disagree,
                             x.positions ? 100.0 * x.disagree / x.positions : 0.0));
       r.push_back(strformat("%lld / %lld", (long long)x.decided_disagree, (long long)x.decided));
-      r.push_back(x.decided ? strformat("%.3g%%", 100.0 * x.decided_disagree / x.decided) : "–");
       r.push_back(num(x.max_gap_at_disagreement));
-      r.push_back(num(x.top1_logit_abs_delta.p50));
-      r.push_back(num(x.top1_logit_abs_delta.p90));
-      r.push_back(num(x.top1_logit_abs_delta.p99));
-      r.push_back(num(x.top1_logit_abs_delta.max));
+      r.push_back(num(x.top1_logit_abs_delta.p50) + " / " + num(x.top1_logit_abs_delta.p99) +
+                  " / " + num(x.top1_logit_abs_delta.max));
       r.push_back(num(x.ppl_diff_pct, "%+.3g") + " ± " + num(x.ppl_diff_pct_se));
-      r.push_back(num(x.kl.mean) + (x.kl_method == "exact" ? " (exact)" : ""));
+      r.push_back(kl_text(x));
       r.push_back(x.drift_status +
-                  (std::isfinite(x.kl_over_u2) ? " (KL/u² " + num(x.kl_over_u2) + ")" : ""));
+                  (std::isfinite(x.drift_budget)
+                       ? " (KL/budget " + num(x.drift_kl.mean / x.drift_budget) + ")"
+                       : ""));
       r.push_back(c.noise && !c.candidate ? "(a noise floor)" : floor_cell(c));
       r.push_back(verdict_cell(c));
       rows.push_back(r);
@@ -631,7 +778,7 @@ void Reporter::section_controls(Doc& d) {
       "here; the results table puts them next to every candidate so a candidate's |δ| can be read "
       "as a multiple of the floor.");
   std::vector<std::vector<std::string>> rows = {{"model", "shape", "pair", "|δ| p50", "|δ| p99",
-                                                 "|δ| max", "ppl Δ %", "KL mean", "decided",
+                                                 "|δ| max", "ppl Δ %", "KL (method)", "decided",
                                                  "verdict"}};
   for (const auto& c : res_.comparisons) {
     if (!c.noise) continue;
@@ -641,8 +788,7 @@ void Reporter::section_controls(Doc& d) {
                     ok ? num(c.result.top1_logit_abs_delta.p50) : "–",
                     ok ? num(c.result.top1_logit_abs_delta.p99) : "–",
                     ok ? num(c.result.top1_logit_abs_delta.max) : "–",
-                    ok ? num(c.result.ppl_diff_pct, "%+.3g") : "–",
-                    ok ? num(c.result.kl.mean) : "–",
+                    ok ? num(c.result.ppl_diff_pct, "%+.3g") : "–", ok ? kl_text(c.result) : "–",
                     ok ? strformat("%lld / %lld", (long long)c.result.decided_disagree,
                                    (long long)c.result.decided)
                        : "–",
@@ -771,14 +917,22 @@ void Reporter::section_like_for_like(Doc& d) {
 void Reporter::section_plots(Doc& d) {
   d.heading(2, "Plots", "plots");
   d.para(
-      "Per model and shape: top-1 disagreement rate by reference gap (the decided threshold is " +
+      "Per model and shape, one panel per compared pair, each on its own axes (a gross fault "
+      "does not flatten a small one): (1) candidate − reference logit of the reference's top-1 "
+      "token against the reference's top-1 − top-2 gap, top-1 disagreements as vermillion crosses, "
+      "the "
+      "decided threshold " +
       num(spec_.decided, "%g") +
-      "; a correct candidate disagrees only at small gaps), where the "
-      "reference's top-1 token ranks in the candidate's list (log scale), and the per-position NLL "
-      "shift (candidate − reference, nats) in trace order.");
+      " dashed — a correct candidate disagrees only left of it; (2) the drift gate's KL at "
+      "each position with its budget; (3) decided disagreements at each threshold of the sweep; "
+      "(4) the distribution of the per-position NLL shift with its mean ± SE. Log axes only "
+      "where the values span two decades or more. The matrix runs no per-layer drift "
+      "(`arbiter drift`, `docs/localize.md`).");
   std::error_code ec;
   fs::create_directories(dir_ + "/plots", ec);
   if (ec) throw Error("[matrix] " + dir_ + "/plots: cannot create (" + ec.message() + ")");
+  const char* kAgree = "#0072b2";     // Okabe-Ito blue
+  const char* kDisagree = "#d55e00";  // Okabe-Ito vermillion
   for (size_t m = 0; m < spec_.models.size(); ++m)
     for (size_t s = 0; s < spec_.shapes.size(); ++s) {
       std::vector<const MatrixComparison*> cs;
@@ -786,76 +940,105 @@ void Reporter::section_plots(Doc& d) {
         if (c.model == m && c.shape == s && !c.aa && c.state == State::Compared) cs.push_back(&c);
       if (cs.empty()) continue;
       const std::string mn = matrix_model_name(spec_.models[m]), sn = spec_.shapes[s].shape.name;
-      auto name = [&](const MatrixComparison* c) {
-        return c->ref_arm == spec_.reference ? c->cand_arm : c->cand_arm + " vs " + c->ref_arm;
+      d.heading(3, mn + " " + sn, "plots-" + mn + "-" + sn);
+      const int columns = cs.size() > 1 ? 2 : 1, pw = 1200 / columns, ph = 300;
+      auto panel = [&](const MatrixComparison* c, SvgChart::Kind kind) {
+        SvgChart ch;
+        ch.kind = kind;
+        ch.width = pw;
+        ch.height = ph;
+        ch.title = c->ref_arm == spec_.reference ? c->cand_arm : c->cand_arm + " vs " + c->ref_arm;
+        ch.title += " (" + upper(verdict_name(c->verdict)) + ")";
+        return ch;
       };
-      auto emit = [&](const SvgChart& ch, const std::string& kind, const std::string& caption) {
+      auto emit = [&](const std::vector<SvgChart>& panels, const std::string& kind,
+                      const std::string& caption) {
         std::string file = "plots/" + mn + "." + sn + "." + kind + ".svg";
-        std::string svg = render_svg(ch);
+        std::string svg = render_svg_panels(panels, columns);
         write_file_atomic(dir_ + "/" + file, svg, "[matrix]");
         d.figure(caption, svg, file, "plot-" + mn + "-" + sn + "-" + kind);
       };
-      SvgChart gap;
-      gap.kind = SvgChart::Kind::Bar;
-      gap.title = mn + " " + sn + ": top-1 disagreement vs reference gap";
-      gap.x_label = "reference top-1 − top-2 logit gap (positions)";
-      gap.y_label = "disagreement rate (%)";
-      gap.height = 360;
-      for (size_t i = 0; i < cs[0]->result.gap_buckets.size(); ++i) {
-        const GapBucket& b = cs[0]->result.gap_buckets[i];
-        gap.x_ticks.emplace_back(double(i),
-                                 "[" + svg_number(b.lo) + ", " +
-                                     (std::isfinite(b.hi) ? svg_number(b.hi) : std::string("∞")) +
-                                     ") n=" + std::to_string(b.positions));
-      }
-      for (const auto* c : cs) {
-        SvgSeries se;
-        se.name = name(c);
-        for (const auto& b : c->result.gap_buckets)
-          se.y.push_back(b.positions ? 100.0 * double(b.disagree) / double(b.positions) : NAN);
-        gap.series.push_back(se);
-      }
-      emit(gap, "gap", mn + " " + sn + ": top-1 disagreement rate by reference gap bucket");
 
-      SvgChart rank;
-      rank.kind = SvgChart::Kind::Bar;
-      rank.log_y = true;
-      rank.title = mn + " " + sn + ": rank of the reference's top-1 in the candidate's top-k";
-      rank.x_label = "rank (1 = agreement)";
-      rank.y_label = "positions";
-      rank.height = 360;
-      for (int k = 1; k <= spec_.topk; ++k)
-        rank.x_ticks.emplace_back(double(k - 1), std::to_string(k));
-      rank.x_ticks.emplace_back(double(spec_.topk), "beyond");
+      std::vector<SvgChart> delta, kl, sweep, nll;
       for (const auto* c : cs) {
-        SvgSeries se;
-        se.name = name(c);
-        for (int k = 0; k < spec_.topk; ++k)
-          se.y.push_back(size_t(k) < c->result.rank_hist.size()
-                             ? double(c->result.rank_hist[size_t(k)])
-                             : 0.0);
-        se.y.push_back(double(c->result.rank_beyond));
-        rank.series.push_back(se);
-      }
-      emit(rank, "rank", mn + " " + sn + ": rank histogram (log scale; empty bars are zero)");
-
-      SvgChart nll;
-      nll.title = mn + " " + sn + ": per-position NLL shift";
-      nll.x_label = "traced position (chunk-major)";
-      nll.y_label = "NLL cand − ref (nats)";
-      nll.height = 360;
-      for (const auto* c : cs) {
-        SvgSeries se;
-        se.name = name(c);
-        se.markers = c->nll_shift.size() <= 160;
-        for (size_t i = 0; i < c->nll_shift.size(); ++i) {
-          se.x.push_back(double(i));
-          se.y.push_back(c->nll_shift[i]);
+        const CompareResult& x = c->result;
+        SvgChart ch = panel(c, SvgChart::Kind::Line);
+        ch.x_label = "reference top-1 − top-2 gap (logits)";
+        ch.y_label = "cand − ref logit of ref top-1";
+        SvgSeries agree{"top-1 agrees", {}, {}, kAgree}, differ{"top-1 differs", {}, {}, kDisagree};
+        agree.line = differ.line = false;
+        differ.cross = true;
+        for (const auto& p : x.points) {
+          SvgSeries& se = p.disagree ? differ : agree;
+          se.x.push_back(p.ref_gap);
+          se.y.push_back(p.logit_delta);
         }
-        nll.series.push_back(se);
+        ch.series = {agree, differ};
+        ch.vlines.emplace_back(spec_.decided, "decided");
+        delta.push_back(ch);
+
+        ch = panel(c, SvgChart::Kind::Line);
+        ch.auto_log_y = true;
+        ch.x_label = "traced position (chunk-major)";
+        ch.y_label = "KL(ref‖cand), nats";
+        SvgSeries k{"", {}, {}, kAgree};
+        for (size_t i = 0; i < x.points.size(); ++i) {
+          k.x.push_back(double(i));
+          k.y.push_back(x.points[i].drift_kl);
+        }
+        ch.series = {k};
+        if (std::isfinite(x.drift_budget)) ch.hlines.emplace_back(x.drift_budget, "budget κu²");
+        kl.push_back(ch);
+
+        ch = panel(c, SvgChart::Kind::Line);
+        ch.auto_log_y = true;
+        ch.x_label = "decided threshold t (logits)";
+        ch.y_label = "decided disagreements";
+        SvgSeries w{"", {}, {}, kDisagree};
+        for (const auto& p : x.sweep) {
+          w.x.push_back(p.threshold);
+          w.y.push_back(double(p.disagree));
+        }
+        ch.series = {w};
+        ch.vlines.emplace_back(spec_.decided, "verdict");
+        sweep.push_back(ch);
+
+        ch = panel(c, SvgChart::Kind::Bar);
+        ch.x_label = "NLL cand − ref (nats)";
+        ch.y_label = "positions";
+        double lo = INFINITY, hi = -INFINITY;
+        for (double v : c->nll_shift)
+          if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+        if (lo <= hi) {
+          const int bins = 24;
+          const double wd = hi > lo ? (hi - lo) / bins : 1.0;
+          SvgSeries h{"", {}, std::vector<double>(hi > lo ? bins : 1, 0.0), kAgree};
+          for (double v : c->nll_shift)
+            if (std::isfinite(v)) h.y[std::min(h.y.size() - 1, size_t((v - lo) / wd))] += 1;
+          ch.series = {h};
+          for (size_t i = 0; i < h.y.size(); i += std::max<size_t>(1, h.y.size() / 6))
+            ch.x_ticks.emplace_back(double(i), svg_number(lo + (double(i) + 0.5) * wd));
+          // A value's position on the categorical axis: bin i is centred on x = i.
+          auto at = [&](double v) { return (v - lo) / wd - 0.5; };
+          double mean = x.nll_shift.mean, se = std::isfinite(x.nll_shift.se_chunk)
+                                                   ? x.nll_shift.se_chunk
+                                                   : x.nll_shift.se_iid;
+          if (std::isfinite(mean)) {
+            ch.title += ": mean " + svg_number(mean) + " ± " + svg_number(se) + " nats";
+            ch.vlines.emplace_back(at(mean), "mean");
+            if (std::isfinite(se) && se > 0) {
+              ch.vlines.emplace_back(at(mean - se), "");
+              ch.vlines.emplace_back(at(mean + se), "");
+            }
+          }
+        }
+        nll.push_back(ch);
       }
-      nll.hlines.emplace_back(0.0, "0");
-      emit(nll, "nll", mn + " " + sn + ": NLL shift per position (candidate − reference)");
+      emit(delta, "delta",
+           mn + " " + sn + ": logit delta of the reference's top-1 against the reference gap");
+      emit(kl, "kl", mn + " " + sn + ": per-position KL along the trace, with the drift budget");
+      emit(sweep, "sweep", mn + " " + sn + ": decided disagreements by threshold");
+      emit(nll, "nll", mn + " " + sn + ": NLL shift distribution, mean ± SE (dashed)");
     }
 }
 
@@ -869,14 +1052,17 @@ void Reporter::write_files() {
       "`%s/` (`sha256sum -c SHA256SUMS` there); machine-readable results in `results.json`.",
       upper(verdict_name(res_.worst)).c_str(), int(res_.worst), spec_.path.c_str(), dir_.c_str(),
       kMatrixSpecCopy, tdir_.c_str()));
-  section_environment(d);
-  section_method(d);
+  // The answer first (summary grid, then the plots), the tables and provenance below.
+  section_summary(d);
+  section_plots(d);
   section_results(d);
+  section_details(d);
   section_sweep_ranks(d);
   section_controls(d);
   matrix_gate_section(spec_, gates_, d);
   section_like_for_like(d);
-  section_plots(d);
+  section_environment(d);
+  section_method(d);
   d.heading(2, "Files", "files");
   std::vector<std::string> files = {
       "`matrix.toml`: the spec this report judges",
@@ -889,7 +1075,9 @@ void Reporter::write_files() {
     d.para("Store check: every checksum matches and every trace is complete.");
   else {
     d.para("**Problems with the files on disk:**");
-    d.list(res_.problems);
+    std::vector<std::string> items;
+    for (const auto& p : res_.problems) items.push_back(md_code(p));
+    d.list(items);
   }
 
   res_.report_md = dir_ + "/report.md";
@@ -963,6 +1151,7 @@ MatrixResults Reporter::run() {
   load_sides();
   update_store();
   compare_all();
+  group_skips();
   headline();
   write_files();
   return res_;

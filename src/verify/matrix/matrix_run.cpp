@@ -7,6 +7,7 @@
 #include "verify/trace/api_trace.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,10 +19,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/inject.h"
 #include "engine/probe.h"
 #include "io/atomic_file.h"
@@ -42,9 +45,11 @@ bool process_alive(long pid) {
 }
 
 // Runs `self_exe args... -o out` with env added; returns "" or why it failed (stderr tail).
+// The child runs quiet (its stderr is the error's source); while it runs, `heartbeat` gets
+// the seconds elapsed every kProgressPlainInterval, so a long child trace is not silence.
 std::string run_child(const std::string& self_exe, const std::vector<std::string>& args,
                       const std::vector<std::pair<std::string, std::string>>& env,
-                      const std::string& out) {
+                      const std::string& out, const std::function<void(double)>& heartbeat) {
   int fds[2];
   ARB_CHECK(::pipe(fds) == 0, "[matrix] pipe: %s", std::strerror(errno));
   pid_t pid = ::fork();
@@ -66,7 +71,17 @@ std::string run_child(const std::string& self_exe, const std::vector<std::string
   ::close(fds[1]);
   std::string err;
   char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, int(kProgressPlainInterval * 1000));
+    if (ready == 0) {
+      if (heartbeat) heartbeat(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      continue;
+    }
+    if (ready < 0 && errno == EINTR) continue;
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n == 0) break;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
     err.append(buf, size_t(n));
@@ -96,7 +111,9 @@ void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& m
   ro.out_path = out;
   ro.model_path = spec.models[t.model];
   ro.env = opt.env;
-  ro.progress = false;
+  // One line per trace with its rate (and periodic lines on long traces), tagged with the file.
+  ro.progress = opt.progress;
+  ro.progress_tag = "matrix " + t.file;
   ro.allow_long_context = spec.allow_long_context;
   ro.extra_header = host_header_lines();
   if (!arm.mix.empty()) ro.extra_header.emplace_back("mix", arm.mix);
@@ -204,8 +221,8 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
       const MatrixArm& arm = spec.arm(t.arm);
       auto log = [&](const char* what, const std::string& why) {
         if (opt.progress)
-          std::fprintf(stderr, "[matrix] %zu/%zu %s: %s%s%s\n", done, traces.size(), t.file.c_str(),
-                       what, why.empty() ? "" : ": ", why.c_str());
+          progress_note("matrix", strformat("%zu/%zu %s: %s%s%s", done, traces.size(), t.file.c_str(), what,
+                                            why.empty() ? "" : ": ", why.c_str()));
       };
       if (!load_error.empty()) {
         r.reason = load_error;
@@ -252,7 +269,10 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
         if (arm.env.empty()) {
           run_in_process(spec, t, *model, opt, path);
         } else {
-          std::string err = run_child(opt.self_exe, matrix_trace_args(spec, t), arm.env, path);
+          auto heartbeat = [&](double secs) {
+            if (opt.progress) progress_note("matrix", strformat("%s: child trace running, %.0f s", t.file.c_str(), secs));
+          };
+          std::string err = run_child(opt.self_exe, matrix_trace_args(spec, t), arm.env, path, heartbeat);
           if (!err.empty()) throw Error("[matrix] " + t.file + ": arbiter trace failed: " + err);
         }
         r.status = MatrixTraceStatus::Ran;

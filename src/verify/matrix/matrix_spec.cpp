@@ -271,7 +271,8 @@ void read_gate(MatrixSpec& spec, Table g) {
   if (gate.arms.size() + gate.against.size() < 2)
     g.fail("arms", "the gate needs a second side (another arm or an against record)");
   if (!cpu_arm.empty()) gate.threads = spec.arm(cpu_arm).threads;
-  g.finish("prompts, n, runs, band, against, arms");
+  gate.localize = g.boolean("localize", false);
+  g.finish("prompts, n, runs, band, against, arms, localize");
 }
 
 }  // namespace

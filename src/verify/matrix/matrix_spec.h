@@ -62,6 +62,7 @@ struct MatrixGate {
   std::vector<std::string> against_paths;  // resolved like prompts
   std::vector<std::string> arms;     // the sides, the reference arm first
   int threads = 0;                   // the cpu arms' common -t (0 = all cores)
+  bool localize = false;             // also run gate --localize (verify/localize/gate_localize.h)
 };
 
 struct MatrixSpec {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "verify/trace/logprob_reply.h"
@@ -113,7 +114,7 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
   ARB_CHECK(next_mode || opt.mode == "echo", "[api] --api-mode '%s': expected echo or next", opt.mode.c_str());
   const int ask = std::max(K, opt.top);  // how many top logprobs each request asks for
   std::vector<TraceRow> rows;
-  const auto t0 = std::chrono::steady_clock::now();
+  Progress meter(to.progress_tag == "trace" ? "api" : to.progress_tag, C, "chunks", Progress::Unit::Count, to.progress);
   for (int c = 0; c < C; ++c) {
     const int64_t b = chunk_begin(sh, c);
     std::vector<int32_t> ids;
@@ -167,14 +168,14 @@ TraceRunResult run_api_trace(const Model& m, const ApiTraceOptions& opt) {
       s.token = ids[i];
       rows.push_back(logprob_row(c, p, b + p + 1, s, K));
     }
-    if (to.progress) std::fprintf(stderr, "\r[api] %d/%d chunks", c + 1, C);
+    meter.update(c + 1);
   }
-  if (to.progress) std::fprintf(stderr, "\n");
+  meter.finish();
   h.extra.emplace_back("api_limits", strformat("lse\tunknown (rows hold log-probabilities, lse 0)\ttopk\t%d of the API's "
                                                "top logprobs\tcompute\t%s\ttoken_ids\t%s",
                                                K, opt.compute.empty() ? "unknown" : "stated by the user", names.provenance().c_str()));
   TraceRunResult res;
-  res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.elapsed_s = meter.elapsed_s();
   TraceWriter w;
   w.open(to.out_path, h);
   for (const TraceRow& r : rows) w.write_row(r);

@@ -1,9 +1,9 @@
 #include "verify/trace/kld_run.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/file.h"
 #include "verify/trace/kld_file.h"
 #include "verify/trace/trace_run.h"
@@ -38,7 +38,7 @@ int64_t run_kld_base(Session& s, const std::vector<int32_t>& tokens, const KldRu
   const int first = l.first(), W = l.rows_per_chunk();
   const int32_t bos = m.tokenizer->bos_id();
   std::vector<float> row(size_t(l.n_vocab));
-  const auto t0 = std::chrono::steady_clock::now();
+  Progress meter("kld", int64_t(l.n_chunk) * W, "positions", Progress::Unit::Count, opt.progress);
   for (int c = 0; c < l.n_chunk; ++c) {
     const auto chunk = l.tokens.begin() + int64_t(c) * l.n_ctx;
     std::vector<int32_t> ctx(chunk, chunk + first), in(chunk + first, chunk + first + W);
@@ -51,11 +51,10 @@ int64_t run_kld_base(Session& s, const std::vector<int32_t>& tokens, const KldRu
       for (size_t v = 0; v < row.size(); ++v) row[v] = float(logits[v]);
       w.write_row(row.data());
     }
-    if (opt.progress)
-      progress(int64_t(c + 1) * W, int64_t(l.n_chunk) * W,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    meter.update(int64_t(c + 1) * W);
   }
   w.finish();
+  meter.finish();
   return int64_t(l.n_chunk) * W;
 }
 

@@ -22,6 +22,7 @@
 #include "io/atomic_file.h"
 #include "io/file.h"
 #include "io/sha256.h"
+#include "core/progress.h"
 
 namespace arbiter::verify {
 
@@ -206,7 +207,7 @@ void write_sha256sums(const std::string& dir, const std::string& component) {
   write_file_atomic(dir + "/" + kStoreSums, sums, component);
 }
 
-std::vector<std::string> check_sha256sums(const std::string& dir) {
+std::vector<std::string> check_sha256sums(const std::string& dir, bool progress) {
   std::vector<std::string> problems;
   auto problem = [&](const std::string& name, const std::string& what) {
     problems.push_back(dir + "/" + name + ": " + what);
@@ -236,6 +237,12 @@ std::vector<std::string> check_sha256sums(const std::string& dir) {
     }
     sums[ln.substr(66)] = ln.substr(0, 64);
   }
+  // Hashing is the long part (a full-logits file is GBs): progress over the bytes.
+  int64_t total = 0, done = 0;
+  for (const auto& [name, hex] : sums)
+    if (name.find('/') == std::string::npos && fs::is_regular_file(dir + "/" + name, ec))
+      total += int64_t(fs::file_size(dir + "/" + name, ec));
+  Progress meter("store verify", total, "", Progress::Unit::Bytes, progress);
   for (const auto& [name, hex] : sums) {
     std::string p = dir + "/" + name;
     if (name.find('/') != std::string::npos || !fs::is_regular_file(p, ec)) {
@@ -243,7 +250,8 @@ std::vector<std::string> check_sha256sums(const std::string& dir) {
       continue;
     }
     try {
-      if (sha256_file(p) != hex) problem(name, "checksum mismatch (file changed or corrupt)");
+      auto on_read = [&](uint64_t n) { meter.update(done += int64_t(n)); };
+      if (sha256_file(p, on_read) != hex) problem(name, "checksum mismatch (file changed or corrupt)");
     } catch (const Error& e) {
       problem(name, e.what());
     }
@@ -260,7 +268,7 @@ std::vector<std::string> check_sha256sums(const std::string& dir) {
   return problems;
 }
 
-std::vector<std::string> store_verify(const std::string& dir) {
+std::vector<std::string> store_verify(const std::string& dir, bool progress) {
   std::vector<std::string> problems;
   auto problem = [&](const std::string& name, const std::string& what) {
     problems.push_back(dir + "/" + name + ": " + what);
@@ -268,7 +276,7 @@ std::vector<std::string> store_verify(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {dir + ": not a directory"};
 
-  problems = check_sha256sums(dir);
+  problems = check_sha256sums(dir, progress);
   for (const char* req : {kStoreMetadata, kStoreRuns})
     if (!fs::exists(dir + "/" + req)) problem(req, "missing");
 

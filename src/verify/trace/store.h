@@ -27,7 +27,8 @@ std::vector<std::string> store_trace_names(const std::string& dir);
 /// Checks a store: SHA256SUMS lists every file and each checksum matches; every trace reads
 /// as a complete arbiter trace whose rows fit its shape; RUNS.txt agrees; logits files match
 /// their traces. Returns one message per problem, each naming the file; empty = sound.
-std::vector<std::string> store_verify(const std::string& dir);
+/// progress: bytes hashed on stderr (core/progress.h).
+std::vector<std::string> store_verify(const std::string& dir, bool progress = false);
 
 /// Writes dir/SHA256SUMS over every file of dir except itself, hidden files and AtomicFile
 /// temporaries (`sha256sum -c` format). Shared with other evidence directories (gate records).
@@ -36,7 +37,8 @@ void write_sha256sums(const std::string& dir, const std::string& component);
 /// The checksum half of store_verify: SHA256SUMS present and well-formed, every listed file
 /// present with a matching checksum, every file listed, no stray hidden or temporary file.
 /// One message per problem, each "DIR/NAME: what"; empty = sound. dir must be a directory.
-std::vector<std::string> check_sha256sums(const std::string& dir);
+/// progress: bytes hashed on stderr (core/progress.h).
+std::vector<std::string> check_sha256sums(const std::string& dir, bool progress = false);
 
 /// One compared pair of `store compare`.
 struct StorePair {

@@ -2,13 +2,13 @@
 
 #include "core/build_info.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 #include "engine/probe.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/atomic_file.h"
 #include "io/file.h"
 #include "io/sha256.h"
@@ -36,16 +36,6 @@ void check_trace_context(const TraceShape& shape, const Model& m, bool allow_lon
             "[trace] shape %s: a chunk runs %lld positions (BOS + prefill %d + chunk %d) but the model's maximum "
             "is %d (max_position_embeddings / context_length); pass --allow-long-context to trace past it",
             shape.name.c_str(), (long long)n, shape.prefill, shape.chunk_tokens, m.config.max_pos);
-}
-
-void progress(int64_t done, int64_t total, double elapsed) {
-  double rate = elapsed > 0 ? done / elapsed : 0;
-  double eta = rate > 0 ? (total - done) / rate : 0;
-  int width = 30, filled = total ? int(width * done / total) : width;
-  std::fprintf(stderr, "\r[trace] [%-*s] %lld/%lld positions  %.0f pos/s  ETA %.0f s ", width,
-               std::string(size_t(filled), '#').c_str(), (long long)done, (long long)total, rate,
-               eta);
-  if (done == total) std::fprintf(stderr, "\n");
 }
 
 TraceHeader trace_header_for(const Model& m, const TraceRunOptions& opt, const std::string& corpus_text,
@@ -128,10 +118,7 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt, const TraceCorp
   LogitsWriter full;
   if (!opt.full_logits_path.empty()) full.open(opt.full_logits_path, uint32_t(m.config.vocab));
   std::vector<float> row_f32(size_t(m.config.vocab));
-  auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  Progress meter(opt.progress_tag, int64_t(C) * W, "positions", Progress::Unit::Count, opt.progress);
   for (int c = 0; c < C; ++c) {
     const int64_t b = chunk_begin(sh, c);
     s.reset();
@@ -161,18 +148,19 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt, const TraceCorp
         full.write_row(row_f32.data());
       }
     }
-    if (opt.progress) progress(int64_t(c + 1) * W, int64_t(C) * W, elapsed());
+    meter.update(int64_t(c + 1) * W);
   }
   be.sync();
   h.providers = be.stats().summary();
   h.fallbacks = be.stats().fallbacks();
 
   TraceRunResult res;
-  res.elapsed_s = elapsed();
+  res.elapsed_s = meter.elapsed_s();
   TraceWriter w;
   w.open(opt.out_path, h);
   for (const TraceRow& r : rows) w.write_row(r);
   w.finish(res.elapsed_s);
+  meter.finish();
   if (!opt.full_logits_path.empty()) full.finish();
   res.rows = w.rows();
   res.nonfinite = w.nonfinite_values();

@@ -22,7 +22,8 @@ struct TraceRunOptions {
   std::string full_logits_path;  // empty: none
   std::string model_path;        // as the user gave it (header)
   std::string env = "none";      // ARBITER_* variables (header)
-  bool progress = true;          // progress bar on stderr
+  bool progress = true;          // progress on stderr (core/progress.h)
+  std::string progress_tag = "trace";  // its prefix; the matrix names the trace file
   /// Trace even when a chunk's positions pass the model's maximum (check_trace_context);
   /// the header then records it (`# long_context` line).
   bool allow_long_context = false;
@@ -41,9 +42,6 @@ struct TraceRunResult {
 int64_t chunk_begin(const TraceShape& shape, int c);
 /// Corpus tokens a shape needs: chunk_begin(C - 1) + W + 1.
 int64_t tokens_needed(const TraceShape& shape);
-
-/// The progress bar on stderr of a run over `total` positions.
-void progress(int64_t done, int64_t total, double elapsed);
 
 /// Positions one chunk occupies: BOS (when the tokenizer has one), P context tokens, W traced.
 int64_t trace_positions(const TraceShape& shape, const Model& m);
