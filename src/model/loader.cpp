@@ -153,9 +153,14 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
   for (const Arch* a : arch_registry())
     for (const std::string& n : a->gguf_names())
       if (n == c.arch) m->arch = a;
-  if (!m->arch)
-    throw Error("[loader] " + path + ": unsupported architecture '" + c.arch + "' (supported: " +
-                supported_archs() + ")");
+  if (!m->arch) {
+    // The GGUF names only: a family may read HF checkpoints alone (gemma).
+    std::string names;
+    for (const Arch* a : arch_registry())
+      for (const std::string& n : a->gguf_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error("[loader] " + path + ": unsupported architecture '" + c.arch +
+                "' (supported in GGUF: " + names + ")");
+  }
   const Tensor* embd = g.tensor("token_embd.weight");
   if (embd == nullptr) throw Error("[loader] " + path + ": missing tensor 'token_embd.weight'");
   c.vocab = g.has("tokenizer.ggml.tokens")
