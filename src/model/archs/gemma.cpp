@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "io/json_config.h"
+#include "model/archs/decoder_state.h"
 #include "model/model.h"
 #include "model/rope_config.h"
 #include "model/synth.h"
@@ -26,45 +27,6 @@ enum Global { kEmbed, kOutNorm, kLmHead, kGlobalSlots };
 enum Layer {
   kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kPostAttnNorm, kFfnNorm, kGate, kUp, kDown,
   kPostFfnNorm, kLayerSlots
-};
-
-/// Per-sequence state: the KV cache of every layer ([max_ctx] rows on sliding layers too) and
-/// the scratch of forwards of up to max_T tokens.
-class GemmaState final : public ForwardState {
- public:
-  GemmaState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_) : be_(be) {
-    const int64_t T = max_T_, D = c.d_model, q_dim = int64_t(c.n_head) * c.head_dim;
-    const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff;
-    max_T = max_T_;
-    max_ctx = max_ctx_;
-    for (int l = 0; l < c.n_layer; ++l) {
-      k_cache.push_back(be.alloc(max_ctx * kv_dim));  // [max_ctx, Hkv*Dh]
-      v_cache.push_back(be.alloc(max_ctx * kv_dim));
-    }
-    x = be.alloc(T * D);
-    xn = be.alloc(T * D);
-    q = be.alloc(T * q_dim);
-    k = be.alloc(T * kv_dim);
-    v = be.alloc(T * kv_dim);
-    att = be.alloc(T * q_dim);
-    o = be.alloc(T * D);
-    gate = be.alloc(T * F);
-    up = be.alloc(T * F);
-    act = be.alloc(T * F);
-    down = be.alloc(T * D);
-    logits = be.alloc(T * c.vocab, /*logits=*/true);
-  }
-  ~GemmaState() override {
-    for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})
-      be_.free(*b);
-    for (Buffer& b : k_cache) be_.free(b);
-    for (Buffer& b : v_cache) be_.free(b);
-  }
-  std::vector<Buffer> k_cache, v_cache;
-  Buffer x, xn, q, k, v, att, o, gate, up, act, down;  // [max_T, ...]
-
- private:
-  Backend& be_;
 };
 
 // sqrt(D) as HF applies it: Gemma3TextScaledWordEmbedding keeps it as an f32 tensor and casts
@@ -201,12 +163,12 @@ class Gemma final : public Arch {
 
   std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
                                            int max_T) const override {
-    return std::make_unique<GemmaState>(be, m.config, max_ctx, max_T);
+    return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T);
   }
 
   void forward(const Model& m, Backend& be, ForwardState& state,
                const ForwardArgs& a) const override {
-    GemmaState& s = static_cast<GemmaState&>(state);
+    DecoderState& s = static_cast<DecoderState&>(state);
     const ModelConfig& c = m.config;
     const Weights& w = m.weights;
     const int T = a.T, pos0 = a.pos0;

@@ -1,0 +1,51 @@
+// The per-sequence state of a decoder whose layers each hold one KV cache and share one set of
+// scratch buffers (the llama and gemma families): what their forwards read and write.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/arch.h"
+#include "model/config.h"
+
+namespace arbiter {
+
+/// The KV cache of every layer ([max_ctx] rows, sliding layers too) and the scratch of
+/// forwards of up to max_T tokens.
+class DecoderState final : public ForwardState {
+ public:
+  DecoderState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_) : be_(be) {
+    const int64_t T = max_T_, D = c.d_model, q_dim = int64_t(c.n_head) * c.head_dim;
+    const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff;
+    max_T = max_T_;
+    max_ctx = max_ctx_;
+    for (int l = 0; l < c.n_layer; ++l) {
+      k_cache.push_back(be.alloc(max_ctx * kv_dim));  // [max_ctx, Hkv*Dh]
+      v_cache.push_back(be.alloc(max_ctx * kv_dim));
+    }
+    x = be.alloc(T * D);
+    xn = be.alloc(T * D);
+    q = be.alloc(T * q_dim);
+    k = be.alloc(T * kv_dim);
+    v = be.alloc(T * kv_dim);
+    att = be.alloc(T * q_dim);
+    o = be.alloc(T * D);
+    gate = be.alloc(T * F);
+    up = be.alloc(T * F);
+    act = be.alloc(T * F);
+    down = be.alloc(T * D);
+    logits = be.alloc(T * c.vocab, /*logits=*/true);
+  }
+  ~DecoderState() override {
+    for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})
+      be_.free(*b);
+    for (Buffer& b : k_cache) be_.free(b);
+    for (Buffer& b : v_cache) be_.free(b);
+  }
+  std::vector<Buffer> k_cache, v_cache;
+  Buffer x, xn, q, k, v, att, o, gate, up, act, down;  // [max_T, ...]
+
+ private:
+  Backend& be_;
+};
+
+}  // namespace arbiter
