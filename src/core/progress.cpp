@@ -18,6 +18,19 @@ std::atomic<bool> g_live_line{false};
 // The terminal's live line is redrawn at most this often: faster is flicker, not news.
 constexpr double kTtyInterval = 0.1;
 
+// When the process last wrote a progress or status line (initialised at start-up). A plain
+// line is due kProgressPlainInterval after the last line of any phase, not after its own
+// meter's start: otherwise the silence before a meter's first line adds the time before the
+// meter (loading a model) to the interval and the slowest update.
+std::atomic<std::chrono::steady_clock::rep> g_last_line{std::chrono::steady_clock::now().time_since_epoch().count()};
+
+void mark_line() { g_last_line = std::chrono::steady_clock::now().time_since_epoch().count(); }
+
+double since_last_line() {
+  const auto last = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(g_last_line.load()));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
+}
+
 std::string amount(int64_t n, Progress::Unit unit, const std::string& what) {
   if (unit == Progress::Unit::Bytes) return n >= 1000000000 ? strformat("%.2f GB", n / 1e9) : strformat("%.1f MB", n / 1e6);
   return std::to_string(n) + (what.empty() ? "" : " " + what);
@@ -38,6 +51,7 @@ bool progress_is_tty() {
 void progress_note(const std::string& tag, const std::string& text) {
   if (g_live_line.exchange(false)) std::fputc('\n', stderr);
   std::fprintf(stderr, "[%s] %s\n", tag.c_str(), text.c_str());
+  mark_line();
 }
 
 Progress::Progress(std::string tag, int64_t total, std::string what, Unit unit, bool enabled)
@@ -66,9 +80,11 @@ std::string Progress::line(int64_t done) const {
 void Progress::update(int64_t done) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
-  const double since = std::chrono::duration<double>(now - last_).count();
-  if (since < (progress_is_tty() ? kTtyInterval : kProgressPlainInterval)) return;
+  if (progress_is_tty() ? std::chrono::duration<double>(now - last_).count() < kTtyInterval
+                        : since_last_line() < kProgressPlainInterval)
+    return;
   last_ = now;
+  mark_line();
   if (progress_is_tty()) {
     std::fprintf(stderr, "\r%s   ", line(done).c_str());
     live_ = true;
@@ -87,6 +103,7 @@ void Progress::finish(const std::string& suffix) {
   if (live_ && g_live_line.exchange(false)) std::fprintf(stderr, "\r%s   \n", s.c_str());
   else std::fprintf(stderr, "%s\n", s.c_str());
   live_ = false;
+  mark_line();
 }
 
 }  // namespace arbiter

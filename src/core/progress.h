@@ -15,8 +15,9 @@
 namespace arbiter {
 
 /// Seconds between two plain (non-terminal) progress lines. Issue 32 asks for no silence over
-/// ~2 s; a line is printed at the first update after the interval, and one update (a chunk, a
-/// slice of weights) can take a few tenths of a second on a busy host, so the interval is 1 s.
+/// ~2 s; a meter prints at its first update that comes this long after the process's last
+/// progress or status line, and one update (a chunk, a slice of weights) can take most of a
+/// second on a busy host or in a sanitized build, so the interval is 1 s.
 inline constexpr double kProgressPlainInterval = 1.0;
 
 /// Whether progress goes to a terminal (isatty(2), read once).
