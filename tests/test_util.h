@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace arbiter {
@@ -31,6 +32,16 @@ CliResult run_cli(const std::string& args);
 /// test of something that must not block fails instead of hanging the suite).
 CliResult run_cli_bounded(const std::string& args, int seconds);
 std::string read_file(const std::string& path);
+/// The message of the arbiter::Error that f() throws, or "(no error)".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 void write_file(const std::string& path, const std::string& data);
 
 /// n greedy ids after a prefill of prompt (s is reset first), each token read back with

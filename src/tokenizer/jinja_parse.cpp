@@ -11,10 +11,12 @@
 // grows the tree without recursing here, counts one level while its operand is parsed. A
 // node's height is at most the count reached under it plus a few levels, so no deep tree is
 // ever made.
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include <initializer_list>
 #include <optional>
 
 #include "tokenizer/jinja_ast.h"
@@ -514,27 +516,27 @@ class Parser {
     return e;
   }
 
-  NodeP parse_or() {
-    NodeP l = parse_and();
+  // One level of left-associative binary operators: `operand` parses each side; an operator
+  // is whichever of `ops` the current token is (a word such as "or", or a symbol).
+  template <class Operand>
+  NodeP left_assoc(std::initializer_list<const char*> ops, Operand operand) {
+    NodeP l = operand();
     std::optional<Nest> nest;
-    while (is_name("or")) {
+    while (const char* op = current_of(ops)) {
       nest ? nest->deeper() : (void)nest.emplace(*this);
       ++i_;
-      l = bin("or", std::move(l), parse_and());
+      l = bin(op, std::move(l), operand());
     }
     return l;
+  }
+  const char* current_of(std::initializer_list<const char*> ops) const {
+    for (const char* op : ops)
+      if (std::isalpha((unsigned char)op[0]) ? is_name(op) : is_op(op)) return op;
+    return nullptr;
   }
 
-  NodeP parse_and() {
-    NodeP l = parse_not();
-    std::optional<Nest> nest;
-    while (is_name("and")) {
-      nest ? nest->deeper() : (void)nest.emplace(*this);
-      ++i_;
-      l = bin("and", std::move(l), parse_not());
-    }
-    return l;
-  }
+  NodeP parse_or() { return left_assoc({"or"}, [&] { return parse_and(); }); }
+  NodeP parse_and() { return left_assoc({"and"}, [&] { return parse_not(); }); }
 
   NodeP parse_not() {
     if (is_name("not")) {
@@ -571,49 +573,12 @@ class Parser {
     }
   }
 
-  NodeP parse_math1() {
-    NodeP l = parse_concat();
-    std::optional<Nest> nest;
-    while (is_op("+") || is_op("-")) {
-      nest ? nest->deeper() : (void)nest.emplace(*this);
-      std::string op = t_[i_++].s;
-      l = bin(op, std::move(l), parse_concat());
-    }
-    return l;
-  }
-
-  NodeP parse_concat() {
-    NodeP l = parse_math2();
-    std::optional<Nest> nest;
-    while (is_op("~")) {
-      nest ? nest->deeper() : (void)nest.emplace(*this);
-      ++i_;
-      l = bin("~", std::move(l), parse_math2());
-    }
-    return l;
-  }
-
+  NodeP parse_math1() { return left_assoc({"+", "-"}, [&] { return parse_concat(); }); }
+  NodeP parse_concat() { return left_assoc({"~"}, [&] { return parse_math2(); }); }
   NodeP parse_math2() {
-    NodeP l = parse_pow();
-    std::optional<Nest> nest;
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      nest ? nest->deeper() : (void)nest.emplace(*this);
-      std::string op = t_[i_++].s;
-      l = bin(op, std::move(l), parse_pow());
-    }
-    return l;
+    return left_assoc({"*", "/", "//", "%"}, [&] { return parse_pow(); });
   }
-
-  NodeP parse_pow() {
-    NodeP l = parse_unary(true);
-    std::optional<Nest> nest;
-    while (is_op("**")) {
-      nest ? nest->deeper() : (void)nest.emplace(*this);
-      ++i_;
-      l = bin("**", std::move(l), parse_unary(true));
-    }
-    return l;
-  }
+  NodeP parse_pow() { return left_assoc({"**"}, [&] { return parse_unary(true); }); }
 
   NodeP parse_unary(bool with_filter) {
     NodeP n;

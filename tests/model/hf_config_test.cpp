@@ -25,12 +25,7 @@ std::string llama(const std::string& extra = "", const std::string& cls = "Llama
 }
 
 std::string error_of(const std::string& body) {
-  try {
-    parse(body);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of([&] { parse(body); });
 }
 
 }  // namespace

@@ -29,12 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string error_of(const std::string& path) {
-  try {
-    load_model(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of([&] { load_model(path); });
 }
 
 std::vector<float> floats(const Tensor& t) {

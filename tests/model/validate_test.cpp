@@ -29,12 +29,7 @@ using json = nlohmann::json;
 namespace {
 
 std::string error_of(const std::string& path) {
-  try {
-    load_model(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of([&] { load_model(path); });
 }
 
 // A valid tiny llama GGUF with one edit of its bytes.
