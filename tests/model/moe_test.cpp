@@ -1,7 +1,8 @@
 // The mixture-of-experts members of the llama family (Qwen3-MoE, Mixtral, Qwen2-MoE): their
 // config keys as parse_hf reads them (expected values written from the fixtures' config.json
 // and tests/fixtures/README.md, never from the parser), refusals of configs the forward
-// cannot compute, and the cpu tier computing only the experts the router picked.
+// cannot compute, the cpu tier computing only the experts the router picked, and bench's
+// bytes per decode step counting only those.
 // The logits against transformers' float64 are tests/engine/hf_reference_test.cpp's cases.
 // Add a case: a config text (or a fixture copy) and what it must parse to or be refused with.
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "engine/session.h"
 #include "io/io_test_util.h"
+#include "model/arch.h"
 #include "model/model.h"
 
 using namespace arbiter;
@@ -122,4 +124,15 @@ TEST(Moe, CpuRunsOnlyTheSelectedExperts) {
   int64_t matmuls = 0;
   for (const auto& [provider, n] : be->stats().calls().at("matmul")) matmuls += n;
   EXPECT_EQ(matmuls, 23);
+}
+
+// bench's work model: a decode step reads k/E of the experts. tiny-mixtral (bf16, 381,760
+// parameters): every tensor but the embedding table (2048 x 64) plus one embedding row is
+// (381,760 - 131,072) x 2 + 128 = 501,504 bytes; its experts are 2 layers x 4 x 3 x 64 x 64 x 2
+// = 196,608 bytes, of which top-2 of 4 reads half: 501,504 - 98,304 = 403,200.
+TEST(Moe, DecodeReadsOnlyTheSelectedFractionOfTheExperts) {
+  const std::string dir = fixture("tiny-mixtral");
+  if (!fs::exists(dir + "/model.safetensors")) GTEST_SKIP() << dir << " not found";
+  auto m = load_model(dir);
+  EXPECT_EQ(arch_of(m->config.arch).weight_bytes_per_token(*m), 403200.0);
 }
