@@ -85,8 +85,8 @@ TEST(Moe, FixtureConfigs) {
 TEST(Moe, SparseStepAndMlpOnlyLayers) {
   // Sparse when (l + 1) % step == 0 and l is not in mlp_only_layers (HF Qwen3MoeDecoderLayer).
   const ModelConfig c =
-      parse_hf_config(qwen3_moe(R"(,"num_experts":4,"num_experts_per_tok":2,"decoder_sparse_step":2,)"
-                                R"("mlp_only_layers":[3])"),
+      parse_hf_config(qwen3_moe(R"(,"num_experts":4,"num_experts_per_tok":2,)"
+                                R"("decoder_sparse_step":2,"mlp_only_layers":[3])"),
                       "config.json");
   EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, false, false}));
 }

@@ -105,7 +105,8 @@ class Llama final : public Arch {
     // Qwen2-MoE: q/k/v biases unless qkv_bias (transformers 5 writes it) says otherwise.
     if (c.arch == "qwen2") c.qkv_bias = true;
     else if (c.arch == "qwen2_moe") c.qkv_bias = j.flag("qkv_bias", true);
-    else if (c.arch != "mistral" && c.arch != "mixtral") c.qkv_bias = j.flag("attention_bias", false);
+    else if (c.arch != "mistral" && c.arch != "mixtral")
+      c.qkv_bias = j.flag("attention_bias", false);
     c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3_moe";
     parse_hf_window(j, c);
     if (c.arch == "mixtral" || c.arch == "qwen2_moe" || c.arch == "qwen3_moe") parse_hf_moe(j, c);
