@@ -65,6 +65,12 @@ class Arch {
   /// Counts of global and per-layer tensor slots (TensorSpec::slot ranges).
   virtual int global_slots() const = 0;
   virtual int layer_slots() const = 0;
+  /// Per-layer slots for config c (a family whose slot count depends on the config, such as
+  /// one slot per expert, overrides it; the loader calls this one).
+  virtual int layer_slots_for(const ModelConfig& c) const {
+    (void)c;
+    return layer_slots();
+  }
   /// Every stage name the forward may emit, for any config (what --inject op= accepts).
   virtual std::vector<std::string> stages() const = 0;
 

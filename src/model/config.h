@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/moe_routing.h"
 #include "backend/rope.h"
 
 namespace arbiter {
@@ -33,6 +34,14 @@ struct ModelConfig {
   double attn_scale = 0;        // query_pre_attn_scalar^-0.5
   double attn_softcap = 0;      // attn_logit_softcapping (gemma 2)
   double final_softcap = 0;     // final_logit_softcapping
+
+  // mixture of experts (model/archs/moe_ffn.h): which layers route their FFN through experts,
+  // the router, the experts' FFN width and the shared expert's (0: none; Qwen2-MoE's comes
+  // with a sigmoid gate).
+  std::vector<bool> layer_moe;  // [L]; empty: every layer dense
+  RouterSpec router;            // n_experts == 0: no MoE layer
+  int d_ff_expert = 0;
+  int d_ff_shared = 0;
 };
 
 }  // namespace arbiter

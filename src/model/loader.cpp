@@ -82,7 +82,7 @@ class Binder {
 // tensor, and calls a stored exact copy tied too.
 void bind(const Arch& arch, ModelConfig& c, Format fmt, Binder& b, Weights& w) {
   w.specs = arch.tensors(c);
-  w.resize(arch.global_slots(), c.n_layer, arch.layer_slots());
+  w.resize(arch.global_slots(), c.n_layer, arch.layer_slots_for(c));
   auto name_of = [&](const TensorSpec& s) { return fmt == Format::Hf ? s.hf : s.gguf; };
   auto slot = [&](const TensorSpec& s) -> Tensor& {
     return s.layer < 0 ? w.global(s.slot) : w.layer(s.layer, s.slot);

@@ -204,6 +204,37 @@ TEST(SynthPresets, ConfigJsonCarriesTheOfficialValues) {
   EXPECT_EQ(parse_hf_config(synth_config_json(one), "config.json").n_layer, 3);
 }
 
+// The MoE presets: config.json of Qwen/Qwen3-30B-A3B (128 experts of 768, top-8, norm_topk_prob
+// true, 48 layers all sparse, D 2048, H 32, Hkv 4, Dh 128) and mistralai/Mixtral-8x7B-v0.1
+// (8 experts of 14336, top-2, 32 layers, D 4096, H 32, Hkv 8). Parameter totals by hand:
+// Qwen3: 2 V D + D + 48 (2D + 2 D Hq + 2 D Hk + 2 Dh + E D + 3 E Fe D) = 30,532,122,624
+// (model card: 30.5B); Mixtral: 2 V D + D + 32 (2D + 2 D Hq + 2 D Hk + E D + 3 E F D) =
+// 46,702,792,704 (46.7B).
+TEST(SynthPresets, MoePresetsCarryTheOfficialValues) {
+  ModelConfig q = parse_hf_config(synth_config_json(opts("qwen3-30b-a3b", "unused")), "config.json");
+  EXPECT_EQ(q.arch, "qwen3_moe");
+  EXPECT_EQ(q.n_layer, 48);
+  EXPECT_EQ(q.d_model, 2048);
+  EXPECT_EQ(q.n_head_kv, 4);
+  EXPECT_EQ(q.router.n_experts, 128);
+  EXPECT_EQ(q.router.top_k, 8);
+  EXPECT_TRUE(q.router.norm_topk_prob);
+  EXPECT_EQ(q.d_ff_expert, 768);
+  EXPECT_EQ(q.layer_moe, std::vector<bool>(48, true));
+  EXPECT_EQ(synth_plan(opts("qwen3-30b-a3b", "unused")).n_params, 30532122624);
+  ModelConfig m = parse_hf_config(synth_config_json(opts("mixtral-8x7b", "unused")), "config.json");
+  EXPECT_EQ(m.arch, "mixtral");
+  EXPECT_EQ(m.router.n_experts, 8);
+  EXPECT_EQ(m.router.top_k, 2);
+  EXPECT_EQ(m.d_ff_expert, 14336);
+  EXPECT_EQ(m.rope.theta, 1000000.0);
+  EXPECT_EQ(synth_plan(opts("mixtral-8x7b", "unused")).n_params, 46702792704);
+  // A layer override keeps every layer sparse.
+  EXPECT_EQ(parse_hf_config(synth_config_json(opts("mixtral-8x7b", "unused", 1, 2)), "config.json")
+                .layer_moe,
+            std::vector<bool>(2, true));
+}
+
 TEST(SynthPresets, RefusesUnknownPresetsAndBadArguments) {
   const std::string dir = temp_dir("synth-bad");
   EXPECT_THROW(synth_preset("gpt-5"), Error);

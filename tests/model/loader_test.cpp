@@ -240,6 +240,19 @@ TEST(LoaderRefuse, HfMissingExtraAndMisshapenTensors) {
   }
 }
 
+TEST(LoaderRefuse, MoeMissingExpertTensor) {
+  const std::string src = test::source_path("tests/fixtures/models/tiny-qwen2-moe");
+  if (!fs::exists(src + "/model.safetensors")) GTEST_SKIP() << src << " not found";
+  HfCopy c(src);
+  c.header.erase("model.layers.1.mlp.experts.3.up_proj.weight");
+  c.write();
+  const std::string e = error_of(c.dir);
+  EXPECT_NE(e.find(c.dir), std::string::npos) << e;
+  EXPECT_NE(e.find("missing tensor 'model.layers.1.mlp.experts.3.up_proj.weight' (expected shape [32, 64])"),
+            std::string::npos)
+      << e;
+}
+
 TEST(LoaderRefuse, Paths) {
   EXPECT_NE(error_of("/nonexistent/arbiter-model").find("/nonexistent/arbiter-model"), std::string::npos);
   std::string dir = test::temp_dir("empty");

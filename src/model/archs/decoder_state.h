@@ -4,7 +4,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "model/arch.h"
+#include "model/archs/moe_ffn.h"
 #include "model/config.h"
 
 namespace arbiter {
@@ -34,6 +37,7 @@ class DecoderState final : public ForwardState {
     act = be.alloc(T * F);
     down = be.alloc(T * D);
     logits = be.alloc(T * c.vocab, /*logits=*/true);
+    if (c.router.n_experts > 0) moe = std::make_unique<MoeScratch>(be, c, max_T_);
   }
   ~DecoderState() override {
     for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})
@@ -43,6 +47,7 @@ class DecoderState final : public ForwardState {
   }
   std::vector<Buffer> k_cache, v_cache;
   Buffer x, xn, q, k, v, att, o, gate, up, act, down;  // [max_T, ...]
+  std::unique_ptr<MoeScratch> moe;  // MoE configs only
 
  private:
   Backend& be_;

@@ -1,10 +1,15 @@
 // The llama family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
-// Qwen3ForCausalLM, and their GGUF forms. One decoder block, pre-norm:
+// Qwen3ForCausalLM, and their GGUF forms; and their mixture-of-experts members
+// MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (HF files only), whose
+// attention is the same and whose sparse layers' FFN is moe_ffn.h's block. One decoder
+// block, pre-norm:
 //   x += o_proj(attention(rope(q), rope(k), v)),  q/k/v = proj(rmsnorm(x))
-//   x += down(silu(gate(xn)) * up(xn)),           xn = rmsnorm(x)
-// The members differ by flags: q/k/v biases (qwen2, llama attention_bias), per-head q/k
-// RMSNorm before RoPE (qwen3), a sliding window (mistral; qwen2/qwen3 when every layer
-// slides), Llama 3 RoPE scaling, and GGUF's Q/K rows in adjacent RoPE pairs (llama, mistral).
+//   x += down(silu(gate(xn)) * up(xn)),           xn = rmsnorm(x)   (dense layers)
+//   x += moe(xn)                                                    (sparse layers)
+// The members differ by flags: q/k/v biases (qwen2, qwen2_moe, llama attention_bias),
+// per-head q/k RMSNorm before RoPE (qwen3, qwen3_moe), a sliding window (mistral, mixtral;
+// the qwens when every layer slides), Llama 3 RoPE scaling, and GGUF's Q/K rows in adjacent
+// RoPE pairs (llama, mistral).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +19,7 @@
 #include "io/gguf_write.h"
 #include "io/json_config.h"
 #include "model/archs/decoder_state.h"
+#include "model/archs/moe_ffn.h"
 #include "model/model.h"
 #include "model/rope_config.h"
 #include "model/synth.h"
@@ -36,17 +42,27 @@ class Llama final : public Arch {
     return {{"LlamaForCausalLM", "llama"},
             {"MistralForCausalLM", "mistral"},
             {"Qwen2ForCausalLM", "qwen2"},
-            {"Qwen3ForCausalLM", "qwen3"}};
+            {"Qwen3ForCausalLM", "qwen3"},
+            {"MixtralForCausalLM", "mixtral"},
+            {"Qwen2MoeForCausalLM", "qwen2_moe"},
+            {"Qwen3MoeForCausalLM", "qwen3_moe"}};
   }
   std::vector<std::string> gguf_names() const override {
     return {"llama", "mistral", "qwen2", "qwen3"};
   }
   int global_slots() const override { return kGlobalSlots; }
   int layer_slots() const override { return kLayerSlots; }
+  // The MoE block's slots follow the dense ones.
+  int layer_slots_for(const ModelConfig& c) const override {
+    return kLayerSlots + (c.router.n_experts > 0 ? moe_layer_slots(c) : 0);
+  }
   std::vector<std::string> stages() const override {
-    return {"embed", "attn_norm", "q",    "k",  "v",   "q_norm", "k_norm",
-            "q_rope", "k_rope",   "attn", "o",  "attn_res", "ffn_norm", "gate",
-            "up",     "act",      "down", "ffn_res", "final_norm", "logits"};
+    std::vector<std::string> s = {"embed", "attn_norm", "q",    "k",  "v",   "q_norm", "k_norm",
+                                  "q_rope", "k_rope",   "attn", "o",  "attn_res", "ffn_norm",
+                                  "gate",   "up",       "act",  "down", "ffn_res", "final_norm",
+                                  "logits"};
+    for (std::string& m : moe_stages()) s.push_back(std::move(m));
+    return s;
   }
 
   // Defaults are the ones transformers' LlamaConfig, MistralConfig, Qwen2Config and
@@ -71,7 +87,10 @@ class Llama final : public Arch {
       c.head_dim = c.d_model / c.n_head;
     }
     // transformers defaults: llama 2048, mistral 4096*32, qwen2/qwen3 32768.
-    const int max_pos_default = c.arch == "llama" ? 2048 : c.arch == "mistral" ? 4096 * 32 : 32768;
+    // transformers defaults: mixtral 4096*32, qwen2_moe/qwen3_moe 32768.
+    const int max_pos_default = c.arch == "llama"                          ? 2048
+                                : c.arch == "mistral" || c.arch == "mixtral" ? 4096 * 32
+                                                                             : 32768;
     c.max_pos = j.positive_int("max_position_embeddings", max_pos_default);
     c.norm_eps = j.number("rms_norm_eps", 1e-6);  // all four default to 1e-6
     if (!(c.norm_eps > 0)) j.fail("rms_norm_eps must be positive");
@@ -83,10 +102,14 @@ class Llama final : public Arch {
     // Qwen2 always has q/k/v biases (and no o_proj bias); llama and qwen3 put a bias on q/k/v
     // AND o_proj when attention_bias is true: the loader refuses the o_proj bias tensor by
     // name. Mistral has no biases.
+    // Qwen2-MoE: q/k/v biases unless qkv_bias (transformers 5 writes it) says otherwise.
     if (c.arch == "qwen2") c.qkv_bias = true;
-    else if (c.arch != "mistral") c.qkv_bias = j.flag("attention_bias", false);
-    c.qk_norm = c.arch == "qwen3";
+    else if (c.arch == "qwen2_moe") c.qkv_bias = j.flag("qkv_bias", true);
+    else if (c.arch != "mistral" && c.arch != "mixtral")
+      c.qkv_bias = j.flag("attention_bias", false);
+    c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3_moe";
     parse_hf_window(j, c);
+    if (c.arch == "mixtral" || c.arch == "qwen2_moe" || c.arch == "qwen3_moe") parse_hf_moe(j, c);
 
     c.rope.dims = c.head_dim;
     c.rope.layout = RopeLayout::Half;  // HF "rotate_half"
@@ -183,6 +206,13 @@ class Llama final : public Arch {
             TensorKind::Matrix, "attn");
       layer("ffn_norm", kFfnNorm, "post_attention_layernorm.weight", "ffn_norm.weight", {D},
             TensorKind::Norm, "norm");
+      if (is_moe(c, l)) {
+        const MoeNames names = c.arch == "mixtral" ? MoeNames{"block_sparse_moe", "w1", "w3", "w2"}
+                                                   : MoeNames{"mlp", "gate_proj", "up_proj",
+                                                              "down_proj"};
+        moe_tensors(c, names, l, kLayerSlots, t);
+        continue;
+      }
       layer("w_gate", kGate, "mlp.gate_proj.weight", "ffn_gate.weight", {F, D},
             TensorKind::Matrix, "mlp");
       layer("w_up", kUp, "mlp.up_proj.weight", "ffn_up.weight", {F, D}, TensorKind::Matrix,
@@ -195,6 +225,11 @@ class Llama final : public Arch {
 
   std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
                                            int max_T) const override {
+    // The CUDA tier's MoE path (routing on the device, experts grouped per token) is not
+    // written; moe_ffn's host round trips there would be neither fast nor tested.
+    if (m.config.router.n_experts > 0 && be.device_name().rfind("cuda", 0) == 0)
+      throw Error("[model] " + m.config.arch +
+                  ": the cuda tier does not run mixture-of-experts layers yet (ref and cpu do)");
     return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T);
   }
 
@@ -248,6 +283,14 @@ class Llama final : public Arch {
       const StageTap* attn_res = tap("attn_res", l, "add", D, 1, 3);
       be.matmul_add(s.att, lw(kWo), T, s.o, s.x, o, attn_res);
 
+      if (is_moe(c, l)) {  // x += moe(xn), xn = rmsnorm(x)
+        be.rmsnorm(s.x, lw(kFfnNorm), T, D, eps, s.xn);
+        be.apply_tap(tap("ffn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
+        moe_ffn(m, be, l, kLayerSlots, s.xn, T, tap, *s.moe, s.down);
+        be.add(s.x, s.down, int64_t(T) * D);
+        be.apply_tap(tap("ffn_res", l, "add", D, 1, 3), s.x, T, D);
+        continue;
+      }
       // feed-forward block: x += down(silu(gate(xn)) * up(xn)), xn = rmsnorm(x)
       Backend::SwigluTaps ft;
       ft.norm = tap("ffn_norm", l, "rmsnorm", D, D, 3);
@@ -284,13 +327,29 @@ class Llama final : public Arch {
       j["attention_bias"] = c.qkv_bias;
       j["mlp_bias"] = false;
       j["pretraining_tp"] = 1;
-    } else if (c.arch == "qwen3" || c.arch == "qwen2") {
-      if (c.arch == "qwen3") j["attention_bias"] = false;
+    } else if (c.arch == "qwen3" || c.arch == "qwen2" || c.arch == "qwen3_moe" ||
+               c.arch == "qwen2_moe") {
+      if (c.arch == "qwen3" || c.arch == "qwen3_moe") j["attention_bias"] = false;
+      if (c.arch == "qwen2_moe") j["qkv_bias"] = c.qkv_bias;
       j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.n_layer;  // layers >= it slide
       j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
       j["use_sliding_window"] = c.sliding_window > 0;
-    } else if (c.arch == "mistral") {
+    } else if (c.arch == "mistral" || c.arch == "mixtral") {
       j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+    }
+    if (c.router.n_experts > 0) {  // the keys parse_hf_moe reads
+      j[c.arch == "mixtral" ? "num_local_experts" : "num_experts"] = c.router.n_experts;
+      j["num_experts_per_tok"] = c.router.top_k;
+      if (c.arch != "mixtral") {
+        j["moe_intermediate_size"] = c.d_ff_expert;
+        j["norm_topk_prob"] = c.router.norm_topk_prob;
+        j["decoder_sparse_step"] = 1;
+        nlohmann::json dense = nlohmann::json::array();
+        for (int l = 0; l < c.n_layer; ++l)
+          if (!is_moe(c, l)) dense.push_back(l);
+        j["mlp_only_layers"] = dense;
+      }
+      if (c.arch == "qwen2_moe") j["shared_expert_intermediate_size"] = c.d_ff_shared;
     }
   }
 
@@ -301,7 +360,19 @@ class Llama final : public Arch {
   }
 
   nlohmann::ordered_json describe(const ModelConfig& c) const override {
-    return {{"qkv_bias", c.qkv_bias}, {"qk_norm", c.qk_norm}, {"sliding_window", c.sliding_window}};
+    nlohmann::ordered_json j = {
+        {"qkv_bias", c.qkv_bias}, {"qk_norm", c.qk_norm}, {"sliding_window", c.sliding_window}};
+    if (c.router.n_experts > 0) {
+      int sparse = 0;
+      for (int l = 0; l < c.n_layer; ++l) sparse += is_moe(c, l);
+      j["experts"] = c.router.n_experts;
+      j["experts_per_token"] = c.router.top_k;
+      j["norm_topk_prob"] = c.router.norm_topk_prob;
+      j["expert_ffn"] = c.d_ff_expert;
+      j["shared_expert_ffn"] = c.d_ff_shared;
+      j["moe_layers"] = sparse;
+    }
+    return j;
   }
 
   // K and V of every layer, over the window's keys.
@@ -309,12 +380,29 @@ class Llama final : public Arch {
     return 2.0 * c.n_layer * attended(c, ctx) * double(c.n_head_kv) * c.head_dim * elem_bytes;
   }
 
-  // 2 x (matmul weights incl. the output matrix) + 4 H Dh keys per layer (QK^T and PV).
+  // A decode step reads k of the E experts of each MoE layer: the experts' bytes count k/E.
+  double weight_bytes_per_token(const Model& m) const override {
+    const double all = Arch::weight_bytes_per_token(m);
+    const RouterSpec& r = m.config.router;
+    if (r.n_experts == 0) return all;
+    double experts = 0;
+    for (const TensorSpec& s : m.weights.specs)
+      if (s.role.rfind("expert", 0) == 0) experts += double(m.weights.at(s).nbytes());
+    return all - experts * (1.0 - double(r.top_k) / r.n_experts);
+  }
+
+  // 2 x (matmul weights incl. the output matrix, of MoE layers the router, k experts and the
+  // shared expert with its gate) + 4 H Dh keys per layer (QK^T and PV).
   double flops_per_token(const ModelConfig& c, int T, int pos0) const override {
     const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim;
     const double Hk = double(c.n_head_kv) * c.head_dim;
     const double per_layer = D * Hq + 2 * D * Hk + Hq * D + 3 * D * F;
-    const double matmul = 2.0 * (c.n_layer * per_layer + double(c.vocab) * D);
+    const double moe = D * c.router.n_experts + 3 * D * c.d_ff_expert * c.router.top_k +
+                       (c.d_ff_shared > 0 ? 3 * D * c.d_ff_shared + D : 0);
+    int n_moe = 0;
+    for (int l = 0; l < c.n_layer; ++l) n_moe += is_moe(c, l);
+    const double matmul =
+        2.0 * (c.n_layer * per_layer + n_moe * (moe - 3 * D * F) + double(c.vocab) * D);
     double keys = 0;  // keys attended, summed over the T tokens
     for (int t = 0; t < T; ++t) keys += attended(c, double(pos0) + t + 1);
     return matmul + 4.0 * c.n_layer * Hq * keys / std::max(T, 1);
@@ -335,6 +423,10 @@ class Llama final : public Arch {
   }
 
  private:
+  static bool is_moe(const ModelConfig& c, int l) {
+    return !c.layer_moe.empty() && c.layer_moe[size_t(l)];
+  }
+
   static double attended(const ModelConfig& c, double ctx) {
     return c.sliding_window > 0 ? std::min<double>(ctx, c.sliding_window) : ctx;
   }
@@ -347,12 +439,59 @@ class Llama final : public Arch {
     return int(v);
   }
 
+  // The MoE keys, as MixtralConfig / Qwen2MoeConfig / Qwen3MoeConfig read them (5.17).
+  // Mixtral: every layer sparse, num_local_experts of intermediate_size, softmax then top-k
+  // renormalised (MixtralSparseMoeBlock divides by the top-k sum). Qwen: layer l sparse
+  // unless in mlp_only_layers, when (l + 1) % decoder_sparse_step == 0; experts of
+  // moe_intermediate_size; renormalised when norm_topk_prob; Qwen2-MoE adds the shared expert
+  // (shared_expert_intermediate_size) with its sigmoid gate. The expert count is
+  // num_experts (Qwen) or num_local_experts (Mixtral; transformers 5 writes it for Qwen3-MoE
+  // too). Dimensions are required, as above.
+  static void parse_hf_moe(const JsonConfig& j, ModelConfig& c) {
+    const bool mixtral = c.arch == "mixtral";
+    const char* e_key = mixtral || !j.has("num_experts") ? "num_local_experts" : "num_experts";
+    if (!mixtral && j.has("num_experts") && j.has("num_local_experts") &&
+        j.integer("num_experts") != j.integer("num_local_experts"))
+      j.fail("num_experts and num_local_experts differ");
+    RouterSpec& r = c.router;
+    r.n_experts = j.positive_int(e_key);
+    r.top_k = j.positive_int("num_experts_per_tok");
+    if (r.top_k > r.n_experts)
+      j.fail(strformat("num_experts_per_tok %d is larger than %s %d", r.top_k, e_key,
+                       r.n_experts));
+    r.scoring = RouterScoring::Softmax;
+    r.order = RouterOrder::ScoreThenTopK;
+    r.norm_topk_prob = mixtral || j.flag("norm_topk_prob", false);
+    if (const char* problem = router_spec_problem(r)) j.fail(std::string("router: ") + problem);
+    c.layer_moe.assign(size_t(c.n_layer), mixtral);
+    if (mixtral) {
+      c.d_ff_expert = c.d_ff;
+      return;
+    }
+    c.d_ff_expert = j.positive_int("moe_intermediate_size");
+    const int step = j.positive_int("decoder_sparse_step", 1);
+    std::vector<bool> mlp_only(size_t(c.n_layer), false);
+    if (j.has("mlp_only_layers")) {
+      const nlohmann::json& m = j.raw("mlp_only_layers");
+      if (!m.is_array()) j.fail("'mlp_only_layers' is not a list");
+      for (const nlohmann::json& v : m) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.n_layer)
+          j.fail("'mlp_only_layers' entry " + v.dump() + " is not a layer index");
+        mlp_only[size_t(v.get<int64_t>())] = true;
+      }
+    }
+    for (int l = 0; l < c.n_layer; ++l)
+      c.layer_moe[size_t(l)] = !mlp_only[size_t(l)] && (l + 1) % step == 0;
+    if (c.arch == "qwen2_moe") c.d_ff_shared = j.positive_int("shared_expert_intermediate_size");
+  }
+
   // Sliding window. Mistral: sliding_window (null -> full attention). Qwen2/Qwen3: only when
   // use_sliding_window, and then on layers >= max_window_layers; one window for every layer
   // is all this family models, so a per-layer mix is refused.
   static void parse_hf_window(const JsonConfig& j, ModelConfig& c) {
-    const bool qwen = c.arch == "qwen2" || c.arch == "qwen3";
-    if (c.arch == "mistral" && j.has("sliding_window")) {
+    const bool qwen = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen2_moe" ||
+                      c.arch == "qwen3_moe";
+    if ((c.arch == "mistral" || c.arch == "mixtral") && j.has("sliding_window")) {
       c.sliding_window = j.positive_int("sliding_window");
     } else if (qwen && j.has("layer_types")) {
       // transformers v5 spells the per-layer choice out; it is the source of truth.
@@ -441,6 +580,29 @@ std::vector<SynthPreset> Llama::presets() const {
   mistral.sliding_window = 4096;
   add("mistral-7b", "mistralai/Mistral-7B-v0.1", "MistralForCausalLM",
       "huggingface.co/mistralai/Mistral-7B-v0.1 config.json (transformers 4.34)", mistral,
+      {"<s>", "</s>"}, 0, 1, true);
+  // Mixture of experts (every layer sparse in both).
+  ModelConfig qwen3_moe =
+      preset_config("qwen3_moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 1e-6, 1000000.0,
+                    false);
+  qwen3_moe.qk_norm = true;
+  qwen3_moe.router.n_experts = 128;
+  qwen3_moe.router.top_k = 8;
+  qwen3_moe.router.norm_topk_prob = true;
+  qwen3_moe.d_ff_expert = 768;
+  qwen3_moe.layer_moe.assign(48, true);
+  add("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM",
+      "huggingface.co/Qwen/Qwen3-30B-A3B config.json (transformers 4.51.0)", qwen3_moe,
+      qwen_specials, -1, 2, false);
+  ModelConfig mixtral =
+      preset_config("mixtral", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1e-5, 1000000.0, false);
+  mixtral.router.n_experts = 8;
+  mixtral.router.top_k = 2;
+  mixtral.router.norm_topk_prob = true;
+  mixtral.d_ff_expert = 14336;
+  mixtral.layer_moe.assign(32, true);
+  add("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "MixtralForCausalLM",
+      "huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json (transformers 4.36)", mixtral,
       {"<s>", "</s>"}, 0, 1, true);
   add("tiny", "none (arbiter test shape)", "LlamaForCausalLM",
       "arbiter: a 2-layer llama small enough for unit tests",

@@ -1,0 +1,55 @@
+// The mixture-of-experts feed-forward block, usable by any family whose layers are pre-norm
+// decoders (llama.cpp's qwen2_moe, qwen3_moe, mixtral today):
+//   out = sum over the k routed experts e of w_e * down_e(silu(gate_e(xn)) * up_e(xn))
+//         [+ sigmoid(xn @ shared_gate^T) * shared(xn)]           (Qwen2-MoE's shared expert)
+// with the router's logits = xn @ W_router^T and the routing of backend/moe_routing.h.
+// Each expert runs on the rows routed to it only, so a tier reads only the selected experts'
+// weights. The routing itself is on the host in f64 from the router's logits as the tier
+// stored them (ref: f64, the oracle; cpu: f32 widened).
+// Stages: "router" (logits [T, E]), "moe" (the routed experts' weighted sum [T, D]) and
+// "shared_expert" (the gated shared expert [T, D]).
+#pragma once
+#include <vector>
+
+#include "model/arch.h"
+
+namespace arbiter {
+
+class JsonConfig;
+
+/// HF names of a family's MoE tensors inside "model.layers.N.": the block's module and the
+/// expert projections (Qwen: mlp / gate_proj, up_proj, down_proj; Mixtral: block_sparse_moe
+/// / w1, w3, w2).
+struct MoeNames {
+  const char* block;
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+
+/// Per-layer tensor slots of a MoE layer, from the family's first free slot: router, shared
+/// expert gate vector, shared gate/up/down, then gate/up/down of each expert.
+int moe_layer_slots(const ModelConfig& c);
+/// Appends layer l's MoE tensors (slots from first_slot) to t.
+void moe_tensors(const ModelConfig& c, const MoeNames& names, int l, int first_slot,
+                 std::vector<TensorSpec>& t);
+
+/// Scratch of the block for forwards of up to T tokens (allocated only for MoE configs).
+struct MoeScratch {
+  MoeScratch(Backend& be, const ModelConfig& c, int T);
+  ~MoeScratch();
+  Backend& be;
+  Buffer router;       // [T, E]
+  Buffer x, y;         // [T, D]: an expert's gathered input rows, and its output
+  Buffer gate, up, act;  // [T, max(F_expert, F_shared)]
+  Buffer shared_gate;  // [T, 1]
+};
+
+/// out[T, D] = the block applied to xn[T, D] at layer l (weights at slots from first_slot).
+void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& xn, int T,
+             const Stages& tap, MoeScratch& s, Buffer& out);
+
+/// The stage names moe_ffn may emit.
+std::vector<std::string> moe_stages();
+
+}  // namespace arbiter
