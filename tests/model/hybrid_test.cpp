@@ -1,7 +1,8 @@
 // The hybrid family (model/archs/hybrid.cpp): Mamba2/attention hybrids. HF's logits of the
 // fixtures are checked in tests/engine/hf_reference_test.cpp; here: a prefill of N tokens
 // equals N one-token steps (byte for byte on ref, within f32 rounding on cpu), a chunked
-// prefill continues the recurrent state, the state cannot rewind, the config readings (both
+// prefill continues the recurrent state, the state cannot rewind, greedy ids agree across
+// tiers, the config readings (both
 // spellings of the layer list, Nemotron-H's pattern, the dt clamps, the gated norm's groups)
 // and the refusals: a missing SSM tensor, mismatched Mamba dimensions, an unknown layer type,
 // each one line naming the file and the key.
@@ -110,12 +111,28 @@ TEST(Hybrid, PrefillEqualsStepsBitForBitOnRef) {
 // cpu: the matmuls take other kernels for one row than for many (gemv vs gemm), so steps
 // differ from the prefill by f32 rounding only: far below the logits' scale (~10).
 TEST(Hybrid, PrefillMatchesStepsOnCpu) {
-  auto be = make_backend({"cpu"});
+  auto be = make_backend({"cpu", "", 1});  // one thread: these shapes are too small to share
   for (const char* dir : kFixtures) {
     auto m = load_model(test::source_path(dir));
-    const Runs r = run_three_ways(*m, *be, prompt_of(dir, 20), 7);
+    const Runs r = run_three_ways(*m, *be, prompt_of(dir, 12), 5);
     EXPECT_LE(max_diff(r.prefill, r.steps), 1e-4) << dir;
     EXPECT_LE(max_diff(r.prefill, r.chunks), 1e-4) << dir;
+  }
+}
+
+// Greedy decoding (prefill, then one-token steps through the recurrent states): cpu (f32)
+// picks the ids ref (f64) picks, 16 tokens behind a short prompt on every fixture.
+TEST(Hybrid, GreedyIdsOnCpuEqualRef) {
+  for (const char* dir : kFixtures) {
+    auto m = load_model(test::source_path(dir));
+    const std::vector<int32_t> prompt = m->tokenizer->encode("Once upon a time, a cat", true, false);
+    std::vector<std::vector<int32_t>> ids;
+    for (const char* tier : {"ref", "cpu"}) {
+      auto be = make_backend({tier, "", 1});
+      Session s(*m, *be, int(prompt.size()) + 16);
+      ids.push_back(test::greedy_by_summarize(s, prompt, 16));
+    }
+    EXPECT_EQ(ids[1], ids[0]) << dir;
   }
 }
 
@@ -280,4 +297,26 @@ TEST(Hybrid, MissingOrMisshapenSsmTensorsAreRefused) {
   const std::string wrong = make_dir("hybrid-dstate", "", wide);
   e = error_of([&] { load_model(wrong); });
   expect_one_line(e, wrong, "model.layers.0.mamba.in_proj.weight");
+}
+
+// bench's work model: a decode step reads every weight once (one embedding row) but only k of
+// the E routed experts. Counted here from the checkpoint's own tensors.
+TEST(Hybrid, DecodeReadsOnlyTheRoutedExpertsWeights) {
+  for (const char* dir : {"tests/fixtures/models/tiny-granite-h-moe",
+                          "tests/fixtures/models/tiny-nemotron-h"}) {
+    auto m = load_model(test::source_path(dir));
+    SafetensorsSet st = SafetensorsSet::open_dir(test::source_path(dir));
+    double want = 0, experts = 0;
+    for (const auto& [name, t] : st.tensors()) {
+      const double bytes = double(t.nbytes());
+      if (name.find("embed") != std::string::npos) want += bytes / double(t.shape[0]);
+      else if (name.find(".experts.") != std::string::npos ||
+               name.find("block_sparse_moe.input_linear") != std::string::npos ||
+               name.find("block_sparse_moe.output_linear") != std::string::npos)
+        experts += bytes;
+      else want += bytes;
+    }
+    want += experts * 2 / 4;  // top-2 of 4 experts
+    EXPECT_DOUBLE_EQ(m->arch->weight_bytes_per_token(*m), want) << dir;
+  }
 }

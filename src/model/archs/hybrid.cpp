@@ -337,7 +337,21 @@ class Hybrid final : public Arch {
             {"attn_scale", c.attn_scale},
             {"embedding_multiplier", c.embed_mult},
             {"residual_multiplier", c.residual_mult},
-            {"logits_scaling", c.logits_scaling}};
+            {"logits_scaling", c.logits_scaling},
+            {"moe_experts", c.moe_experts},
+            {"moe_top_k", c.moe_top_k},
+            {"moe_ff", c.moe_ff}};
+  }
+
+  // Arch's default (every distinct tensor once), but a decode step reads only k of the E
+  // routed experts' matrices.
+  double weight_bytes_per_token(const Model& m) const override {
+    const ModelConfig& c = m.config;
+    double w = Arch::weight_bytes_per_token(m), experts = 0;
+    for (const TensorSpec& s : m.weights.specs)
+      if (s.role.rfind("expert", 0) == 0) experts += double(m.weights.at(s).nbytes());
+    if (c.moe_experts > 0) w -= experts * (1.0 - double(c.moe_top_k) / c.moe_experts);
+    return w;
   }
 
   // K and V of the attention layers, plus the recurrent states each step reads and writes
@@ -367,6 +381,10 @@ class Hybrid final : public Arch {
       if (b == '*') matmul += 2 * D * Hq + 2 * D * Hk, attn_layers += 1;
       if (b == '-') matmul += 2 * D * F;
       if (granite(c)) matmul += 3 * D * F;
+      const bool moe = b == 'E' || (granite(c) && c.moe_experts > 0);
+      if (moe)  // router + k experts (+ Nemotron-H's shared expert; Granite's is counted above)
+        matmul += D * c.moe_experts + double(c.moe_top_k) * (granite(c) ? 3 : 2) * D * c.moe_ff +
+                  (granite(c) ? 0 : 2 * D * c.moe_shared_ff);
     }
     const double keys = double(pos0) + (T + 1) / 2.0;  // mean keys attended per token
     return 2.0 * matmul + scan + 4.0 * Hq * keys * attn_layers;
