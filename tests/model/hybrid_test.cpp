@@ -15,11 +15,14 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "engine/inject.h"
+#include "engine/probe.h"
 #include "engine/session.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "verify/localize/drift.h"
 
 using namespace arbiter;
 
@@ -319,4 +322,64 @@ TEST(Hybrid, DecodeReadsOnlyTheRoutedExpertsWeights) {
     want += experts * 2 / 4;  // top-2 of 4 experts
     EXPECT_DOUBLE_EQ(m->arch->weight_bytes_per_token(*m), want) << dir;
   }
+}
+
+// Localization on the hybrids: every stage the forward emits is declared (what --inject
+// accepts), the mixer's stages are there, and drift of cpu against ref, prefill and step
+// path, flags no stage (each op within its rounding bound).
+TEST(Hybrid, DriftCpuAgainstRefFlagsNothing) {
+  for (const char* dir : kFixtures) {
+    auto m = load_model(test::source_path(dir));
+    const std::vector<int32_t> ids = prompt_of(dir, 16);
+    auto a = make_backend({"ref", "", 1});
+    auto b = make_backend({"cpu", "", 1});
+    for (int w : {16, 1}) {
+      Session sa(*m, *a, 16, w), sb(*m, *b, 16, w);
+      Capture ca = capture_forwards(sa, ids, w), cb = capture_forwards(sb, ids, w);
+      Capture cl = replay_forwards(sb, ca);
+      const std::vector<std::string> declared = m->arch->stages();
+      for (const StageRecord& r : ca[0].stages)
+        EXPECT_NE(std::find(declared.begin(), declared.end(), r.name), declared.end()) << r.name;
+      const int mixer = int(m->config.layer_blocks.find('M'));
+      for (const char* stage : {"ssm_conv", "ssm_scan", "ssm_norm", "ssm_out"})
+        EXPECT_NE(ca[0].find(stage, mixer), nullptr) << dir << " " << stage;
+      const Roundoff u = coarser(roundoff_of(a->compute()), roundoff_of(b->compute()));
+      const verify::DriftReport r = verify::drift_compare(ca, cb, cl, u);
+      EXPECT_EQ(r.n_flagged, 0) << dir << " width " << w;
+    }
+  }
+}
+
+// A fault inside the mixer is named by drift at its stage and layer, on the prefill and the
+// step path alike.
+TEST(Hybrid, DriftNamesAFaultInsideTheMixer) {
+  struct FaultCase {
+    const char* dir;
+    const char* inject;
+    const char* stage;
+    int layer;
+  };
+  const FaultCase kFaults[] = {
+      {"tests/fixtures/models/tiny-nemotron-h", "op=ssm_scan,layer=0,scale=1.01", "ssm_scan", 0},
+      {kGranite, "op=ssm_conv,layer=2,noise=0.001", "ssm_conv", 2},
+      {kGranite, "op=ssm_norm,layer=0,scale=0.99", "ssm_norm", 0},
+  };
+  for (const FaultCase& fc : kFaults)
+    for (int w : {16, 1}) {
+      auto m = load_model(test::source_path(fc.dir));
+      const std::vector<int32_t> ids = prompt_of(fc.dir, 16);
+      auto a = make_backend({"ref", "", 1});
+      auto b = make_backend({"cpu", "", 1});
+      Session sa(*m, *a, 16, w), sb(*m, *b, 16, w);
+      sb.set_inject(InjectSpec::parse(fc.inject));
+      Capture ca = capture_forwards(sa, ids, w), cb = capture_forwards(sb, ids, w);
+      Capture cl = replay_forwards(sb, ca);
+      const Roundoff u = coarser(roundoff_of(a->compute()), roundoff_of(b->compute()));
+      const verify::DriftReport r = verify::drift_compare(ca, cb, cl, u);
+      ASSERT_GE(r.first_flagged, 0) << fc.inject << " width " << w;
+      const verify::DriftRow& first = r.rows[size_t(r.first_flagged)];
+      EXPECT_EQ(first.id.stage, fc.stage) << fc.inject << " width " << w;
+      EXPECT_EQ(first.id.layer, fc.layer) << fc.inject << " width " << w;
+      EXPECT_EQ(r.n_flagged, 1) << fc.inject << " width " << w;
+    }
 }
