@@ -62,7 +62,8 @@ Runs run_three_ways(const Model& m, Backend& be, const std::vector<int32_t>& p, 
   return r;
 }
 
-double max_diff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+double max_diff(const std::vector<std::vector<double>>& a,
+                const std::vector<std::vector<double>>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i)
     for (size_t v = 0; v < a[i].size(); ++v) worst = std::max(worst, std::fabs(a[i][v] - b[i][v]));
@@ -128,7 +129,8 @@ TEST(Hybrid, PrefillMatchesStepsOnCpu) {
 TEST(Hybrid, GreedyIdsOnCpuEqualRef) {
   for (const char* dir : kFixtures) {
     auto m = load_model(test::source_path(dir));
-    const std::vector<int32_t> prompt = m->tokenizer->encode("Once upon a time, a cat", true, false);
+    const std::vector<int32_t> prompt =
+        m->tokenizer->encode("Once upon a time, a cat", true, false);
     std::vector<std::vector<int32_t>> ids;
     for (const char* tier : {"ref", "cpu"}) {
       auto be = make_backend({tier, "", 1});

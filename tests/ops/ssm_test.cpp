@@ -70,7 +70,8 @@ TEST(SsmConvRef, MatchesTheDefinitionAndStepsEqualOneCall) {
       xt.be->write(xt.b, 0, C, in.x.data() + size_t(t) * C);
       ref->ssm_conv(xt.b, in.wt->t, &in.bt->t, 1, C, K, st1.b, one.b);
       const std::vector<double> row = one.read();
-      EXPECT_TRUE(std::equal(row.begin(), row.end(), got.begin() + int64_t(t) * C)) << what << " t=" << t;
+      EXPECT_TRUE(std::equal(row.begin(), row.end(), got.begin() + int64_t(t) * C))
+          << what << " t=" << t;
     }
     EXPECT_EQ(st1.read(), st.read()) << what;
   }
@@ -240,7 +241,8 @@ TEST(RmsnormGatedRef, MatchesTheDefinitionPerGroup) {
   for (const NormCase& c : kNorm) {
     ++seed;
     const int64_t n = int64_t(c.R) * c.W;
-    const std::vector<double> y = values(n, seed, 1.0, DType::F64), z = values(n, seed + 1, 2.0, DType::F64);
+    const std::vector<double> y = values(n, seed, 1.0, DType::F64);
+    const std::vector<double> z = values(n, seed + 1, 2.0, DType::F64);
     const std::vector<double> wv = values(c.W, seed + 2, 1.0, DType::BF16);
     auto w = make_tensor("norm", {c.W}, wv, DType::BF16);
     std::vector<double> want(static_cast<size_t>(n));
@@ -310,7 +312,10 @@ TEST_P(Relu2, MatchesTheDefinition) {
     }
     be->relu2(xb.b, n, ob.b);
     std::vector<double> want(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) want[size_t(i)] = x[size_t(i)] > 0 ? x[size_t(i)] * x[size_t(i)] : 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[size_t(i)];
+      want[size_t(i)] = v > 0 ? v * v : 0.0;
+    }
     // One product rounded to the tier's type.
     check_close("relu2", tier, strformat("n=%lld", (long long)n), 4700, ob.read(), want,
                 nmse_bound(tier.compute, tier.compute, 0, 1));

@@ -15,7 +15,9 @@ float silu(float v) { return v / (1.f + std::exp(-v)); }
 void ssm_conv_f32(const float* x, const float* w, const float* b, int T, int C, int K,
                   float* state, float* out) {
   // seq = [state; x]: the row r < K-1 is state's, K-1+t is x's t.
-  auto row = [&](int r) { return r < K - 1 ? state + int64_t(r) * C : x + int64_t(r - (K - 1)) * C; };
+  auto row = [&](int r) {
+    return r < K - 1 ? state + int64_t(r) * C : x + int64_t(r - (K - 1)) * C;
+  };
   std::vector<float> acc(static_cast<size_t>(C));
   for (int t = 0; t < T; ++t) {
     std::fill(acc.begin(), acc.end(), 0.f);

@@ -518,7 +518,8 @@ class Hybrid final : public Arch {
       Route r = route(spec, logits.data() + size_t(t) * E, nemotron ? bias.data() : nullptr);
       std::vector<size_t> order(r.ids.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.ids[a] < r.ids[b]; });
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return r.ids[a] < r.ids[b]; });
       be.read(s.xn, int64_t(t) * D, D, xrow.data());
       be.write(s.xt, 0, D, xrow.data());
       for (size_t i : order) {
@@ -577,7 +578,8 @@ class Hybrid final : public Arch {
     if (j.flag("mamba_proj_bias", false)) j.fail("mamba_proj_bias=true is not supported");
     const int64_t experts = j.has("num_local_experts") ? j.integer("num_local_experts") : 8;
     if (experts < 0 || experts > kMaxExperts)
-      j.fail(strformat("num_local_experts %lld is outside [0, %d]", (long long)experts, kMaxExperts));
+      j.fail(strformat("num_local_experts %lld is outside [0, %d]", (long long)experts,
+                       kMaxExperts));
     c.moe_experts = int(experts);
     if (c.moe_experts > 0) {
       c.moe_top_k = j.positive_int("num_experts_per_tok", 2);
@@ -634,9 +636,11 @@ class Hybrid final : public Arch {
       if (j.flag(key, false)) j.fail(std::string(key) + "=true is not supported");
     if (j.has("sliding_window")) j.fail("sliding_window is not supported (expected null)");
     if (j.has("mamba_hidden_act") && j.str("mamba_hidden_act") != "silu")
-      j.fail("mamba_hidden_act \"" + j.str("mamba_hidden_act") + "\" is not supported (expected silu)");
+      j.fail("mamba_hidden_act \"" + j.str("mamba_hidden_act") +
+             "\" is not supported (expected silu)");
     if (j.has("mlp_hidden_act") && j.str("mlp_hidden_act") != "relu2")
-      j.fail("mlp_hidden_act \"" + j.str("mlp_hidden_act") + "\" is not supported (expected relu2)");
+      j.fail("mlp_hidden_act \"" + j.str("mlp_hidden_act") +
+             "\" is not supported (expected relu2)");
     // layers_block_type (5.17) or the Hub's hybrid_override_pattern; HF's default pattern.
     if (j.has("layers_block_type")) {
       read_blocks(j, "layers_block_type", -1, true, c);
@@ -672,7 +676,8 @@ class Hybrid final : public Arch {
     c.ssm_groups = j.positive_int(j.has("mamba_n_groups") ? "mamba_n_groups" : "n_groups", 8);
     c.ssm_state = j.positive_int("ssm_state_size", 128);
     c.ssm_conv = j.positive_int(j.has("mamba_d_conv") ? "mamba_d_conv" : "conv_kernel", 4);
-    c.ssm_chunk = j.positive_int(j.has("mamba_chunk_size") ? "mamba_chunk_size" : "chunk_size", 128);
+    c.ssm_chunk =
+        j.positive_int(j.has("mamba_chunk_size") ? "mamba_chunk_size" : "chunk_size", 128);
     c.ssm_conv_bias = j.flag(j.has("mamba_conv_bias") ? "mamba_conv_bias" : "use_conv_bias", true);
     // Zamba2MambaMixer.torch_forward clamps dt from below at time_step_min and ignores
     // time_step_limit.
