@@ -159,6 +159,35 @@ class Backend {
                                 int T, int pos0, int H, int Hkv, int Dh, int window,
                                 double scale, double softcap, Buffer& out);
 
+  // --- ops of the Mamba2 hybrids (Granite 4.0-H, Nemotron-H) ------------------------------
+  // Semantics of HF's Mamba2 mixers (GraniteMoeHybridMambaLayer / NemotronHMamba2Mixer
+  // torch_forward, v5.17). A tier without a kernel keeps the default, which refuses with one
+  // line naming the tier and the op, as for the gemma ops.
+
+  /// Mamba2's causal depthwise conv1d (width K) with its rolling state, then SiLU. With
+  /// seq = [state (K-1 rows); x (T rows)]: out[t, c] = silu(sum_k w[c, k] seq[t + k, c] + b[c]),
+  /// then state = the last K-1 rows of seq. x, out [T, C] (out may not alias x), state
+  /// [K-1, C] (zeros for a fresh sequence), w [C, (1,) K] (HF conv1d.weight), bias [C] or null.
+  virtual void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K,
+                        Buffer& state, Buffer& out);
+  /// Mamba2's selective scan over T tokens from state [nh, hd, N] (updated in place), token by
+  /// token; head h reads group g = h / (nh / G) of B and C:
+  ///   dt = clamp(softplus(dt_raw[t, h] + dt_bias[h]), dt_min, dt_max)  (softplus(v) = v above 20)
+  ///   state[h, p, n] = exp(dt * -exp(A_log[h])) state[h, p, n] + dt B[t, g, n] x[t, h, p]
+  ///   y[t, h, p] = sum_n state[h, p, n] C[t, g, n] + D[h] x[t, h, p]
+  /// xbc [T, nh*hd + 2*G*N] holds x, B, C side by side (ssm_conv's output); dt_raw [T, nh];
+  /// y [T, nh*hd]. T == 1 is the decode step.
+  virtual void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
+                        const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max,
+                        int T, int nh, int hd, int G, int N, Buffer& state, Buffer& y);
+  /// out[R, W] = w * (v / rms(v)) with v = y * silu(z), the RMS taken over each group of
+  /// `group` consecutive columns (eps inside the sqrt): HF GraniteMoeHybridRMSNormGated
+  /// (group = W) and Zamba2RMSNormGated as Nemotron-H uses it (group = W / n_groups).
+  virtual void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W,
+                             int group, double eps, Buffer& out);
+  /// out[n] = max(x[n], 0)^2 (Nemotron-H's relu2 MLP activation).
+  virtual void relu2(const Buffer& x, int64_t n, Buffer& out);
+
   // --- stage taps and fused ops (backend/fused_ops.cpp) -----------------------------------
   // Each fused op has a default made of the ops above, called one by one with the stage taps
   // (backend/tap.h) applied between them, so a tier without a fused kernel (ref, cpu)

@@ -103,9 +103,10 @@ void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Ten
 
 namespace {
 
-[[noreturn]] void not_implemented(const Backend& be, const char* op) {
-  throw Error("[" + be.device_name() + "] " + op +
-              " (a gemma op) is not implemented on this tier; gemma models run on ref and cpu");
+[[noreturn]] void not_implemented(const Backend& be, const char* op,
+                                  const char* family = "gemma") {
+  throw Error("[" + be.device_name() + "] " + op + " (a " + family +
+              " op) is not implemented on this tier; " + family + " models run on ref and cpu");
 }
 
 }  // namespace
@@ -122,6 +123,20 @@ void Backend::scaled_attention(const Buffer&, const Buffer&, const Buffer&, int,
                                int, int, double, double, Buffer&) {
   not_implemented(*this, "scaled_attention");
 }
+
+void Backend::ssm_conv(const Buffer&, const Tensor&, const Tensor*, int, int, int, Buffer&,
+                       Buffer&) {
+  not_implemented(*this, "ssm_conv", "hybrid");
+}
+void Backend::ssm_scan(const Buffer&, const Buffer&, const Tensor&, const Tensor&, const Tensor&,
+                       double, double, int, int, int, int, int, Buffer&, Buffer&) {
+  not_implemented(*this, "ssm_scan", "hybrid");
+}
+void Backend::rmsnorm_gated(const Buffer&, const Buffer&, const Tensor&, int, int, int, double,
+                            Buffer&) {
+  not_implemented(*this, "rmsnorm_gated", "hybrid");
+}
+void Backend::relu2(const Buffer&, int64_t, Buffer&) { not_implemented(*this, "relu2", "hybrid"); }
 
 void Backend::pick_greedy(const Buffer& logits, int row, int V) {
   std::vector<LogitsSummary> s;

@@ -42,6 +42,33 @@ struct ModelConfig {
   RouterSpec router;            // n_experts == 0: no MoE layer
   int d_ff_expert = 0;
   int d_ff_shared = 0;
+  // hybrid (model/archs/hybrid.cpp): Mamba2/attention hybrids. Each layer's block, as
+  // Nemotron-H's pattern letters: 'M' Mamba2 mixer, '*' attention, '-' MLP, 'E' MoE. Granite
+  // layers are 'M' or '*', each followed by its MLP in the same layer.
+  std::string layer_blocks;     // [L]; empty for the other families
+  int ssm_heads = 0;            // nh
+  int ssm_head_dim = 0;         // hd (nh * hd = the mixer's inner width I)
+  int ssm_state = 0;            // N (d_state)
+  int ssm_groups = 0;           // G (n_groups): heads share B and C within a group
+  int ssm_conv = 0;             // K (d_conv)
+  int ssm_chunk = 0;            // chunk_size (HF's chunked scan; the result does not depend on it)
+  double ssm_dt_min = 0, ssm_dt_max = 0;  // dt's clamp
+  bool ssm_conv_bias = true;
+  bool ssm_norm_per_group = false;  // Nemotron-H: the gated norm's RMS per group of I / G
+  bool use_rope = true;         // Granite position_embedding_type "rope" (Nemotron-H: none)
+  double embed_mult = 1;        // Granite embedding_multiplier
+  double residual_mult = 1;     // Granite residual_multiplier
+  double logits_scaling = 1;    // Granite: logits divided by it
+  // The hybrids' MoE layers (Granite: every layer when num_local_experts > 0; Nemotron-H: 'E'
+  // blocks), routed by backend/moe_routing.h: E experts of FFN moe_ff, k per token, and a
+  // shared expert (Granite: shared_mlp of d_ff; Nemotron-H: moe_shared_ff).
+  int moe_experts = 0;          // E (0: dense)
+  int moe_top_k = 0;            // k
+  int moe_ff = 0;
+  int moe_shared_ff = 0;
+  bool moe_norm_topk = false;   // Nemotron-H norm_topk_prob
+  double moe_scaling = 1;       // Nemotron-H routed_scaling_factor
+  int moe_n_group = 1, moe_topk_group = 1;  // Nemotron-H group-limited selection
 };
 
 }  // namespace arbiter

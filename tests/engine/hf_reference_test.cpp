@@ -2,8 +2,10 @@
 // implementation; tools/make_fixtures.py), on the four architecture fixtures
 // (tests/fixtures/models: llama with llama3 RoPE scaling, mistral with a sliding window,
 // qwen2 with QKV bias, qwen3 with q/k norm), the gemma fixtures (gemma3: sliding and full
-// layers with their own RoPEs, q/k norm, final softcap; gemma2: attention softcap) and the
-// shipped TinyStories-656K.
+// layers with their own RoPEs, q/k norm, final softcap; gemma2: attention softcap), the
+// Mamba2 hybrids (tiny-granite-h: dense, no RoPE; tiny-granite-h-moe: MoE, RoPE;
+// tiny-nemotron-h: mixer, sigmoid-routed MoE, attention, relu2 MLP) and the shipped
+// TinyStories-656K.
 // The corpus tokenization is checked too: the fixtures' prompt ids come from HF tokenizers.
 // To add a model: add its directory and reference JSON to kCases.
 #include <gtest/gtest.h>
@@ -44,6 +46,13 @@ const Case kCases[] = {
      1e-9},
     {"tests/fixtures/models/tiny-qwen2-moe",
      "tests/fixtures/models/tiny-qwen2-moe/reference_logits.json", 1e-9},
+    // Issue 24 asks 1e-9 of the Mamba2 hybrids too.
+    {"tests/fixtures/models/tiny-granite-h",
+     "tests/fixtures/models/tiny-granite-h/reference_logits.json", 1e-9},
+    {"tests/fixtures/models/tiny-granite-h-moe",
+     "tests/fixtures/models/tiny-granite-h-moe/reference_logits.json", 1e-9},
+    {"tests/fixtures/models/tiny-nemotron-h",
+     "tests/fixtures/models/tiny-nemotron-h/reference_logits.json", 1e-9},
     {"models/TinyStories-656K", "tests/fixtures/reference/TinyStories-656K.json"},
     {"models/TinyStories-656K/fp32", "tests/fixtures/reference/TinyStories-656K-fp32.json"},
 };

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/ssm.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -242,6 +243,65 @@ class CpuBackend final : public Backend {
     elementwise(n, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i)
         o[i] = 0.5f * g[i] * (1.f + std::tanh(c * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i];
+    });
+  }
+
+  void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K,
+                Buffer& state, Buffer& out) override {
+    stats_.record("ssm_conv", "cpu.ssm_conv");
+    ARB_ASSERT(w.numel() == int64_t(C) * K && (!bias || bias->numel() == C) && K >= 1);
+    ARB_ASSERT(x.n >= int64_t(T) * C && out.n >= int64_t(T) * C && state.n >= int64_t(K - 1) * C);
+    widen_small(w, wbuf_);
+    if (bias) widen_small(*bias, bias_buf_);
+    ssm_conv_f32(f32(x), wbuf_.data(), bias ? bias_buf_.data() : nullptr, T, C, K, f32(state),
+                 f32(out));
+  }
+
+  void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D,
+                const Tensor& dt_bias, double dt_min, double dt_max, int T, int nh, int hd, int G,
+                int N, Buffer& state, Buffer& y) override {
+    stats_.record("ssm_scan", "cpu.ssm_scan");
+    ARB_ASSERT(nh % G == 0 && A_log.numel() == nh && D.numel() == nh && dt_bias.numel() == nh);
+    std::vector<float> a_log, d, db;
+    widen_small(A_log, a_log);
+    widen_small(D, d);
+    widen_small(dt_bias, db);
+    ScanArgs a;
+    a.xbc = f32(xbc);
+    a.dt_raw = f32(dt_raw);
+    a.a_log = a_log.data();
+    a.d = d.data();
+    a.dt_bias = db.data();
+    a.dt_min = dt_min;
+    a.dt_max = dt_max;
+    a.T = T;
+    a.nh = nh;
+    a.hd = hd;
+    a.G = G;
+    a.N = N;
+    a.state = f32(state);
+    a.y = f32(y);
+    ssm_scan_f32(a, pool_);
+  }
+
+  void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
+                     double eps, Buffer& out) override {
+    stats_.record("rmsnorm_gated", "cpu.rmsnorm_gated");
+    ARB_ASSERT(group >= 1 && W % group == 0 && w.numel() == W);
+    widen_small(w, wbuf_);
+    rmsnorm_gated_f32(f32(y), f32(z), wbuf_.data(), R, W, group, float(eps), f32(out));
+  }
+
+  void relu2(const Buffer& x, int64_t n, Buffer& out) override {
+    stats_.record("relu2", "cpu.relu2");
+    ARB_ASSERT(x.n >= n && out.n >= n);
+    const float* xp = f32(x);
+    float* o = f32(out);
+    elementwise(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float v = std::max(xp[i], 0.f);
+        o[i] = v * v;
+      }
     });
   }
 

@@ -224,6 +224,93 @@ class RefBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) f64(x)[i] = std::tanh(f64(x)[i] / cap) * cap;
   }
 
+  void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K,
+                Buffer& state, Buffer& out) override {
+    stats_.record("ssm_conv", "ref.ssm_conv");
+    ARB_ASSERT(w.numel() == int64_t(C) * K && (!bias || bias->numel() == C) && K >= 1);
+    std::vector<double> wd(size_t(C) * K), bd(size_t(C), 0.0);
+    row_to_f64(w.dtype, w.data, wd.data(), int64_t(C) * K);
+    if (bias) row_to_f64(bias->dtype, bias->data, bd.data(), C);
+    // seq = [state; x]: row r < K-1 of seq is state row r, row K-1+t is x row t.
+    auto seq = [&](int r, int c) {
+      return r < K - 1 ? f64(state)[int64_t(r) * C + c] : f64(x)[int64_t(r - (K - 1)) * C + c];
+    };
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        double acc = 0;
+        for (int k = 0; k < K; ++k) acc += wd[size_t(c) * K + k] * seq(t + k, c);
+        acc += bd[size_t(c)];
+        f64(out)[int64_t(t) * C + c] = acc / (1.0 + std::exp(-acc));
+      }
+    std::vector<double> next(size_t(K - 1) * C);  // the last K-1 rows of seq
+    for (int r = 0; r < K - 1; ++r)
+      for (int c = 0; c < C; ++c) next[size_t(r) * C + c] = seq(T + r, c);
+    std::copy(next.begin(), next.end(), f64(state));
+  }
+
+  void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D,
+                const Tensor& dt_bias, double dt_min, double dt_max, int T, int nh, int hd, int G,
+                int N, Buffer& state, Buffer& y) override {
+    stats_.record("ssm_scan", "ref.ssm_scan");
+    ARB_ASSERT(nh % G == 0 && A_log.numel() == nh && D.numel() == nh && dt_bias.numel() == nh);
+    std::vector<double> a_log(static_cast<size_t>(nh)), dd(a_log), db(a_log);
+    row_to_f64(A_log.dtype, A_log.data, a_log.data(), nh);
+    row_to_f64(D.dtype, D.data, dd.data(), nh);
+    row_to_f64(dt_bias.dtype, dt_bias.data, db.data(), nh);
+    const int64_t I = int64_t(nh) * hd, width = I + 2 * int64_t(G) * N;
+    const int heads_per_group = nh / G;
+    for (int t = 0; t < T; ++t) {
+      const double* xt = f64(xbc) + t * width;
+      const double* Bt = xt + I;
+      const double* Ct = Bt + int64_t(G) * N;
+      for (int h = 0; h < nh; ++h) {
+        const int g = h / heads_per_group;
+        const double v = f64(dt_raw)[int64_t(t) * nh + h] + db[size_t(h)];
+        double dt = v > 20 ? v : std::log1p(std::exp(v));  // torch softplus, threshold 20
+        dt = std::min(std::max(dt, dt_min), dt_max);
+        const double decay = std::exp(dt * -std::exp(a_log[size_t(h)]));
+        for (int p = 0; p < hd; ++p) {
+          const double xp = xt[int64_t(h) * hd + p];
+          double* s = f64(state) + (int64_t(h) * hd + p) * N;
+          double acc = 0;
+          for (int n = 0; n < N; ++n) {
+            s[n] = decay * s[n] + dt * Bt[int64_t(g) * N + n] * xp;
+            acc += s[n] * Ct[int64_t(g) * N + n];
+          }
+          f64(y)[int64_t(t) * I + int64_t(h) * hd + p] = acc + dd[size_t(h)] * xp;
+        }
+      }
+    }
+  }
+
+  void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
+                     double eps, Buffer& out) override {
+    stats_.record("rmsnorm_gated", "ref.rmsnorm_gated");
+    ARB_ASSERT(group >= 1 && W % group == 0 && w.numel() == W);
+    std::vector<double> wd(static_cast<size_t>(W)), v(static_cast<size_t>(group));
+    row_to_f64(w.dtype, w.data, wd.data(), W);
+    for (int r = 0; r < R; ++r)
+      for (int g0 = 0; g0 < W; g0 += group) {
+        const int64_t o = int64_t(r) * W + g0;
+        double ss = 0;
+        for (int i = 0; i < group; ++i) {
+          const double zi = f64(z)[o + i];
+          v[size_t(i)] = f64(y)[o + i] * (zi / (1.0 + std::exp(-zi)));
+          ss += v[size_t(i)] * v[size_t(i)];
+        }
+        const double inv = 1.0 / std::sqrt(ss / group + eps);
+        for (int i = 0; i < group; ++i) f64(out)[o + i] = v[size_t(i)] * inv * wd[size_t(g0 + i)];
+      }
+  }
+
+  void relu2(const Buffer& x, int64_t n, Buffer& out) override {
+    stats_.record("relu2", "ref.relu2");
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = std::max(f64(x)[i], 0.0);
+      f64(out)[i] = v * v;
+    }
+  }
+
   void add(Buffer& x, const Buffer& y, int64_t n) override {
     stats_.record("add", "ref.add");
     for (int64_t i = 0; i < n; ++i) f64(x)[i] += f64(y)[i];

@@ -13,17 +13,21 @@
 namespace arbiter {
 
 /// The KV cache of every layer ([max_ctx] rows, sliding layers too) and the scratch of
-/// forwards of up to max_T tokens.
-class DecoderState final : public ForwardState {
+/// forwards of up to max_T tokens. A non-empty kv_layers (the hybrids) limits the caches to the
+/// layers it marks; the others get none.
+class DecoderState : public ForwardState {
  public:
-  DecoderState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_) : be_(be) {
+  DecoderState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_,
+               const std::vector<bool>& kv_layers = {})
+      : be_(be) {
     const int64_t T = max_T_, D = c.d_model, q_dim = int64_t(c.n_head) * c.head_dim;
     const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff;
     max_T = max_T_;
     max_ctx = max_ctx_;
     for (int l = 0; l < c.n_layer; ++l) {
-      k_cache.push_back(be.alloc(max_ctx * kv_dim));  // [max_ctx, Hkv*Dh]
-      v_cache.push_back(be.alloc(max_ctx * kv_dim));
+      const bool kv = kv_layers.empty() || kv_layers[size_t(l)];
+      k_cache.push_back(kv ? be.alloc(max_ctx * kv_dim) : Buffer{});  // [max_ctx, Hkv*Dh]
+      v_cache.push_back(kv ? be.alloc(max_ctx * kv_dim) : Buffer{});
     }
     x = be.alloc(T * D);
     xn = be.alloc(T * D);
@@ -42,14 +46,14 @@ class DecoderState final : public ForwardState {
   ~DecoderState() override {
     for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})
       be_.free(*b);
-    for (Buffer& b : k_cache) be_.free(b);
+    for (Buffer& b : k_cache) be_.free(b);  // an empty Buffer frees as a no-op on every tier
     for (Buffer& b : v_cache) be_.free(b);
   }
   std::vector<Buffer> k_cache, v_cache;
   Buffer x, xn, q, k, v, att, o, gate, up, act, down;  // [max_T, ...]
   std::unique_ptr<MoeScratch> moe;  // MoE configs only
 
- private:
+ protected:
   Backend& be_;
 };
 

@@ -1,0 +1,755 @@
+// The hybrid family: Mamba2/attention hybrids. GraniteMoeHybridForCausalLM (granite-4.0-h)
+// and NemotronHForCausalLM (Nemotron-H, Nemotron 3). Semantics from transformers v5.17's
+// modeling_granitemoehybrid.py and modeling_nemotron_h.py (its mixer is Zamba2MambaMixer's).
+//
+// Granite, per layer (pre-norm, both sublayers scaled by residual_multiplier):
+//   x += m * mixer(input_layernorm(x)),  mixer = Mamba2 or attention (layer_types)
+//   x += m * shared_mlp(xn),             xn = post_attention_layernorm(x); shared_mlp is
+//        SwiGLU with gate and up stacked in input_linear
+// with the embedding times embedding_multiplier, attention scores times attention_multiplier,
+// RoPE only under position_embedding_type "rope", and the logits divided by logits_scaling.
+// Nemotron-H: one block per layer, x += block(norm(x)), the block a Mamba2 mixer ('M'),
+// attention without RoPE ('*'), a relu2 MLP ('-') or an MoE ('E'), after its pattern string.
+//
+// The Mamba2 mixer: in_proj gives z [I], xBC [I + 2 G N] and dt [nh]; xBC goes through the
+// causal conv (ssm_conv) and the selective scan (ssm_scan, from the layer's state); then
+// out_proj(rmsnorm_gated(y, z)). The two models differ inside it in two places, both taken
+// from HF's torch paths: the gated norm's RMS (Granite: the full width; Nemotron-H: each of
+// the n_groups groups) and dt's clamp (Granite: time_step_limit; Nemotron-H: time_step_min
+// from below only, Zamba2MambaMixer's torch_forward).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/moe_routing.h"
+#include "core/error.h"
+#include "io/json_config.h"
+#include "model/archs/decoder_state.h"
+#include "model/model.h"
+#include "model/rope_config.h"
+#include "model/synth.h"
+
+namespace arbiter {
+
+namespace {
+
+enum Global { kEmbed, kOutNorm, kLmHead, kGlobalSlots };
+enum Layer {
+  kNorm,                                                    // the block's (input) norm
+  kInProj, kConvW, kConvB, kALog, kD, kDtBias, kSsmNorm, kOutProj,  // Mamba2 mixer
+  kWq, kWk, kWv, kWo,                                       // attention
+  kFfnNorm,                                                 // Granite post_attention_layernorm
+  kMlpIn, kMlpOut,                                          // Granite shared_mlp (gate; up stacked)
+  kUp, kDown,                                               // Nemotron-H relu2 MLP
+  kRouter, kRouterBias,                                     // MoE router (+ Nemotron-H bias)
+  kExpIn, kExpOut,                                          // Granite experts [E, 2F, D], [E, D, F]
+  kShUp, kShDown,                                           // Nemotron-H shared expert
+  kExpert0,  // Nemotron-H expert e: up at kExpert0 + 2e, down at kExpert0 + 2e + 1
+  kMaxExperts = 512,  // Nemotron-H's per-expert tensors each take a slot
+  kLayerSlots = kExpert0 + 2 * kMaxExperts
+};
+
+bool granite(const ModelConfig& c) { return c.arch == "granitemoehybrid"; }
+
+// Rows [r0, r0 + n) of a matrix as a matrix of their own (in_proj's z / xBC / dt parts,
+// input_linear's gate / up halves): a view into the same storage.
+Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
+  Tensor t;
+  t.name = W.name + part;
+  t.dtype = W.dtype;
+  t.shape = {n, W.cols()};
+  t.data = W.row(r0);
+  return t;
+}
+
+/// DecoderState's KV caches (attention layers only) and scratch, plus each Mamba2 layer's
+/// conv state [K-1, conv_dim] and SSM state [nh, hd, N], and the mixer's scratch.
+class HybridState final : public DecoderState {
+ public:
+  HybridState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_)
+      : DecoderState(be, c, max_ctx_, max_T_, kv_layers(c)) {
+    const int64_t T = max_T_, I = int64_t(c.ssm_heads) * c.ssm_head_dim;
+    const int64_t C = I + 2 * int64_t(c.ssm_groups) * c.ssm_state;
+    for (int l = 0; l < c.n_layer; ++l) {
+      const bool m = c.layer_blocks[size_t(l)] == 'M';
+      conv_state.push_back(m ? be.alloc((c.ssm_conv - 1) * C) : Buffer{});
+      ssm_state.push_back(m ? be.alloc(I * c.ssm_state) : Buffer{});
+    }
+    if (c.moe_experts > 0) {
+      const int64_t Fe = c.moe_ff, D = c.d_model;
+      router = be.alloc(T * c.moe_experts);
+      xt = be.alloc(D);
+      e_gate = be.alloc(Fe);
+      e_up = be.alloc(Fe);
+      e_act = be.alloc(Fe);
+      e_out = be.alloc(D);
+      moe = be.alloc(T * D);
+    }
+    z = be.alloc(T * I);
+    xbc = be.alloc(T * C);
+    xbc_act = be.alloc(T * C);
+    dt = be.alloc(T * c.ssm_heads);
+    y = be.alloc(T * I);
+    yn = be.alloc(T * I);
+  }
+  ~HybridState() override {
+    for (Buffer* b : {&z, &xbc, &xbc_act, &dt, &y, &yn, &router, &xt, &e_gate, &e_up, &e_act,
+                      &e_out, &moe})
+      be_.free(*b);
+    for (Buffer& b : conv_state) be_.free(b);
+    for (Buffer& b : ssm_state) be_.free(b);
+  }
+  /// Zeroes every recurrent state (a sequence starting at position 0).
+  void clear_recurrent() {
+    for (std::vector<Buffer>* v : {&conv_state, &ssm_state})
+      for (Buffer& b : *v)
+        if (b.n) {
+          const std::vector<double> zeros(size_t(b.n), 0.0);
+          be_.write(b, 0, b.n, zeros.data());
+        }
+  }
+
+  std::vector<Buffer> conv_state, ssm_state;  // [L]; empty on non-Mamba layers
+  Buffer z, xbc, xbc_act, dt, y, yn;           // [max_T, ...]
+  Buffer router, moe;                          // [max_T, E], [max_T, D]
+  Buffer xt, e_gate, e_up, e_act, e_out;       // one token through one expert
+  int ssm_pos = 0;  // tokens the recurrent states have consumed
+
+ private:
+  static std::vector<bool> kv_layers(const ModelConfig& c) {
+    std::vector<bool> kv(static_cast<size_t>(c.n_layer));
+    for (int l = 0; l < c.n_layer; ++l) kv[size_t(l)] = c.layer_blocks[size_t(l)] == '*';
+    return kv;
+  }
+};
+
+class Hybrid final : public Arch {
+ public:
+  std::string family() const override { return "hybrid"; }
+  std::vector<std::pair<std::string, std::string>> hf_classes() const override {
+    return {{"GraniteMoeHybridForCausalLM", "granitemoehybrid"},
+            {"NemotronHForCausalLM", "nemotron_h"}};
+  }
+  // llama.cpp's granitehybrid / nemotron_h GGUF files: not read yet.
+  std::vector<std::string> gguf_names() const override { return {}; }
+  int global_slots() const override { return kGlobalSlots; }
+  int layer_slots() const override { return kLayerSlots; }
+  std::vector<std::string> stages() const override {
+    return {"embed",   "attn_norm", "ssm_z",  "ssm_xbc",   "ssm_dt",  "ssm_conv", "ssm_scan",
+            "ssm_norm", "ssm_out",  "q",      "k",         "v",       "q_rope",   "k_rope",
+            "attn",    "o",         "attn_res", "ffn_norm", "gate",   "up",       "act",
+            "down",    "router",    "moe",    "ffn_out",   "ffn_res", "final_norm", "logits"};
+  }
+
+  void parse_hf(const JsonConfig& j, ModelConfig& c) const override {
+    if (granite(c)) parse_granite(j, c);
+    else parse_nemotron(j, c);
+    c.n_layer = int(c.layer_blocks.size());
+    if (c.n_head % c.n_head_kv != 0)
+      j.fail(strformat("num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                       c.n_head, c.n_head_kv));
+    const char* groups_key = granite(c) ? "mamba_n_groups" : "n_groups";
+    if (c.ssm_heads % c.ssm_groups != 0)
+      j.fail(strformat("%s %d does not divide the %d Mamba heads", groups_key, c.ssm_groups,
+                       c.ssm_heads));
+    if (!(c.norm_eps > 0)) j.fail("the RMSNorm epsilon must be positive");
+    c.rope.dims = c.head_dim;
+    c.rope.layout = RopeLayout::Half;  // HF rotate_half
+    if (c.use_rope) read_hf_rope(j, c.rope);
+  }
+
+  void parse_gguf(const GgufFile&, ModelConfig& c) const override {
+    throw Error("[loader] " + c.arch + ": GGUF files of the hybrid family are not supported yet");
+  }
+
+  std::vector<TensorSpec> tensors(const ModelConfig& c) const override {
+    const bool g = granite(c);
+    const int64_t D = c.d_model, Dh = c.head_dim, V = c.vocab, F = c.d_ff;
+    const int64_t Hq = int64_t(c.n_head) * Dh, Hk = int64_t(c.n_head_kv) * Dh;
+    const int64_t nh = c.ssm_heads, I = nh * c.ssm_head_dim;
+    const int64_t C = I + 2 * int64_t(c.ssm_groups) * c.ssm_state;
+    const std::string root = g ? "model." : "backbone.";
+    std::vector<TensorSpec> t;
+    auto global = [&](const char* role, int slot, const std::string& hf, std::vector<int64_t> shape,
+                      TensorKind kind, const char* family) {
+      TensorSpec s;
+      s.role = role, s.slot = slot, s.hf = hf, s.shape = std::move(shape);
+      s.kind = kind, s.family = family;
+      t.push_back(std::move(s));
+      return &t.back();
+    };
+    global("embed", kEmbed, root + (g ? "embed_tokens.weight" : "embeddings.weight"), {V, D},
+           TensorKind::Matrix, "embed");
+    global("out_norm", kOutNorm, root + (g ? "norm.weight" : "norm_f.weight"), {D},
+           TensorKind::Norm, "norm");
+    global("lm_head", kLmHead, "lm_head.weight", {V, D}, TensorKind::Matrix, "logits")->tie_to =
+        "embed";
+    for (int l = 0; l < c.n_layer; ++l) {
+      const char b = c.layer_blocks[size_t(l)];
+      const std::string hf = root + "layers." + std::to_string(l) + ".";
+      auto layer = [&](const char* role, int slot, const std::string& name,
+                       std::vector<int64_t> shape, TensorKind kind, const char* family) {
+        TensorSpec s;
+        s.role = role, s.slot = slot, s.layer = l, s.hf = hf + name, s.shape = std::move(shape);
+        s.kind = kind, s.family = family;
+        t.push_back(std::move(s));
+      };
+      layer("norm", kNorm, g ? "input_layernorm.weight" : "norm.weight", {D}, TensorKind::Norm,
+            "norm");
+      const std::string mixer = g ? (b == 'M' ? "mamba." : "self_attn.") : "mixer.";
+      if (b == 'M') {
+        layer("ssm_in", kInProj, mixer + "in_proj.weight", {I + C + nh, D}, TensorKind::Matrix,
+              "ssm");
+        layer("ssm_conv1d", kConvW, mixer + "conv1d.weight", {C, 1, c.ssm_conv},
+              TensorKind::Bias, "ssm");
+        if (c.ssm_conv_bias)
+          layer("ssm_conv1d_b", kConvB, mixer + "conv1d.bias", {C}, TensorKind::Bias, "ssm");
+        layer("ssm_a_log", kALog, mixer + "A_log", {nh}, TensorKind::Bias, "ssm");
+        layer("ssm_d", kD, mixer + "D", {nh}, TensorKind::Norm, "ssm");
+        layer("ssm_dt_bias", kDtBias, mixer + "dt_bias", {nh}, TensorKind::Bias, "ssm");
+        layer("ssm_norm", kSsmNorm, mixer + "norm.weight", {I}, TensorKind::Norm, "norm");
+        layer("ssm_out", kOutProj, mixer + "out_proj.weight", {D, I}, TensorKind::Matrix, "ssm");
+      } else if (b == '*') {
+        layer("wq", kWq, mixer + "q_proj.weight", {Hq, D}, TensorKind::Matrix, "attn");
+        layer("wk", kWk, mixer + "k_proj.weight", {Hk, D}, TensorKind::Matrix, "attn");
+        layer("wv", kWv, mixer + "v_proj.weight", {Hk, D}, TensorKind::Matrix, "attn");
+        layer("wo", kWo, mixer + "o_proj.weight", {D, Hq}, TensorKind::Matrix, "attn");
+      } else if (b == '-') {
+        layer("w_up", kUp, "mixer.up_proj.weight", {F, D}, TensorKind::Matrix, "mlp");
+        layer("w_down", kDown, "mixer.down_proj.weight", {D, F}, TensorKind::Matrix, "mlp");
+      } else if (b == 'E') {
+        const int64_t E = c.moe_experts, Fe = c.moe_ff, Fs = c.moe_shared_ff;
+        layer("router", kRouter, "mixer.gate.weight", {E, D}, TensorKind::Matrix, "mlp");
+        layer("router_bias", kRouterBias, "mixer.gate.e_score_correction_bias", {E},
+              TensorKind::Bias, "mlp");
+        for (int e = 0; e < E; ++e) {
+          const std::string x = "mixer.experts." + std::to_string(e) + ".";
+          const std::string n = std::to_string(e);
+          layer(("expert_up." + n).c_str(), kExpert0 + 2 * e, x + "up_proj.weight", {Fe, D},
+                TensorKind::Matrix, "mlp");
+          layer(("expert_down." + n).c_str(), kExpert0 + 2 * e + 1, x + "down_proj.weight",
+                {D, Fe}, TensorKind::Matrix, "mlp");
+        }
+        layer("shared_up", kShUp, "mixer.shared_experts.up_proj.weight", {Fs, D},
+              TensorKind::Matrix, "mlp");
+        layer("shared_down", kShDown, "mixer.shared_experts.down_proj.weight", {D, Fs},
+              TensorKind::Matrix, "mlp");
+      }
+      if (g) {
+        layer("ffn_norm", kFfnNorm, "post_attention_layernorm.weight", {D}, TensorKind::Norm,
+              "norm");
+        layer("mlp_in", kMlpIn, "shared_mlp.input_linear.weight", {2 * F, D}, TensorKind::Matrix,
+              "mlp");
+        layer("mlp_out", kMlpOut, "shared_mlp.output_linear.weight", {D, F}, TensorKind::Matrix,
+              "mlp");
+        if (c.moe_experts > 0) {
+          const int64_t E = c.moe_experts, Fe = c.moe_ff;
+          layer("router", kRouter, "block_sparse_moe.router.layer.weight", {E, D},
+                TensorKind::Matrix, "mlp");
+          layer("experts_in", kExpIn, "block_sparse_moe.input_linear.weight", {E, 2 * Fe, D},
+                TensorKind::Matrix, "mlp");
+          layer("experts_out", kExpOut, "block_sparse_moe.output_linear.weight", {E, D, Fe},
+                TensorKind::Matrix, "mlp");
+        }
+      }
+    }
+    return t;
+  }
+
+  std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
+                                           int max_T) const override {
+    return std::make_unique<HybridState>(be, m.config, max_ctx, max_T);
+  }
+
+  void forward(const Model& m, Backend& be, ForwardState& state,
+               const ForwardArgs& a) const override {
+    HybridState& s = static_cast<HybridState&>(state);
+    const ModelConfig& c = m.config;
+    const Weights& w = m.weights;
+    const int T = a.T, pos0 = a.pos0, D = c.d_model;
+    ARB_CHECK(T >= 1 && T <= s.max_T, "[model] forward of %d tokens exceeds scratch width %d", T,
+              s.max_T);
+    ARB_CHECK(pos0 + T <= s.max_ctx, "[model] position %d exceeds the KV cache (%d rows)",
+              pos0 + T, s.max_ctx);
+    ARB_CHECK(a.ids || T == 1, "[model] a forward of %d picked tokens (only one is kept)", T);
+    // The recurrent states hold a summary of every token before pos0: they continue a
+    // sequence or start one, and cannot rewind.
+    if (pos0 == 0) s.clear_recurrent(), s.ssm_pos = 0;
+    ARB_CHECK(pos0 == s.ssm_pos,
+              "[model] %s: a forward at position %d, but the Mamba2 states hold %d tokens (they "
+              "cannot rewind; start again at 0)",
+              c.arch.c_str(), pos0, s.ssm_pos);
+    const Stages tap(a.hook, pos0, T);
+
+    const Tensor& embed = w.global(kEmbed);
+    if (a.ids) be.embed(embed, a.ids, T, s.x);  // x [T, D]
+    else be.embed_picked(embed, s.x);
+    if (c.embed_mult != 1) be.scale(s.x, int64_t(T) * D, c.embed_mult);
+    be.apply_tap(tap("embed", -1, "embed", D, 1, 3), s.x, T, D);
+
+    for (int l = 0; l < c.n_layer; ++l) {
+      const char b = c.layer_blocks[size_t(l)];
+      const bool ffn_block = b == '-' || b == 'E';  // Nemotron-H's MLP and MoE blocks
+      be.rmsnorm(s.x, w.layer(l, kNorm), T, D, c.norm_eps, s.xn);
+      be.apply_tap(tap(ffn_block ? "ffn_norm" : "attn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
+      if (b == 'M') mamba(m, be, s, l, T, pos0, tap);
+      else if (b == '*') attention(m, be, s, l, T, pos0, tap);
+      else if (b == '-') mlp(m, be, s, l, T, tap);  // result in s.o
+      else moe(m, be, s, l, T, tap);
+      residual(be, c, s.x, s.o, T, ffn_block ? "ffn_res" : "attn_res", l, tap);
+      if (!granite(c)) continue;
+      be.rmsnorm(s.x, w.layer(l, kFfnNorm), T, D, c.norm_eps, s.xn);
+      be.apply_tap(tap("ffn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
+      if (c.moe_experts > 0) moe(m, be, s, l, T, tap);
+      else mlp(m, be, s, l, T, tap);
+      residual(be, c, s.x, s.o, T, "ffn_res", l, tap);
+    }
+    s.ssm_pos = pos0 + T;
+    if (!a.logits) return;
+    be.rmsnorm(s.x, w.global(kOutNorm), T, D, c.norm_eps, s.xn);
+    be.apply_tap(tap("final_norm", -1, "rmsnorm", D, D, 3), s.xn, T, D);
+    be.matmul(s.xn, w.global(kLmHead), nullptr, T, s.logits);  // [T, V]
+    if (c.logits_scaling != 1) be.scale(s.logits, int64_t(T) * c.vocab, 1.0 / c.logits_scaling);
+    be.apply_tap(tap("logits", -1, "matmul", c.vocab, D, c.logits_scaling != 1 ? 4 : 3),
+                 s.logits, T, c.vocab);
+  }
+
+  std::vector<SynthPreset> presets() const override { return {}; }
+
+  void hf_config_json(const ModelConfig& c, nlohmann::json&) const override {
+    throw Error("[synth] " + c.arch + ": synth of the hybrid family is not supported yet");
+  }
+  void gguf_metadata(const ModelConfig& c, GgufWriter&) const override {
+    throw Error("[synth] " + c.arch + ": GGUF output of the hybrid family is not supported yet");
+  }
+  RopeLayout gguf_rope_layout(const std::string&) const override { return RopeLayout::Half; }
+
+  nlohmann::ordered_json describe(const ModelConfig& c) const override {
+    return {{"layer_blocks", c.layer_blocks},
+            {"ssm_heads", c.ssm_heads},
+            {"ssm_head_dim", c.ssm_head_dim},
+            {"ssm_state", c.ssm_state},
+            {"ssm_groups", c.ssm_groups},
+            {"ssm_conv", c.ssm_conv},
+            {"ssm_dt_clamp", {c.ssm_dt_min, c.ssm_dt_max}},
+            {"ssm_norm_per_group", c.ssm_norm_per_group},
+            {"rope", c.use_rope},
+            {"attn_scale", c.attn_scale},
+            {"embedding_multiplier", c.embed_mult},
+            {"residual_multiplier", c.residual_mult},
+            {"logits_scaling", c.logits_scaling},
+            {"moe_experts", c.moe_experts},
+            {"moe_top_k", c.moe_top_k},
+            {"moe_ff", c.moe_ff}};
+  }
+
+  // Arch's default (every distinct tensor once), but a decode step reads only k of the E
+  // routed experts' matrices.
+  double weight_bytes_per_token(const Model& m) const override {
+    const ModelConfig& c = m.config;
+    double w = Arch::weight_bytes_per_token(m), experts = 0;
+    for (const TensorSpec& s : m.weights.specs)
+      if (s.role.rfind("expert", 0) == 0) experts += double(m.weights.at(s).nbytes());
+    if (c.moe_experts > 0) w -= experts * (1.0 - double(c.moe_top_k) / c.moe_experts);
+    return w;
+  }
+
+  // K and V of the attention layers, plus the recurrent states each step reads and writes
+  // once whatever the context (counted per token, as bench's model asks).
+  double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const override {
+    double attn = 0, mamba = 0;
+    const double I = double(c.ssm_heads) * c.ssm_head_dim;
+    const double C = I + 2.0 * c.ssm_groups * c.ssm_state;
+    for (char b : c.layer_blocks) {
+      if (b == '*') attn += 1;
+      if (b == 'M') mamba += 1;
+    }
+    return elem_bytes * (2.0 * attn * ctx * c.n_head_kv * c.head_dim +
+                         mamba * (I * c.ssm_state + (c.ssm_conv - 1) * C));
+  }
+
+  // 2 x (matmul weights incl. the output matrix) + 4 H Dh keys per attention layer + the
+  // scan's ~6 flops per state element per token.
+  double flops_per_token(const ModelConfig& c, int T, int pos0) const override {
+    const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim;
+    const double Hk = double(c.n_head_kv) * c.head_dim;
+    const double nh = c.ssm_heads, I = nh * c.ssm_head_dim;
+    const double C = I + 2.0 * c.ssm_groups * c.ssm_state;
+    double matmul = double(c.vocab) * D, scan = 0, attn_layers = 0;
+    for (char b : c.layer_blocks) {
+      if (b == 'M') matmul += D * (I + C + nh) + I * D, scan += 6 * I * c.ssm_state;
+      if (b == '*') matmul += 2 * D * Hq + 2 * D * Hk, attn_layers += 1;
+      if (b == '-') matmul += 2 * D * F;
+      if (granite(c)) matmul += 3 * D * F;
+      const bool moe = b == 'E' || (granite(c) && c.moe_experts > 0);
+      if (moe)  // router + k experts (+ Nemotron-H's shared expert; Granite's is counted above)
+        matmul += D * c.moe_experts + double(c.moe_top_k) * (granite(c) ? 3 : 2) * D * c.moe_ff +
+                  (granite(c) ? 0 : 2 * D * c.moe_shared_ff);
+    }
+    const double keys = double(pos0) + (T + 1) / 2.0;  // mean keys attended per token
+    return 2.0 * matmul + scan + 4.0 * Hq * keys * attn_layers;
+  }
+
+ private:
+  // o [T, D] = out_proj(rmsnorm_gated(scan(conv(xBC)), z)), xn [T, D] the normed input.
+  static void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0,
+                    const Stages& tap) {
+    const ModelConfig& c = m.config;
+    auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+    const int D = c.d_model, nh = c.ssm_heads, hd = c.ssm_head_dim, N = c.ssm_state;
+    const int G = c.ssm_groups, I = nh * hd, C = I + 2 * G * N, K = c.ssm_conv;
+    const Tensor& in = lw(kInProj);
+    const Tensor wz = row_slice(in, 0, I, "[z]"), wxbc = row_slice(in, I, C, "[xBC]");
+    const Tensor wdt = row_slice(in, I + C, nh, "[dt]");
+    be.matmul(s.xn, wz, nullptr, T, s.z);  // z [T, I]
+    be.apply_tap(tap("ssm_z", l, "matmul", I, D, 3), s.z, T, I);
+    be.matmul(s.xn, wxbc, nullptr, T, s.xbc);  // xBC [T, C]
+    be.apply_tap(tap("ssm_xbc", l, "matmul", C, D, 3), s.xbc, T, C);
+    be.matmul(s.xn, wdt, nullptr, T, s.dt);  // dt [T, nh]
+    be.apply_tap(tap("ssm_dt", l, "matmul", nh, D, 3), s.dt, T, nh);
+    const Tensor* conv_b = c.ssm_conv_bias ? &lw(kConvB) : nullptr;
+    be.ssm_conv(s.xbc, lw(kConvW), conv_b, T, C, K, s.conv_state[size_t(l)], s.xbc_act);
+    be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), s.xbc_act, T, C);
+    be.ssm_scan(s.xbc_act, s.dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T,
+                nh, hd, G, N, s.ssm_state[size_t(l)], s.y);
+    // Each output sums N state terms; each state carries every earlier token's update.
+    be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T, 6), s.y, T, I);
+    const int group = c.ssm_norm_per_group ? I / G : I;
+    be.rmsnorm_gated(s.y, s.z, lw(kSsmNorm), T, I, group, c.norm_eps, s.yn);
+    be.apply_tap(tap("ssm_norm", l, "rmsnorm_gated", I, group, 4), s.yn, T, I);
+    be.matmul(s.yn, lw(kOutProj), nullptr, T, s.o);
+    be.apply_tap(tap("ssm_out", l, "matmul", D, I, 3), s.o, T, D);
+  }
+
+  // o [T, D] = o_proj(attention(q, k, v)), RoPE'd when the config says so.
+  static void attention(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0,
+                        const Stages& tap) {
+    const ModelConfig& c = m.config;
+    auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+    const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim;
+    const int q_dim = H * Dh, kv_dim = Hkv * Dh;
+    const char* q_stage = c.use_rope ? "q_rope" : "q";
+    const char* k_stage = c.use_rope ? "k_rope" : "k";
+    const AttentionGeometry geo{q_stage, k_stage, "v", H, Hkv, Dh, 0, c.attn_scale};
+    be.matmul(s.xn, lw(kWq), nullptr, T, s.q);
+    be.apply_tap(tap("q", l, "matmul", q_dim, D, 3), s.q, T, q_dim);
+    be.matmul(s.xn, lw(kWk), nullptr, T, s.k);
+    be.apply_tap(tap("k", l, "matmul", kv_dim, D, 3), s.k, T, kv_dim);
+    be.matmul(s.xn, lw(kWv), nullptr, T, s.v);
+    be.apply_tap(tap("v", l, "matmul", kv_dim, D, 3), s.v, T, kv_dim);
+    if (c.use_rope) {
+      be.rope(s.q, T, H, Dh, pos0, c.rope);
+      be.apply_tap(tap("q_rope", l, "rope", q_dim, 2, 3), s.q, T, q_dim);
+      be.rope(s.k, T, Hkv, Dh, pos0, c.rope);
+      be.apply_tap(tap("k_rope", l, "rope", kv_dim, 2, 3), s.k, T, kv_dim);
+    }
+    be.kv_store(s.k, s.v, s.k_cache[size_t(l)], s.v_cache[size_t(l)], T, pos0, kv_dim);
+    be.scaled_attention(s.q, s.k_cache[size_t(l)], s.v_cache[size_t(l)], T, pos0, H, Hkv, Dh, 0,
+                        c.attn_scale, 0, s.att);
+    be.apply_tap(tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo), s.att, T,
+                 q_dim);
+    be.matmul(s.att, lw(kWo), nullptr, T, s.o);
+    be.apply_tap(tap("o", l, "matmul", D, q_dim, 3), s.o, T, D);
+  }
+
+  // o [T, D]: Granite's shared SwiGLU MLP or Nemotron-H's relu2 MLP of xn (the MoE block's
+  // shared expert when `shared`).
+  static void mlp(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap,
+                  bool shared = false) {
+    const ModelConfig& c = m.config;
+    auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+    const int D = c.d_model, F = shared && !granite(c) ? c.moe_shared_ff : c.d_ff;
+    if (granite(c)) {
+      const Tensor& in = lw(kMlpIn);  // HF chunk(2): gate rows first, then up
+      const Tensor wg = row_slice(in, 0, F, "[gate]"), wu = row_slice(in, F, F, "[up]");
+      be.matmul(s.xn, wg, nullptr, T, s.gate);
+      be.apply_tap(tap("gate", l, "matmul", F, D, 3), s.gate, T, F);
+      be.matmul(s.xn, wu, nullptr, T, s.up);
+      be.apply_tap(tap("up", l, "matmul", F, D, 3), s.up, T, F);
+      be.swiglu(s.gate, s.up, int64_t(T) * F, s.act);
+      be.apply_tap(tap("act", l, "swiglu", F, 1, 3), s.act, T, F);
+      be.matmul(s.act, lw(kMlpOut), nullptr, T, s.o);
+    } else {
+      be.matmul(s.xn, lw(shared ? kShUp : kUp), nullptr, T, s.up);
+      be.apply_tap(tap("up", l, "matmul", F, D, 3), s.up, T, F);
+      be.relu2(s.up, int64_t(T) * F, s.act);
+      be.apply_tap(tap("act", l, "relu2", F, 1, 3), s.act, T, F);
+      be.matmul(s.act, lw(shared ? kShDown : kDown), nullptr, T, s.o);
+    }
+    be.apply_tap(tap("down", l, "matmul", D, F, 3), s.o, T, D);
+  }
+
+  static RouterSpec router_spec(const ModelConfig& c) {
+    RouterSpec r;
+    r.n_experts = c.moe_experts;
+    r.top_k = c.moe_top_k;
+    if (granite(c)) {  // GraniteMoeHybridTopKGating: top-k of the logits, softmax over the k
+      r.scoring = RouterScoring::Softmax;
+      r.order = RouterOrder::TopKThenScore;
+    } else {  // NemotronHTopkRouter (DeepSeek-V3's noaux_tc)
+      r.scoring = RouterScoring::Sigmoid;
+      r.order = RouterOrder::ScoreThenTopK;
+      r.norm_topk_prob = c.moe_norm_topk;
+      r.norm_eps = 1e-20;
+      r.routed_scaling_factor = c.moe_scaling;
+      r.n_group = c.moe_n_group;
+      r.topk_group = c.moe_topk_group;
+    }
+    return r;
+  }
+
+  // o [T, D] = shared expert(xn) + sum over the token's k experts of weight * expert(xn), the
+  // experts in ascending index order (HF's index_add over the experts hit). Routing runs on
+  // the host from the router's logits (route(), backend/moe_routing.h); each token goes
+  // through its experts one row at a time.
+  static void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap) {
+    const ModelConfig& c = m.config;
+    auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+    const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
+    be.matmul(s.xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
+    be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
+    std::vector<double> logits(size_t(T) * E), xrow(static_cast<size_t>(D)), erow(xrow);
+    std::vector<double> acc(size_t(T) * D, 0.0), bias(static_cast<size_t>(E));
+    be.read(s.router, 0, int64_t(T) * E, logits.data());
+    const bool nemotron = !granite(c);
+    if (nemotron) row_to_f64(lw(kRouterBias).dtype, lw(kRouterBias).data, bias.data(), E);
+    const RouterSpec spec = router_spec(c);
+    for (int t = 0; t < T; ++t) {
+      Route r = route(spec, logits.data() + size_t(t) * E, nemotron ? bias.data() : nullptr);
+      std::vector<size_t> order(r.ids.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return r.ids[a] < r.ids[b]; });
+      be.read(s.xn, int64_t(t) * D, D, xrow.data());
+      be.write(s.xt, 0, D, xrow.data());
+      for (size_t i : order) {
+        const int e = r.ids[i];
+        if (granite(c)) {
+          const Tensor& in = lw(kExpIn);
+          const Tensor wg = row_slice(in, int64_t(e) * 2 * Fe, Fe, "[gate]");
+          const Tensor wu = row_slice(in, int64_t(e) * 2 * Fe + Fe, Fe, "[up]");
+          be.matmul(s.xt, wg, nullptr, 1, s.e_gate);
+          be.matmul(s.xt, wu, nullptr, 1, s.e_up);
+          be.swiglu(s.e_gate, s.e_up, Fe, s.e_act);
+          be.matmul(s.e_act, row_slice(lw(kExpOut), int64_t(e) * D, D, "[expert]"), nullptr, 1,
+                    s.e_out);
+        } else {
+          be.matmul(s.xt, lw(kExpert0 + 2 * e), nullptr, 1, s.e_up);
+          be.relu2(s.e_up, Fe, s.e_act);
+          be.matmul(s.e_act, lw(kExpert0 + 2 * e + 1), nullptr, 1, s.e_out);
+        }
+        be.read(s.e_out, 0, D, erow.data());
+        for (int d = 0; d < D; ++d) acc[size_t(t) * D + d] += r.weights[i] * erow[size_t(d)];
+      }
+    }
+    be.write(s.moe, 0, int64_t(T) * D, acc.data());
+    be.apply_tap(tap("moe", l, "moe", D, int64_t(c.moe_top_k) * Fe, 4), s.moe, T, D);
+    mlp(m, be, s, l, T, tap, /*shared=*/true);  // s.o
+    be.add(s.o, s.moe, int64_t(T) * D);
+    be.apply_tap(tap("ffn_out", l, "add", D, 1, 3), s.o, T, D);
+  }
+
+  // x += residual_multiplier * o (Granite; Nemotron-H adds o as it is).
+  static void residual(Backend& be, const ModelConfig& c, Buffer& x, Buffer& o, int T,
+                       const char* stage, int l, const Stages& tap) {
+    const int64_t n = int64_t(T) * c.d_model;
+    if (c.residual_mult != 1) be.scale(o, n, c.residual_mult);
+    be.add(x, o, n);
+    be.apply_tap(tap(stage, l, "add", c.d_model, 1, c.residual_mult != 1 ? 4 : 3), x, T,
+                 c.d_model);
+  }
+
+  // "mamba"/"attention" (the Hub's configs) or "linear_attention"/"full_attention"
+  // (transformers 5.17 writes these); absent: every layer Mamba2 (GraniteMoeHybridConfig).
+  static void parse_granite(const JsonConfig& j, ModelConfig& c) {
+    c.d_model = j.positive_int("hidden_size");
+    const int n_layer = j.positive_int("num_hidden_layers");
+    c.n_head = j.positive_int("num_attention_heads");
+    c.n_head_kv = j.positive_int("num_key_value_heads", c.n_head);
+    c.vocab = j.positive_int("vocab_size");
+    c.max_pos = j.positive_int("max_position_embeddings", 2048);
+    c.norm_eps = j.number("rms_norm_eps", 1e-6);
+    c.tied_embeddings = j.flag("tie_word_embeddings", false);
+    c.head_dim = head_dim(j, c);
+    c.d_ff = j.positive_int("shared_intermediate_size", 1024);
+    if (j.has("hidden_act") && j.str("hidden_act") != "silu")
+      j.fail("hidden_act \"" + j.str("hidden_act") + "\" is not supported (expected \"silu\")");
+    if (j.flag("attention_bias", false)) j.fail("attention_bias=true is not supported");
+    if (j.flag("mamba_proj_bias", false)) j.fail("mamba_proj_bias=true is not supported");
+    const int64_t experts = j.has("num_local_experts") ? j.integer("num_local_experts") : 8;
+    if (experts < 0 || experts > kMaxExperts)
+      j.fail(strformat("num_local_experts %lld is outside [0, %d]", (long long)experts,
+                       kMaxExperts));
+    c.moe_experts = int(experts);
+    if (c.moe_experts > 0) {
+      c.moe_top_k = j.positive_int("num_experts_per_tok", 2);
+      c.moe_ff = j.positive_int("intermediate_size", 11008);
+      check_router(j, c, "num_local_experts, num_experts_per_tok");
+    }
+    c.embed_mult = j.number("embedding_multiplier", 1.0);
+    c.residual_mult = j.number("residual_multiplier", 1.0);
+    c.attn_scale = j.number("attention_multiplier", 1.0);
+    c.logits_scaling = j.number("logits_scaling", 1.0);
+    if (!(c.logits_scaling != 0)) j.fail("logits_scaling must not be 0");
+    const std::string pos = j.has("position_embedding_type") ? j.str("position_embedding_type")
+                                                             : "nope";
+    if (pos != "rope" && pos != "nope")
+      j.fail("position_embedding_type \"" + pos + "\" is not supported (expected rope or nope)");
+    c.use_rope = pos == "rope";
+    c.layer_blocks = std::string(size_t(n_layer), 'M');
+    if (j.has("layer_types")) read_blocks(j, "layer_types", n_layer, false, c);
+
+    const int expand = j.positive_int("mamba_expand", 2);
+    const int inner = expand * c.d_model;
+    c.ssm_heads = j.positive_int("mamba_n_heads", 128);
+    if (inner % c.ssm_heads != 0)
+      j.fail(strformat("mamba_n_heads %d does not divide mamba_expand * hidden_size = %d",
+                       c.ssm_heads, inner));
+    c.ssm_head_dim = j.has("mamba_d_head") && j.raw("mamba_d_head") != "auto"
+                         ? j.positive_int("mamba_d_head")
+                         : inner / c.ssm_heads;
+    if (c.ssm_head_dim * c.ssm_heads != inner)
+      j.fail(strformat("mamba_d_head %d x mamba_n_heads %d is not mamba_expand * hidden_size = %d",
+                       c.ssm_head_dim, c.ssm_heads, inner));
+    c.ssm_groups = j.positive_int("mamba_n_groups", 1);
+    c.ssm_state = j.positive_int("mamba_d_state", 256);
+    c.ssm_conv = j.positive_int("mamba_d_conv", 4);
+    c.ssm_chunk = j.positive_int("mamba_chunk_size", 256);
+    c.ssm_conv_bias = j.flag("mamba_conv_bias", true);
+    read_dt_limit(j, c);
+    c.ssm_norm_per_group = false;  // GraniteMoeHybridRMSNormGated: the full width
+  }
+
+  static void parse_nemotron(const JsonConfig& j, ModelConfig& c) {
+    c.d_model = j.positive_int("hidden_size");
+    c.n_head = j.positive_int("num_attention_heads", 32);
+    c.n_head_kv = j.positive_int("num_key_value_heads", c.n_head);
+    c.head_dim = j.positive_int("head_dim", 128);
+    c.vocab = j.positive_int("vocab_size");
+    c.max_pos = j.positive_int("max_position_embeddings", 4096);
+    c.norm_eps = j.number("layer_norm_epsilon", 1e-5);
+    c.tied_embeddings = j.flag("tie_word_embeddings", false);
+    c.d_ff = j.positive_int("intermediate_size", 21504);
+    c.attn_scale = 1.0 / std::sqrt(double(c.head_dim));  // JambaAttention: head_dim^-0.5
+    c.use_rope = false;
+    for (const char* key : {"attention_bias", "mlp_bias", "use_bias"})
+      if (j.flag(key, false)) j.fail(std::string(key) + "=true is not supported");
+    if (j.has("sliding_window")) j.fail("sliding_window is not supported (expected null)");
+    if (j.has("mamba_hidden_act") && j.str("mamba_hidden_act") != "silu")
+      j.fail("mamba_hidden_act \"" + j.str("mamba_hidden_act") +
+             "\" is not supported (expected silu)");
+    if (j.has("mlp_hidden_act") && j.str("mlp_hidden_act") != "relu2")
+      j.fail("mlp_hidden_act \"" + j.str("mlp_hidden_act") +
+             "\" is not supported (expected relu2)");
+    // layers_block_type (5.17) or the Hub's hybrid_override_pattern; HF's default pattern.
+    if (j.has("layers_block_type")) {
+      read_blocks(j, "layers_block_type", -1, true, c);
+    } else if (j.has("hybrid_override_pattern")) {
+      c.layer_blocks = j.str("hybrid_override_pattern");
+      for (size_t i = 0; i < c.layer_blocks.size(); ++i)
+        if (std::string("ME*-").find(c.layer_blocks[i]) == std::string::npos)
+          j.fail(strformat("hybrid_override_pattern[%zu] '%c' is not a layer type (expected M, E, "
+                           "* or -)", i, c.layer_blocks[i]));
+      if (c.layer_blocks.empty()) j.fail("hybrid_override_pattern is empty");
+    } else {
+      c.layer_blocks = "ME*-";
+    }
+    if (c.layer_blocks.find('E') != std::string::npos) {
+      c.moe_experts = j.positive_int("n_routed_experts", 8);
+      if (c.moe_experts > kMaxExperts)
+        j.fail(strformat("n_routed_experts %d exceeds %d", c.moe_experts, kMaxExperts));
+      c.moe_top_k = j.positive_int("num_experts_per_tok", 2);
+      c.moe_ff = j.positive_int("moe_intermediate_size", 7688);
+      c.moe_shared_ff = j.positive_int("moe_shared_expert_intermediate_size", 7688);
+      c.moe_norm_topk = j.flag("norm_topk_prob", true);
+      c.moe_scaling = j.number("routed_scaling_factor", 1.0);
+      c.moe_n_group = j.positive_int("n_group", 1);
+      c.moe_topk_group = j.positive_int("topk_group", 1);
+      if (j.has("moe_latent_size")) j.fail("moe_latent_size is not supported (expected null)");
+      if (j.has("n_shared_experts") && j.integer("n_shared_experts") != 1)
+        j.fail("n_shared_experts other than 1 is not supported (HF builds one shared expert)");
+      check_router(j, c, "n_routed_experts, num_experts_per_tok, n_group, topk_group");
+    }
+
+    c.ssm_heads = j.positive_int("mamba_num_heads", 128);
+    c.ssm_head_dim = j.positive_int("mamba_head_dim", 64);
+    c.ssm_groups = j.positive_int(j.has("mamba_n_groups") ? "mamba_n_groups" : "n_groups", 8);
+    c.ssm_state = j.positive_int("ssm_state_size", 128);
+    c.ssm_conv = j.positive_int(j.has("mamba_d_conv") ? "mamba_d_conv" : "conv_kernel", 4);
+    c.ssm_chunk =
+        j.positive_int(j.has("mamba_chunk_size") ? "mamba_chunk_size" : "chunk_size", 128);
+    c.ssm_conv_bias = j.flag(j.has("mamba_conv_bias") ? "mamba_conv_bias" : "use_conv_bias", true);
+    // Zamba2MambaMixer.torch_forward clamps dt from below at time_step_min and ignores
+    // time_step_limit.
+    c.ssm_dt_min = j.number(j.has("mamba_dt_min") ? "mamba_dt_min" : "time_step_min", 0.001);
+    c.ssm_dt_max = std::numeric_limits<double>::infinity();
+    c.ssm_norm_per_group = true;  // Zamba2RMSNormGated, group_size = I / n_groups
+  }
+
+  static void check_router(const JsonConfig& j, const ModelConfig& c, const char* keys) {
+    if (const char* why = router_spec_problem(router_spec(c)))
+      j.fail(std::string("MoE routing (") + keys + "): " + why);
+  }
+
+  static int head_dim(const JsonConfig& j, const ModelConfig& c) {
+    if (j.has("head_dim")) return j.positive_int("head_dim");
+    if (c.d_model % c.n_head != 0)
+      j.fail(strformat("hidden_size %d is not a multiple of num_attention_heads %d", c.d_model,
+                       c.n_head));
+    return c.d_model / c.n_head;
+  }
+
+  // A list of layer types into c.layer_blocks (n_layer < 0: its length sets the layer count).
+  static void read_blocks(const JsonConfig& j, const char* key, int n_layer, bool nemotron,
+                          ModelConfig& c) {
+    const nlohmann::json& lt = j.raw(key);
+    if (!lt.is_array() || (n_layer >= 0 && int(lt.size()) != n_layer) || lt.empty())
+      j.fail(strformat("'%s' is not a list of %s entries", key,
+                       n_layer >= 0 ? "num_hidden_layers" : "one or more"));
+    c.layer_blocks.clear();
+    for (size_t l = 0; l < lt.size(); ++l) {
+      const std::string s = lt[l].is_string() ? lt[l].get<std::string>() : lt[l].dump();
+      char b = 0;
+      if (s == "mamba" || s == "linear_attention") b = 'M';
+      else if (s == "attention" || s == "full_attention") b = '*';
+      else if (nemotron && s == "mlp") b = '-';
+      else if (nemotron && s == "moe") b = 'E';
+      if (!b)
+        j.fail(strformat("%s[%zu] '%s' is not a layer type (expected %s)", key, l, s.c_str(),
+                         nemotron ? "mamba, attention, mlp, moe, linear_attention or full_attention"
+                                  : "mamba, attention, linear_attention or full_attention"));
+      c.layer_blocks += b;
+    }
+  }
+
+  // time_step_limit: [lo, hi], hi possibly infinite (written as {"__float__": "Infinity"} by
+  // transformers' JSON encoder, or a string); default (0, inf).
+  static void read_dt_limit(const JsonConfig& j, ModelConfig& c) {
+    c.ssm_dt_min = 0;
+    c.ssm_dt_max = std::numeric_limits<double>::infinity();
+    if (!j.has("time_step_limit")) return;
+    const nlohmann::json& v = j.raw("time_step_limit");
+    auto value = [&](const nlohmann::json& e) {
+      if (e.is_number()) return e.get<double>();
+      const nlohmann::json& f = e.is_object() && e.contains("__float__") ? e["__float__"] : e;
+      if (f.is_string()) {
+        const std::string s = f.get<std::string>();
+        if (s == "Infinity" || s == "inf") return std::numeric_limits<double>::infinity();
+      }
+      j.fail("time_step_limit entry " + e.dump() + " is not a number");
+    };
+    if (!v.is_array() || v.size() != 2) j.fail("time_step_limit is not a pair [min, max]");
+    c.ssm_dt_min = value(v[0]);
+    c.ssm_dt_max = value(v[1]);
+    if (!(c.ssm_dt_min <= c.ssm_dt_max)) j.fail("time_step_limit: min exceeds max");
+  }
+};
+
+}  // namespace
+
+const Arch& hybrid_family() {
+  static const Hybrid arch;
+  return arch;
+}
+
+}  // namespace arbiter
