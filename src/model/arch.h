@@ -31,6 +31,7 @@ class ForwardState {
   Buffer logits;    // [max_T, V]: the latest forward's logits rows (f64 on ref, f32 elsewhere)
   int max_T = 0;    // widest forward
   int max_ctx = 0;  // positions the caches hold
+  int64_t bytes = 0;  // what the state allocated on its tier: KV caches and scratch
 };
 
 /// One forward: ids[T] at positions pos0.. (the state holds rows [0, pos0) already); ids ==

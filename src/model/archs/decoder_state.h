@@ -1,26 +1,34 @@
 // The per-sequence state of a decoder whose layers each hold one KV cache and share one set of
 // scratch buffers (the llama and gemma families): what their forwards read and write.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/arch.h"
 #include "model/config.h"
 
 namespace arbiter {
 
-/// The KV cache of every layer ([max_ctx] rows, sliding layers too) and the scratch of
-/// forwards of up to max_T tokens.
+/// The KV cache of every layer and the scratch of forwards of up to max_T tokens. A layer's
+/// cache holds max_ctx rows; with ring_sliding, a sliding layer's (c.layer_sliding) holds
+/// only the window + max_T - 1 latest positions as a ring (kv_store), all its attention can
+/// see, so its size does not grow with max_ctx.
 class DecoderState final : public ForwardState {
  public:
-  DecoderState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_) : be_(be) {
+  DecoderState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_,
+               bool ring_sliding = false)
+      : be_(be) {
     const int64_t T = max_T_, D = c.d_model, q_dim = int64_t(c.n_head) * c.head_dim;
     const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff;
     max_T = max_T_;
     max_ctx = max_ctx_;
     for (int l = 0; l < c.n_layer; ++l) {
-      k_cache.push_back(be.alloc(max_ctx * kv_dim));  // [max_ctx, Hkv*Dh]
-      v_cache.push_back(be.alloc(max_ctx * kv_dim));
+      const bool ring = ring_sliding && c.layer_sliding[size_t(l)] && c.sliding_window > 0;
+      const int64_t rows = ring ? std::min<int64_t>(max_ctx, c.sliding_window + T - 1) : max_ctx;
+      k_cache.push_back(be.alloc(rows * kv_dim));  // [rows, Hkv*Dh]
+      v_cache.push_back(be.alloc(rows * kv_dim));
     }
     x = be.alloc(T * D);
     xn = be.alloc(T * D);
@@ -34,6 +42,10 @@ class DecoderState final : public ForwardState {
     act = be.alloc(T * F);
     down = be.alloc(T * D);
     logits = be.alloc(T * c.vocab, /*logits=*/true);
+    for (const std::vector<Buffer>* cache : {&k_cache, &v_cache})
+      for (const Buffer& b : *cache) bytes += int64_t(dtype_bytes(b.dtype, b.n));
+    for (const Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})
+      bytes += int64_t(dtype_bytes(b->dtype, b->n));
   }
   ~DecoderState() override {
     for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})

@@ -163,7 +163,7 @@ class Gemma final : public Arch {
 
   std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
                                            int max_T) const override {
-    return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T);
+    return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T, /*ring_sliding=*/true);
   }
 
   void forward(const Model& m, Backend& be, ForwardState& state,
