@@ -33,6 +33,7 @@ struct ModelConfig {
   double attn_scale = 0;        // query_pre_attn_scalar^-0.5
   double attn_softcap = 0;      // attn_logit_softcapping (gemma 2)
   double final_softcap = 0;     // final_logit_softcapping
+  bool multimodal_text = false;  // gemma3: the text model of a Gemma3ForConditionalGeneration
 };
 
 }  // namespace arbiter

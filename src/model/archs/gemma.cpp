@@ -7,9 +7,13 @@
 // weight dtype, scores scaled by query_pre_attn_scalar^-0.5, and per layer either a sliding
 // window (its own RoPE: rope_local_base_freq) or full attention (rope_theta + scaling).
 // Gemma 2 differs by flags: no q/k norm, attention scores soft-capped, one RoPE.
+// Gemma3ForConditionalGeneration checkpoints are read for their text model alone: its config
+// is text_config, its tensors are stored under the wrapper's prefixes, its vision tower and
+// projector are left unread.
 // Semantics from transformers' modeling_gemma2.py / modeling_gemma3.py (v5.17).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "io/json_config.h"
@@ -47,7 +51,9 @@ class Gemma final : public Arch {
  public:
   std::string family() const override { return "gemma"; }
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
-    return {{"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"}};
+    return {{"Gemma2ForCausalLM", "gemma2"},
+            {"Gemma3ForCausalLM", "gemma3"},
+            {"Gemma3ForConditionalGeneration", "gemma3"}};
   }
   // llama.cpp's gemma2/gemma3 GGUF files store the norm weights with the 1 already added
   // (its converter adds it); reading them needs the plain rmsnorm and is not done yet.
@@ -61,16 +67,51 @@ class Gemma final : public Arch {
             "post_ffn_norm", "ffn_res", "final_norm", "logits", "logits_softcap"};
   }
 
-  // Defaults are those of transformers' Gemma2Config / Gemma3TextConfig when a key is absent
-  // (noted per key); the dimensions are required, as in the llama family.
+  // Gemma3ForConditionalGeneration (Gemma3Config): the text model is text_config, a
+  // Gemma3TextConfig; tie_word_embeddings of the outer config, when given, decides the tie.
   void parse_hf(const JsonConfig& j, ModelConfig& c) const override {
+    if (!j.has("text_config")) return parse_text(j, c);
+    if (c.arch != "gemma3")
+      j.fail("'text_config' (a multimodal wrapper) is read for Gemma3ForConditionalGeneration only");
+    c.multimodal_text = true;
+    parse_text(j.object("text_config"), c);
+    if (j.has("tie_word_embeddings")) c.tied_embeddings = j.flag("tie_word_embeddings", true);
+  }
+
+  // transformers 5.17's conversion mapping of Gemma3ForConditionalGeneration: Hub files (e.g.
+  // google/gemma-3-4b-it) store language_model.model.* and language_model.lm_head.weight,
+  // files saved by transformers 5 model.language_model.* and lm_head.weight.
+  std::vector<std::string> hf_stored_names(const ModelConfig& c,
+                                           const std::string& hf) const override {
+    if (!c.multimodal_text) return {hf};
+    const std::string model = "model.", head = "lm_head.";
+    if (hf.compare(0, model.size(), model) == 0) {
+      const std::string rest = hf.substr(model.size());
+      return {"model.language_model." + rest, "language_model.model." + rest};
+    }
+    if (hf.compare(0, head.size(), head) == 0) return {hf, "language_model." + hf};
+    return {hf};
+  }
+  // The vision tower (SigLIP) and the multimodal projector: arbiter runs text only.
+  bool hf_ignored(const ModelConfig& c, const std::string& stored) const override {
+    if (!c.multimodal_text) return false;
+    for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                          "model.multi_modal_projector."})
+      if (stored.compare(0, std::strlen(p), p) == 0) return true;
+    return false;
+  }
+
+  // Defaults are those of transformers' Gemma2Config / Gemma3TextConfig when a key is absent
+  // (both: hidden_size 2304, intermediate_size 9216, 26 layers, 8 heads, 4 KV heads, head_dim
+  // 256; vocab_size 256000 / 262208): real configs (gemma-3-4b-it's text_config) omit some.
+  static void parse_text(const JsonConfig& j, ModelConfig& c) {
     const bool g3 = c.arch == "gemma3";
-    c.d_model = j.positive_int("hidden_size");
-    c.n_layer = j.positive_int("num_hidden_layers");
-    c.n_head = j.positive_int("num_attention_heads");
-    c.n_head_kv = j.positive_int("num_key_value_heads", c.n_head);
-    c.d_ff = j.positive_int("intermediate_size");
-    c.vocab = j.positive_int("vocab_size");
+    c.d_model = j.positive_int("hidden_size", 2304);
+    c.n_layer = j.positive_int("num_hidden_layers", 26);
+    c.n_head = j.positive_int("num_attention_heads", 8);
+    c.n_head_kv = j.positive_int("num_key_value_heads", 4);
+    c.d_ff = j.positive_int("intermediate_size", 9216);
+    c.vocab = j.positive_int("vocab_size", g3 ? 262208 : 256000);
     c.head_dim = j.positive_int("head_dim", 256);  // both configs default to 256
     if (c.n_head % c.n_head_kv != 0)
       j.fail(strformat("num_attention_heads %d is not a multiple of num_key_value_heads %d",
@@ -291,7 +332,8 @@ class Gemma final : public Arch {
             {"attn_scale", c.attn_scale},
             {"attn_softcap", c.attn_softcap},
             {"final_softcap", c.final_softcap},
-            {"qk_norm", c.qk_norm}};
+            {"qk_norm", c.qk_norm},
+            {"multimodal_text", c.multimodal_text}};
   }
 
   // K and V of every layer, sliding layers over their window's keys.
