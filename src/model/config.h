@@ -34,6 +34,7 @@ struct ModelConfig {
   double attn_softcap = 0;      // attn_logit_softcapping (gemma 2)
   double final_softcap = 0;     // final_logit_softcapping
   bool multimodal_text = false;  // gemma3: the text model of a Gemma3ForConditionalGeneration
+  bool norms_hold_one = false;   // gemma GGUF: norm weights store 1 + w (plain RMSNorm reads them)
 };
 
 }  // namespace arbiter

@@ -157,7 +157,7 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
     for (const std::string& n : a->gguf_names())
       if (n == c.arch) m->arch = a;
   if (!m->arch) {
-    // The GGUF names only: a family may read HF checkpoints alone (gemma).
+    // The GGUF names only: a family may read HF checkpoints alone.
     std::string names;
     for (const Arch* a : arch_registry())
       for (const std::string& n : a->gguf_names()) names += (names.empty() ? "" : ", ") + n;

@@ -400,7 +400,17 @@ TEST(LoaderGguf, Refusals) {
   Dims d;
   std::string e = error_of(write_gguf(make_gguf("gemma", d, false, false, false, true)));
   EXPECT_NE(e.find("unsupported architecture 'gemma'"), std::string::npos) << e;
-  EXPECT_NE(e.find("(supported in GGUF: llama, mistral, qwen2, qwen3)"), std::string::npos) << e;
+  EXPECT_NE(e.find("(supported in GGUF: llama, mistral, qwen2, qwen3, gemma2, gemma3)"), std::string::npos) << e;
+  // gemma3 metadata llama.cpp does not read for gemma3 (an attention soft cap), and a negative
+  // window: refused before any tensor is bound, naming the key.
+  GgufBuilder g3 = make_gguf("gemma3", d, false, false, true, true);
+  g3.kv_f32("gemma3.attn_logit_softcapping", 50.f);
+  e = error_of(write_gguf(g3));
+  EXPECT_NE(e.find("gemma3.attn_logit_softcapping is not read by llama.cpp"), std::string::npos) << e;
+  GgufBuilder g2 = make_gguf("gemma2", d, false, false, false, true);
+  g2.kv_u32("gemma2.attention.sliding_window", 0);
+  e = error_of(write_gguf(g2));
+  EXPECT_NE(e.find("'gemma2.attention.sliding_window' is 0"), std::string::npos) << e;
   // An extra per-layer tensor the architecture does not read.
   GgufBuilder w = make_gguf("llama", d, false, false, false, true);
   w.add_f32("blk.0.attn_output.bias", {32}, std::vector<float>(32, 0.f));
