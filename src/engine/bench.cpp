@@ -409,7 +409,7 @@ std::string bench_report_text(const BenchReport& r) {
                  r.arch.c_str(), r.format.c_str(), r.n_params / 1e9, r.weight_bytes / 1e9, r.weight_dtype.c_str());
   s << strformat("device  %s (compute %s), %d probe threads; host %s, %d cores; build %s\n", r.device.c_str(),
                  r.compute.c_str(), r.threads, r.host_cpu.c_str(), r.host_cores, r.build.c_str());
-  s << strformat("state   %.4f GB on the device for %d positions (KV caches and scratch)\n", r.state_bytes / 1e9,
+  s << strformat("state   %.2f MB on the device for %d positions (KV caches and scratch)\n", r.state_bytes / 1e6,
                  r.state_ctx);
   s << strformat("method  %d repetitions after 1 warm-up, interleaved with the limit probes; limits from medians\n\n",
                  o.reps);
