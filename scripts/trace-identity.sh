@@ -20,7 +20,8 @@ models=(models/TinyStories-656K models/stories260K/stories260K.gguf
         tests/fixtures/models/tiny-llama tests/fixtures/models/tiny-mistral
         tests/fixtures/models/tiny-qwen2 tests/fixtures/models/tiny-qwen3
         tests/fixtures/models/tiny-qwen3-moe tests/fixtures/models/tiny-mixtral
-        tests/fixtures/models/tiny-qwen2-moe)
+        tests/fixtures/models/tiny-qwen2-moe
+        tests/fixtures/models/tiny-gemma2 tests/fixtures/models/tiny-gemma3)
 shapes=(${SHAPES:-w1 w8 w256 w1ctx512 w8ctx1536})
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -121,12 +121,16 @@ class Backend {
                       Buffer& out) = 0;
   /// In place on x[T, nh, Dh], token t at position pos0 + t (rope.dims == Dh).
   virtual void rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpec& rope) = 0;
-  /// Appends k, v [T, Hkv*Dh] at rows pos0.. of the layer's cache [max_ctx, Hkv*Dh].
+  /// Stores k, v [T, Hkv*Dh] of positions pos0.. in the layer's cache [rows, Hkv*Dh], position
+  /// p at row p % rows (rows = kv_cache_rows()): a cache of max_ctx rows holds each position at
+  /// its own row; a smaller one is a ring that keeps the latest `rows` positions (gemma's
+  /// sliding layers: window + max_T - 1 rows, what their attention can still see). T <= rows.
   virtual void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache,
                         int T, int pos0, int kv_dim) = 0;
-  /// Causal GQA attention of q [T, H, Dh] (token t at pos0 + t) over cache rows
-  /// [0, pos0 + T); window > 0 limits a query at i to keys in (i - window, i].
-  /// out [T, H*Dh]. Scale 1/sqrt(Dh).
+  /// Causal GQA attention of q [T, H, Dh] (token t at pos0 + t) over the cached positions
+  /// [0, pos0 + T), position p at row p % rows as kv_store put it; window > 0 limits a query at
+  /// i to keys in (i - window, i]. The cache must hold every key a query sees
+  /// (attention_cache_rows). out [T, H*Dh]. Scale 1/sqrt(Dh).
   virtual void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                          int T, int pos0, int H, int Hkv, int Dh, int window, Buffer& out) = 0;
   /// out[n] = silu(gate[n]) * up[n]
@@ -287,5 +291,14 @@ struct DeviceSpec {
   std::string mix;
 };
 std::unique_ptr<Backend> make_backend(const DeviceSpec& spec);
+
+/// Rows of a layer's KV cache pair (k_cache.n / kv_dim, both alike): position p is at row
+/// p % rows (kv_store).
+int kv_cache_rows(const Buffer& k_cache, const Buffer& v_cache, int kv_dim);
+/// kv_cache_rows, refused with one line naming the tier when the cache cannot hold every key
+/// that attention of T queries at pos0 sees: pos0 + T rows, or with a window, the
+/// min(pos0 + T, window + T - 1) latest positions (a ring's oldest row still in the window).
+int attention_cache_rows(const Buffer& k_cache, const Buffer& v_cache, int kv_dim, int T,
+                         int pos0, int window, const char* tier);
 
 }  // namespace arbiter

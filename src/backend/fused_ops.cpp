@@ -4,6 +4,8 @@
 // single-token forwards and applies the taps inside its kernels.
 #include "backend/backend.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace arbiter {
@@ -99,6 +101,21 @@ void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Ten
   qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope, k_cache, v_cache, taps);
   attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
   apply_tap(taps.out, out, T, H * Dh);
+}
+
+int kv_cache_rows(const Buffer& k_cache, const Buffer& v_cache, int kv_dim) {
+  ARB_ASSERT(kv_dim > 0 && k_cache.n == v_cache.n && k_cache.n % kv_dim == 0);
+  return int(k_cache.n / kv_dim);
+}
+
+int attention_cache_rows(const Buffer& k_cache, const Buffer& v_cache, int kv_dim, int T,
+                         int pos0, int window, const char* tier) {
+  const int rows = kv_cache_rows(k_cache, v_cache, kv_dim);
+  const int need = window > 0 ? std::min(pos0 + T, window + T - 1) : pos0 + T;
+  ARB_CHECK(rows >= need,
+            "[%s] attention of %d queries at position %d (window %d) needs %d cache rows, the "
+            "cache has %d", tier, T, pos0, window, need, rows);
+  return rows;
 }
 
 namespace {

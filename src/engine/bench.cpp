@@ -223,6 +223,8 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   const int P = opt.n_prompt, N = opt.n_gen, Dp = opt.depth;
   const bool host_tier = r.device.rfind("cpu", 0) == 0 || r.device.rfind("ref", 0) == 0;
   Session s(m, be, Dp + std::max(P, N) + 1, std::min(P, 512));
+  r.state_bytes = s.state_bytes();
+  r.state_ctx = s.max_ctx();
   Buffer kvp = be.alloc(1);
   const int kv_elem = int(dtype_bytes(kvp.dtype, 1));
   be.free(kvp);
@@ -407,6 +409,8 @@ std::string bench_report_text(const BenchReport& r) {
                  r.arch.c_str(), r.format.c_str(), r.n_params / 1e9, r.weight_bytes / 1e9, r.weight_dtype.c_str());
   s << strformat("device  %s (compute %s), %d probe threads; host %s, %d cores; build %s\n", r.device.c_str(),
                  r.compute.c_str(), r.threads, r.host_cpu.c_str(), r.host_cores, r.build.c_str());
+  s << strformat("state   %.2f MB on the device for %d positions (KV caches and scratch)\n", r.state_bytes / 1e6,
+                 r.state_ctx);
   s << strformat("method  %d repetitions after 1 warm-up, interleaved with the limit probes; limits from medians\n\n",
                  o.reps);
   const std::string dsuf = o.depth > 0 ? strformat(" @ d%d", o.depth) : "";
@@ -481,6 +485,7 @@ std::string bench_report_json(const BenchReport& r) {
                 {"n_layer", r.n_layer}, {"d_model", r.d_model},    {"vocab", r.vocab}};
   j["device"] = {{"name", r.device}, {"compute", r.compute}, {"threads", r.threads},
                  {"host_cpu", r.host_cpu}, {"host_cores", r.host_cores}};
+  j["state"] = {{"bytes", r.state_bytes}, {"positions", r.state_ctx}};
   j["params"] = {{"n_prompt", o.n_prompt}, {"n_gen", o.n_gen}, {"reps", o.reps}, {"depth", o.depth}, {"warmup", 1}};
   j["pp"] = {{"tokens", o.n_prompt}, {"tok_s", stat_json(r.pp_tok_s)}};
   j["tg"] = {{"tokens", o.n_gen}, {"tok_s", stat_json(r.tg_tok_s)}};

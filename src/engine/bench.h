@@ -76,6 +76,8 @@ struct BenchReport {
   int n_layer = 0, d_model = 0, vocab = 0;
   int64_t n_params = 0;
   uint64_t weight_bytes = 0;  // all tensor bytes the model holds (storage dtype)
+  int64_t state_bytes = 0;    // the session's KV caches and scratch on the tier
+  int state_ctx = 0;          // the positions that state holds
   std::string device, compute;
   int threads = 0;
   std::string host_cpu;       // /proc/cpuinfo model name

@@ -34,6 +34,8 @@ class Session {
   void reset();
   int pos() const { return pos_; }
   int max_ctx() const { return state_->max_ctx; }
+  /// Bytes the per-sequence state holds on the tier (KV caches and scratch).
+  int64_t state_bytes() const { return state_->bytes; }
 
   /// Runs ids at the current position as ONE forward of width ids.size() (must be <= max_T)
   /// and advances. Logits of those tokens stay on the device: see summarize()/logits().

@@ -31,6 +31,7 @@ class ForwardState {
   Buffer logits;    // [max_T, V]: the latest forward's logits rows (f64 on ref, f32 elsewhere)
   int max_T = 0;    // widest forward
   int max_ctx = 0;  // positions the caches hold
+  int64_t bytes = 0;  // what the state allocated on its tier: KV caches and scratch
 };
 
 /// One forward: ids[T] at positions pos0.. (the state holds rows [0, pos0) already); ids ==
@@ -62,6 +63,15 @@ class Arch {
   virtual void parse_gguf(const GgufFile& g, ModelConfig& c) const = 0;
   /// Every tensor the forward reads for c (the loader refuses any other in the file).
   virtual std::vector<TensorSpec> tensors(const ModelConfig& c) const = 0;
+  /// The names an HF checkpoint may store tensor `hf` (TensorSpec::hf) under, tried in order:
+  /// a wrapper class nests the model under other prefixes (transformers' checkpoint
+  /// conversion mapping).
+  virtual std::vector<std::string> hf_stored_names(const ModelConfig&, const std::string& hf) const {
+    return {hf};
+  }
+  /// Stored HF tensors of parts the forward does not compute (a multimodal checkpoint's vision
+  /// tower), which the loader leaves unread instead of refusing the file.
+  virtual bool hf_ignored(const ModelConfig&, const std::string&) const { return false; }
   /// Counts of global and per-layer tensor slots (TensorSpec::slot ranges).
   virtual int global_slots() const = 0;
   virtual int layer_slots() const = 0;

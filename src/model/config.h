@@ -69,6 +69,8 @@ struct ModelConfig {
   bool moe_norm_topk = false;   // Nemotron-H norm_topk_prob
   double moe_scaling = 1;       // Nemotron-H routed_scaling_factor
   int moe_n_group = 1, moe_topk_group = 1;  // Nemotron-H group-limited selection
+  bool multimodal_text = false;  // gemma3: the text model of a Gemma3ForConditionalGeneration
+  bool norms_hold_one = false;   // gemma GGUF: norm weights store 1 + w (plain RMSNorm reads them)
 };
 
 }  // namespace arbiter

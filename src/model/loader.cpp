@@ -59,7 +59,10 @@ class Binder {
     return out;
   }
   bool has(const std::string& name) const { return lookup_(name) != nullptr; }
-  void mark_used(const std::string& name) { used_.insert(name); }
+  void mark_used(const std::string& name) {
+    used_.insert(name);
+    if (const Tensor* t = lookup_(name)) used_.insert(t->name);  // stored under an alias
+  }
 
   /// Refuses a stored tensor nothing consumed, unless ignorable (recomputed RoPE tables).
   void refuse_unused(const std::vector<std::string>& all,
@@ -154,7 +157,7 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
     for (const std::string& n : a->gguf_names())
       if (n == c.arch) m->arch = a;
   if (!m->arch) {
-    // The GGUF names only: a family may read HF checkpoints alone (gemma).
+    // The GGUF names only: a family may read HF checkpoints alone.
     std::string names;
     for (const Arch* a : arch_registry())
       for (const std::string& n : a->gguf_names()) names += (names.empty() ? "" : ", ") + n;
@@ -245,17 +248,22 @@ std::unique_ptr<Model> load_hf(const std::string& path) {
 
   // A name the writer dropped as a duplicate of a shared tensor is recorded in
   // __metadata__ as {dropped: kept} (safetensors' torch save_model); follow that alias.
-  auto lookup = [&st](const std::string& n) -> const Tensor* {
-    if (const Tensor* t = st.tensor(n)) return t;
-    auto it = st.metadata().find(n);
-    return it == st.metadata().end() ? nullptr : st.tensor(it->second);
+  // The family may store a tensor under a wrapper's prefix (hf_stored_names).
+  auto lookup = [&st, &m](const std::string& name) -> const Tensor* {
+    for (const std::string& n : m->arch->hf_stored_names(m->config, name)) {
+      if (const Tensor* t = st.tensor(n)) return t;
+      auto it = st.metadata().find(n);
+      if (it != st.metadata().end()) return st.tensor(it->second);
+    }
+    return nullptr;
   };
   validate_config(m->config, {cfg_path, false, st.tensors().size()});
   Binder b(path, lookup);
   bind(*m->arch, m->config, Format::Hf, b, m->weights);
   std::vector<std::string> all;
   for (const auto& [n, t] : st.tensors()) all.push_back(n);
-  b.refuse_unused(all, [](const std::string& n) {
+  b.refuse_unused(all, [&m](const std::string& n) {
+    if (m->arch->hf_ignored(m->config, n)) return true;
     // Old llama checkpoints saved the RoPE inverse-frequency buffer; it is recomputed.
     const std::string suffix = "rotary_emb.inv_freq";
     return n.size() >= suffix.size() &&

@@ -361,11 +361,12 @@ Fill metered(Fill fill, DType dt, Progress& meter, int64_t& bytes) {
   };
 }
 
+// A norm's ones are stored plus `offset` (a GGUF's 1 + w for gemma: TensorSpec::gguf_offset).
 Fill seeded_fill(const std::string& hf_name, uint64_t seed, bool ones, DType dt, int n_threads, int64_t cols,
-                 std::function<int64_t(int64_t)> src_row = nullptr) {
+                 std::function<int64_t(int64_t)> src_row = nullptr, double offset = 0) {
   const uint64_t key = mix64(seed ^ mix64(fnv1a(hf_name)));
-  return [key, ones, dt, n_threads, cols, src_row](int64_t begin, int64_t n, void* dst) {
-    std::vector<float> f(size_t(n), 1.0f);
+  return [key, ones, dt, n_threads, cols, src_row, offset](int64_t begin, int64_t n, void* dst) {
+    std::vector<float> f(size_t(n), float(1.0 + offset));
     if (!ones) {
       auto gen = [&](int64_t b, int64_t m) {  // elements [begin + b, begin + b + m)
         if (!src_row) return synth_normals(key, begin + b, m, 0.02, f.data() + b);
@@ -439,8 +440,10 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
     e.dtype = stored_dtype(t, o);
     e.shape = t.shape;
     const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    ARB_ASSERT(t.gguf_offset == 0 || t.kind == TensorKind::Norm);  // only ones are offset
     e.fill = metered(seeded_fill(t.hf, o.seed, t.kind == TensorKind::Norm, e.dtype, n_threads, cols,
-                                 adjacent && t.rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr),
+                                 adjacent && t.rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
+                                 t.gguf_offset),
                      e.dtype, meter, bytes);
     g.add_tensor(std::move(e));
   }
@@ -517,7 +520,16 @@ SynthResult synth_plan(const SynthOptions& opt) {
   ARB_CHECK(opt.layers >= 0 && opt.layers <= 1000, "[synth] --layers %d outside [1, 1000]", opt.layers);
   SynthResult r;
   r.config = p.config;
-  if (opt.layers > 0) r.config.n_layer = opt.layers;
+  if (opt.layers > 0) {
+    // Per-layer attention types (gemma) keep the preset's periodic pattern.
+    std::vector<bool>& sl = r.config.layer_sliding;
+    const size_t n0 = sl.size();
+    if (n0 > 0) {
+      sl.resize(size_t(opt.layers));
+      for (size_t l = n0; l < sl.size(); ++l) sl[l] = sl[l % n0];
+    }
+    r.config.n_layer = opt.layers;
+  }
   // MoE presets route every layer, so fewer (or more) layers keep that.
   if (!r.config.layer_moe.empty()) r.config.layer_moe.assign(size_t(r.config.n_layer), true);
   ARB_CHECK(opt.format == SynthFormat::Hf || r.config.router.n_experts == 0,

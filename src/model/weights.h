@@ -30,6 +30,7 @@ struct TensorSpec {
   bool rope_rows = false;     // rows are RoPE'd heads (q/k): GGUF llama-family files permute
                               // them to adjacent pairs (model/archs/llama.cpp)
   const char* tie_to = nullptr;  // role of a global it may alias (lm_head -> embed when tied)
+  double gguf_offset = 0;  // a GGUF stores the HF values plus this (gemma's norms: 1 + w)
 };
 
 class Weights {

@@ -105,6 +105,8 @@ TEST(BenchCli, SmokeJsonOnStories260K) {
   expect_positive(j["model"]["params"], "model.params");
   expect_positive(j["model"]["weight_bytes"], "model.weight_bytes");
   EXPECT_EQ(j["device"]["name"], "cpu");
+  expect_positive(j["state"]["bytes"], "state.bytes");
+  EXPECT_EQ(j["state"]["positions"], 17);  // max(P, N) + 1
   EXPECT_EQ(j["params"]["n_prompt"], 16);
   EXPECT_EQ(j["params"]["n_gen"], 8);
   EXPECT_EQ(j["params"]["reps"], 2);

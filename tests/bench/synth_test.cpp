@@ -12,8 +12,10 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "engine/session.h"
+#include "model/arch.h"
 #include "model/synth.h"
 #include "io/gguf.h"
+#include "io/gguf_write.h"
 #include "io/json_config.h"
 #include "model/model.h"
 #include "io/safetensors.h"
@@ -456,6 +458,71 @@ TEST(SynthGguf, SameWeightsAndLogitsAsTheHfCheckpoint) {
   expect_gguf_matches_hf("tiny", 0, DType::F32, 64 * std::ldexp(1.0, -24));
   expect_gguf_matches_hf("tiny", 0, DType::BF16, 64 * std::ldexp(1.0, -24));
   expect_gguf_matches_hf("qwen3-0.6b", 1, DType::BF16, 0.0);
+}
+
+// gemma presets: the official config values re-read from the written config.json, and
+// gemma-3-1b's published parameter count (999,885,952; summed by hand from the shapes: embed
+// 262144 x 1152, per layer 2,949,120 attention + 512 q/k norm + 23,887,872 MLP + 4 x 1152
+// norms, 26 layers, the final norm).
+TEST(SynthPresets, GemmaConfigsCarryTheOfficialValues) {
+  ModelConfig c = parse_hf_config(synth_config_json(opts("gemma3-1b", "unused")), "config.json");
+  EXPECT_EQ(c.arch, "gemma3");
+  EXPECT_EQ(c.n_layer, 26);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_EQ(c.attn_scale, 1.0 / 16);
+  EXPECT_EQ(c.rope.theta, 1e6);
+  EXPECT_EQ(c.rope_local.theta, 1e4);
+  EXPECT_EQ(synth_plan(opts("gemma3-1b", "unused")).n_params, 999885952);
+  int full = 0;
+  for (bool s : c.layer_sliding) full += s ? 0 : 1;
+  EXPECT_EQ(full, 4);  // layers 5, 11, 17, 23
+  c = parse_hf_config(synth_config_json(opts("gemma3-27b", "unused")), "config.json");
+  EXPECT_EQ(c.n_layer, 62);
+  EXPECT_EQ(c.d_model, 5376);
+  EXPECT_EQ(c.n_head_kv, 16);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.attn_scale, 1.0 / std::sqrt(168.0));
+  EXPECT_EQ(c.rope.scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_EQ(c.rope.scaling.factor, 8.0);
+  EXPECT_EQ(c.vocab, 262208);
+}
+
+// gemma GGUF as llama.cpp's converter writes it: norms stored as 1 + w in F32 and read with
+// the plain rmsnorm, the layer pattern and query_pre_attn_scalar derived from the metadata.
+// The file loads as the HF checkpoint's model, and its logits over 12 positions (past the
+// window of 8) are the HF path's on cpu, bit for bit: the same f32 multiplier 1 + w in the
+// same norm kernel. A config llama.cpp cannot hold (the fixture's query_pre_attn_scalar 24
+// with head_dim 32) is refused by the writer.
+TEST(SynthGguf, GemmaSameModelAsTheHfCheckpoint) {
+  for (const char* preset : {"tiny-gemma3", "tiny-gemma2"}) {
+    SCOPED_TRACE(preset);
+    const std::string root = temp_dir("synth-gguf-gemma");
+    synth_checkpoint(opts(preset, root + "/hf", 7, 0, DType::BF16));
+    SynthOptions g = opts(preset, root + "/m.gguf", 7, 0, DType::BF16);
+    g.format = SynthFormat::Gguf;
+    synth_checkpoint(g);
+    auto a = load_model(root + "/hf");
+    auto b = load_model(root + "/m.gguf");
+    const ModelConfig &x = a->config, &y = b->config;
+    EXPECT_FALSE(x.norms_hold_one);
+    EXPECT_TRUE(y.norms_hold_one);
+    EXPECT_EQ(y.arch, x.arch);
+    EXPECT_EQ(y.layer_sliding, x.layer_sliding);
+    EXPECT_EQ(y.sliding_window, x.sliding_window);
+    EXPECT_EQ(y.attn_scale, x.attn_scale);
+    EXPECT_EQ(y.attn_softcap, x.attn_softcap);
+    EXPECT_EQ(y.final_softcap, x.final_softcap);
+    EXPECT_EQ(y.rope, x.rope);
+    EXPECT_EQ(y.rope_local, x.rope_local);
+    EXPECT_EQ(y.qk_norm, x.qk_norm);
+    EXPECT_EQ(y.tied_embeddings, x.tied_embeddings);
+    EXPECT_EQ(b->n_params, a->n_params);
+    const std::vector<int32_t> ids = {3, 100, 57, 250, 9, 11, 400, 7, 8, 300, 2, 77};
+    EXPECT_EQ(cpu_logits(*a, ids), cpu_logits(*b, ids));
+  }
+  ModelConfig c = load_model(test::source_path("tests/fixtures/models/tiny-gemma3"))->config;
+  GgufWriter w;
+  EXPECT_THROW(arch_of(c.arch).gguf_metadata(c, w), Error);
 }
 
 // Llama 3 RoPE scaling travels as rope_freqs.weight, which the loader checks against

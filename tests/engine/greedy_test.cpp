@@ -146,6 +146,48 @@ TEST(Greedy, GemmaCpuEqualsRefPastTheWindow) {
   }
 }
 
+// Gemma's sliding layers keep a ring of window + max_T - 1 rows. 100 positions in chunks of 5
+// (the ring of tiny-gemma3's window 16 wraps five times) give, on ref and cpu, the logits of
+// sessions whose caches hold every position (max_T 100: a ring as long as the context), and
+// decode token by token (a ring of the window alone) gives the last row too.
+TEST(Greedy, GemmaRingCacheGivesTheFullCachesLogits) {
+  for (const char* dir : {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-gemma2"}) {
+    auto m = load_model(test::source_path(dir));
+    std::vector<int32_t> ids(100);
+    for (int t = 0; t < 100; ++t) ids[size_t(t)] = int32_t((t * 37 + 11) % m->config.vocab);
+    for (const char* tier : kTiers) {
+      SCOPED_TRACE(std::string(dir) + " " + tier);
+      auto be = backend(tier);
+      const double tol = std::string(tier) == "ref" ? 1e-13 : 1e-6;  // cpu: gemv vs gemm
+      Session full(*m, *be, 100, 100), ring(*m, *be, 100, 5), steps(*m, *be, 100, 1);
+      full.forward(ids);
+      for (int c = 0; c < 100; c += 5) {
+        ring.forward(std::vector<int32_t>(ids.begin() + c, ids.begin() + c + 5));
+        for (int t = 0; t < 5; ++t)
+          ASSERT_LT(rel_l2(ring.logits(t), full.logits(c + t)), tol) << "position " << c + t;
+      }
+      for (int32_t id : ids) steps.forward({id});
+      EXPECT_LT(rel_l2(steps.logits(0), full.logits(99)), tol);
+    }
+  }
+}
+
+// The memory claim: doubling max_ctx grows only the full layers' caches; the sliding layers'
+// rings stay window + max_T - 1 rows (tiny-gemma3: layers 0 and 2 slide, window 16).
+TEST(Greedy, GemmaSlidingCachesDoNotGrowWithTheContext) {
+  auto m = load_model(test::source_path("tests/fixtures/models/tiny-gemma3"));
+  const ModelConfig& c = m->config;
+  int full_layers = 0;
+  for (bool s : c.layer_sliding) full_layers += s ? 0 : 1;
+  ASSERT_EQ(full_layers, 2);
+  auto be = backend("ref");  // f64 caches
+  Session a(*m, *be, 4096, 8), b(*m, *be, 8192, 8);
+  const int64_t kv_row = int64_t(c.n_head_kv) * c.head_dim * 8;
+  EXPECT_EQ(b.state_bytes() - a.state_bytes(), full_layers * 2 * 4096 * kv_row);
+  // What the state holds: 2 full layers of 4096 rows, 2 sliding ones of 16 + 8 - 1, scratch.
+  EXPECT_LT(a.state_bytes(), 2 * (full_layers * 4096 + 2 * 23) * kv_row + 8 * 8 * 4096);
+}
+
 // Prefill of many tokens and token-by-token decode run the same model code: same logits.
 TEST(Tiers, PrefillEqualsDecode) {
   auto m = load_model(test::source_path("models/TinyStories-656K/fp32"));

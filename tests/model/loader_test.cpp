@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/backend.h"
 #include "core/error.h"
+#include "engine/session.h"
 #include "io/gguf.h"
 #include "io/io_test_util.h"
 #include "model/model_test_util.h"
@@ -253,6 +255,64 @@ TEST(LoaderRefuse, MoeMissingExpertTensor) {
       << e;
 }
 
+// Gemma3ForConditionalGeneration: tiny-gemma3's text model wrapped as google/gemma-3-4b-it
+// stores it (config in text_config, tensors under language_model.model., a vision tower and a
+// projector beside them) and as transformers 5 saves it (model.language_model.): the text
+// model's logits on ref are the fixture's, bit for bit, with the vision tensors left unread; a
+// stray tensor under the text prefix is still refused.
+TEST(Loader, Gemma3ConditionalGenerationReadsTheTextModel) {
+  const std::string src = test::source_path("tests/fixtures/models/tiny-gemma3");
+  auto want = load_model(src);
+  DeviceSpec spec;
+  spec.device = "ref";
+  auto be = make_backend(spec);
+  const std::vector<int32_t> ids = {2, 100, 7, 1999, 42, 5};
+  auto logits = [&](const Model& m) {
+    Session s(m, *be, 8);
+    s.forward(ids);
+    return s.logits(int(ids.size()) - 1);
+  };
+  const std::vector<double> want_logits = logits(*want);
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    SCOPED_TRACE(prefix);
+    HfCopy c(src);
+    nlohmann::json h;
+    for (auto& [k, v] : c.header.items())
+      h[k.rfind("model.", 0) == 0 ? prefix + k.substr(6) : k] = v;
+    for (const char* vision : {"vision_tower.vision_model.post_layernorm.weight",
+                               "multi_modal_projector.mm_soft_emb_norm.weight"}) {
+      const size_t at = c.data.size();
+      c.data += std::string(256, '\0');
+      h[prefix[0] == 'm' ? "model." + std::string(vision) : std::string(vision)] = {
+          {"dtype", "F32"}, {"shape", {64}}, {"data_offsets", {at, at + 256}}};
+    }
+    c.header = h;
+    c.write();
+    c.edit_config([](nlohmann::json& j) {
+      nlohmann::json text = j;
+      text.erase("architectures");
+      text["model_type"] = "gemma3_text";
+      j = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+           {"text_config", text}, {"vision_config", {{"model_type", "siglip_vision_model"}}},
+           {"mm_tokens_per_image", 256}};
+    });
+    auto m = load_model(c.dir);
+    EXPECT_TRUE(m->config.multimodal_text);
+    EXPECT_EQ(m->config.n_layer, want->config.n_layer);
+    EXPECT_EQ(logits(*m), want_logits);
+
+    const size_t at = c.data.size();
+    c.data += std::string(256, '\0');
+    c.header[prefix + "layers.0.self_attn.extra.weight"] = {
+        {"dtype", "F32"}, {"shape", {64}}, {"data_offsets", {at, at + 256}}};
+    c.write();
+    const std::string e = error_of(c.dir);
+    EXPECT_NE(e.find("'" + prefix + "layers.0.self_attn.extra.weight' is not used"),
+              std::string::npos)
+        << e;
+  }
+}
+
 TEST(LoaderRefuse, Paths) {
   EXPECT_NE(error_of("/nonexistent/arbiter-model").find("/nonexistent/arbiter-model"), std::string::npos);
   std::string dir = test::temp_dir("empty");
@@ -348,7 +408,17 @@ TEST(LoaderGguf, Refusals) {
   Dims d;
   std::string e = error_of(write_gguf(make_gguf("gemma", d, false, false, false, true)));
   EXPECT_NE(e.find("unsupported architecture 'gemma'"), std::string::npos) << e;
-  EXPECT_NE(e.find("(supported in GGUF: llama, mistral, qwen2, qwen3)"), std::string::npos) << e;
+  EXPECT_NE(e.find("(supported in GGUF: llama, mistral, qwen2, qwen3, gemma2, gemma3)"), std::string::npos) << e;
+  // gemma3 metadata llama.cpp does not read for gemma3 (an attention soft cap), and a negative
+  // window: refused before any tensor is bound, naming the key.
+  GgufBuilder g3 = make_gguf("gemma3", d, false, false, true, true);
+  g3.kv_f32("gemma3.attn_logit_softcapping", 50.f);
+  e = error_of(write_gguf(g3));
+  EXPECT_NE(e.find("gemma3.attn_logit_softcapping is not read by llama.cpp"), std::string::npos) << e;
+  GgufBuilder g2 = make_gguf("gemma2", d, false, false, false, true);
+  g2.kv_u32("gemma2.attention.sliding_window", 0);
+  e = error_of(write_gguf(g2));
+  EXPECT_NE(e.find("'gemma2.attention.sliding_window' is 0"), std::string::npos) << e;
   // An extra per-layer tensor the architecture does not read.
   GgufBuilder w = make_gguf("llama", d, false, false, false, true);
   w.add_f32("blk.0.attn_output.bias", {32}, std::vector<float>(32, 0.f));

@@ -1,5 +1,6 @@
-// kv_store: k, v [T, kv_dim] copied to rows pos0.. of the caches, exactly; no other row
-// touched (they stay NaN).
+// kv_store: k, v [T, kv_dim] copied to the rows of positions pos0.. of the caches (position
+// p at row p % rows: its own row in a cache of max_ctx rows, a ring's row in a smaller one),
+// exactly; no other row touched (they stay NaN).
 #include "tier_util.h"
 
 namespace arbiter::test {
@@ -8,7 +9,9 @@ namespace {
 struct Case {
   int T, pos0, kv_dim, rows;
 };
-const Case kCases[] = {{5, 3, 33, 10}, {5, 17, 128, 50}, {1, 0, 64, 4}, {8, 100, 1024, 120}};
+// The last three are rings: wrapping inside the chunk, past the end, a whole ring's worth.
+const Case kCases[] = {{5, 3, 33, 10}, {5, 17, 128, 50}, {1, 0, 64, 4}, {8, 100, 1024, 120},
+                       {5, 8, 33, 10},  {3, 100, 16, 7},  {7, 40, 64, 7}};
 
 class KvStore : public OpTest {};
 
@@ -25,8 +28,11 @@ TEST_P(KvStore, CopiesExactly) {
     vc.poison();
     be->kv_store(kb.b, vb.b, kc.b, vc.b, c.T, c.pos0, c.kv_dim);
     std::vector<double> want_k(size_t(c.rows) * c.kv_dim, std::nan("")), want_v = want_k;
-    std::copy(k.begin(), k.end(), want_k.begin() + int64_t(c.pos0) * c.kv_dim);
-    std::copy(v.begin(), v.end(), want_v.begin() + int64_t(c.pos0) * c.kv_dim);
+    for (int t = 0; t < c.T; ++t) {
+      const int64_t at = int64_t((c.pos0 + t) % c.rows) * c.kv_dim, from = int64_t(t) * c.kv_dim;
+      std::copy_n(k.begin() + from, c.kv_dim, want_k.begin() + at);
+      std::copy_n(v.begin() + from, c.kv_dim, want_v.begin() + at);
+    }
     const std::string what = strformat("T=%d pos0=%d kv_dim=%d rows=%d", c.T, c.pos0, c.kv_dim, c.rows);
     check_exact("kv_store.k", tier, what, seed, kc.read(), want_k);
     check_exact("kv_store.v", tier, what, seed, vc.read(), want_v);

@@ -3,6 +3,7 @@
 // included. ref against a two-key case worked from the definition and against attention()
 // (same bits at scale 1/sqrt(Dh) without cap); every tier against ref. A tier without the op
 // refuses it.
+#include <algorithm>
 #include <cmath>
 
 #include "tier_util.h"
@@ -75,6 +76,53 @@ TEST_P(ScaledAttention, MatchesRef) {
     // a division per score.
     check_close("scaled_attention", tier, what, seed, ob.read(), want.read(),
                 nmse_bound(tier.compute, tier.compute, std::max(c.Dh, end), 16));
+  }
+}
+
+// A sliding layer's ring cache (window + T - 1 rows, position p at row p % rows) gives the bits
+// of the full cache, wrapped or not; a ring one row short of that is refused.
+TEST_P(ScaledAttention, RingCacheGivesTheFullCachesBits) {
+  const OpTier& tier = GetParam();
+  ARB_TIER_OR_SKIP(be, tier);
+  struct Ring {
+    int T, pos0, H, Hkv, Dh, window;
+  };
+  const Ring rings[] = {{8, 64, 4, 2, 32, 16}, {1, 90, 4, 2, 16, 24}, {5, 3, 2, 1, 16, 4}};
+  uint64_t seed = 2700;
+  for (const Ring& c : rings) {
+    ++seed;
+    const int kv_dim = c.Hkv * c.Dh, end = c.pos0 + c.T, rows = c.window + c.T - 1;
+    const std::vector<double> q = values(int64_t(c.T) * c.H * c.Dh, seed, 1.0, tier.compute);
+    const std::vector<double> k = values(int64_t(end) * kv_dim, seed + 1, 1.0, tier.compute);
+    const std::vector<double> v = values(int64_t(end) * kv_dim, seed + 2, 1.0, tier.compute);
+    std::vector<double> kr(size_t(rows) * kv_dim), vr = kr;  // the latest `rows` positions
+    for (int p = std::max(0, end - rows); p < end; ++p) {
+      std::copy_n(k.begin() + int64_t(p) * kv_dim, kv_dim, kr.begin() + int64_t(p % rows) * kv_dim);
+      std::copy_n(v.begin() + int64_t(p) * kv_dim, kv_dim, vr.begin() + int64_t(p % rows) * kv_dim);
+    }
+    const int64_t n = int64_t(c.T) * c.H * c.Dh;
+    Buf qb(*be, q), kb(*be, k), vb(*be, v), krb(*be, kr), vrb(*be, vr), full(*be, n), ring(*be, n);
+    const std::string what = strformat("T=%d pos0=%d window=%d rows=%d", c.T, c.pos0, c.window, rows);
+    if (tier.cuda) {  // the cuda tier has no gemma attention yet (see MatchesRef)
+      EXPECT_THROW(be->scaled_attention(qb.b, krb.b, vrb.b, c.T, c.pos0, c.H, c.Hkv, c.Dh,
+                                        c.window, 0.2, 0, ring.b),
+                   Error);
+      continue;
+    }
+    full.poison();
+    ring.poison();
+    be->scaled_attention(qb.b, kb.b, vb.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, 0.2, 5,
+                         full.b);
+    be->scaled_attention(qb.b, krb.b, vrb.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, 0.2, 5,
+                         ring.b);
+    check_exact("scaled_attention", tier, "ring vs full cache: " + what, seed, ring.read(),
+                full.read());
+    if (end <= rows - 1) continue;  // a cache of rows - 1 would still hold every position
+    Buf ks(*be, int64_t(rows - 1) * kv_dim), vs(*be, int64_t(rows - 1) * kv_dim);
+    EXPECT_THROW(be->scaled_attention(qb.b, ks.b, vs.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window,
+                                      0.2, 5, ring.b),
+                 Error)
+        << what;
   }
 }
 

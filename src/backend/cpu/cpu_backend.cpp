@@ -204,10 +204,17 @@ class CpuBackend final : public Backend {
   void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache, int T,
                 int pos0, int kv_dim) override {
     stats_.record("kv_store", "cpu.kv_store");
-    const int64_t n = int64_t(T) * kv_dim, off = int64_t(pos0) * kv_dim;
-    ARB_ASSERT(off + n <= k_cache.n && off + n <= v_cache.n && k.n >= n && v.n >= n);
-    std::memcpy(f32(k_cache) + off, f32(k), sizeof(float) * size_t(n));
-    std::memcpy(f32(v_cache) + off, f32(v), sizeof(float) * size_t(n));
+    const int rows = kv_cache_rows(k_cache, v_cache, kv_dim);
+    ARB_CHECK(T <= rows, "[cpu] kv_store: %d rows into a cache of %d", T, rows);
+    ARB_ASSERT(k.n >= int64_t(T) * kv_dim && v.n >= int64_t(T) * kv_dim);
+    // At most two runs of rows: up to the ring's end, then from its start.
+    for (int t = 0; t < T;) {
+      const int row = (pos0 + t) % rows, n = std::min(T - t, rows - row);
+      const int64_t at = int64_t(row) * kv_dim, from = int64_t(t) * kv_dim;
+      std::memcpy(f32(k_cache) + at, f32(k) + from, sizeof(float) * size_t(n) * kv_dim);
+      std::memcpy(f32(v_cache) + at, f32(v) + from, sizeof(float) * size_t(n) * kv_dim);
+      t += n;
+    }
   }
 
   void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
@@ -364,9 +371,9 @@ class CpuBackend final : public Backend {
   void attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
               int H, int Hkv, int Dh, int window, double scale, double softcap, Buffer& out) {
     ARB_ASSERT(Hkv > 0 && H % Hkv == 0);
-    ARB_ASSERT(int64_t(pos0 + T) * Hkv * Dh <= k_cache.n && q.n >= int64_t(T) * H * Dh &&
-               out.n >= int64_t(T) * H * Dh);
+    ARB_ASSERT(q.n >= int64_t(T) * H * Dh && out.n >= int64_t(T) * H * Dh);
     AttentionArgs a;
+    a.rows = attention_cache_rows(k_cache, v_cache, Hkv * Dh, T, pos0, window, "cpu");
     a.q = f32(q);
     a.k_cache = f32(k_cache);
     a.v_cache = f32(v_cache);

@@ -67,10 +67,10 @@ void blas_pin_single_thread();
 /// Element-wise and row ops of one ISA. All buffers f32.
 struct AttentionArgs {
   const float* q = nullptr;        // [T, H, Dh]
-  const float* k_cache = nullptr;  // [ctx, Hkv*Dh]
-  const float* v_cache = nullptr;  // [ctx, Hkv*Dh]
+  const float* k_cache = nullptr;  // [rows, Hkv*Dh], position p at row p % rows
+  const float* v_cache = nullptr;  // [rows, Hkv*Dh]
   float* out = nullptr;            // [T, H*Dh]
-  int T = 0, pos0 = 0, H = 0, Hkv = 0, Dh = 0, window = 0;
+  int T = 0, pos0 = 0, H = 0, Hkv = 0, Dh = 0, window = 0, rows = 0;
   double scale = 0;    // scores are scale * q.k (attention(): 1/sqrt(Dh))
   double softcap = 0;  // > 0: scores s -> tanh(s / softcap) * softcap (gemma 2)
 };

@@ -137,9 +137,12 @@ void attention_units(const AttentionArgs& a, int64_t u0, int64_t u1) {
     const int L = i - lo + 1;
     const float* qh = a.q + (int64_t(t) * a.H + h) * Dh;
     const int64_t koff = int64_t(h / group) * Dh;
+    // Key lo + j sits at row (lo + j) % rows: rows from r0 up to the ring's end, then from 0.
+    const int r0 = lo % a.rows;
+    auto row = [&](int j) { return int64_t(r0 + j < a.rows ? r0 + j : r0 + j - a.rows); };
     float mx = -std::numeric_limits<float>::infinity();
     for (int j = 0; j < L; ++j) {
-      float s = dot<V>(qh, a.k_cache + int64_t(lo + j) * kv_dim + koff, Dh) * scale;
+      float s = dot<V>(qh, a.k_cache + row(j) * kv_dim + koff, Dh) * scale;
       if (softcap > 0) s = std::tanh(s / softcap) * softcap;
       score[size_t(j)] = s;
       mx = s > mx ? s : mx;
@@ -147,7 +150,7 @@ void attention_units(const AttentionArgs& a, int64_t u0, int64_t u1) {
     const float sum = exp_shift_sum<V>(score.data(), L, mx);
     std::fill(acc.begin(), acc.end(), 0.f);
     for (int j = 0; j < L; ++j)
-      axpy<V>(score[size_t(j)], a.v_cache + int64_t(lo + j) * kv_dim + koff, acc.data(), Dh);
+      axpy<V>(score[size_t(j)], a.v_cache + row(j) * kv_dim + koff, acc.data(), Dh);
     const float inv = 1.f / sum;
     float* oh = a.out + (int64_t(t) * a.H + h) * Dh;
     for (int d = 0; d < Dh; ++d) oh[d] = acc[size_t(d)] * inv;

@@ -332,16 +332,15 @@ void CudaBackend::kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Bu
   stats_.record("kv_store", "cuda.kv_store");
   check_act(k, int64_t(T) * kv_dim, "kv_store k");
   check_act(v, int64_t(T) * kv_dim, "kv_store v");
-  ARB_CHECK(pos0 >= 0 && int64_t(pos0 + T) * kv_dim <= std::min(k_cache.n, v_cache.n),
-            "[cuda] kv_store: rows [%d, %d) outside the cache (%lld rows)", pos0, pos0 + T,
-            (long long)(k_cache.n / std::max(kv_dim, 1)));
+  const int rows = kv_cache_rows(k_cache, v_cache, kv_dim);
+  ARB_CHECK(pos0 >= 0 && T <= rows, "[cuda] kv_store: %d rows into a cache of %d", T, rows);
   check_act(k_cache, 0, "k cache");
   check_act(v_cache, 0, "v cache");
   const void *kp = k.ptr, *vp = v.ptr;
   void *kc = k_cache.ptr, *vc = v_cache.ptr;
-  submit({6, int64_t(kp), int64_t(vp), int64_t(kc), int64_t(vc), T, kv_dim}, true, pos0,
+  submit({6, int64_t(kp), int64_t(vp), int64_t(kc), int64_t(vc), T, kv_dim, rows}, true, pos0,
          [=, this](const cuda::StepCtx& c) {
-           cuda::launch_kv_store(ct_, kp, vp, kc, vc, T, PosRef{c.pos_dev, pos0}, kv_dim,
+           cuda::launch_kv_store(ct_, kp, vp, kc, vc, T, PosRef{c.pos_dev, pos0}, kv_dim, rows,
                                  stream_);
          });
 }

@@ -146,14 +146,15 @@ __global__ void rope_kernel(T* x, int T_, int nh, int Dh, PosRef pos, const floa
 
 template <class T>
 __global__ void kv_store_kernel(const T* k, const T* v, T* kc, T* vc, int64_t n, PosRef pos,
-                                int kv_dim) {
+                                int kv_dim, int rows) {
   griddep_wait();
   griddep_launch();
-  const int64_t base = int64_t(pos_of(pos)) * kv_dim;
+  const int p0 = pos_of(pos);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    kc[base + i] = k[i];
-    vc[base + i] = v[i];
+    const int64_t t = i / kv_dim, at = int64_t((p0 + t) % rows) * kv_dim + (i - t * kv_dim);
+    kc[at] = k[i];
+    vc[at] = v[i];
   }
 }
 
@@ -379,12 +380,13 @@ void launch_rope(DType ct, void* x, int T, int nh, int Dh, PosRef pos, const flo
 }
 
 void launch_kv_store(DType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
-                     PosRef pos, int kv_dim, cudaStream_t s) {
+                     PosRef pos, int kv_dim, int rows, cudaStream_t s) {
   const int64_t n = int64_t(T) * kv_dim;
   ARB_DISPATCH_CTYPE(ct, E,
                      launch_k(kv_store_kernel<E>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
                               static_cast<const E*>(k), static_cast<const E*>(v),
-                              static_cast<E*>(k_cache), static_cast<E*>(v_cache), n, pos, kv_dim));
+                              static_cast<E*>(k_cache), static_cast<E*>(v_cache), n, pos, kv_dim,
+                              rows));
   ARB_LAUNCHED("kv_store_kernel", s);
 }
 

@@ -60,9 +60,10 @@ void launch_rmsnorm(DType ct, const void* x, const float* w, int R, int N, float
 /// pos + t and frequency i, read from cs[(pos + t) * Dh/2 + i] = (cos, sin).
 void launch_rope(DType ct, void* x, int T, int nh, int Dh, PosRef pos, const float2* cs,
                  bool adjacent, cudaStream_t s);
-/// k_cache[(pos + t) * kv_dim + j] = k[t * kv_dim + j], same for v.
+/// k_cache[((pos + t) % rows) * kv_dim + j] = k[t * kv_dim + j], same for v (a cache of
+/// `rows` rows; a ring when rows < pos + T).
 void launch_kv_store(DType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
-                     PosRef pos, int kv_dim, cudaStream_t s);
+                     PosRef pos, int kv_dim, int rows, cudaStream_t s);
 /// out[n] = silu(gate[n]) * up[n]
 void launch_swiglu(DType ct, const void* gate, const void* up, int64_t n, void* out,
                    cudaStream_t s);

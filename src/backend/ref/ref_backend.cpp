@@ -140,9 +140,13 @@ class RefBackend final : public Backend {
   void kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Buffer& v_cache, int T,
                 int pos0, int kv_dim) override {
     stats_.record("kv_store", "ref.kv_store");
-    ARB_ASSERT(int64_t(pos0 + T) * kv_dim <= k_cache.n);
-    std::memcpy(f64(k_cache) + int64_t(pos0) * kv_dim, f64(k), sizeof(double) * T * kv_dim);
-    std::memcpy(f64(v_cache) + int64_t(pos0) * kv_dim, f64(v), sizeof(double) * T * kv_dim);
+    const int rows = kv_cache_rows(k_cache, v_cache, kv_dim);
+    ARB_CHECK(T <= rows, "[ref] kv_store: %d rows into a cache of %d", T, rows);
+    for (int t = 0; t < T; ++t) {
+      const int64_t at = int64_t((pos0 + t) % rows) * kv_dim, from = int64_t(t) * kv_dim;
+      std::memcpy(f64(k_cache) + at, f64(k) + from, sizeof(double) * size_t(kv_dim));
+      std::memcpy(f64(v_cache) + at, f64(v) + from, sizeof(double) * size_t(kv_dim));
+    }
   }
 
   void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
@@ -165,6 +169,7 @@ class RefBackend final : public Backend {
                      int pos0, int H, int Hkv, int Dh, int window, double scale, double softcap,
                      Buffer& out) {
     const int kv_dim = Hkv * Dh, group = H / Hkv;
+    const int rows = attention_cache_rows(k_cache, v_cache, kv_dim, T, pos0, window, "ref");
     std::vector<double> score(size_t(pos0 + T));
     for (int t = 0; t < T; ++t) {
       const int i = pos0 + t;  // query position; keys in [lo, i]
@@ -174,7 +179,7 @@ class RefBackend final : public Backend {
         const int hk = h / group;
         double mx = -std::numeric_limits<double>::infinity();
         for (int j = lo; j <= i; ++j) {
-          const double* kj = f64(k_cache) + int64_t(j) * kv_dim + hk * Dh;
+          const double* kj = f64(k_cache) + int64_t(j % rows) * kv_dim + hk * Dh;
           double dot = 0;
           for (int d = 0; d < Dh; ++d) dot += qh[d] * kj[d];
           score[j] = dot * scale;
@@ -189,7 +194,7 @@ class RefBackend final : public Backend {
         double* oh = f64(out) + (int64_t(t) * H + h) * Dh;
         for (int d = 0; d < Dh; ++d) oh[d] = 0;
         for (int j = lo; j <= i; ++j) {
-          const double* vj = f64(v_cache) + int64_t(j) * kv_dim + hk * Dh;
+          const double* vj = f64(v_cache) + int64_t(j % rows) * kv_dim + hk * Dh;
           const double p = score[j] / sum;
           for (int d = 0; d < Dh; ++d) oh[d] += p * vj[d];
         }

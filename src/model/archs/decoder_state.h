@@ -1,24 +1,28 @@
 // The per-sequence state of a decoder whose layers each hold one KV cache and share one set of
 // scratch buffers (the llama and gemma families): what their forwards read and write.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include <memory>
 
+#include "core/dtype.h"
 #include "model/arch.h"
 #include "model/archs/moe_ffn.h"
 #include "model/config.h"
 
 namespace arbiter {
 
-/// The KV cache of every layer ([max_ctx] rows, sliding layers too) and the scratch of
-/// forwards of up to max_T tokens. A non-empty kv_layers (the hybrids) limits the caches to the
-/// layers it marks; the others get none.
+/// The KV cache of every layer and the scratch of forwards of up to max_T tokens. A layer's
+/// cache holds max_ctx rows; with ring_sliding, a sliding layer's (c.layer_sliding) holds
+/// only the window + max_T - 1 latest positions as a ring (kv_store), all its attention can
+/// see, so its size does not grow with max_ctx. A non-empty kv_layers (the hybrids) limits the
+/// caches to the layers it marks; the others get none.
 class DecoderState : public ForwardState {
  public:
   DecoderState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_,
-               const std::vector<bool>& kv_layers = {})
+               bool ring_sliding = false, const std::vector<bool>& kv_layers = {})
       : be_(be) {
     const int64_t T = max_T_, D = c.d_model, q_dim = int64_t(c.n_head) * c.head_dim;
     const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff;
@@ -26,8 +30,10 @@ class DecoderState : public ForwardState {
     max_ctx = max_ctx_;
     for (int l = 0; l < c.n_layer; ++l) {
       const bool kv = kv_layers.empty() || kv_layers[size_t(l)];
-      k_cache.push_back(kv ? be.alloc(max_ctx * kv_dim) : Buffer{});  // [max_ctx, Hkv*Dh]
-      v_cache.push_back(kv ? be.alloc(max_ctx * kv_dim) : Buffer{});
+      const bool ring = ring_sliding && c.layer_sliding[size_t(l)] && c.sliding_window > 0;
+      const int64_t rows = ring ? std::min<int64_t>(max_ctx, c.sliding_window + T - 1) : max_ctx;
+      k_cache.push_back(kv ? be.alloc(rows * kv_dim) : Buffer{});  // [rows, Hkv*Dh]
+      v_cache.push_back(kv ? be.alloc(rows * kv_dim) : Buffer{});
     }
     x = be.alloc(T * D);
     xn = be.alloc(T * D);
@@ -42,6 +48,10 @@ class DecoderState : public ForwardState {
     down = be.alloc(T * D);
     logits = be.alloc(T * c.vocab, /*logits=*/true);
     if (c.router.n_experts > 0) moe = std::make_unique<MoeScratch>(be, c, max_T_);
+    for (const std::vector<Buffer>* cache : {&k_cache, &v_cache})
+      for (const Buffer& b : *cache) bytes += int64_t(dtype_bytes(b.dtype, b.n));
+    for (const Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})
+      bytes += int64_t(dtype_bytes(b->dtype, b->n));
   }
   ~DecoderState() override {
     for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &o, &gate, &up, &act, &down, &logits})

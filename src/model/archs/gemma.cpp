@@ -7,11 +7,18 @@
 // weight dtype, scores scaled by query_pre_attn_scalar^-0.5, and per layer either a sliding
 // window (its own RoPE: rope_local_base_freq) or full attention (rope_theta + scaling).
 // Gemma 2 differs by flags: no q/k norm, attention scores soft-capped, one RoPE.
+// Gemma3ForConditionalGeneration checkpoints are read for their text model alone: its config
+// is text_config, its tensors are stored under the wrapper's prefixes, its vision tower and
+// projector are left unread.
 // Semantics from transformers' modeling_gemma2.py / modeling_gemma3.py (v5.17).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_write.h"
 #include "io/json_config.h"
 #include "model/archs/decoder_state.h"
 #include "model/model.h"
@@ -47,11 +54,17 @@ class Gemma final : public Arch {
  public:
   std::string family() const override { return "gemma"; }
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
-    return {{"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"}};
+    return {{"Gemma2ForCausalLM", "gemma2"},
+            {"Gemma3ForCausalLM", "gemma3"},
+            {"Gemma3ForConditionalGeneration", "gemma3"}};
   }
-  // llama.cpp's gemma2/gemma3 GGUF files store the norm weights with the 1 already added
-  // (its converter adds it); reading them needs the plain rmsnorm and is not done yet.
-  std::vector<std::string> gguf_names() const override { return {}; }
+  // llama.cpp's convert_hf_to_gguf.py (Gemma2Model, Gemma3Model) stores every norm weight
+  // with the 1 already added, in the checkpoint's dtype, then as F32: the file holds the
+  // multiplier 1 + w, rounded. It is read as it is, with the plain rmsnorm (what llama.cpp
+  // computes): subtracting 1 would not give w back exactly (1 + w was rounded when written,
+  // and s - 1 rounds again in f32 for s < 0.5), and adding it back in rmsnorm_1p would round
+  // once more, while x / rms * s uses the stored value untouched.
+  std::vector<std::string> gguf_names() const override { return {"gemma2", "gemma3"}; }
   int global_slots() const override { return kGlobalSlots; }
   int layer_slots() const override { return kLayerSlots; }
   std::vector<std::string> stages() const override {
@@ -61,17 +74,52 @@ class Gemma final : public Arch {
             "post_ffn_norm", "ffn_res", "final_norm", "logits", "logits_softcap"};
   }
 
-  // Defaults are those of transformers' Gemma2Config / Gemma3TextConfig when a key is absent
-  // (noted per key); the dimensions are required, as in the llama family.
+  // Gemma3ForConditionalGeneration (Gemma3Config): the text model is text_config, a
+  // Gemma3TextConfig; tie_word_embeddings of the outer config, when given, decides the tie.
   void parse_hf(const JsonConfig& j, ModelConfig& c) const override {
+    if (!j.has("text_config")) return parse_text(j, c);
+    if (c.arch != "gemma3")
+      j.fail("'text_config' (a multimodal wrapper) is read for Gemma3ForConditionalGeneration only");
+    c.multimodal_text = true;
+    parse_text(j.object("text_config"), c);
+    if (j.has("tie_word_embeddings")) c.tied_embeddings = j.flag("tie_word_embeddings", true);
+  }
+
+  // transformers 5.17's conversion mapping of Gemma3ForConditionalGeneration: Hub files (e.g.
+  // google/gemma-3-4b-it) store language_model.model.* and language_model.lm_head.weight,
+  // files saved by transformers 5 model.language_model.* and lm_head.weight.
+  std::vector<std::string> hf_stored_names(const ModelConfig& c,
+                                           const std::string& hf) const override {
+    if (!c.multimodal_text) return {hf};
+    const std::string model = "model.", head = "lm_head.";
+    if (hf.compare(0, model.size(), model) == 0) {
+      const std::string rest = hf.substr(model.size());
+      return {"model.language_model." + rest, "language_model.model." + rest};
+    }
+    if (hf.compare(0, head.size(), head) == 0) return {hf, "language_model." + hf};
+    return {hf};
+  }
+  // The vision tower (SigLIP) and the multimodal projector: arbiter runs text only.
+  bool hf_ignored(const ModelConfig& c, const std::string& stored) const override {
+    if (!c.multimodal_text) return false;
+    for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                          "model.multi_modal_projector."})
+      if (stored.compare(0, std::strlen(p), p) == 0) return true;
+    return false;
+  }
+
+  // Defaults are those of transformers' Gemma2Config / Gemma3TextConfig when a key is absent
+  // (both: hidden_size 2304, intermediate_size 9216, 26 layers, 8 heads, 4 KV heads, head_dim
+  // 256; vocab_size 256000 / 262208): real configs (gemma-3-4b-it's text_config) omit some.
+  static void parse_text(const JsonConfig& j, ModelConfig& c) {
     const bool g3 = c.arch == "gemma3";
-    c.d_model = j.positive_int("hidden_size");
-    c.n_layer = j.positive_int("num_hidden_layers");
-    c.n_head = j.positive_int("num_attention_heads");
-    c.n_head_kv = j.positive_int("num_key_value_heads", c.n_head);
-    c.d_ff = j.positive_int("intermediate_size");
-    c.vocab = j.positive_int("vocab_size");
-    c.head_dim = j.positive_int("head_dim", 256);  // both configs default to 256
+    c.d_model = j.positive_int("hidden_size", 2304);
+    c.n_layer = j.positive_int("num_hidden_layers", 26);
+    c.n_head = j.positive_int("num_attention_heads", 8);
+    c.n_head_kv = j.positive_int("num_key_value_heads", 4);
+    c.d_ff = j.positive_int("intermediate_size", 9216);
+    c.vocab = j.positive_int("vocab_size", g3 ? 262208 : 256000);
+    c.head_dim = j.positive_int("head_dim", 256);
     if (c.n_head % c.n_head_kv != 0)
       j.fail(strformat("num_attention_heads %d is not a multiple of num_key_value_heads %d",
                        c.n_head, c.n_head_kv));
@@ -96,8 +144,74 @@ class Gemma final : public Arch {
     parse_rope(j, c);
   }
 
-  void parse_gguf(const GgufFile&, ModelConfig& c) const override {
-    throw Error("[loader] " + c.arch + ": GGUF files of the gemma family are not supported yet");
+  // The keys llama.cpp's loader reads (src/llama-model.cpp, llm_load_hparams): GGUF has no
+  // query_pre_attn_scalar, layer types or local RoPE base; llama.cpp derives them as below.
+  void parse_gguf(const GgufFile& g, ModelConfig& c) const override {
+    const bool g3 = c.arch == "gemma3";
+    const std::string& path = g.path();
+    const std::string p = c.arch + ".";
+    auto positive = [&](const std::string& key, int64_t dflt) {
+      const int64_t v = dflt >= 0 ? g.get_int(key, dflt) : g.get_int(key);
+      if (v <= 0 || v > std::numeric_limits<int>::max())
+        throw Error("[loader] " + path + ": '" + key + "' is " + std::to_string(v) +
+                    " (expected a positive int)");
+      return int(v);
+    };
+    c.d_model = positive(p + "embedding_length", -1);
+    c.n_layer = positive(p + "block_count", -1);
+    c.n_head = positive(p + "attention.head_count", -1);
+    c.n_head_kv = positive(p + "attention.head_count_kv", c.n_head);
+    c.d_ff = positive(p + "feed_forward_length", -1);
+    c.max_pos = positive(p + "context_length", -1);
+    c.head_dim = positive(p + "attention.key_length", c.d_model / c.n_head);
+    if (c.n_head % c.n_head_kv != 0)
+      throw Error(strformat("[loader] %s: head_count %d is not a multiple of head_count_kv %d",
+                            path.c_str(), c.n_head, c.n_head_kv));
+    if (positive(p + "attention.value_length", c.head_dim) != c.head_dim)
+      throw Error("[loader] " + path + ": " + p +
+                  "attention.value_length differs from key_length (unsupported)");
+    c.norm_eps = g.get_float(p + "attention.layer_norm_rms_epsilon");
+    if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
+      throw Error("[loader] " + path + ": " + p +
+                  "attention.layer_norm_rms_epsilon must be positive and finite");
+    c.norms_hold_one = true;
+    c.qk_norm = g3;
+    c.tied_embeddings = g.tensor("output.weight") == nullptr;
+    // query_pre_attn_scalar: llama.cpp takes n_embd / n_head for the 27B models (gemma2: 46
+    // layers, gemma3: 62), head_dim for every other size, as the official configs have it.
+    const bool is_27b = c.n_layer == (g3 ? 62 : 46);
+    c.attn_scale = 1.0 / std::sqrt(double(is_27b ? c.d_model / c.n_head : c.head_dim));
+    // Soft caps: gemma2's default to llama.cpp's 50 and 30 when absent; gemma3 has only the
+    // final one, when the key is there.
+    auto cap = [&](const std::string& key, double dflt) {
+      const double v = g.has(key) ? g.get_float(key) : dflt;
+      if (!(v >= 0) || !std::isfinite(v))
+        throw Error("[loader] " + path + ": " + key + " must be non-negative and finite");
+      return v;
+    };
+    c.attn_softcap = g3 ? 0 : cap(p + "attn_logit_softcapping", 50.0);
+    c.final_softcap = cap(p + "final_logit_softcapping", g3 ? 0 : 30.0);
+    if (g3 && g.has(p + "attn_logit_softcapping"))
+      throw Error("[loader] " + path + ": " + p +
+                  "attn_logit_softcapping is not read by llama.cpp for gemma3 (refusing it)");
+    // Sliding layers: gemma2 every even layer, window 4096 by default; gemma3 every layer but
+    // each 6th, when the window key is there and positive (else every layer is full).
+    const int pattern = g3 ? 6 : 2;
+    c.sliding_window = g3 ? int(g.get_int(p + "attention.sliding_window", 0))
+                          : positive(p + "attention.sliding_window", 4096);
+    if (c.sliding_window < 0)
+      throw Error("[loader] " + path + ": " + p + "attention.sliding_window is negative");
+    c.layer_sliding.assign(size_t(c.n_layer), false);
+    if (c.sliding_window > 0)
+      for (int l = 0; l < c.n_layer; ++l) c.layer_sliding[size_t(l)] = l % pattern < pattern - 1;
+    c.rope.dims = c.head_dim;
+    c.rope.layout = RopeLayout::Half;  // llama.cpp's NEOX RoPE: no row permutation for gemma
+    read_gguf_rope(g, c.arch, c.rope);
+    c.rope_local = c.rope;
+    if (g3) {  // llama.cpp's fixed local RoPE: base 10000, unscaled
+      c.rope_local.theta = 10000.0;
+      c.rope_local.scaling = RopeScaling{};
+    }
   }
 
   std::vector<TensorSpec> tensors(const ModelConfig& c) const override {
@@ -109,6 +223,7 @@ class Gemma final : public Arch {
       TensorSpec s;
       s.role = role, s.slot = slot, s.hf = hf, s.gguf = gguf, s.shape = std::move(shape);
       s.kind = kind, s.family = family;
+      s.gguf_offset = kind == TensorKind::Norm ? 1.0 : 0.0;  // llama.cpp stores 1 + w
       t.push_back(std::move(s));
       return &t.back();
     };
@@ -127,6 +242,7 @@ class Gemma final : public Arch {
         TensorSpec s;
         s.role = role, s.slot = slot, s.layer = l, s.hf = hf + hf_name, s.gguf = gg + gguf_name;
         s.shape = std::move(shape), s.kind = kind, s.family = family;
+        s.gguf_offset = kind == TensorKind::Norm ? 1.0 : 0.0;
         t.push_back(std::move(s));
       };
       layer("attn_norm", kAttnNorm, "input_layernorm.weight", "attn_norm.weight", {D},
@@ -163,7 +279,7 @@ class Gemma final : public Arch {
 
   std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
                                            int max_T) const override {
-    return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T);
+    return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T, /*ring_sliding=*/true);
   }
 
   void forward(const Model& m, Backend& be, ForwardState& state,
@@ -181,6 +297,11 @@ class Gemma final : public Arch {
     const int q_dim = H * Dh, kv_dim = Hkv * Dh;
     const double eps = c.norm_eps;
     const Stages tap(a.hook, pos0, T);
+    // HF stores w and the op adds 1; a GGUF stores 1 + w (gguf_names()).
+    auto norm = [&](const Buffer& x, const Tensor& wt, int R, int N, Buffer& out) {
+      if (c.norms_hold_one) be.rmsnorm(x, wt, R, N, eps, out);
+      else be.rmsnorm_1p(x, wt, R, N, eps, out);
+    };
 
     const Tensor& embed = w.global(kEmbed);
     if (a.ids) be.embed(embed, a.ids, T, s.x);  // x [T, D]
@@ -196,7 +317,7 @@ class Gemma final : public Arch {
       const AttentionGeometry geo{"q_rope", "k_rope", "v", H, Hkv, Dh, window, c.attn_scale};
 
       // attention block
-      be.rmsnorm_1p(s.x, lw(kAttnNorm), T, D, eps, s.xn);  // xn [T, D]
+      norm(s.x, lw(kAttnNorm), T, D, s.xn);  // xn [T, D]
       be.apply_tap(tap("attn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
       be.matmul(s.xn, lw(kWq), nullptr, T, s.q);  // q [T, H*Dh]
       be.apply_tap(tap("q", l, "matmul", q_dim, D, 3), s.q, T, q_dim);
@@ -205,9 +326,9 @@ class Gemma final : public Arch {
       be.matmul(s.xn, lw(kWv), nullptr, T, s.v);  // v [T, Hkv*Dh]
       be.apply_tap(tap("v", l, "matmul", kv_dim, D, 3), s.v, T, kv_dim);
       if (c.qk_norm) {  // gemma3: (1 + w) RMSNorm over each head before RoPE
-        be.rmsnorm_1p(s.q, lw(kQNorm), T * H, Dh, eps, s.q);
+        norm(s.q, lw(kQNorm), T * H, Dh, s.q);
         be.apply_tap(tap("q_norm", l, "rmsnorm", q_dim, Dh, 3), s.q, T, q_dim);
-        be.rmsnorm_1p(s.k, lw(kKNorm), T * Hkv, Dh, eps, s.k);
+        norm(s.k, lw(kKNorm), T * Hkv, Dh, s.k);
         be.apply_tap(tap("k_norm", l, "rmsnorm", kv_dim, Dh, 3), s.k, T, kv_dim);
       }
       be.rope(s.q, T, H, Dh, pos0, rope);
@@ -221,13 +342,13 @@ class Gemma final : public Arch {
                    q_dim);
       be.matmul(s.att, lw(kWo), nullptr, T, s.o);  // o [T, D]
       be.apply_tap(tap("o", l, "matmul", D, q_dim, 3), s.o, T, D);
-      be.rmsnorm_1p(s.o, lw(kPostAttnNorm), T, D, eps, s.o);
+      norm(s.o, lw(kPostAttnNorm), T, D, s.o);
       be.apply_tap(tap("post_attn_norm", l, "rmsnorm", D, D, 3), s.o, T, D);
       be.add(s.x, s.o, int64_t(T) * D);
       be.apply_tap(tap("attn_res", l, "add", D, 1, 3), s.x, T, D);
 
       // feed-forward block
-      be.rmsnorm_1p(s.x, lw(kFfnNorm), T, D, eps, s.xn);
+      norm(s.x, lw(kFfnNorm), T, D, s.xn);
       be.apply_tap(tap("ffn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
       be.matmul(s.xn, lw(kGate), nullptr, T, s.gate);  // [T, F]
       be.apply_tap(tap("gate", l, "matmul", F, D, 3), s.gate, T, F);
@@ -237,13 +358,13 @@ class Gemma final : public Arch {
       be.apply_tap(tap("act", l, "geglu", F, 1, 3), s.act, T, F);
       be.matmul(s.act, lw(kDown), nullptr, T, s.down);  // [T, D]
       be.apply_tap(tap("down", l, "matmul", D, F, 3), s.down, T, D);
-      be.rmsnorm_1p(s.down, lw(kPostFfnNorm), T, D, eps, s.down);
+      norm(s.down, lw(kPostFfnNorm), T, D, s.down);
       be.apply_tap(tap("post_ffn_norm", l, "rmsnorm", D, D, 3), s.down, T, D);
       be.add(s.x, s.down, int64_t(T) * D);
       be.apply_tap(tap("ffn_res", l, "add", D, 1, 3), s.x, T, D);
     }
     if (!a.logits) return;
-    be.rmsnorm_1p(s.x, w.global(kOutNorm), T, D, eps, s.xn);
+    norm(s.x, w.global(kOutNorm), T, D, s.xn);
     be.apply_tap(tap("final_norm", -1, "rmsnorm", D, D, 3), s.xn, T, D);
     be.matmul(s.xn, w.global(kLmHead), nullptr, T, s.logits);  // [T, V]
     be.apply_tap(tap("logits", -1, "matmul", c.vocab, D, 3), s.logits, T, c.vocab);
@@ -253,9 +374,10 @@ class Gemma final : public Arch {
     }
   }
 
-  std::vector<SynthPreset> presets() const override { return {}; }
+  std::vector<SynthPreset> presets() const override;
 
   void hf_config_json(const ModelConfig& c, nlohmann::json& j) const override {
+    if (c.arch == "gemma3") j["model_type"] = "gemma3_text";  // "gemma3" is the multimodal config
     j["hidden_size"] = c.d_model;
     j["intermediate_size"] = c.d_ff;
     j["num_hidden_layers"] = c.n_layer;
@@ -264,7 +386,9 @@ class Gemma final : public Arch {
     j["head_dim"] = c.head_dim;
     j["hidden_activation"] = "gelu_pytorch_tanh";
     j["rms_norm_eps"] = c.norm_eps;
-    j["query_pre_attn_scalar"] = 1.0 / (c.attn_scale * c.attn_scale);
+    // Official configs give whole numbers (256, 168); 1 / scale^2 is one rounding off them.
+    const double qpas = 1.0 / (c.attn_scale * c.attn_scale);
+    j["query_pre_attn_scalar"] = std::fabs(qpas - std::round(qpas)) < 1e-9 * qpas ? std::round(qpas) : qpas;
     j["sliding_window"] = c.sliding_window;
     nlohmann::json types = nlohmann::json::array();
     for (bool s : c.layer_sliding) types.push_back(s ? "sliding_attention" : "full_attention");
@@ -276,8 +400,37 @@ class Gemma final : public Arch {
     if (c.arch == "gemma3") j["rope_local_base_freq"] = c.rope_local.theta;
   }
 
-  void gguf_metadata(const ModelConfig& c, GgufWriter&) const override {
-    throw Error("[synth] " + c.arch + ": GGUF output of the gemma family is not supported yet");
+  // What llama.cpp's converter writes (Gemma2Model / Gemma3Model.set_gguf_parameters). A
+  // config llama.cpp would read back as another model (a scale, layer pattern or local RoPE
+  // it derives differently) is refused.
+  void gguf_metadata(const ModelConfig& c, GgufWriter& g) const override {
+    const bool g3 = c.arch == "gemma3";
+    const std::string a = c.arch + ".";
+    auto refuse = [&](const std::string& what) {
+      throw Error("[synth] " + c.arch + ": " + what + " has no GGUF form llama.cpp reads");
+    };
+    const bool is_27b = c.n_layer == (g3 ? 62 : 46);
+    if (c.attn_scale != 1.0 / std::sqrt(double(is_27b ? c.d_model / c.n_head : c.head_dim)))
+      refuse("query_pre_attn_scalar " + std::to_string(1.0 / (c.attn_scale * c.attn_scale)));
+    const int pattern = g3 ? 6 : 2;
+    for (int l = 0; l < c.n_layer; ++l)
+      if (c.layer_sliding[size_t(l)] != (c.sliding_window > 0 && l % pattern < pattern - 1))
+        refuse("layer_types (sliding on every layer but each " + std::to_string(pattern) + "th)");
+    if (g3 && (c.rope_local.theta != 10000.0 || c.rope_local.scaling.kind != RopeScaling::Kind::None))
+      refuse("a local RoPE other than base 10000 unscaled");
+    if (g3 && c.attn_softcap > 0) refuse("attn_logit_softcapping");
+    g.add_u32(a + "embedding_length", uint32_t(c.d_model));
+    g.add_u32(a + "block_count", uint32_t(c.n_layer));
+    g.add_u32(a + "feed_forward_length", uint32_t(c.d_ff));
+    g.add_u32(a + "attention.head_count", uint32_t(c.n_head));
+    g.add_u32(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
+    g.add_u32(a + "attention.key_length", uint32_t(c.head_dim));
+    g.add_u32(a + "attention.value_length", uint32_t(c.head_dim));
+    g.add_f32(a + "attention.layer_norm_rms_epsilon", float(c.norm_eps));
+    if (c.sliding_window > 0) g.add_u32(a + "attention.sliding_window", uint32_t(c.sliding_window));
+    if (!g3) g.add_f32(a + "attn_logit_softcapping", float(c.attn_softcap));
+    if (!g3 || c.final_softcap > 0) g.add_f32(a + "final_logit_softcapping", float(c.final_softcap));
+    write_gguf_rope(c.rope, c.arch, g);
   }
 
   RopeLayout gguf_rope_layout(const std::string&) const override { return RopeLayout::Half; }
@@ -291,7 +444,9 @@ class Gemma final : public Arch {
             {"attn_scale", c.attn_scale},
             {"attn_softcap", c.attn_softcap},
             {"final_softcap", c.final_softcap},
-            {"qk_norm", c.qk_norm}};
+            {"qk_norm", c.qk_norm},
+            {"multimodal_text", c.multimodal_text},
+            {"norms_hold_one", c.norms_hold_one}};
   }
 
   // K and V of every layer, sliding layers over their window's keys.
@@ -385,6 +540,67 @@ class Gemma final : public Arch {
     if (!(c.rope.theta > 0) || !(c.rope_local.theta > 0)) j.fail("rope theta must be positive");
   }
 };
+
+// A gemma3 config from its official values: sliding on every layer but each 6th (the
+// default sliding_window_pattern), local RoPE 10000 unscaled, no attention soft cap.
+ModelConfig gemma3_config(int L, int D, int H, int Hkv, int Dh, int F, int V, int max_pos,
+                          int window, double query_pre_attn_scalar) {
+  ModelConfig c;
+  c.arch = "gemma3";
+  c.n_layer = L, c.d_model = D, c.n_head = H, c.n_head_kv = Hkv, c.head_dim = Dh, c.d_ff = F;
+  c.vocab = V, c.max_pos = max_pos, c.norm_eps = 1e-6, c.tied_embeddings = true;
+  c.qk_norm = true;
+  c.attn_scale = 1.0 / std::sqrt(query_pre_attn_scalar);
+  c.sliding_window = window;
+  c.layer_sliding.assign(size_t(L), false);
+  for (int l = 0; l < L; ++l) c.layer_sliding[size_t(l)] = (l + 1) % 6 != 0;
+  c.rope.dims = Dh;
+  c.rope.theta = 1e6;
+  c.rope_local = c.rope;
+  c.rope_local.theta = 1e4;
+  return c;
+}
+
+// Every number is the official config.json's on the Hugging Face Hub (read 2026-12), the
+// absent keys at Gemma3TextConfig's defaults. tiny-gemma2/3 are ours: small shapes for tests
+// that llama.cpp's GGUF form can also hold (query_pre_attn_scalar = head_dim).
+std::vector<SynthPreset> Gemma::presets() const {
+  std::vector<SynthPreset> p;
+  // Gemma's tokenizer: <pad> 0, <eos> 1, <bos> 2, BOS prepended; synth puts them at the end.
+  const std::vector<std::string> specials = {"<pad>", "<eos>", "<bos>", "<end_of_turn>"};
+  auto add = [&](const char* name, const char* hf_id, const char* cls, const char* source,
+                 ModelConfig c) {
+    SynthPreset s;
+    s.name = name, s.hf_id = hf_id, s.hf_class = cls, s.source = source;
+    s.config = std::move(c), s.specials = specials;
+    s.bos = 2, s.eos = 1, s.add_bos = true;
+    p.push_back(std::move(s));
+  };
+  add("gemma3-1b", "google/gemma-3-1b-it", "Gemma3ForCausalLM",
+      "huggingface.co/google/gemma-3-1b-it config.json (transformers 4.50.0.dev0)",
+      gemma3_config(26, 1152, 4, 1, 256, 6912, 262144, 32768, 512, 256));
+  ModelConfig g27 = gemma3_config(62, 5376, 32, 16, 128, 21504, 262208, 131072, 1024, 168);
+  g27.rope.scaling.kind = RopeScaling::Kind::Linear;
+  g27.rope.scaling.factor = 8.0;
+  add("gemma3-27b", "google/gemma-3-27b-it", "Gemma3ForCausalLM",
+      "huggingface.co/google/gemma-3-27b-it config.json text_config (transformers "
+      "4.50.0.dev0; the text model of Gemma3ForConditionalGeneration)",
+      g27);
+  add("tiny-gemma3", "none (arbiter test shape)", "Gemma3ForCausalLM",
+      "arbiter: a 6-layer gemma3 (5 sliding, 1 full) small enough for unit tests",
+      gemma3_config(6, 64, 4, 2, 16, 192, 512, 2048, 8, 16));
+  ModelConfig g2 = gemma3_config(4, 64, 4, 2, 16, 192, 512, 2048, 8, 16);
+  g2.arch = "gemma2";
+  g2.qk_norm = false;
+  for (int l = 0; l < 4; ++l) g2.layer_sliding[size_t(l)] = l % 2 == 0;
+  g2.rope.theta = 1e4;
+  g2.rope_local = g2.rope;
+  g2.attn_softcap = 50.0;
+  g2.final_softcap = 30.0;
+  add("tiny-gemma2", "none (arbiter test shape)", "Gemma2ForCausalLM",
+      "arbiter: a 4-layer gemma2 (even layers sliding, both soft caps) for unit tests", g2);
+  return p;
+}
 
 }  // namespace
 

@@ -67,7 +67,7 @@ Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
 class HybridState final : public DecoderState {
  public:
   HybridState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_)
-      : DecoderState(be, c, max_ctx_, max_T_, kv_layers(c)) {
+      : DecoderState(be, c, max_ctx_, max_T_, /*ring_sliding=*/false, kv_layers(c)) {
     const int64_t T = max_T_, I = int64_t(c.ssm_heads) * c.ssm_head_dim;
     const int64_t C = I + 2 * int64_t(c.ssm_groups) * c.ssm_state;
     for (int l = 0; l < c.n_layer; ++l) {
