@@ -4,6 +4,7 @@
 // 0.6B, Llama-3.2-1B, stories260K, a 20,000-word vocabulary) and odd ones.
 #include <map>
 
+#include "core/quant.h"
 #include "tier_util.h"
 
 #include "backend/ref/ref_backend.h"
@@ -57,7 +58,8 @@ void check(const OpTier& tier, Backend& be, const Case& c0, uint64_t seed) {
     // shape of its own) in the first type only, to keep the suite fast.
     if (int64_t(c0.N) * c0.K > (int64_t(1) << 20) && st != weight_types(tier).front()) continue;
     Case c = c0;
-    if (st == DType::Q8_0) c.K = (c.K + kQ8BlockSize - 1) / kQ8BlockSize * kQ8BlockSize;
+    const int be = block_elems(st);
+    c.K = (c.K + be - 1) / be * be;
     const std::string what = strformat("T=%d N=%d K=%d%s%s W %s", c.T, c.N, c.K,
                                        c.bias ? " +bias" : "", c.logits ? " logits" : "",
                                        dtype_name(st));
