@@ -28,6 +28,8 @@ TEST_P(Embed, MatchesRef) {
     for (DType st : weight_types(tier)) {
       ++seed;
       if (c.D % block_elems(st)) continue;
+      // The block formats' encoders search scales: their large tables would cost seconds.
+      if (block_elems(st) > 1 && st != DType::Q8_0 && int64_t(c.V) * c.D > (int64_t(1) << 20)) continue;
       auto tab = make_tensor("embed", {c.V, c.D}, values(int64_t(c.V) * c.D, seed, 1.0, DType::F32), st);
       const int T = int(c.ids.size());
       Buf out(*be, int64_t(T) * c.D), want(*ref, int64_t(T) * c.D);
