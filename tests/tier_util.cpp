@@ -9,6 +9,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cuda_factory.h"
+#include "core/quant.h"
 
 namespace arbiter::test {
 
@@ -113,30 +114,29 @@ std::unique_ptr<HostTensor> make_tensor(const std::string& name, std::vector<int
         std::memcpy(p + i * 2, &u, 2);
       }
       break;
-    case DType::Q8_0:
-      for (int64_t b = 0; b < n / kQ8BlockSize; ++b) {
-        double amax = 0;
-        for (int i = 0; i < kQ8BlockSize; ++i)
-          amax = std::max(amax, std::fabs(vals[size_t(b * kQ8BlockSize + i)]));
-        BlockQ8_0 blk;
-        blk.d = f32_to_f16(float(amax / 127.0));
-        const float d = f16_to_f32(blk.d);
-        for (int i = 0; i < kQ8BlockSize; ++i)
-          blk.qs[i] = int8_t(d > 0 ? std::lround(vals[size_t(b * kQ8BlockSize + i)] / d) : 0);
-        std::memcpy(p + b * sizeof(BlockQ8_0), &blk, sizeof blk);
-      }
+    default: {
+      // ggml's block formats: core/quant_encode.cpp's encoders (blocks never span rows).
+      std::vector<float> f(vals.begin(), vals.end());
+      quantize_blocks(storage, f.data(), n / block_elems(storage), p);
       break;
+    }
   }
   h->t.data = h->bytes.data();
   return h;
 }
 
 bool reads_exactly(DType storage, DType compute) {
-  return storage == compute || (compute == DType::F32 && storage != DType::F64);
+  // Formats with a min (x = d q + m) round once when widened to f32 (core/quant.h).
+  const bool with_min = storage == DType::Q4_1 || storage == DType::Q5_1 || storage == DType::Q2_K ||
+                        storage == DType::Q4_K || storage == DType::Q5_K;
+  return storage == compute || (compute == DType::F32 && storage != DType::F64 && !with_min);
 }
 
 std::vector<DType> weight_types(const OpTier& t) {
-  if (!t.cuda) return {DType::F32, DType::F16, DType::BF16, DType::Q8_0};
+  if (!t.cuda)
+    return {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
+            DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+            DType::IQ4_XS, DType::MXFP4};
   std::vector<DType> out = {t.compute, DType::Q8_0};
   if (t.compute != DType::F32) out.push_back(DType::F32);
   return out;

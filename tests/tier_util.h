@@ -70,16 +70,17 @@ std::vector<double> values(int64_t n, uint64_t seed, double scale, DType type);
 /// Rounds x to the nearest value of `type` (as a tier stores it).
 double round_to(DType type, double x);
 
-/// A weight with its own storage: `vals` stored as `storage` (Q8_0: ggml's scheme, d =
-/// max|x| / 127 per block of 32).
+/// A weight with its own storage: `vals` stored as `storage` (block formats: encoded by
+/// core/quant_encode.cpp, so the stored values approximate `vals`).
 struct HostTensor {
   std::vector<uint8_t> bytes;
   Tensor t;
 };
 std::unique_ptr<HostTensor> make_tensor(const std::string& name, std::vector<int64_t> shape,
                                         const std::vector<double>& vals, DType storage);
-/// The weight storage types a tier's cases run: every type it reads exactly, and on cuda also
-/// Q8_0 and F32, which its upload rounds to the compute type.
+/// The weight storage types a tier's cases run: on cpu every type (the block formats with a
+/// min are read rounded once), on cuda the compute type, Q8_0 and F32, which its upload rounds
+/// to the compute type (the other block formats are widened on the host, untested here).
 std::vector<DType> weight_types(const OpTier& t);
 /// Whether a tier reads weights of `storage` exactly (else each weight is rounded once).
 bool reads_exactly(DType storage, DType compute);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace arbiter {
 
@@ -14,17 +15,31 @@ const char* dtype_name(DType t) {
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
     case DType::Q8_0: return "q8_0";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q2_K: return "q2_k";
+    case DType::Q3_K: return "q3_k";
+    case DType::Q4_K: return "q4_k";
+    case DType::Q5_K: return "q5_k";
+    case DType::Q6_K: return "q6_k";
+    case DType::IQ4_NL: return "iq4_nl";
+    case DType::IQ4_XS: return "iq4_xs";
+    case DType::MXFP4: return "mxfp4";
   }
   return "?";
 }
 
 DType dtype_from_name(const std::string& name) {
-  for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::Q8_0})
-    if (name == dtype_name(t)) return t;
-  throw Error("[dtype] unknown dtype '" + name + "' (expected f64, f32, f16, bf16 or q8_0)");
+  for (int i = 0; i <= int(DType::MXFP4); ++i)
+    if (name == dtype_name(DType(i))) return DType(i);
+  throw Error("[dtype] unknown dtype '" + name +
+              "' (expected f64, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "
+              "iq4_nl, iq4_xs or mxfp4)");
 }
 
-bool is_compute_dtype(DType t) { return t != DType::Q8_0; }
+bool is_compute_dtype(DType t) { return !is_quantized(t); }
 
 DType compute_dtype_from_name(const std::string& name, const std::string& what) {
   for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16})
@@ -38,7 +53,7 @@ double unit_roundoff(DType t) {
     case DType::F32: return std::ldexp(1.0, -24);
     case DType::F16: return std::ldexp(1.0, -11);
     case DType::BF16: return std::ldexp(1.0, -8);
-    case DType::Q8_0: break;
+    default: break;
   }
   throw Error(std::string("[dtype] ") + dtype_name(t) + " is a storage type, not a compute type");
 }
@@ -52,16 +67,7 @@ Roundoff coarser(const Roundoff& a, const Roundoff& b) {
   return {std::max(a.storage, b.storage), std::max(a.accum, b.accum)};
 }
 
-size_t dtype_bytes(DType t, int64_t n) {
-  switch (t) {
-    case DType::F64: return size_t(n) * 8;
-    case DType::F32: return size_t(n) * 4;
-    case DType::F16:
-    case DType::BF16: return size_t(n) * 2;
-    case DType::Q8_0: return size_t(n / kQ8BlockSize) * sizeof(BlockQ8_0);
-  }
-  return 0;
-}
+size_t dtype_bytes(DType t, int64_t n) { return size_t(n / block_elems(t)) * block_bytes(t); }
 
 // IEEE binary16 <-> binary32, exact widening, round-to-nearest-even narrowing.
 float f16_to_f32(uint16_t h) {
@@ -133,14 +139,9 @@ static void row_widen(DType t, const void* src, Out* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = Out(bf16_to_f32(s[i]));
       return;
     }
-    case DType::Q8_0: {
-      ARB_ASSERT(n % kQ8BlockSize == 0);
-      auto b = static_cast<const BlockQ8_0*>(src);
-      for (int64_t i = 0; i < n / kQ8BlockSize; ++i) {
-        // Out(d) * q: exact in f64; in f32 the product of an f16 and an int8 is exact too.
-        Out d = Out(f16_to_f32(b[i].d));
-        for (int j = 0; j < kQ8BlockSize; ++j) dst[i * kQ8BlockSize + j] = d * Out(b[i].qs[j]);
-      }
+    default: {
+      ARB_ASSERT(n % block_elems(t) == 0);
+      dequant_blocks(t, static_cast<const uint8_t*>(src), n / block_elems(t), dst);
       return;
     }
   }

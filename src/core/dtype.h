@@ -7,13 +7,17 @@
 
 namespace arbiter {
 
-enum class DType : uint8_t { F64, F32, F16, BF16, Q8_0 };
+/// Compute and dense storage types, then ggml's block formats (core/quant.h has their layouts).
+enum class DType : uint8_t {
+  F64, F32, F16, BF16, Q8_0,
+  Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4
+};
 
 const char* dtype_name(DType t);
-/// Parses "f64", "f32", "f16", "bf16", "q8_0"; throws arbiter::Error otherwise.
+/// Parses a name dtype_name gives ("f32", "q4_k", "mxfp4", ...); throws arbiter::Error otherwise.
 DType dtype_from_name(const std::string& name);
 
-/// Whether activations can be computed and stored in t (f64, f32, f16, bf16; not Q8_0).
+/// Whether activations can be computed and stored in t (f64, f32, f16, bf16; no block format).
 bool is_compute_dtype(DType t);
 /// Parses a compute type ("f64", "f32", "f16", "bf16"); `what` names the field in the error
 /// ("[dtype] --dtype 'q4': ...").
@@ -41,7 +45,7 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes");
 
-/// Bytes taken by n elements of type t (n must be a multiple of 32 for Q8_0).
+/// Bytes taken by n elements of type t (for a block format n must be a multiple of its block).
 size_t dtype_bytes(DType t, int64_t n);
 
 inline float bf16_to_f32(uint16_t h) {
@@ -61,7 +65,8 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
-/// Widens n elements of a row stored as t into f32 (t may be any storage type).
+/// Widens n elements of a row stored as t into f32 (t may be any storage type; each value is
+/// the exact one rounded once).
 void row_to_f32(DType t, const void* src, float* dst, int64_t n);
 /// Widens n elements of a row stored as t into f64 (exact for every storage type).
 void row_to_f64(DType t, const void* src, double* dst, int64_t n);

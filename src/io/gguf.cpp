@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace arbiter {
 
@@ -47,8 +48,6 @@ size_t scalar_size(uint32_t t) {
   }
 }
 
-// ggml_type codes we can run, and their element layout.
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
 
 class Reader {
  public:
@@ -207,6 +206,38 @@ const char* kind_name(GgufValue::Kind k) {
 
 }  // namespace
 
+namespace {
+
+// ggml.h enum ggml_type codes of the types arbiter reads, and the list refusals print.
+struct GgmlType {
+  uint32_t code;
+  DType dtype;
+};
+constexpr GgmlType kGgmlTypes[] = {
+    {0, DType::F32},     {1, DType::F16},     {30, DType::BF16},   {8, DType::Q8_0},   {2, DType::Q4_0},
+    {3, DType::Q4_1},    {6, DType::Q5_0},    {7, DType::Q5_1},    {10, DType::Q2_K},  {11, DType::Q3_K},
+    {12, DType::Q4_K},   {13, DType::Q5_K},   {14, DType::Q6_K},   {20, DType::IQ4_NL}, {23, DType::IQ4_XS},
+    {39, DType::MXFP4}};
+constexpr const char* kSupportedGgmlTypes =
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4";
+
+}  // namespace
+
+bool dtype_of_ggml_type(uint32_t code, DType& t) {
+  for (const GgmlType& g : kGgmlTypes)
+    if (g.code == code) {
+      t = g.dtype;
+      return true;
+    }
+  return false;
+}
+
+uint32_t ggml_type_of(DType t) {
+  for (const GgmlType& g : kGgmlTypes)
+    if (g.dtype == t) return g.code;
+  return UINT32_MAX;
+}
+
 std::string ggml_type_name(uint32_t type) {
   // ggml.h enum ggml_type; gaps are types removed from ggml.
   static const char* names[] = {"F32",     "F16",    "Q4_0",    "Q4_1",  "type 4", "type 5",
@@ -300,26 +331,16 @@ GgufFile::GgufFile(std::shared_ptr<MappedFile> file) : file_(std::move(file)) {
       numel *= ne[d];
     }
     uint32_t type = r.scalar<uint32_t>("tensor type");
-    switch (type) {
-      case kGgmlF32: info.dtype = DType::F32; break;
-      case kGgmlF16: info.dtype = DType::F16; break;
-      case kGgmlBF16: info.dtype = DType::BF16; break;
-      case kGgmlQ8_0: info.dtype = DType::Q8_0; break;
-      default:
-        r.fail(strformat("tensor '%s' has ggml type %s (%u); supported: F32, F16, BF16, Q8_0", nm,
-                         ggml_type_name(type).c_str(), type));
-    }
-    if (info.dtype == DType::Q8_0 && ne[0] % kQ8BlockSize != 0)
-      r.fail(strformat("tensor '%s': Q8_0 row length %llu is not a multiple of %d", nm,
-                       (unsigned long long)ne[0], kQ8BlockSize));
-    uint64_t elem_bytes = info.dtype == DType::F32 ? 4 : 2;
-    if (info.dtype == DType::Q8_0) {
-      info.nbytes = numel / kQ8BlockSize * sizeof(BlockQ8_0);  // numel < 2^63: no overflow
-    } else {
-      if (numel > std::numeric_limits<uint64_t>::max() / elem_bytes)
-        r.fail(strformat("tensor '%s': byte size overflows", nm));
-      info.nbytes = numel * elem_bytes;
-    }
+    if (!dtype_of_ggml_type(type, info.dtype))
+      r.fail(strformat("tensor '%s' has ggml type %s (%u); supported: %s", nm, ggml_type_name(type).c_str(), type,
+                       kSupportedGgmlTypes));
+    const int be = block_elems(info.dtype);
+    if (ne[0] % be != 0)
+      r.fail(strformat("tensor '%s': %s row length %llu is not a multiple of its block of %d", nm,
+                       ggml_type_name(type).c_str(), (unsigned long long)ne[0], be));
+    if (numel / be > std::numeric_limits<uint64_t>::max() / block_bytes(info.dtype))
+      r.fail(strformat("tensor '%s': byte size overflows", nm));
+    info.nbytes = numel / be * block_bytes(info.dtype);
     info.offset = r.scalar<uint64_t>("tensor offset");
     if (info.offset % alignment_ != 0)
       r.fail(strformat("tensor '%s': data offset %llu is not a multiple of the alignment %llu", nm,
@@ -347,7 +368,7 @@ GgufFile::GgufFile(std::shared_ptr<MappedFile> file) : file_(std::move(file)) {
   // general.alignment may legally be 1 or 2; views must still be element-aligned because
   // the tiers read them through typed pointers (Q8_0 blocks hold a 2-byte scale).
   for (const Info& info : infos) {
-    uint64_t need = info.dtype == DType::F32 ? 4 : 2;
+    uint64_t need = info.dtype == DType::F32 ? 4 : info.dtype == DType::MXFP4 ? 1 : 2;
     if ((data_offset_ + info.offset) % need != 0)
       r.fail(strformat("tensor '%s' at file offset %llu is not aligned to %llu bytes", info.name.c_str(),
                        (unsigned long long)(data_offset_ + info.offset), (unsigned long long)need));

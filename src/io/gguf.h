@@ -39,7 +39,8 @@ struct GgufValue {
 class GgufFile {
  public:
   /// Opens and validates the file; throws arbiter::Error ("[gguf] PATH: ...") on any defect,
-  /// including unsupported tensor types (supported: F32, F16, BF16, Q8_0).
+  /// including unsupported tensor types (supported: F32, F16, BF16 and ggml's block formats
+  /// in core/quant.h).
   explicit GgufFile(const std::string& path);
   /// The same over bytes already mapped or in memory (MappedFile::from_bytes: fuzzing).
   explicit GgufFile(std::shared_ptr<MappedFile> file);
@@ -82,6 +83,10 @@ class GgufFile {
   std::vector<Tensor> tensors_;
   std::map<std::string, size_t> tensor_index_;
 };
+
+/// ggml type code <-> DType for the types arbiter reads (false / UINT32_MAX otherwise).
+bool dtype_of_ggml_type(uint32_t code, DType& t);
+uint32_t ggml_type_of(DType t);
 
 /// ggml type code -> name ("F32", "Q4_K", ...; "type N" when unknown), for messages.
 std::string ggml_type_name(uint32_t type);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "model/model.h"
 
 namespace arbiter {
@@ -61,13 +62,14 @@ void count_nonfinite(const Tensor& t, int64_t& count, int64_t& first) {
     case DType::F32: scan_bits<uint32_t>(t.data, n, 0x7F800000u, count, first); return;
     case DType::BF16: scan_bits<uint16_t>(t.data, n, uint16_t(0x7F80), count, first); return;
     case DType::F16: scan_bits<uint16_t>(t.data, n, uint16_t(0x7C00), count, first); return;
-    case DType::Q8_0: {
-      // The int8 quants are always finite; each block's f16 scale may not be.
-      const auto* b = static_cast<const BlockQ8_0*>(t.data);
-      for (int64_t i = 0; i < n / kQ8BlockSize; ++i)
-        if ((b[i].d & 0x7C00) == 0x7C00) {
-          if (count == 0) first = i * kQ8BlockSize;
-          count += kQ8BlockSize;
+    default: {
+      // The quants are always finite; each block's f16 scales may not be.
+      const auto* b = static_cast<const uint8_t*>(t.data);
+      const int be = block_elems(t.dtype);
+      for (int64_t i = 0; i < n / be; ++i)
+        if (!block_scales_finite(t.dtype, b + i * block_bytes(t.dtype))) {
+          if (count == 0) first = i * be;
+          count += be;
         }
       return;
     }

@@ -10,6 +10,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
+#include "core/quant.h"
 #include "tier_util.h"
 
 namespace arbiter::test {
@@ -106,6 +107,39 @@ TEST_P(IsaTest, ProvidersAreRecorded) {
   be->matmul(x.b, w64->t, nullptr, 1, out.b);
   EXPECT_EQ(be->stats().fallbacks(), 1);
   EXPECT_EQ(calls.at("matmul").count("cpu.matmul_generic"), 1u);
+}
+
+// The GEMV of every block format other than Q8_0 against the f64 dot of the exactly
+// dequantized row. Documented bound (docs/quantization.md): each weight widened to f32 with
+// relative error <= u (u = 2^-24; 0 for the formats without a min), each product rounded
+// (<= u) and K terms summed in f32 (<= (K - 1) u), so |y - exact| <= (K + 2) u sum |w_k x_k|
+// to first order. A wrong scale, nibble or sub-block would be off by O(sum |w_k x_k|).
+TEST_P(IsaTest, BlockGemvWithinDotBound) {
+  std::mt19937_64 rng(9100);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t K = 512, N = 5;
+  std::vector<float> x(K), w(size_t(N * K));
+  for (float& v : x) v = nd(rng);
+  for (float& v : w) v = nd(rng);
+  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                   DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
+    std::vector<uint8_t> q(dtype_bytes(dt, N * K));
+    quantize_blocks(dt, w.data(), N * K / block_elems(dt), q.data());
+    cpu::GemvFn gemv = cpu::gemv_kernel(GetParam().isa, dt);
+    ASSERT_NE(gemv, nullptr) << dtype_name(dt);
+    std::vector<float> y(N, NAN);
+    gemv(q.data(), K, x.data(), y.data(), 0, N);
+    std::vector<double> row(K);
+    for (int64_t n = 0; n < N; ++n) {
+      row_to_f64(dt, q.data() + dtype_bytes(dt, n * K), row.data(), K);
+      double exact = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        exact += row[size_t(k)] * x[size_t(k)];
+        mag += std::fabs(row[size_t(k)] * x[size_t(k)]);
+      }
+      EXPECT_LE(std::fabs(y[size_t(n)] - exact), (K + 2) * kU * mag) << dtype_name(dt) << " row " << n;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, IsaTest, testing::ValuesIn(isa_variants()), variant_name);

@@ -433,15 +433,17 @@ TEST(GgufRefuse, MetadataDefects) {
 }
 
 TEST(GgufRefuse, TensorInfoDefects) {
-  expect_refused(one_tensor(2, {4, 4}, 2, 0, 64), "ggml type Q4_0");
-  expect_refused(one_tensor(2, {4, 4}, 12, 0, 64), "'w' has ggml type Q4_K");
+  expect_refused(one_tensor(2, {4, 4}, 2, 0, 64), "Q4_0 row length 4 is not a multiple of its block of 32");
+  expect_refused(one_tensor(2, {4, 4}, 12, 0, 64), "Q4_K row length 4 is not a multiple of its block of 256");
+  expect_refused(one_tensor(2, {256, 1}, 12, 0, 143), "runs past end of file");  // one Q4_K block is 144 bytes
+  expect_refused(one_tensor(2, {4, 4}, 16, 0, 64), "'w' has ggml type IQ2_XXS");
   expect_refused(one_tensor(2, {4, 4}, 999, 0, 64), "type 999");
   expect_refused(one_tensor(5, {1, 1, 1, 1, 1}, 0, 0, 64), "5 dimensions");
   expect_refused(one_tensor(0, {}, 0, 0, 64), "0 dimensions");
   expect_refused(one_tensor(2, {4, 0}, 0, 0, 64), "dimension 1 is 0");
   expect_refused(one_tensor(2, {uint64_t(1) << 32, uint64_t(1) << 32}, 0, 0, 64), "overflows");
   expect_refused(one_tensor(1, {~uint64_t(0)}, 0, 0, 64), "dimension 0");
-  expect_refused(one_tensor(2, {16, 2}, 8, 0, 64), "not a multiple of 32");
+  expect_refused(one_tensor(2, {16, 2}, 8, 0, 64), "not a multiple of its block of 32");
   expect_refused(one_tensor(1, {4}, 0, 8, 64), "not a multiple of the alignment");
   expect_refused(one_tensor(1, {4}, 0, 0, 15), "runs past end of file");
   expect_refused(one_tensor(1, {4}, 0, 64, 64), "runs past end of file");

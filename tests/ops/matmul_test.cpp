@@ -4,6 +4,7 @@
 // 0.6B, Llama-3.2-1B, stories260K, a 20,000-word vocabulary) and odd ones.
 #include <map>
 
+#include "core/quant.h"
 #include "tier_util.h"
 
 #include "backend/ref/ref_backend.h"
@@ -56,8 +57,14 @@ void check(const OpTier& tier, Backend& be, const Case& c0, uint64_t seed) {
     // Every storage type on the small shapes; the large ones (real models' rows, each a kernel
     // shape of its own) in the first type only, to keep the suite fast.
     if (int64_t(c0.N) * c0.K > (int64_t(1) << 20) && st != weight_types(tier).front()) continue;
+    // One output (N = 1) makes the NMSE the relative error of a single dot, which cancellation
+    // can push past any bound that ignores it (seed 1006 cancels ~50x with Q4_0's values). The
+    // block formats' single dots are held instead to a bound that counts it: sum |w x|
+    // (IsaTest.BlockGemvWithinDotBound, tests/backend/cpu_tier_test.cpp).
+    if (c0.N == 1 && block_elems(st) > 1 && st != DType::Q8_0) continue;
     Case c = c0;
-    if (st == DType::Q8_0) c.K = (c.K + kQ8BlockSize - 1) / kQ8BlockSize * kQ8BlockSize;
+    const int blk = block_elems(st);
+    c.K = (c.K + blk - 1) / blk * blk;
     const std::string what = strformat("T=%d N=%d K=%d%s%s W %s", c.T, c.N, c.K,
                                        c.bias ? " +bias" : "", c.logits ? " logits" : "",
                                        dtype_name(st));

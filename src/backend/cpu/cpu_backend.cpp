@@ -15,6 +15,7 @@
 #include "backend/cpu/ssm.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 #include "backend/rope.h"
 
@@ -107,9 +108,9 @@ class CpuBackend final : public Backend {
               Buffer& out) override {
     const int64_t N = W.rows(), K = W.cols();
     ARB_ASSERT(x.n >= T * K && out.n >= T * N && x.ptr != out.ptr);
-    ARB_CHECK(W.dtype != DType::Q8_0 || K % kQ8BlockSize == 0,
-              "[cpu] matmul: q8_0 tensor '%s' has %lld columns (expected a multiple of 32)",
-              W.name.c_str(), (long long)K);
+    ARB_CHECK(K % block_elems(W.dtype) == 0,
+              "[cpu] matmul: %s tensor '%s' has %lld columns (expected a multiple of %d)",
+              dtype_name(W.dtype), W.name.c_str(), (long long)K, block_elems(W.dtype));
     const float* bp = nullptr;
     if (bias) {
       ARB_ASSERT(bias->numel() == N);

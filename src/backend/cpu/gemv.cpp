@@ -2,13 +2,16 @@
 //
 // Decode reads every weight once per token, so these kernels are bound by memory bandwidth:
 // each weight is loaded in its storage dtype and widened in registers (bf16: a 16-bit shift;
-// f16: vcvtph2ps; q8_0: int8 -> f32 times the block scale). Four rows share each load of x,
+// f16: vcvtph2ps; q8_0: int8 -> f32 times the block scale; the other block formats: a chunk
+// dequantized into an L1 buffer). Four rows share each load of x,
 // and each row keeps two accumulators (independent FMA chains hide the FMA latency).
+#include <algorithm>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace arbiter::cpu {
 
@@ -146,6 +149,37 @@ void gemv_q8(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, in
   }
 }
 
+// The other block formats: each row is dequantized a chunk of 256 values at a time (one
+// super-block, or 8 small blocks) into an f32 buffer (each value the exact one rounded once,
+// core/quant.h) and dotted with x by the ISA's FMA, accumulators alternating by vector step.
+// The scale is applied while widening, not once per block as for q8_0: k-quants have a
+// scale and a min per sub-block, so this keeps one kernel for all of them.
+template <class V, DType T>
+void gemv_blocks(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, int64_t n1) {
+  using R = typename V::R;
+  constexpr int64_t kChunk = 256;
+  const int64_t be = block_elems(T);
+  const size_t row_bytes = dtype_bytes(T, K);
+  alignas(64) float w[kChunk];
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(Wv) + size_t(n) * row_bytes;
+    R acc[2] = {V::zero(), V::zero()};
+    int64_t step = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+      const int64_t kc = std::min(kChunk, K - k0);  // a multiple of the block (and of W)
+      dequant_blocks(T, row + dtype_bytes(T, k0), kc / be, w);
+      for (int64_t k = 0; k < kc; k += V::W, ++step)
+        acc[step & 1] = V::fma(V::load(w + k), V::load(x + k0 + k), acc[step & 1]);
+    }
+    y[n] = V::reduce_add(V::add(acc[0], acc[1]));
+  }
+}
+
+template <DType T>
+void widen_blocks(const void* src, float* dst, int64_t n) {
+  dequant_blocks(T, static_cast<const uint8_t*>(src), n / block_elems(T), dst);
+}
+
 template <class V, template <class> class LT>
 void widen_dense(const void* src, float* dst, int64_t n) {
   using L = LT<V>;
@@ -173,6 +207,18 @@ GemvFn gemv_for(DType t) {
     case DType::F16: return gemv_dense<V, LoadF16>;
     case DType::BF16: return gemv_dense<V, LoadBf16>;
     case DType::Q8_0: return gemv_q8<V>;
+    case DType::Q4_0: return gemv_blocks<V, DType::Q4_0>;
+    case DType::Q4_1: return gemv_blocks<V, DType::Q4_1>;
+    case DType::Q5_0: return gemv_blocks<V, DType::Q5_0>;
+    case DType::Q5_1: return gemv_blocks<V, DType::Q5_1>;
+    case DType::Q2_K: return gemv_blocks<V, DType::Q2_K>;
+    case DType::Q3_K: return gemv_blocks<V, DType::Q3_K>;
+    case DType::Q4_K: return gemv_blocks<V, DType::Q4_K>;
+    case DType::Q5_K: return gemv_blocks<V, DType::Q5_K>;
+    case DType::Q6_K: return gemv_blocks<V, DType::Q6_K>;
+    case DType::IQ4_NL: return gemv_blocks<V, DType::IQ4_NL>;
+    case DType::IQ4_XS: return gemv_blocks<V, DType::IQ4_XS>;
+    case DType::MXFP4: return gemv_blocks<V, DType::MXFP4>;
     default: return nullptr;
   }
 }
@@ -184,6 +230,18 @@ WidenFn widen_for(DType t) {
     case DType::F16: return widen_dense<V, LoadF16>;
     case DType::BF16: return widen_dense<V, LoadBf16>;
     case DType::Q8_0: return widen_q8<V>;
+    case DType::Q4_0: return widen_blocks<DType::Q4_0>;
+    case DType::Q4_1: return widen_blocks<DType::Q4_1>;
+    case DType::Q5_0: return widen_blocks<DType::Q5_0>;
+    case DType::Q5_1: return widen_blocks<DType::Q5_1>;
+    case DType::Q2_K: return widen_blocks<DType::Q2_K>;
+    case DType::Q3_K: return widen_blocks<DType::Q3_K>;
+    case DType::Q4_K: return widen_blocks<DType::Q4_K>;
+    case DType::Q5_K: return widen_blocks<DType::Q5_K>;
+    case DType::Q6_K: return widen_blocks<DType::Q6_K>;
+    case DType::IQ4_NL: return widen_blocks<DType::IQ4_NL>;
+    case DType::IQ4_XS: return widen_blocks<DType::IQ4_XS>;
+    case DType::MXFP4: return widen_blocks<DType::MXFP4>;
     default: return nullptr;
   }
 }

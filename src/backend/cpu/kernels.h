@@ -2,8 +2,8 @@
 // path (scalar twin, AVX2, AVX-512; own GEMM and OpenBLAS), not only the one the backend
 // picks. Internal to the cpu tier: model code only sees Backend.
 //
-// Weights stay in their storage dtype (f32, f16, bf16, q8_0) and are widened to f32 inside
-// the kernels, never copied at load: decode is memory-bandwidth bound (every weight byte is
+// Weights stay in their storage dtype (f32, f16, bf16, ggml's block formats) and are widened
+// to f32 inside the kernels, never copied at load: decode is memory-bandwidth bound (every weight byte is
 // read once per token), so a bf16 row read as bf16 costs half the bytes of an f32 copy, and a
 // load-time copy would also double the resident memory of the model.
 //
@@ -42,7 +42,8 @@ using GemvFn = void (*)(const void* W, int64_t K, const float* x, float* y, int6
 /// nullptr when no kernel exists for (isa, dtype) (f64 weights).
 GemvFn gemv_kernel(Isa isa, DType dtype);
 
-/// dst[n] = src[n] widened exactly to f32 (q8_0: n a multiple of 32).
+/// dst[n] = src[n] widened to f32 (exactly, or rounded once for the block formats with a min;
+/// block formats: n a multiple of the block).
 using WidenFn = void (*)(const void* src, float* dst, int64_t n);
 WidenFn widen_kernel(Isa isa, DType dtype);
 

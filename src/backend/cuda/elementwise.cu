@@ -30,6 +30,7 @@ __device__ __forceinline__ float load_storage(DType st, const void* src, int64_t
       int8_t q = reinterpret_cast<const int8_t*>(blk + 2)[i % 32];
       return __half2float(d) * float(q);
     }
+    default: break;  // upload_raw widens every other block format to f32 on the host
   }
   return 0.f;
 }

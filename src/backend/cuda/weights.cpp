@@ -103,9 +103,12 @@ const void* WeightCache::upload_raw(const Tensor& t, DType& st) {
                 t.name.c_str(), (long long)t.cols());
       st = DType::Q8_0;
       break;
-    case DType::F64:
+    default:
+      // F64 and the block formats other than Q8_0 (no device kernel reads them yet): widened
+      // on the host to f32 (each value the exact one rounded once), then rounded to the
+      // compute type as f32 weights are.
       widened.resize(size_t(t.numel()));
-      row_to_f32(DType::F64, t.data, widened.data(), t.numel());
+      row_to_f32(t.dtype, t.data, widened.data(), t.numel());
       src = widened.data();
       bytes = widened.size() * sizeof(float);
       st = DType::F32;

@@ -1,0 +1,168 @@
+#include "model/quantize.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+#include "core/quant.h"
+#include "core/thread_pool.h"
+#include "io/gguf.h"
+#include "io/gguf_write.h"
+
+namespace arbiter {
+
+namespace {
+
+struct RecipeInfo {
+  QuantRecipe r;
+  const char* name;
+  DType base;        // the type of every matrix the recipe does not single out
+  uint32_t ftype;    // llama.h enum llama_ftype, written as general.file_type
+};
+constexpr RecipeInfo kRecipes[] = {
+    {QuantRecipe::Q8_0, "Q8_0", DType::Q8_0, 7},       {QuantRecipe::Q4_0, "Q4_0", DType::Q4_0, 2},
+    {QuantRecipe::Q6_K, "Q6_K", DType::Q6_K, 18},      {QuantRecipe::Q4_K_M, "Q4_K_M", DType::Q4_K, 15},
+    {QuantRecipe::Q5_K_M, "Q5_K_M", DType::Q5_K, 17}, {QuantRecipe::MXFP4, "MXFP4", DType::MXFP4, 38},
+};
+constexpr uint32_t kQuantizationVersion = 2;  // ggml.h GGML_QNT_VERSION
+
+const RecipeInfo& info(QuantRecipe r) {
+  for (const RecipeInfo& i : kRecipes)
+    if (i.r == r) return i;
+  ARB_ASSERT(false);
+  return kRecipes[0];
+}
+
+bool ends_with(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third between.
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// llama-quant.cpp tensor_type_fallback: a row length the block does not divide.
+DType fallback(DType t, int64_t cols) {
+  if (cols % block_elems(t) == 0) return t;
+  switch (t) {
+    case DType::Q4_K: t = DType::Q5_0; break;
+    case DType::Q5_K: t = DType::Q5_1; break;
+    case DType::Q6_K: t = DType::Q8_0; break;
+    default: break;
+  }
+  return cols % block_elems(t) == 0 ? t : DType::F16;
+}
+
+}  // namespace
+
+QuantRecipe quant_recipe_from_name(const std::string& name) {
+  std::string up = name;
+  for (char& c : up) c = char(std::toupper(static_cast<unsigned char>(c)));
+  for (const RecipeInfo& i : kRecipes)
+    if (up == i.name) return i.r;
+  throw Error("[quantize] unknown --type '" + name + "' (expected Q8_0, Q4_0, Q6_K, Q4_K_M, Q5_K_M or MXFP4)");
+}
+
+const char* quant_recipe_name(QuantRecipe r) { return info(r).name; }
+
+DType quant_tensor_type(QuantRecipe r, const std::string& name, int n_dims, int64_t cols, DType stored,
+                        QuantCounters& c) {
+  // llama-quant.cpp tensor_allows_quantization: matrices named *weight, not norms. 1-D
+  // tensors are written F32 (llama-quantize keeps their input type; llama.cpp's own converter
+  // writes them F32, and its graph refuses bf16 norms).
+  if (n_dims < 2) return DType::F32;
+  if (!ends_with(name, "weight") || name.find("_norm.weight") != std::string::npos) return stored;
+  DType t = info(r).base;
+  const bool output = name == "output.weight" || (c.tied && name == "token_embd.weight");
+  if (output) {
+    // The output matrix (or the embedding it is tied to): Q6_K unless the recipe is Q8_0, Q8_0
+    // when its rows do not divide into 256 (and under MXFP4_MOE).
+    if (r == QuantRecipe::MXFP4 || cols % kQK_K != 0) t = DType::Q8_0;
+    else if (t != DType::Q8_0) t = DType::Q6_K;
+  } else if (name.find("attn_v.weight") != std::string::npos || name.find("attn_qkv.weight") != std::string::npos) {
+    const bool qkv = name.find("attn_qkv") != std::string::npos;
+    if ((r == QuantRecipe::Q4_K_M || r == QuantRecipe::Q5_K_M) && !qkv && use_more_bits(c.i_attn_v, c.n_attn_v))
+      t = DType::Q6_K;
+    if (qkv && r == QuantRecipe::Q4_K_M) t = DType::Q5_K;
+    if (qkv && r == QuantRecipe::Q5_K_M) t = DType::Q6_K;
+    ++c.i_attn_v;
+  } else if (name.find("ffn_down") != std::string::npos) {
+    if ((r == QuantRecipe::Q4_K_M || r == QuantRecipe::Q5_K_M) && use_more_bits(c.i_ffn_down, c.n_layer))
+      t = DType::Q6_K;
+    ++c.i_ffn_down;
+  }
+  return fallback(t, cols);
+}
+
+QuantizeStats quantize_gguf(const std::string& in_path, const std::string& out_path, QuantRecipe r, int threads) {
+  std::error_code ec;
+  if (in_path == out_path || std::filesystem::equivalent(in_path, out_path, ec))
+    throw Error("[quantize] " + out_path + ": the output is the input file (write elsewhere)");
+  GgufFile in(in_path);
+  const RecipeInfo& ri = info(r);
+
+  QuantCounters c;
+  c.tied = in.tensor("output.weight") == nullptr;
+  for (const Tensor& t : in.tensors()) {
+    if (is_quantized(t.dtype) && t.shape.size() >= 2)
+      throw Error("[quantize] " + in_path + ": tensor '" + t.name + "' is already " + dtype_name(t.dtype) +
+                  " (quantize from an f32, f16 or bf16 file)");
+    if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("attn_qkv.weight") != std::string::npos)
+      ++c.n_attn_v;
+  }
+  const std::string arch = in.find("general.architecture") ? in.find("general.architecture")->s : "";
+  if (const GgufValue* n = in.find(arch + ".block_count")) c.n_layer = int(n->u ? n->u : uint64_t(n->i));
+
+  GgufWriter w;
+  for (const auto& [key, v] : in.metadata())
+    if (key != "general.file_type" && key != "general.quantization_version" && key != "general.alignment")
+      w.add_value(key, v);
+  w.add_u32("general.quantization_version", kQuantizationVersion);
+  w.add_u32("general.file_type", ri.ftype);
+
+  ThreadPool pool(threads);
+  QuantizeStats st;
+  for (const Tensor& t : in.tensors()) {
+    const int64_t cols = t.shape.back();
+    const DType to = quant_tensor_type(r, t.name, int(t.shape.size()), cols, t.dtype, c);
+    ++st.tensors;
+    st.quantized += is_quantized(to);
+    st.bytes_in += t.nbytes();
+    st.bytes_out += dtype_bytes(to, t.numel());
+    GgufTensorEntry e;
+    e.name = t.name;
+    e.dtype = to;
+    e.shape = t.shape;
+    // Elements [begin, begin + n) are whole rows' worth of blocks: widened exactly to f32
+    // (the input is f32, f16 or bf16), then encoded or narrowed, rows spread over the pool.
+    e.fill = [t, to, &pool](int64_t begin, int64_t n, void* dst) {
+      const int be = block_elems(to);
+      const int64_t nb = n / be;
+      pool.parallel_for(nb, [&](int64_t b0, int64_t b1) {
+        std::vector<float> f(size_t((b1 - b0) * be));
+        const int64_t first = begin + b0 * be;
+        row_to_f32(t.dtype, static_cast<const uint8_t*>(t.data) + dtype_bytes(t.dtype, first), f.data(),
+                   int64_t(f.size()));
+        uint8_t* out = static_cast<uint8_t*>(dst) + dtype_bytes(to, b0 * be);
+        if (is_quantized(to)) {
+          quantize_blocks(to, f.data(), b1 - b0, out);
+        } else {
+          for (size_t i = 0; i < f.size(); ++i) {
+            if (to == DType::F32) std::memcpy(out + 4 * i, &f[i], 4);
+            else {
+              const uint16_t u = to == DType::F16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+              std::memcpy(out + 2 * i, &u, 2);
+            }
+          }
+        }
+      });
+    };
+    w.add_tensor(std::move(e));
+  }
+  w.write(out_path);
+  return st;
+}
+
+}  // namespace arbiter

@@ -1,0 +1,37 @@
+// arbiter quantize: a GGUF file re-encoded in ggml's block formats, tensor by tensor, with
+// llama.cpp's mixture recipes (src/llama-quant.cpp llama_tensor_get_type, without an
+// imatrix); docs/quantization.md lists which tensors get which type.
+#pragma once
+#include <string>
+
+#include "core/dtype.h"
+
+namespace arbiter {
+
+/// A recipe: Q8_0, Q4_0, Q6_K, Q4_K_M, Q5_K_M or MXFP4 (case-insensitive); throws otherwise.
+enum class QuantRecipe { Q8_0, Q4_0, Q6_K, Q4_K_M, Q5_K_M, MXFP4 };
+QuantRecipe quant_recipe_from_name(const std::string& name);
+const char* quant_recipe_name(QuantRecipe r);
+
+/// The type `name` (a GGUF tensor of ne0 = cols values per row and n_dims dimensions) gets
+/// under recipe r. i_attn_v / n_attn_v count the attn_v tensors (file order), i_ffn_down the
+/// ffn_down ones, n_layer the blocks; tied: the file has no output.weight. F32 for a tensor
+/// the recipe keeps in float (1-D tensors, norms).
+struct QuantCounters {
+  int i_attn_v = 0, n_attn_v = 0, i_ffn_down = 0, n_layer = 0;
+  bool tied = false;
+};
+DType quant_tensor_type(QuantRecipe r, const std::string& name, int n_dims, int64_t cols, DType stored,
+                        QuantCounters& c);
+
+struct QuantizeStats {
+  int tensors = 0, quantized = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+};
+/// Reads the GGUF at in_path and writes out_path (atomically): every metadata key copied,
+/// general.file_type and general.quantization_version set as llama-quantize sets them, each
+/// tensor re-encoded from its exact f32 values. Refuses an output path equal to the input, and
+/// an input whose matrices are already in a block format.
+QuantizeStats quantize_gguf(const std::string& in_path, const std::string& out_path, QuantRecipe r, int threads);
+
+}  // namespace arbiter
