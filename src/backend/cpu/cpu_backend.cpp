@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/probes.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -46,6 +47,12 @@ class CpuBackend final : public Backend {
   }
 
   std::string device_name() const override { return "cpu"; }
+
+  // The f32 FMA peak of this tier's ISA on all of its threads: what its GEMM could reach.
+  std::vector<double> peak_gflops(int passes, std::string* source) override {
+    if (source) *source = fma_probe_source(isa_, pool_.size(), passes);
+    return measure_fma_gflops(isa_, pool_.size(), passes);
+  }
   DType compute() const override { return DType::F32; }
 
   Buffer alloc(int64_t n, bool logits) override {
