@@ -134,7 +134,9 @@ class CpuBackend final : public Backend {
         if (bp)
           for (int64_t n = n0; n < n1; ++n) yp[n] += bp[n];
       };
-      if (N * K >= kParallelElems) pool_.parallel_for(N, body);
+      // Claimed chunks of rows, 8 per thread: a thread whose core the host takes away
+      // holds up at most one small chunk. Any split gives the same y (kernels.h).
+      if (N * K >= kParallelElems) pool_.parallel_for_dynamic(N, int64_t(pool_.size()) * 8, body);
       else body(0, N);
       return;
     }
