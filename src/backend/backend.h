@@ -267,6 +267,14 @@ class Backend {
     (void)passes;
     return {};
   }
+  /// The tier's arithmetic peak in GFLOP/s of each of `passes` timed probes, for bench's
+  /// prefill limit, and in *source one line saying what was measured; empty when the tier
+  /// has no such probe (bench then times the tier's matmul on the model's shapes).
+  virtual std::vector<double> peak_gflops(int passes, std::string* source) {
+    (void)passes;
+    (void)source;
+    return {};
+  }
 
   OpStats& stats() { return stats_; }
   const OpStats& stats() const { return stats_; }

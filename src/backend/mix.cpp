@@ -211,6 +211,9 @@ class MixBackend final : public Backend {
   }
 
   std::vector<double> read_bandwidth_gbs(int passes) override { return tiers_[size_t(base_)]->read_bandwidth_gbs(passes); }
+  std::vector<double> peak_gflops(int passes, std::string* source) override {
+    return tiers_[size_t(base_)]->peak_gflops(passes, source);
+  }
 
  private:
   struct Home {

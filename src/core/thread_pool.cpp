@@ -61,17 +61,27 @@ void ThreadPool::stop_workers() {
   workers_.clear();
 }
 
-void ThreadPool::run_chunk(int index) {
-  const int64_t b = n_ * index / parts_, e = n_ * (index + 1) / parts_;
-  if (b >= e) return;
-  tl_in_chunk = true;
-  try {
-    tramp_(ctx_, b, e);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(error_mutex_);
-    if (!error_) error_ = std::current_exception();
+void ThreadPool::run_chunk(int64_t chunk) {
+  const int64_t b = n_ * chunk / parts_, e = n_ * (chunk + 1) / parts_;
+  if (b < e) {
+    tl_in_chunk = true;
+    try {
+      tramp_(ctx_, b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    tl_in_chunk = false;
   }
-  tl_in_chunk = false;
+  if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts_) done_.notify_one();
+}
+
+void ThreadPool::work(int index) {
+  if (!dynamic_) {
+    if (index < parts_) run_chunk(index);
+    return;
+  }
+  for (int64_t c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < parts_;) run_chunk(c);
 }
 
 void ThreadPool::worker_main(int index) {
@@ -79,14 +89,15 @@ void ThreadPool::worker_main(int index) {
   for (;;) {
     seen = spin_then_wait(generation_, [&](uint64_t g) { return g != seen; });
     if (stop_.load(std::memory_order_acquire)) return;
-    if (index < parts_) run_chunk(index);
-    // Every worker acknowledges every job (not only the ones with a chunk), so the caller
-    // never rewrites the job fields while a worker still reads them.
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    inside_.fetch_add(1);
+    // Join only the job of the generation seen, and only while it is open: a worker that
+    // woke late for a job already finished leaves without touching its fields.
+    if (open_gen_.load() == seen) work(index);
+    if (inside_.fetch_sub(1) == 1) inside_.notify_one();
   }
 }
 
-void ThreadPool::run(int64_t n, Trampoline tramp, void* ctx) {
+void ThreadPool::run(int64_t n, int64_t dynamic_parts, Trampoline tramp, void* ctx) {
   if (n <= 0) return;
   if (tl_in_chunk || n_threads_ == 1 || n == 1) {
     tramp(ctx, 0, n);
@@ -96,13 +107,26 @@ void ThreadPool::run(int64_t n, Trampoline tramp, void* ctx) {
   tramp_ = tramp;
   ctx_ = ctx;
   n_ = n;
-  parts_ = int(n < n_threads_ ? n : n_threads_);
+  dynamic_ = dynamic_parts > 0;
+  const int64_t want = dynamic_ ? dynamic_parts : int64_t(n_threads_);
+  parts_ = n < want ? n : want;
   error_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);  // publishes the job
+  next_.store(0, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  // Opened before it is published: a worker that wakes for this generation finds it open
+  // (unless it is already finished), and one still holding the previous generation does
+  // not mistake it for its own.
+  const uint64_t g = generation_.load() + 1;
+  open_gen_.store(g);
+  generation_.store(g);
   generation_.notify_all();
-  run_chunk(0);
-  spin_then_wait(pending_, [](int v) { return v == 0; });
+  work(0);
+  spin_then_wait(done_, [&](int64_t v) { return v == parts_; });
+  open_gen_.store(0);
+  // The store above and the loads of inside_ below must not pass each other (the
+  // handshake in thread_pool.h); spin_then_wait's loads are only acquire loads.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  spin_then_wait(inside_, [](int v) { return v == 0; });
   if (error_) std::rethrow_exception(error_);
 }
 

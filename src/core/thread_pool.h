@@ -1,4 +1,5 @@
-// A persistent thread pool with static chunking, for the CPU tier's kernels.
+// A persistent thread pool with static or dynamically claimed chunks, for the CPU tier's
+// kernels.
 //
 // Determinism contract: parallel_for only decides WHICH thread runs a range of work items;
 // it never splits one item's arithmetic across threads. Kernels that compute each output
@@ -38,28 +39,54 @@ class ThreadPool {
   template <class F>
   void parallel_for(int64_t n, F&& fn) {
     using Fn = std::remove_reference_t<F>;
-    run(n, [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
+    run(n, 0, [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+  /// The same over P = min(parts, n) chunks with the same boundaries, but each chunk runs on
+  /// whichever thread claims it first (an atomic counter), the caller included: when the
+  /// host takes a core away from one thread (a shared 2-vCPU machine does), the others
+  /// finish its chunks instead of waiting for it, and the call returns once every chunk is
+  /// done, without waiting for a worker that never woke. Which thread runs a chunk varies
+  /// from call to call, so fn must give the same result wherever a chunk runs.
+  template <class F>
+  void parallel_for_dynamic(int64_t n, int64_t parts, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    run(n, parts < 1 ? 1 : parts, [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
         const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
  private:
   using Trampoline = void (*)(void* ctx, int64_t begin, int64_t end);
-  void run(int64_t n, Trampoline tramp, void* ctx);
+  // dynamic_parts 0: static chunks, one per thread; > 0: that many claimed chunks.
+  void run(int64_t n, int64_t dynamic_parts, Trampoline tramp, void* ctx);
   void worker_main(int index);
   void stop_workers();
-  void run_chunk(int index);
+  void run_chunk(int64_t chunk);
+  // Runs the chunks this thread gets (thread `index`'s static chunk, or claimed ones).
+  void work(int index);
 
   int n_threads_ = 1;
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time
 
-  // The current job, published by bumping generation_.
+  // The current job: written by the caller while no worker is inside_ (below), then
+  // published by bumping generation_ and opening it.
   Trampoline tramp_ = nullptr;
   void* ctx_ = nullptr;
   int64_t n_ = 0;
-  int parts_ = 0;
+  int64_t parts_ = 0;
+  bool dynamic_ = false;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};  // workers still running the current job
+  // A worker reads the job's fields only between inside_ += 1 and -= 1, and only after it
+  // found open_gen_ equal to the generation it woke for; the caller closes the job
+  // (open_gen_ = 0) and waits for inside_ == 0 before it returns, so the next job's writes
+  // race with no reader. Both sides use sequentially consistent operations: either the
+  // worker sees the job closed or the caller sees the worker inside.
+  std::atomic<uint64_t> open_gen_{0};
+  std::atomic<int> inside_{0};
+  std::atomic<int64_t> next_{0};  // dynamic: the next unclaimed chunk
+  std::atomic<int64_t> done_{0};  // chunks finished
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;

@@ -277,15 +277,20 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   std::vector<double> bw, mm, pp, tg, ttft;
   double rep_bw = 0, rep_mm = 0;  // this repetition's probe medians
   bool bw_from_add = false;       // a tier without a read probe: the add op's lower bound
+  std::string peak_source;        // set when a peak probe (tier or host) served the limit
   auto probe = [&] {
     if (!opt.probes) return;
     const size_t bw0 = bw.size(), mm0 = mm.size();
+    // Compute peak: the tier's own probe (cpu: the f32 FMA peak of its ISA on its threads);
+    // the ref tier has none and is held to the host's widest f32 FMA peak on -t threads;
+    // a device tier without one gets its matmul on the model's shapes.
+    auto g = be.peak_gflops(2, &peak_source);
+    if (g.empty() && host_tier) {
+      g = cpu::measure_fma_gflops(cpu::best_isa(), r.threads, 2);
+      peak_source = cpu::fma_probe_source(cpu::best_isa(), r.threads, 2);
+    }
+    if (!g.empty()) mm.insert(mm.end(), g.begin(), g.end());
     if (host_tier) {
-      auto g = cpu::measure_sgemm_gflops(2048, r.threads, 2);
-      mm.insert(mm.end(), g.begin(), g.end());
-      // OpenBLAS's workers spin for a while after a call; on a 2-core host they would
-      // steal the next measurement's cores. Let them park first.
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
       auto b = cpu::measure_host_read_bandwidth(size_t(1) << 30, r.threads, 3);
       bw.insert(bw.end(), b.begin(), b.end());
     } else {
@@ -297,7 +302,7 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
         bw_from_add = true;
       }
       bw.insert(bw.end(), b.begin(), b.end());
-      mm.push_back(tier_matmul_gflops(m, be, P));
+      if (g.empty()) mm.push_back(tier_matmul_gflops(m, be, P));
     }
     rep_bw = bench_stat(std::vector<double>(bw.begin() + long(bw0), bw.end())).median;
     rep_mm = bench_stat(std::vector<double>(mm.begin() + long(mm0), mm.end())).median;
@@ -347,14 +352,15 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
     if (host_tier) {
       r.bandwidth_source = strformat("host streaming read of 1 GiB (MADV_HUGEPAGE), %d threads, 3 passes per rep",
                                      r.threads);
-      r.matmul_source = strformat("OpenBLAS cblas_sgemm 2048^3 f32, %d threads, 2 calls per rep", r.threads);
     } else {
       r.bandwidth_source =
           bw_from_add ? "the tier's add op over 2 x 256 MiB buffers (3 bytes moved per byte added; lower bound)"
                       : "the tier's device read probe: 2 GiB streamed with 16-byte loads, 3 passes per rep "
                         "(CUDA events)";
-      r.matmul_source = strformat("the tier's matmul on the model's weight shapes at M = %d, weighted per forward", P);
     }
+    r.matmul_source = !peak_source.empty()
+                          ? peak_source
+                          : strformat("the tier's matmul on the model's weight shapes at M = %d, weighted per forward", P);
   }
 
   // Limits.

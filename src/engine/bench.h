@@ -16,7 +16,8 @@
 //   prefill limit = FLOPs per token (2 x matmul parameters incl. the output matrix, plus
 //       causal attention 4 H Dh ctx per layer) / measured matmul peak.
 //   CPU tiers (cpu, ref): bandwidth = multi-threaded streaming read of a 1 GiB buffer
-//       with transparent huge pages; peak = OpenBLAS sgemm 2048^3 on the same threads.
+//       with transparent huge pages; peak = the f32 FMA peak (Backend::peak_gflops: the cpu
+//       tier's ISA on its threads; ref: the widest compiled ISA on -t threads).
 //   Other tiers (cuda): bandwidth = the tier's device read probe (Backend::read_bandwidth_gbs:
 //       a 2 GiB streaming read timed with device events), or, for a tier without one, its
 //       add op over large buffers (reads 2, writes 1: a lower bound); peak = the tier's own

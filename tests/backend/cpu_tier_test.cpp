@@ -142,6 +142,49 @@ TEST_P(IsaTest, BlockGemvWithinDotBound) {
   }
 }
 
+// Huge-page weight copies (CpuOptions::hugepage_weights): after prepare() the matmuls read
+// the copy and give the bits of a tier reading the tensor in place; when the tensor's bytes
+// change under the same address (a model freed and another mapped where it was), the next
+// prepare() copies them again instead of serving the stale copy.
+TEST_P(IsaTest, HugePageWeightCopiesAreExactAndNeverStale) {
+  const int64_t N = 384, K = 512;  // 384 KiB of f32: above the copy threshold (256 KiB)
+  auto w = make_tensor("w", {N, K}, values(N * K, 9310, 0.05, DType::F32), DType::F32);
+  auto copied = GetParam().make();
+  cpu::CpuOptions o;
+  o.threads = 2;
+  o.isa = GetParam().isa;
+  o.hugepage_weights = false;
+  auto in_place = cpu::make_cpu_backend(o);
+  Backend::Prepare prep;
+  prep.weights.push_back({&w->t, "mlp"});
+  copied->prepare(prep);
+  for (int T : {1, 3}) {
+    Buf x(*copied, values(T * K, 9311, 1.0, DType::F32)), a(*copied, T * N);
+    Buf x2(*in_place, values(T * K, 9311, 1.0, DType::F32)), b(*in_place, T * N);
+    auto run = [&] {
+      copied->matmul(x.b, w->t, nullptr, T, a.b);
+      in_place->matmul(x2.b, w->t, nullptr, T, b.b);
+      return std::make_pair(a.read(), b.read());
+    };
+    auto [ya, yb] = run();
+    for (int64_t i = 0; i < T * N; ++i) ASSERT_EQ(ya[size_t(i)], yb[size_t(i)]) << "T " << T << " i " << i;
+    // Scale the tensor in place (exact: a power of two). Until the next prepare() the tier
+    // reads its copy, which shows the copy is what the matmuls read; prepare() refreshes it.
+    float* f = reinterpret_cast<float*>(w->bytes.data());
+    for (int64_t i = 0; i < N * K; ++i) f[i] *= 2.0f;
+    auto [sa, sb] = run();
+    for (int64_t i = 0; i < T * N; ++i) ASSERT_EQ(sa[size_t(i)], ya[size_t(i)]) << "T " << T << " i " << i;
+    copied->prepare(prep);
+    auto [za, zb] = run();
+    for (int64_t i = 0; i < T * N; ++i) {
+      ASSERT_EQ(za[size_t(i)], zb[size_t(i)]) << "T " << T << " i " << i << ": stale copy";
+      ASSERT_EQ(zb[size_t(i)], 2.0 * yb[size_t(i)]) << "T " << T << " i " << i;
+    }
+    for (int64_t i = 0; i < N * K; ++i) f[i] *= 0.5f;
+    copied->prepare(prep);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, IsaTest, testing::ValuesIn(isa_variants()), variant_name);
 
 // ---------------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 // ThreadPool (src/core/thread_pool.h): coverage, the documented static chunking, exceptions,
-// nesting, and many back-to-back jobs (the decode pattern). Lives with the backend tests
-// because the CPU tier is its only user.
+// nesting, many back-to-back jobs (the decode pattern), and the dynamically claimed chunks.
+// Lives with the backend tests because the CPU tier is its only user.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -103,6 +106,62 @@ TEST(ThreadPool, JobsAfterIdleSleepStillRun) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   pool.parallel_for(2, [&](int64_t b, int64_t e) { n += int(e - b); });
   EXPECT_EQ(n.load(), 4);
+}
+
+TEST(ThreadPool, DynamicCoversEveryIndexExactlyOnceWithDocumentedChunks) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {int64_t(1), int64_t(5), int64_t(64), int64_t(1000)}) {
+      for (int64_t parts : {int64_t(1), int64_t(7), int64_t(24)}) {
+        std::mutex m;
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        pool.parallel_for_dynamic(n, parts, [&](int64_t b, int64_t e) {
+          std::lock_guard<std::mutex> lock(m);
+          chunks.emplace_back(b, e);
+        });
+        std::sort(chunks.begin(), chunks.end());
+        const int64_t P = std::min(n, parts);
+        if (threads == 1 || n == 1) {  // run inline: one call over [0, n)
+          ASSERT_EQ(chunks.size(), 1u);
+          EXPECT_EQ(chunks[0], std::make_pair(int64_t(0), n));
+          continue;
+        }
+        ASSERT_EQ(int64_t(chunks.size()), P) << "threads " << threads << " n " << n << " parts " << parts;
+        for (int64_t i = 0; i < P; ++i) {
+          EXPECT_EQ(chunks[size_t(i)].first, n * i / P);
+          EXPECT_EQ(chunks[size_t(i)].second, n * (i + 1) / P);
+        }
+      }
+    }
+  }
+}
+
+// A worker that stops in the middle of its chunk (as when the host takes its core away)
+// leaves the other chunks to the caller: here the worker's chunk waits until every other
+// chunk is done, which only finishes when the caller claims them. Static chunks would
+// deadlock; the 10 s cap turns that into a failure instead of a hang.
+TEST(ThreadPool, DynamicChunksDoNotWaitForAStalledWorker) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one hardware thread";
+  ThreadPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  for (int rep = 0; rep < 20; ++rep) {
+    const int64_t parts = 8;
+    std::atomic<int64_t> done{0};
+    std::atomic<bool> timed_out{false};
+    pool.parallel_for_dynamic(parts, parts, [&](int64_t b, int64_t e) {
+      if (std::this_thread::get_id() != caller) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (done.load() < parts - (e - b))
+          if (std::chrono::steady_clock::now() > deadline) {
+            timed_out = true;
+            break;
+          }
+      }
+      done += e - b;
+    });
+    EXPECT_EQ(done.load(), parts);
+    ASSERT_FALSE(timed_out.load()) << "rep " << rep << ": the caller did not take the stalled worker's chunks";
+  }
 }
 
 }  // namespace

@@ -3,13 +3,18 @@
 // and that the work counts (bytes and FLOPs per token) match hand-derived values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/probes.h"
+#include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/bench.h"
 #include "model/synth.h"
 #include "model/model.h"
@@ -70,9 +75,42 @@ TEST(BenchProbes, ReturnPositiveNumbers) {
   auto bw = cpu::measure_host_read_bandwidth(size_t(64) << 20, 2, 2);
   ASSERT_EQ(bw.size(), 2u);
   for (double x : bw) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
-  auto g = cpu::measure_sgemm_gflops(256, 1, 2);
+  auto g = cpu::measure_fma_gflops(cpu::best_isa(), 2, 2);
   ASSERT_EQ(g.size(), 2u);
   for (double x : g) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+}
+
+// The FMA probe is a limit: the tier's own GEMM, timed on a short problem (best of several
+// runs, the most favourable reading), must not beat it by more than noise. Before issue 27
+// bench divided by an OpenBLAS sgemm rate that the GEMM exceeded ("3.03 of the peak").
+// One thread each, so a vCPU taken by another process cannot halve only one side.
+TEST(BenchProbes, FmaPeakBoundsTheGemmOfEveryIsa) {
+  const int64_t T = 48, N = 128, K = 512;
+  std::vector<float> x(size_t(T * K)), w(size_t(N * K)), out(size_t(T * N));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * float(int(i % 13) - 6);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * float(int(i % 7) - 3);
+  cpu::GemmProblem p;
+  p.x = x.data();
+  p.W = w.data();
+  p.wtype = DType::F32;
+  p.out = out.data();
+  p.T = T, p.N = N, p.K = K;
+  ThreadPool pool(1);
+  for (cpu::Isa isa : cpu::available_isas()) {
+    std::vector<double> peak = cpu::measure_fma_gflops(isa, 1, 3);
+    const double best_peak = *std::max_element(peak.begin(), peak.end());
+    double best_gemm = 0;
+    for (int rep = 0; rep < 8; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      cpu::gemm_own(isa, p, pool);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best_gemm = std::max(best_gemm, 2.0 * T * N * K / s / 1e9);
+    }
+    std::printf("[ %s ] FMA peak %.1f GFLOP/s (passes %.1f..%.1f), own GEMM %.1f GFLOP/s = %.3f of it\n",
+                cpu::isa_name(isa), best_peak, *std::min_element(peak.begin(), peak.end()), best_peak, best_gemm,
+                best_gemm / best_peak);
+    EXPECT_LE(best_gemm, best_peak * 1.10) << cpu::isa_name(isa) << ": the GEMM beat the FMA peak";
+  }
 }
 
 // The shipped model (models/, tracked in git); ../shared's copy when the checkout lacks it.

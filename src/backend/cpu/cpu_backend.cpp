@@ -1,17 +1,22 @@
 // The fast CPU tier: f32 activations, SIMD kernels (kernels.h) on a persistent thread pool.
 // This file dispatches each op to the kernel of the configured ISA and records the provider
 // that served it ("cpu.gemv_bf16_avx512", "cpu.gemm_f32_blas", "cpu.attention_avx512", ...).
-// Weights are read in their storage dtype (see kernels.h for why they are not copied).
+// Weights are read in their storage dtype (see kernels.h for why they are not widened), from
+// huge-page copies of the file's bytes by default (CpuOptions::hugepage_weights).
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/probes.h"
 #include "backend/cpu/ssm.h"
 #include "backend/ref/ref_backend.h"
 #include "core/error.h"
@@ -38,7 +43,8 @@ constexpr int64_t kElemChunk = 1 << 14;
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuOptions& o) : pool_(o.threads), isa_(o.isa), gemm_(o.gemm) {
+  explicit CpuBackend(const CpuOptions& o)
+      : pool_(o.threads), isa_(o.isa), gemm_(o.gemm), hugepage_weights_(o.hugepage_weights) {
     const auto& isas = available_isas();
     ARB_CHECK(std::find(isas.begin(), isas.end(), isa_) != isas.end(),
               "[cpu] ISA %s is not compiled in or not supported by this CPU", isa_name(isa_));
@@ -47,7 +53,68 @@ class CpuBackend final : public Backend {
     suffix_ = std::string("_") + isa_name(isa_);
   }
 
+  ~CpuBackend() override {
+    for (const auto& a : arenas_) munmap(a.first, a.second);
+  }
+
   std::string device_name() const override { return "cpu"; }
+
+  // Huge-page copies of the large weights (CpuOptions::hugepage_weights). A Session calls
+  // this once per sequence: a tensor whose copy still holds its bytes is kept. The bytes are
+  // compared, not only the address, because a model loaded after another one was freed
+  // can be mapped at the same address.
+  void prepare(const Prepare& p) override {
+    if (!hugepage_weights_) return;
+    constexpr size_t kMinBytes = size_t(256) << 10, kAlign = 64, kHuge = size_t(2) << 20;
+    std::vector<const Tensor*> todo;
+    size_t total = 0;
+    for (const WeightUse& u : p.weights) {
+      const Tensor* t = u.tensor;
+      if (t->nbytes() < kMinBytes) continue;
+      auto it = copies_.find(t->data);
+      if (it != copies_.end() &&
+          (it->second.ptr == nullptr ||  // tied tensors share data: queued once
+           (it->second.bytes == t->nbytes() && std::memcmp(it->second.ptr, t->data, t->nbytes()) == 0)))
+        continue;
+      copies_[t->data] = Copy{nullptr, t->nbytes()};
+      todo.push_back(t);
+      total += (t->nbytes() + kAlign - 1) / kAlign * kAlign;
+    }
+    if (todo.empty()) return;
+    const size_t bytes = (total + kHuge - 1) / kHuge * kHuge + kHuge;  // + slack to align
+    void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ARB_CHECK(mem != MAP_FAILED, "[cpu] cannot map %zu bytes for huge-page weight copies (%s); "
+              "ARBITER_CPU_WEIGHTS=mmap reads the file mapping instead", bytes, std::strerror(errno));
+    arenas_.emplace_back(mem, bytes);
+    auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem) + kHuge - 1) / kHuge * kHuge);
+    madvise(base, bytes - kHuge, MADV_HUGEPAGE);
+    std::vector<uint8_t*> dst(todo.size());
+    size_t off = 0;
+    for (size_t i = 0; i < todo.size(); ++i) {
+      dst[i] = base + off;
+      copies_[todo[i]->data].ptr = dst[i];
+      off += (todo[i]->nbytes() + kAlign - 1) / kAlign * kAlign;
+    }
+    // After each copy the source's pages, touched only by the copy, are handed back with
+    // MADV_PAGEOUT, so the weights stay resident once. PAGEOUT reclaims (a file page is
+    // read again if touched) and never discards, so memory that is no file mapping loses
+    // nothing; the range is widened to whole pages, which can only cost a re-read.
+    pool_.parallel_for_dynamic(int64_t(todo.size()), int64_t(todo.size()), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const Tensor& t = *todo[size_t(i)];
+        std::memcpy(dst[size_t(i)], t.data, t.nbytes());
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data) / 4096 * 4096;
+        const uintptr_t hi = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes() + 4095) / 4096 * 4096;
+        madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_PAGEOUT);
+      }
+    });
+  }
+
+  // The f32 FMA peak of this tier's ISA on all of its threads: what its GEMM could reach.
+  std::vector<double> peak_gflops(int passes, std::string* source) override {
+    if (source) *source = fma_probe_source(isa_, pool_.size(), passes);
+    return measure_fma_gflops(isa_, pool_.size(), passes);
+  }
   DType compute() const override { return DType::F32; }
 
   Buffer alloc(int64_t n, bool logits) override {
@@ -118,6 +185,7 @@ class CpuBackend final : public Backend {
       bp = bias_buf_.data();
     }
     const std::string dt = dtype_name(W.dtype);
+    const void* wdata = weight_data(W);
     GemvFn gemv = gemv_kernel(isa_, W.dtype);
     if (!gemv) return matmul_generic(x, W, bp, T, out);
     if (T == 1) {
@@ -125,17 +193,19 @@ class CpuBackend final : public Backend {
       const float* xp = f32(x);
       float* yp = f32(out);
       auto body = [&](int64_t n0, int64_t n1) {
-        gemv(W.data, K, xp, yp, n0, n1);
+        gemv(wdata, K, xp, yp, n0, n1);
         if (bp)
           for (int64_t n = n0; n < n1; ++n) yp[n] += bp[n];
       };
-      if (N * K >= kParallelElems) pool_.parallel_for(N, body);
+      // Claimed chunks of rows, 8 per thread: a thread whose core the host takes away
+      // holds up at most one small chunk. Any split gives the same y (kernels.h).
+      if (N * K >= kParallelElems) pool_.parallel_for_dynamic(N, int64_t(pool_.size()) * 8, body);
       else body(0, N);
       return;
     }
     GemmProblem p;
     p.x = f32(x);
-    p.W = W.data;
+    p.W = wdata;
     p.wtype = W.dtype;
     p.bias = bp;
     p.out = f32(out);
@@ -392,6 +462,12 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(int64_t(H) * T, [&](int64_t u0, int64_t u1) { rows_->attention(a, u0, u1); });
   }
 
+  // W's bytes: its huge-page copy when prepare() made one, else the tensor's own.
+  const void* weight_data(const Tensor& W) const {
+    auto it = copies_.find(W.data);
+    return it != copies_.end() ? it->second.ptr : W.data;
+  }
+
   // out = rmsnorm of x with the widened weight in wbuf_.
   void norm_rows(const Buffer& x, int R, int N, double eps, Buffer& out) {
     const float* xp = f32(x);
@@ -442,6 +518,13 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   Isa isa_;
   GemmImpl gemm_;
+  bool hugepage_weights_;
+  struct Copy {
+    const void* ptr;
+    size_t bytes;
+  };
+  std::unordered_map<const void*, Copy> copies_;   // tensor data -> its huge-page copy
+  std::vector<std::pair<void*, size_t>> arenas_;   // the mappings holding the copies
   const RowKernels* rows_ = nullptr;
   std::string suffix_;
   std::vector<float> wbuf_, bias_buf_;
@@ -472,6 +555,11 @@ std::unique_ptr<Backend> make_cpu_backend(int threads) {
         found = true;
       }
     ARB_CHECK(found, "[cpu] ARBITER_CPU_ISA=%s (expected scalar, avx2 or avx512)", e);
+  }
+  if (const char* e = std::getenv("ARBITER_CPU_WEIGHTS"); e && *e) {
+    const std::string v = e;
+    ARB_CHECK(v == "hugepage" || v == "mmap", "[cpu] ARBITER_CPU_WEIGHTS=%s (expected hugepage or mmap)", e);
+    o.hugepage_weights = v == "hugepage";
   }
   if (const char* e = std::getenv("ARBITER_CPU_GEMM"); e && *e) {
     const std::string v = e;

@@ -9,7 +9,7 @@
 //   2*MR register accumulators (AVX-512: 12 x 32, 24 zmm accumulators).
 // Every out element is one FMA chain over k = 0..K-1 (a k-block continues the chain from the
 // stored partial sum), so the result depends neither on the tiling nor on the thread count.
-// Threads take whole strips; the strip grid is fixed by N alone.
+// Threads claim chunks of whole strips; the strip grid is fixed by N alone.
 #include <cblas.h>
 
 #include <algorithm>
@@ -178,7 +178,9 @@ void gemm_own_impl(Isa isa, const GemmProblem& p, ThreadPool& pool) {
   float* xpp = xp.data();
   pool.parallel_for(n_tb, [&](int64_t b, int64_t e) { pack_x<MR>(p.x, T, K, xpp, b, e); });
 
-  pool.parallel_for(n_strips, [&](int64_t s0, int64_t s1) {
+  // Strips in claimed chunks, 4 per thread, so a thread that loses its core delays only
+  // its chunk; a strip's arithmetic does not depend on which chunk holds it.
+  pool.parallel_for_dynamic(n_strips, int64_t(pool.size()) * 4, [&](int64_t s0, int64_t s1) {
     // wrows: NR widened rows of one k-block (row stride kKC + 16 floats, so the 16 rows a
     // transpose reads do not all map to the same L1 set); bp: the packed strip.
     constexpr int64_t ld = kKC + 16;
@@ -269,7 +271,7 @@ void gemm_blas(Isa isa, const GemmProblem& p, ThreadPool& pool) {
   ARB_ASSERT(widen != nullptr);
   const auto* wbase = static_cast<const uint8_t*>(p.W);
   const size_t row_bytes = dtype_bytes(p.wtype, K);
-  pool.parallel_for(n_panels, [&](int64_t b, int64_t e) {
+  pool.parallel_for_dynamic(n_panels, int64_t(pool.size()) * 4, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> panel;
     for (int64_t pi = b; pi < e; ++pi) {
       const int64_t n0 = pi * NB, nb = std::min(NB, N - n0);

@@ -3,9 +3,9 @@
 // picks. Internal to the cpu tier: model code only sees Backend.
 //
 // Weights stay in their storage dtype (f32, f16, bf16, ggml's block formats) and are widened
-// to f32 inside the kernels, never copied at load: decode is memory-bandwidth bound (every weight byte is
-// read once per token), so a bf16 row read as bf16 costs half the bytes of an f32 copy, and a
-// load-time copy would also double the resident memory of the model.
+// to f32 inside the kernels, never converted at load: decode is memory-bandwidth bound (every
+// weight byte is read once per token), so a bf16 row read as bf16 costs half the bytes of an f32
+// copy. (The tier does copy the bytes unchanged into huge-page memory: CpuOptions::hugepage_weights.)
 //
 // Shapes: x [T, K] f32 activations; W [N, K] in its storage dtype; out [T, N] f32.
 #pragma once
@@ -90,11 +90,19 @@ struct RowKernels {
 const RowKernels& row_kernels(Isa isa);
 
 /// What a CPU backend runs; the defaults are the fastest compiled paths. ARBITER_CPU_ISA
-/// (scalar|avx2|avx512) and ARBITER_CPU_GEMM (own|blas) override them in make_cpu_backend.
+/// (scalar|avx2|avx512), ARBITER_CPU_GEMM (own|blas) and ARBITER_CPU_WEIGHTS
+/// (hugepage|mmap) override them in make_cpu_backend.
 struct CpuOptions {
   int threads = 0;  // <= 0: all cores
   Isa isa = best_isa();
   GemmImpl gemm = default_gemm_impl();
+  /// true: prepare() copies each large weight, bytes unchanged, into anonymous memory
+  /// advised MADV_HUGEPAGE, and the matmuls read the copy. A file mapping gets 4 KiB pages
+  /// (the kernel gives no transparent huge pages to ext4 page cache), and streaming reads
+  /// over 4 KiB pages reach about half the bandwidth on the dev machines
+  /// (docs/performance.md). The cost: the copy at load, and the resident weight bytes twice
+  /// (the file's pages, touched by the copy, stay mapped).
+  bool hugepage_weights = true;
 };
 std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& opts);
 

@@ -1,8 +1,11 @@
-// Physical limits of the host, measured: the streaming read bandwidth and OpenBLAS's sgemm
-// rate. bench divides the CPU tiers' speeds by them (engine/bench.h).
+// Physical limits of the host, measured: the streaming read bandwidth and the f32 FMA peak.
+// bench divides the CPU tiers' speeds by them (engine/bench.h).
 #pragma once
 #include <cstddef>
+#include <string>
 #include <vector>
+
+#include "backend/cpu/kernels.h"
 
 namespace arbiter::cpu {
 
@@ -11,8 +14,15 @@ namespace arbiter::cpu {
 /// timed passes. The buffer is unmapped before returning. Throws if it cannot be mapped.
 std::vector<double> measure_host_read_bandwidth(size_t bytes, int threads, int passes);
 
-/// OpenBLAS cblas_sgemm of n x n x n with `threads` BLAS threads (restored afterwards):
-/// GFLOP/s (2 n^3 / time) of each of `passes` timed calls after one untimed call.
-std::vector<double> measure_sgemm_gflops(int n, int threads, int passes);
+/// The f32 FMA peak at the vector width of `isa`: `threads` threads (as many as the tier's
+/// cores, released together) each run independent register FMA chains, enough of them to
+/// cover the FMA latency; GFLOP/s (2 per lane per FMA, each thread's over its own CPU time,
+/// summed) of each of `passes` timed passes after one shorter untimed pass. No kernel of that ISA can
+/// exceed it: the CPU tier's prefill fraction is divided by it (an OpenBLAS sgemm rate,
+/// used until issue 27, was exceeded by the tier's own GEMM). Throws if `isa` is not
+/// compiled in.
+std::vector<double> measure_fma_gflops(Isa isa, int threads, int passes);
+/// One line naming that probe and its arguments, for reports.
+std::string fma_probe_source(Isa isa, int threads, int passes);
 
 }  // namespace arbiter::cpu
