@@ -36,11 +36,11 @@ class RefBackend final : public Backend {
   }
   void read(const Buffer& b, int64_t off, int64_t n, double* dst) override {
     ARB_ASSERT(off >= 0 && off + n <= b.n);
-    std::memcpy(dst, f64(b) + off, size_t(n) * sizeof(double));
+    if (n > 0) std::memcpy(dst, f64(b) + off, size_t(n) * sizeof(double));  // an empty buffer has no data
   }
   void write(Buffer& b, int64_t off, int64_t n, const double* src) override {
     ARB_ASSERT(off >= 0 && off + n <= b.n);
-    std::memcpy(f64(b) + off, src, size_t(n) * sizeof(double));
+    if (n > 0) std::memcpy(f64(b) + off, src, size_t(n) * sizeof(double));
   }
 
   void embed(const Tensor& table, const int32_t* ids, int T, Buffer& out) override {
