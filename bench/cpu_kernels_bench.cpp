@@ -1,6 +1,6 @@
 // CPU-tier kernel benchmarks and the physical limits they are judged against, in one binary:
 //   stream_read   streaming read bandwidth (the decode limit), 1 GiB, huge or 4 KiB pages
-//   fma_peak      f32 FMA throughput with independent zmm/ymm chains (the compute limit)
+//   fma_peak      f32 FMA peak at the best ISA, the tier's own probe (the compute limit)
 //   sgemm_openblas  OpenBLAS sgemm 2048^3 with its own threads (the "measured GEMM peak")
 //   gemv/...      our GEMV per dtype and ISA at llama-3.2-1B shapes, over a 1 GiB set of
 //                 weight copies so that every call streams from DRAM (bytes/s)
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/probes.h"
 #include "bench_util.h"
 #include "core/thread_pool.h"
 
@@ -60,28 +61,12 @@ void stream_read(benchmark::State& state, int threads, bool huge) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(buf.bytes));
 }
 
-// 16 independent FMA chains per thread (latency 4 x 2 pipes x 2 for headroom).
+// The tier's own probe (backend/cpu/probes.h), so bench and `arbiter bench` share one limit.
 void fma_peak(benchmark::State& state, int threads) {
-  constexpr int64_t kIters = 1 << 22;
-  std::vector<float> sink(64);
+  const Isa isa = cpu::best_isa();
   for (auto _ : state) {
-    pool(threads).parallel_for(threads, [&](int64_t b, int64_t) {
-#ifdef __AVX512F__
-      __m512 acc[16];
-      for (auto& a : acc) a = _mm512_set1_ps(float(b));
-      const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-      for (int64_t i = 0; i < kIters; ++i)
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
-      __m512 s = acc[0];
-      for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
-      sink[size_t(b)] = _mm512_reduce_add_ps(s);
-#endif
-    });
-    benchmark::DoNotOptimize(sink.data());
+    state.counters["FLOP/s"] = cpu::measure_fma_gflops(isa, threads, 1).front() * 1e9;
   }
-  state.counters["FLOP/s"] = benchmark::Counter(double(threads) * kIters * 16 * 16 * 2,
-                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void sgemm_openblas(benchmark::State& state, int threads) {
