@@ -1,7 +1,8 @@
 // Routing flips (verify/judge/route_flips.h) and the routes column of traces: flip counting
 // and classing on hand-built routes (each expected count worked out by hand in the comment
 // beside it), the `# routes` header and routes column round trip, the reader's refusals of
-// malformed routes, and compare's report of the flips between two hand-written traces.
+// malformed routes, and compare's report of the flips between two hand-written traces (in
+// process and through the CLI's --route-decided).
 // To add a counting case: build samples with rs(), write the expected counts by hand.
 #include <gtest/gtest.h>
 
@@ -205,6 +206,13 @@ TEST(TraceRoutes, CompareReportsFlipsAndWhyNotCompared) {
   EXPECT_EQ(to_json(r).at("routing_flips").at("flips"), 2);
   opt.route_decided = 0.75;
   EXPECT_EQ(compare_traces(read_trace(ref), read_trace(cand), opt).routes.near_tie, 2);
+  // The same through the CLI: --route-decided moves the class; a bad value is one line, exit 4.
+  const CliResult cli = run_cli("compare " + ref + " " + cand + " --route-decided 0.75 --json");
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_EQ(nlohmann::json::parse(cli.out).at("routing_flips").at("near_tie"), 2) << cli.out;
+  const CliResult bad = run_cli("compare " + ref + " " + cand + " --route-decided -1");
+  EXPECT_EQ(bad.exit_code, 4);
+  EXPECT_NE(bad.err.find("--route-decided must be a number >= 0 (got -1)"), std::string::npos) << bad.err;
 
   // One side without routes: said, not silently skipped; two dense traces: nothing printed.
   const std::string dense = write_trace(dir + "/dense.tsv", fixture_header(), six_rows());
