@@ -56,6 +56,11 @@ const char* router_spec_problem(const RouterSpec& s) {
   return nullptr;
 }
 
+const char* router_score_name(const RouterSpec& s) {
+  if (s.order == RouterOrder::TopKThenScore) return "logit";
+  return s.scoring == RouterScoring::Softmax ? "softmax" : "sigmoid";
+}
+
 Route route(const RouterSpec& s, const double* logits, const double* bias) {
   ARB_ASSERT(router_spec_problem(s) == nullptr);
   const int E = s.n_experts, k = s.top_k;

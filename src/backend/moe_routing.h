@@ -42,6 +42,11 @@ struct RouterSpec {
 /// Callers turn it into a one-line error naming their file and key.
 const char* router_spec_problem(const RouterSpec& spec);
 
+/// What Route::margin is a difference of, for traces: "softmax" (probabilities; Qwen,
+/// Mixtral), "logit" (the raw router logits: top-k before scoring, Granite) or "sigmoid"
+/// (sigmoid scores plus any selection bias, group-limited: Nemotron-H).
+const char* router_score_name(const RouterSpec& spec);
+
 /// One token's routing: ids[k] by descending selection score (ties: lower index first),
 /// weights[k] in the same order, and margin = the k-th selection score minus the (k+1)-th
 /// (how far the choice is from a flip; +inf when k == E).

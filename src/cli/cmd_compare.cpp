@@ -21,7 +21,8 @@ namespace arbiter::cli {
 static constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
 
 static const char* kCompareUsage =
-    "usage: arbiter compare REF CAND [--decided 2.0] [--kl-kappa K] [--json|--explain] [--force] [--topk-only]\n"
+    "usage: arbiter compare REF CAND [--decided 2.0] [--kl-kappa K] [--route-decided %g] [--json|--explain]\n"
+    "                       [--force] [--topk-only]\n"
     "                       [--ref-logits FILE --cand-logits FILE] [--window W] [--tokenizer MODEL]\n"
     "  REF, CAND   traces (arbiter format v1, or another engine's 6-column logit_trace TSV), or a\n"
     "              logprobs dump: completions replies with prompt logprobs, one chunk a line (a\n"
@@ -35,6 +36,9 @@ static const char* kCompareUsage =
     "              by at least this (default 2.0); the gate is disagreement there\n"
     "  --kl-kappa  drift gate: fail when mean KL(ref||cand) > K * u^2 nats, u the coarser unit\n"
     "              roundoff of the two traces' compute dtypes (default %g; docs/traces.md)\n"
+    "  --route-decided  MoE traces: a routing flip (a token sent to other experts at a layer)\n"
+    "              is decided when the reference router's k-th minus (k+1)-th score is at least\n"
+    "              this, else a near-tie (default %g; reported, not a gate: docs/traces.md)\n"
     "  --json      one JSON object on stdout instead of the report\n"
     "  --explain   after the report, each statistic's formula with this run's values\n"
     "  --force     judge even when model/corpus/tokenizer/shape/targets differ (report says so)\n"
@@ -45,12 +49,12 @@ static const char* kCompareUsage =
 static int cmd_compare(int argc, char** argv) {
   using namespace verify;
   try {
-    Args a("compare", {"--decided", "--kl-kappa", "--ref-logits", "--cand-logits", "--window", "--tokenizer"},
+    Args a("compare", {"--decided", "--kl-kappa", "--route-decided", "--ref-logits", "--cand-logits", "--window", "--tokenizer"},
            {"--json", "--force", "--topk-only", "--explain", "-h|--help"});
     a.parse(argc, argv);
     ARB_CHECK(!(a.flag("explain") && a.flag("json")), "[cli] compare: --explain adds to the text report; not with --json");
     if (a.flag("help")) {
-      std::printf(kCompareUsage, kDefaultKlKappa);
+      std::printf(kCompareUsage, kRouteDecided, kDefaultKlKappa, kRouteDecided);
       return 0;
     }
     ARB_CHECK(a.positional().size() == 2, "[cli] compare: expected REF and CAND, got %zu paths",
@@ -61,6 +65,9 @@ static int cmd_compare(int argc, char** argv) {
     opt.kl_kappa = a.number("kl-kappa", kDefaultKlKappa);
     ARB_CHECK(opt.kl_kappa > 0 && std::isfinite(opt.kl_kappa),
               "[cli] compare: --kl-kappa must be a positive number (got %g)", opt.kl_kappa);
+    opt.route_decided = a.number("route-decided", kRouteDecided);
+    ARB_CHECK(opt.route_decided >= 0 && std::isfinite(opt.route_decided),
+              "[cli] compare: --route-decided must be a number >= 0 (got %g)", opt.route_decided);
     opt.force = a.flag("force");
     const std::string& ref_path = a.positional()[0];
     const std::string& cand_path = a.positional()[1];

@@ -90,11 +90,14 @@ Capture record(Session& s, std::vector<std::pair<std::vector<int32_t>, const Cap
                 "[probe] replayed forward at position %d of %d tokens, the capture's at %d of %d",
                 f.pos0, f.T, src ? src->pos0 : 0, src ? src->T : 0);
       rec.begin(f, src);
+      s.set_route_log(&f.routes);
       s.forward(f.ids);
+      s.set_route_log(nullptr);
       meter.update(f.pos0 + f.T);
     }
   } catch (...) {
     s.set_observer(nullptr);
+    s.set_route_log(nullptr);
     throw;
   }
   s.set_observer(nullptr);

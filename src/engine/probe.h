@@ -40,6 +40,7 @@ struct CapturedForward {
   int pos0 = 0, T = 0;
   std::vector<int32_t> ids;
   std::deque<StageRecord> stages;  // a deque: taps point into records while a forward runs
+  RouteLog routes;                 // its MoE layers' routing decisions (none on a dense model)
   /// The record of (name, layer); throws arbiter::Error when it was not captured.
   const StageRecord& at(const std::string& name, int layer) const;
   const StageRecord* find(const std::string& name, int layer) const;
@@ -52,7 +53,7 @@ struct CapturedForward {
 using Capture = std::vector<CapturedForward>;
 
 /// Resets s and runs tokens through it as forwards of at most width tokens (width = 1 is the
-/// decode path), recording every stage after injection. A non-empty progress_tag reports the
+/// decode path), recording every stage after injection and every routing decision. A non-empty progress_tag reports the
 /// positions done on stderr (core/progress.h).
 Capture capture_forwards(Session& s, const std::vector<int32_t>& tokens, int width,
                          const std::string& progress_tag = "");

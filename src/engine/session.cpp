@@ -99,6 +99,7 @@ void Session::run(const int32_t* ids, int T, bool logits) {
   a.T = T;
   a.pos0 = pos_;
   a.logits = logits;
+  a.routes = routes_;
   // Without a fault or an observer the forward runs with no hook at all: no stage point is
   // even built.
   if (inject_.active || observer_) a.hook = &hook_;

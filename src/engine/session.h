@@ -67,6 +67,8 @@ class Session {
   const InjectSpec& inject() const { return inject_; }
   /// Sees every stage after injection (nullptr: none); not owned.
   void set_observer(StageObserver* o) { observer_ = o; }
+  /// Receives the routing decisions of every forward's MoE layers (nullptr: none); not owned.
+  void set_route_log(RouteLog* log) { routes_ = log; }
 
   const Model& model() const { return m_; }
   Backend& backend() { return be_; }
@@ -96,6 +98,7 @@ class Session {
   bool inject_matched_ = false;  // the fault's stage was seen since set_inject
   std::vector<std::string> stages_seen_;  // names seen, for the message when it never is
   StageObserver* observer_ = nullptr;
+  RouteLog* routes_ = nullptr;
 
   void run(const int32_t* ids, int T, bool logits);  // ids == nullptr: the latest pick
   void drop_picks();  // takes (and discards) every pick not taken

@@ -36,13 +36,15 @@ class ForwardState {
 
 /// One forward: ids[T] at positions pos0.. (the state holds rows [0, pos0) already); ids ==
 /// nullptr (T == 1): the token of the backend's latest pick_greedy. Without logits (a context
-/// pass that only fills the caches) the forward stops after the last layer. hook may be null.
+/// pass that only fills the caches) the forward stops after the last layer. hook may be null;
+/// routes, when given, receives every routing decision of the forward's MoE layers.
 struct ForwardArgs {
   const int32_t* ids = nullptr;
   int T = 0;
   int pos0 = 0;
   StageHook* hook = nullptr;
   bool logits = true;
+  RouteLog* routes = nullptr;
 };
 
 class Arch {

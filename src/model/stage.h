@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/tap.h"
 
@@ -40,11 +41,31 @@ class StageHook {
   virtual const StageTap* at(const StagePoint& p, int pos0) = 0;
 };
 
+/// One token's routing at one mixture-of-experts layer: the experts it went to (by
+/// descending selection score) and the router's margin, the k-th minus the (k+1)-th
+/// selection score (backend/moe_routing.h Route).
+struct RoutePick {
+  int layer = 0;
+  int pos = 0;  // absolute position of the token
+  std::vector<int> ids;
+  double margin = 0;
+};
+
+/// Where a forward's routing decisions go when someone asked for them (traces, drift): the
+/// forward appends one pick per (token, MoE layer). A dense model appends nothing.
+struct RouteLog {
+  int experts = 0, top_k = 0;  // E and k of the model's routers (the last seen)
+  std::string score;           // what the margin is a difference of (router_score_name)
+  std::vector<RoutePick> picks;
+};
+
 /// The taps of one forward, for an architecture's forward(): declares each stage (its
-/// point) to the hook, if any, and returns the stage's tap (nullptr without a hook).
+/// point) to the hook, if any, and returns the stage's tap (nullptr without a hook); and
+/// passes routing decisions to the forward's RouteLog, if any.
 class Stages {
  public:
-  Stages(StageHook* hook, int pos0, int T) : hook_(hook), pos0_(pos0), T_(T) {}
+  Stages(StageHook* hook, int pos0, int T, RouteLog* routes = nullptr)
+      : hook_(hook), routes_(routes), pos0_(pos0), T_(T) {}
   const StageTap* operator()(const char* name, int layer, const char* op, int cols,
                              int64_t reduction, int roundings,
                              const AttentionGeometry* attention = nullptr) const {
@@ -61,8 +82,19 @@ class Stages {
     return hook_->at(p, pos0_);
   }
 
+  /// Records token t's routing at layer l (E experts, top-k, score: router_score_name).
+  void route(int layer, int t, const std::vector<int>& ids, double margin, int experts,
+             const char* score) const {
+    if (!routes_) return;
+    routes_->experts = experts;
+    routes_->top_k = int(ids.size());
+    routes_->score = score;
+    routes_->picks.push_back({layer, pos0_ + t, ids, margin});
+  }
+
  private:
   StageHook* hook_;
+  RouteLog* routes_;
   int pos0_, T_;
 };
 

@@ -2,7 +2,8 @@
 // (verdicts, files, checksums, SKIP lines for GPU arms without a GPU), an injected-fault
 // arm that must fail while the others pass, plan -> run the printed commands -> report
 // (including an arm whose environment needs a subprocess), ARBITER_REQUIRE_CUDA=1 turning a
-// skipped GPU arm into a failure, and bad input.
+// skipped GPU arm into a failure, bad input, and the routing flips of a mixture-of-experts
+// model in the report's cells and details.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -128,6 +129,41 @@ TEST(MatrixCli, InjectedFaultArmFailsOthersPass) {
   std::string html = test::read_file(dir + "/report.html");
   EXPECT_NE(html.find("odd&lt;b&gt;name&lt;i&gt;*x*.tsv"), std::string::npos);
   EXPECT_EQ(html.find("<b>name"), std::string::npos);
+}
+
+TEST(MatrixCli, RoutingFlipsInCellsAndDetails) {
+  // tiny-qwen3-moe routes at layers 0 and 2; scale=-1 on layer 0's router logits reverses its
+  // order, so every traced position flips there (16 of 32 pairs), decided where the
+  // reference's margin is >= 0.01; the cpu arm keeps every route.
+  test::enter_source_dir();
+  const std::string dir = test::temp_dir("moe-matrix");
+  const std::string spec = dir + ".toml";
+  test::write_file(spec,
+                   "corpus = \"models/corpus/stories.txt\"\n"
+                   "models = [\"tests/fixtures/models/tiny-qwen3-moe\"]\n"
+                   "shapes = [\"w1\"]\nreference = \"ref\"\n"
+                   "candidates = [\"cpu\", \"cpu-router\"]\n[chunks]\nw1 = 16\n"
+                   "[arms.ref]\ndevice = \"ref\"\n[arms.cpu]\ndevice = \"cpu\"\nthreads = 2\n"
+                   "[arms.cpu-router]\ndevice = \"cpu\"\nthreads = 2\n"
+                   "inject = \"op=router,layer=0,scale=-1\"\n");
+  auto r = test::run_cli("matrix run " + spec + " -o " + dir + " --quiet");
+  nlohmann::json j = test::read_json(dir + "/results.json");
+  const nlohmann::json ok = test::comparison(j, "w1", "cpu")["result"]["routing_flips"];
+  const nlohmann::json bad = test::comparison(j, "w1", "cpu-router")["result"]["routing_flips"];
+  ASSERT_EQ(ok["compared"], true) << r.out << r.err;
+  EXPECT_EQ(ok["decided"], 0);
+  EXPECT_EQ(bad["pairs"], 32);
+  EXPECT_EQ(bad["layers"][0]["flips"], 16);
+  const int decided = bad["decided"].get<int>();
+  EXPECT_GT(decided, 0);
+  const std::string md = test::read_file(dir + "/report.md");
+  EXPECT_NE(md.find(strformat("<br>routing flips %d (%d decided)", bad["flips"].get<int>(), decided)),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("<br>routing flips 0 (0 decided)"), std::string::npos) << md;
+  EXPECT_NE(md.find(strformat("routing flips %d of 32 (position, layer) pairs: %d decided (reference "
+                              "softmax margin >= 0.01)",
+                              bad["flips"].get<int>(), decided)),
+            std::string::npos) << md;
 }
 
 TEST(MatrixCli, PlanCommandsThenReport) {

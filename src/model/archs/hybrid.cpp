@@ -279,7 +279,7 @@ class Hybrid final : public Arch {
               "[model] %s: a forward at position %d, but the Mamba2 states hold %d tokens (they "
               "cannot rewind; start again at 0)",
               c.arch.c_str(), pos0, s.ssm_pos);
-    const Stages tap(a.hook, pos0, T);
+    const Stages tap(a.hook, pos0, T, a.routes);
 
     const Tensor& embed = w.global(kEmbed);
     if (a.ids) be.embed(embed, a.ids, T, s.x);  // x [T, D]
@@ -516,6 +516,7 @@ class Hybrid final : public Arch {
     const RouterSpec spec = router_spec(c);
     for (int t = 0; t < T; ++t) {
       Route r = route(spec, logits.data() + size_t(t) * E, nemotron ? bias.data() : nullptr);
+      tap.route(l, t, r.ids, r.margin, E, router_score_name(spec));
       std::vector<size_t> order(r.ids.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::sort(order.begin(), order.end(),

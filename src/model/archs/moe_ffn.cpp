@@ -85,7 +85,10 @@ void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& x
   be.read(s.router, 0, int64_t(T) * E, logits.data());
   be.read(xn, 0, int64_t(T) * D, x.data());
   std::vector<Route> routes;
-  for (int t = 0; t < T; ++t) routes.push_back(route(rs, &logits[size_t(t) * E]));
+  for (int t = 0; t < T; ++t) {
+    routes.push_back(route(rs, &logits[size_t(t) * E]));
+    tap.route(l, t, routes.back().ids, routes.back().margin, E, router_score_name(rs));
+  }
 
   // Each expert on the rows routed to it (rows in token order), its output weighted and
   // summed per token in f64 on the host, in expert order (HF's index_add_ order).

@@ -196,6 +196,44 @@ Quantiles quantiles(std::vector<double> v) {
   return q;
 }
 
+namespace {
+
+// The routing flips of the matched rows, or why they cannot be counted.
+RouteFlips route_flips_of(const Trace& R, const Trace& C,
+                          const std::vector<std::pair<size_t, size_t>>& pairs, double threshold) {
+  const TraceRoutesHeader &hr = R.header.routes, &hc = C.header.routes;
+  RouteFlips f;
+  f.threshold = threshold;
+  if (hr.layers.empty() && hc.layers.empty()) {
+    f.note = "neither trace records routes (a dense model, or a trace without a routes column)";
+    return f;
+  }
+  if (hr.layers.empty() || hc.layers.empty()) {
+    f.recorded = true;
+    f.note = std::string("only the ") + (hr.layers.empty() ? "candidate" : "reference") +
+             " trace records routes";
+    return f;
+  }
+  if (hr.layers != hc.layers || hr.experts != hc.experts || hr.top_k != hc.top_k ||
+      hr.score != hc.score) {
+    f.recorded = true;
+    f.note = "the traces' '# routes' lines differ (layers, experts, top_k or score)";
+    return f;
+  }
+  std::vector<RouteSample> a, b;
+  for (const auto& [i, j] : pairs)
+    for (size_t l = 0; l < hr.layers.size(); ++l) {
+      const TraceRow &r = R.rows[i], &c = C.rows[j];
+      a.push_back({r.chunk, r.pos, hr.layers[l], r.routes[l].ids, r.routes[l].margin});
+      b.push_back({c.chunk, c.pos, hc.layers[l], c.routes[l].ids, c.routes[l].margin});
+    }
+  f = count_route_flips(a, b, threshold);
+  f.score = hr.score;
+  return f;
+}
+
+}  // namespace
+
 CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const CompareOptions& opt) {
   // A trace through an API or a logprobs dump holds log-probabilities (no lse); the other
   // side is then judged as log-probabilities too, so logit differences do not carry the lse.
@@ -296,6 +334,7 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
     }());
   }
   res.positions = int64_t(pairs.size());
+  res.routes = route_flips_of(R, C, pairs, opt.route_decided);
 
   // ---- per-position statistics ----
   std::vector<double> thresholds = opt.sweep;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "verify/judge/llama_stats.h"
+#include "verify/judge/route_flips.h"
 #include "verify/trace/trace.h"
 
 namespace arbiter::verify {
@@ -44,6 +45,7 @@ struct CompareOptions {
   std::string ref_logits, cand_logits;           // full-logits files; both or KL is estimated
   std::string ref_label, cand_label;             // names in the report (default: trace paths)
   double kl_kappa = kDefaultKlKappa;             // drift gate: budget = kl_kappa * u^2
+  double route_decided = kRouteDecided;          // a routing flip is decided: ref margin >= this
 };
 
 /// Mean of per-position values with two standard errors: iid (sd/sqrt(n)) and chunk
@@ -188,6 +190,12 @@ struct CompareResult {
   // KL only); any of them fails the verdict.
   int64_t nonfinite_ref = 0, nonfinite_cand = 0;
   int64_t nonfinite_logits_ref = 0, nonfinite_logits_cand = 0;
+
+  // Routing flips of a mixture-of-experts model over the matched positions, when both
+  // traces record routes (route_flips.h). Evidence, not a gate: a deep layer's router reads
+  // a hidden state that legitimately drifted through every layer before it, so its flips
+  // say where routing diverged; whether the router itself is wrong is drift's to say.
+  RouteFlips routes;
 
   std::vector<PositionPoint> points;  // every matched position
 };

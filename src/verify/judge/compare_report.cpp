@@ -112,6 +112,10 @@ std::string format_report(const CompareResult& r) {
                d.cand_rank ? std::to_string(d.cand_rank) : "beyond"});
       s += t.str("    ");
     }
+    if (r.routes.recorded) {
+      line("");
+      s += format_route_flips(r.routes, "");
+    }
     line("");
     if (r.logit_units == "shifted") {
       line("logit of ref top-1 token, cand - ref: n/a (raw logits without lse against log-probabilities)");
@@ -232,6 +236,7 @@ nlohmann::json to_json(const CompareResult& r) {
   j["exit_code"] = int(r.verdict);
   j["reasons"] = r.reasons;
   j["forced"] = r.forced;
+  j["routing_flips"] = to_json(r.routes);
   j["ref"] = {{"label", r.ref_label}, {"device", r.ref_device}, {"rows", r.ref_rows},
               {"topk", r.topk_ref}, {"nonfinite", r.nonfinite_ref},
               {"nonfinite_logits", r.nonfinite_logits_ref}, {"preamble", jpreamble(r.ref_preamble)}};

@@ -151,8 +151,21 @@ std::vector<LocalRow> local_rows(const Capture& a, const Roundoff& u) {
   return rows;
 }
 
+namespace {
+
+// The routing decisions of a capture, one sample per (token, MoE layer).
+std::vector<RouteSample> route_samples(const Capture& c) {
+  std::vector<RouteSample> out;
+  for (const CapturedForward& f : c)
+    for (const RoutePick& p : f.routes.picks)
+      out.push_back({0, p.pos, p.layer, std::vector<int32_t>(p.ids.begin(), p.ids.end()), p.margin});
+  return out;
+}
+
+}  // namespace
+
 DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_local,
-                          const Roundoff& u) {
+                          const Roundoff& u, double route_decided) {
   ARB_CHECK(a.size() == b.size() && a.size() == b_local.size(),
             "[drift] sides ran %zu, %zu and %zu forwards", a.size(), b.size(), b_local.size());
   DriftReport r;
@@ -183,6 +196,12 @@ DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_l
       if (r.first_flagged < 0) r.first_flagged = int(r.rows.size());
     }
     r.rows.push_back(std::move(row));
+  }
+  const std::vector<RouteSample> ra = route_samples(a), rb = route_samples(b);
+  if (!ra.empty() || !rb.empty()) {
+    r.routes = count_route_flips(ra, rb, route_decided);
+    for (const CapturedForward& f : a)
+      if (!f.routes.score.empty()) r.routes.score = f.routes.score;
   }
   return r;
 }
@@ -321,6 +340,7 @@ std::string drift_text(const DriftReport& r) {
   } else {
     o += "no stage over its bound: every op of b reproduces a's outputs within rounding\n";
   }
+  if (r.routes.recorded) o += "\n" + format_route_flips(r.routes, "");
   return o;
 }
 
@@ -429,6 +449,7 @@ nlohmann::json drift_json(const DriftReport& r) {
   } else {
     j["first_flagged"] = nullptr;
   }
+  j["routing_flips"] = to_json(r.routes);
   return j;
 }
 

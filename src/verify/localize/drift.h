@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "engine/probe.h"
+#include "verify/judge/route_flips.h"
 
 namespace arbiter::verify {
 
@@ -96,12 +97,16 @@ struct DriftReport {
   std::vector<DriftRow> rows;  // forward order
   int first_flagged = -1;      // index into rows, -1 when none
   int n_flagged = 0;
+  /// MoE models: b's routing against a's over the captured forwards (each side its own
+  /// chain; a replay routes as a did, so only the chains can flip), classed by a's margins.
+  RouteFlips routes;
 };
 
 /// Compares captures a and b (same tokens, same forwards) and b_local, b's replay of a
-/// (replay_forwards on b's session). u: the coarser roundoff of the two sides.
+/// (replay_forwards on b's session). u: the coarser roundoff of the two sides; route_decided:
+/// the margin at which a routing flip is decided (route_flips.h).
 DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_local,
-                          const Roundoff& u);
+                          const Roundoff& u, double route_decided = kRouteDecided);
 
 /// Runs `tokens` on sessions a and b as forwards of at most `width` tokens (capture), replays
 /// b on a's capture (local), and compares them with the coarser roundoff of the two tiers.

@@ -191,6 +191,9 @@ void Reporter::section_summary(Doc& d) {
           why.push_back("KL/budget " + num(x.drift_kl.mean / x.drift_budget, "%.2g"));
         if (x.nonfinite_cand + x.nonfinite_ref) why.push_back("NaN/Inf");
         for (size_t i = 0; i < why.size(); ++i) cell += (i ? " · " : "<br>") + why[i];
+        if (x.routes.compared)
+          cell += strformat("<br>routing flips %lld (%lld decided)", (long long)x.routes.flips,
+                            (long long)x.routes.decided);
         r.push_back(cell);
       }
       rows.push_back(r);
@@ -252,6 +255,15 @@ void Reporter::section_details(Doc& d) {
     items.push_back("NLL shift " + num(x.nll_shift.mean) + " ± " + num(x.nll_shift.se_chunk) +
                     " nats (SE over chunks); perplexity Δ " + num(x.ppl_diff_pct, "%+.3g") +
                     " % ± " + num(x.ppl_diff_pct_se));
+    if (x.routes.compared)
+      items.push_back(strformat(
+          "routing flips %lld of %lld (position, layer) pairs: %lld decided (reference %s margin "
+          ">= %g), %lld near-tie; largest reference margin at a flip %s",
+          (long long)x.routes.flips, (long long)x.routes.pairs, (long long)x.routes.decided,
+          x.routes.score.c_str(), x.routes.threshold, (long long)x.routes.near_tie,
+          num(x.routes.max_margin_at_flip).c_str()));
+    else if (x.routes.recorded)
+      items.push_back("routing flips not compared: " + x.routes.note);
     items.push_back("[plots of " + mn + " " + sn + "](#plots-" + mn + "-" + sn + ")");
     d.list(items);
   }

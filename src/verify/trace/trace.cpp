@@ -69,6 +69,8 @@ namespace {
 
 constexpr const char* kColumns[] = {"chunk", "pos", "abs_pos", "target", "nll",
                                     "target_logit", "lse", "top_ids", "top_logits"};
+// The column a `# routes` line adds after the v1 columns.
+constexpr const char* kRoutesColumn = "routes";
 constexpr const char* kForeignColumns[] = {"chunk", "pos", "target", "nll", "top_ids",
                                            "top_logits"};
 
@@ -121,9 +123,23 @@ void TraceWriter::open(const std::string& path, const TraceHeader& h) {
     s += field("env", e);
   }
   s += "\n";
+  const TraceRoutesHeader& rt = h.routes;
+  if (!rt.layers.empty()) {
+    ARB_CHECK(rt.experts >= 1 && rt.top_k >= 1 && rt.top_k <= rt.experts,
+              "[trace] %s: routes header with %lld experts and top_k %lld", path.c_str(),
+              (long long)rt.experts, (long long)rt.top_k);
+    s += "# routes\texperts\t" + std::to_string(rt.experts) + "\ttop_k\t" +
+         std::to_string(rt.top_k) + "\tscore\t" + field("routes score", rt.score) + "\tlayers\t";
+    for (size_t i = 0; i < rt.layers.size(); ++i) {
+      ARB_CHECK(rt.layers[i] >= 0 && (i == 0 || rt.layers[i] > rt.layers[i - 1]),
+                "[trace] %s: routes layers must be ascending and >= 0", path.c_str());
+      s += (i ? "," : "") + std::to_string(rt.layers[i]);
+    }
+    s += "\n";
+  }
   static const std::unordered_set<std::string> reserved = {
-      "arbiter-trace", "model", "tokenizer", "corpus", "shape",  "device",
-      "providers",     "inject", "build",    "env",    "columns", "end"};
+      "arbiter-trace", "model", "tokenizer", "corpus", "shape",  "device", "providers",
+      "inject",        "build", "env",       "routes", "columns", "end"};
   for (const auto& [k, v] : h.extra) {
     ARB_CHECK(!k.empty() && k.find_first_of("\t\n\r ") == std::string::npos && !reserved.count(k),
               "[trace] extra header key '%s' is empty, holds whitespace or is reserved", k.c_str());
@@ -135,10 +151,12 @@ void TraceWriter::open(const std::string& path, const TraceHeader& h) {
   }
   s += "# columns";
   for (const char* c : kColumns) s += std::string("\t") + c;
+  if (!rt.layers.empty()) s += std::string("\t") + kRoutesColumn;
   s += "\n";
 
   file_.open(path, "[trace]");
   topk_ = h.topk;
+  routes_ = rt;
   rows_ = nonfinite_ = 0;
   file_.write(s);
 }
@@ -163,6 +181,19 @@ void TraceWriter::write_row(const TraceRow& r) {
     if (i) s += ',';
     s += format_trace_float(r.top_logits[i]);
     nonfinite_ += is_nonfinite(r.top_logits[i]);
+  }
+  ARB_CHECK(r.routes.size() == routes_.layers.size(),
+            "[trace] %s: row chunk %d pos %d has %zu routes (the header lists %zu MoE layers)",
+            file_.path().c_str(), r.chunk, r.pos, r.routes.size(), routes_.layers.size());
+  for (size_t l = 0; l < r.routes.size(); ++l) {
+    const TraceRoute& x = r.routes[l];
+    ARB_CHECK(int64_t(x.ids.size()) == routes_.top_k,
+              "[trace] %s: row chunk %d pos %d routes %zu experts at layer %d (top_k %lld)",
+              file_.path().c_str(), r.chunk, r.pos, x.ids.size(), routes_.layers[l],
+              (long long)routes_.top_k);
+    s += l ? ";" : "\t";
+    for (size_t i = 0; i < x.ids.size(); ++i) s += (i ? "," : "") + std::to_string(x.ids[i]);
+    s += "/" + format_trace_float(x.margin);
   }
   s += "\n";
   file_.write(s);
@@ -326,6 +357,33 @@ void add_row(Parser& P, Trace& t, TraceRow r, std::string_view ids, std::string_
   t.rows.push_back(std::move(r));
 }
 
+// A row's routes column: per layer of the `# routes` line, "id,id,.../margin", joined by ';'.
+void read_routes(const Parser& P, std::string_view s, const TraceRoutesHeader& h,
+                 std::vector<TraceRoute>& out) {
+  const auto entries = Parser::split(s, ';');
+  if (entries.size() != h.layers.size())
+    P.fail("routes: " + std::to_string(entries.size()) + " entries (the '# routes' line lists " +
+           std::to_string(h.layers.size()) + " layers)");
+  out.clear();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string at = "routes at layer " + std::to_string(h.layers[i]);
+    const size_t slash = entries[i].find('/');
+    if (slash == std::string_view::npos) P.fail(at + ": expected 'ids/margin'");
+    TraceRoute& x = out.emplace_back();
+    for (auto id : Parser::split(entries[i].substr(0, slash), ','))
+      x.ids.push_back(int32_t(P.integer(id, "routes expert id", 0, h.experts - 1)));
+    if (int64_t(x.ids.size()) != h.top_k)
+      P.fail(at + ": " + std::to_string(x.ids.size()) + " experts (top_k " +
+             std::to_string(h.top_k) + ")");
+    std::vector<int32_t> sorted = x.ids;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      P.fail(at + ": an expert is chosen twice");
+    x.margin = P.number(entries[i].substr(slash + 1), "routes margin");
+    if (x.margin < 0) P.fail(at + ": negative margin");
+  }
+}
+
 void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& t) {
   TraceHeader& h = t.header;
   std::unordered_set<std::string> seen;
@@ -417,10 +475,32 @@ void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& 
         if (v.empty()) P.fail("'# env' line without a value (write 'none')");
         if (!(v.size() == 1 && v[0] == "none"))
           for (auto e : v) h.env.emplace_back(e);
+      } else if (key == "routes") {
+        P.arity(v, 8, key);
+        P.keyword(v, 0, "experts", key);
+        P.keyword(v, 2, "top_k", key);
+        P.keyword(v, 4, "score", key);
+        P.keyword(v, 6, "layers", key);
+        h.routes.experts = P.integer(v[1], "routes experts", 1, INT32_MAX);
+        h.routes.top_k = P.integer(v[3], "routes top_k", 1, h.routes.experts);
+        h.routes.score = std::string(v[5]);
+        for (auto x : Parser::split(v[7], ',')) {
+          const int l = int(P.integer(x, "routes layer", 0, INT32_MAX));
+          if (!h.routes.layers.empty() && l <= h.routes.layers.back())
+            P.fail("'# routes' line: layers must be ascending without repeats");
+          h.routes.layers.push_back(l);
+        }
       } else if (key == "columns") {
-        bool ok = v.size() == std::size(kColumns);
-        for (size_t j = 0; ok && j < v.size(); ++j) ok = v[j] == kColumns[j];
-        if (!ok) P.fail("'# columns' line does not list the v1 columns");
+        const bool routed = !h.routes.layers.empty();
+        bool ok = v.size() == std::size(kColumns) + (routed ? 1 : 0);
+        for (size_t j = 0; ok && j < std::size(kColumns); ++j) ok = v[j] == kColumns[j];
+        if (ok && routed) ok = v.back() == kRoutesColumn;
+        if (!routed && v.size() == std::size(kColumns) + 1 && v.back() == kRoutesColumn)
+          P.fail("'# columns' line lists 'routes' but no '# routes' line came before it");
+        if (!ok)
+          P.fail(routed ? "'# columns' line does not list the v1 columns and 'routes' (the '# "
+                          "routes' line asks for it)"
+                        : "'# columns' line does not list the v1 columns");
         for (const char* req : {"model", "tokenizer", "corpus", "shape"})
           if (!seen.count(req)) P.fail(std::string("no '# ") + req + "' line before '# columns'");
         columns = true;
@@ -436,9 +516,10 @@ void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& 
     }
     if (!columns) P.fail("row before the '# columns' line");
     auto c = Parser::split(ln, '\t');
-    if (c.size() != std::size(kColumns))
+    const size_t n_columns = std::size(kColumns) + (h.routes.layers.empty() ? 0 : 1);
+    if (c.size() != n_columns)
       P.fail("row has " + std::to_string(c.size()) + " columns (expected " +
-             std::to_string(std::size(kColumns)) + ")");
+             std::to_string(n_columns) + ")");
     TraceRow r;
     r.chunk = int(P.integer(c[0], "chunk", 0, INT32_MAX));
     r.pos = int(P.integer(c[1], "pos", 0, INT32_MAX));
@@ -447,6 +528,7 @@ void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& 
     r.nll = P.number(c[4], "nll");
     r.target_logit = P.number(c[5], "target_logit");
     r.lse = P.number(c[6], "lse");
+    if (!h.routes.layers.empty()) read_routes(P, c[9], h.routes, r.routes);
     add_row(P, t, std::move(r), c[7], c[8], true, k, positions);
   }
   if (!ended) {

@@ -36,6 +36,21 @@ const std::vector<TraceShape>& named_shapes();
 /// The shape called name; throws arbiter::Error listing the known names when there is none.
 TraceShape named_shape(const std::string& name);
 
+/// The `# routes` header line (docs/traces.md §"Routes"): which layers route and how.
+/// layers empty = the trace records no routing (a dense model, an older trace, a foreign one).
+struct TraceRoutesHeader {
+  int64_t experts = -1, top_k = -1;  // E, k
+  std::string score;                 // what the margins are differences of
+  std::vector<int> layers;           // the MoE layers, ascending
+};
+
+/// One token's routing at one layer: the k experts chosen, by descending selection score,
+/// and the router's margin (k-th minus (k+1)-th selection score; inf when k == E).
+struct TraceRoute {
+  std::vector<int32_t> ids;
+  double margin = 0;
+};
+
 /// Every header field of DESIGN.md §3. Unknown values (foreign traces, or a header line
 /// that is absent) are "" for strings and -1 for numbers.
 struct TraceHeader {
@@ -62,6 +77,10 @@ struct TraceHeader {
   std::string build_version, build_commit, build_compiler, build_cuda;
   // # env <ARBITER_* variables set, or none>: each "NAME=value"; empty = none
   std::vector<std::string> env;
+  // # routes experts <E> top_k <k> score <softmax|logit|sigmoid> layers <l,l,...>: present
+  // when the model routes tokens to experts; every row then has a `routes` column holding,
+  // for each of these layers in this order, the k experts chosen and the router's margin.
+  TraceRoutesHeader routes;
   // Any other `# key<TAB>values...` line, in file order: key -> values joined by TAB.
   // Arbiter traces keep unknown keys (newer writers); foreign traces keep all metadata.
   std::vector<std::pair<std::string, std::string>> extra;
@@ -81,6 +100,7 @@ struct TraceRow {
   double nll = 0, target_logit = 0, lse = 0;
   std::vector<int32_t> top_ids;
   std::vector<double> top_logits;
+  std::vector<TraceRoute> routes;  // one per TraceHeader::routes.layers entry; empty: none
 };
 
 /// Arbiter: format v1. Foreign: another engine's 6-column TSV. LogprobsJsonl: OpenAI/vLLM
@@ -139,7 +159,8 @@ class TraceWriter {
   /// then carries exactly that many ids and logits). Throws arbiter::Error on I/O failure
   /// or a header value holding a TAB or newline.
   void open(const std::string& path, const TraceHeader& header);
-  /// Appends one row; throws arbiter::Error when top_ids/top_logits do not hold topk entries.
+  /// Appends one row; throws arbiter::Error when top_ids/top_logits do not hold topk entries,
+  /// or its routes do not match the header's (one per layer, k ids each; none without).
   void write_row(const TraceRow& row);
   /// Writes `# end<TAB>rows<TAB>N<TAB>elapsed_s<TAB>T`, flushes, fsyncs and renames onto the
   /// final path. Throws arbiter::Error on I/O failure (the temporary file is then removed).
@@ -154,6 +175,7 @@ class TraceWriter {
  private:
   AtomicFile file_;
   int64_t topk_ = 0;
+  TraceRoutesHeader routes_;
   int64_t rows_ = 0;
   int64_t nonfinite_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include "core/build_info.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -80,6 +81,40 @@ TraceCorpus load_trace_corpus(const TraceRunOptions& opt, const Model& m) {
   return c;
 }
 
+namespace {
+
+// A traced forward's routing (positions pos0 .. pos0 + W - 1) as one list per row, in the
+// order of h.layers; the first routed forward fills h (a dense model: h stays empty and
+// every list too).
+std::vector<std::vector<TraceRoute>> routes_by_row(const RouteLog& log, int pos0, int W,
+                                                   TraceRoutesHeader& h) {
+  std::vector<std::vector<TraceRoute>> rows(static_cast<size_t>(W));
+  if (log.picks.empty()) {
+    ARB_CHECK(h.layers.empty(), "[trace] a forward routed no token on this MoE model");
+    return rows;
+  }
+  std::vector<int> layers;
+  for (const RoutePick& p : log.picks) layers.push_back(p.layer);
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  if (h.layers.empty()) h = {log.experts, log.top_k, log.score, layers};
+  ARB_CHECK(layers == h.layers && log.picks.size() == size_t(W) * layers.size(),
+            "[trace] a forward routed %zu (token, layer) pairs over %zu layers; expected %d "
+            "tokens at each of the %zu layers of the first",
+            log.picks.size(), layers.size(), W, h.layers.size());
+  for (std::vector<TraceRoute>& r : rows) r.resize(h.layers.size());
+  for (const RoutePick& p : log.picks) {
+    const size_t l = size_t(std::lower_bound(h.layers.begin(), h.layers.end(), p.layer) -
+                            h.layers.begin());
+    ARB_CHECK(p.pos >= pos0 && p.pos < pos0 + W, "[trace] a route at position %d outside the forward",
+              p.pos);
+    rows[size_t(p.pos - pos0)][l] = {std::vector<int32_t>(p.ids.begin(), p.ids.end()), p.margin};
+  }
+  return rows;
+}
+
+}  // namespace
+
 TraceRunResult run_trace(Session& s, const TraceRunOptions& opt, const TraceCorpus& tc) {
   const Model& m = s.model();
   const TraceShape& sh = opt.shape;
@@ -128,7 +163,17 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt, const TraceCorp
     if (!ctx.empty()) s.context(ctx);
     std::vector<int32_t> in(corpus.begin() + b, corpus.begin() + b + W);
     std::vector<int32_t> tgt(corpus.begin() + b + 1, corpus.begin() + b + W + 1);
-    s.forward(in);
+    const int pos0 = s.pos();
+    RouteLog routes;  // the traced forward's routing only, not the context pass's
+    s.set_route_log(&routes);
+    try {
+      s.forward(in);
+    } catch (...) {
+      s.set_route_log(nullptr);
+      throw;
+    }
+    s.set_route_log(nullptr);
+    const std::vector<std::vector<TraceRoute>> row_routes = routes_by_row(routes, pos0, W, h.routes);
     std::vector<LogitsSummary> sum = s.summarize(opt.topk, tgt);
     for (int p = 0; p < W; ++p) {
       TraceRow r;
@@ -141,6 +186,7 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt, const TraceCorp
       r.nll = r.lse - r.target_logit;
       r.top_ids = sum[p].top_ids;
       r.top_logits = sum[p].top_logits;
+      r.routes = row_routes[size_t(p)];
       rows.push_back(std::move(r));
       if (!opt.full_logits_path.empty()) {
         std::vector<double> l = s.logits(p);
