@@ -34,7 +34,7 @@ size_t attn_smem_bytes(int Dh) {
 /// stores any of them, so a tile costs about one memory latency, not one per element.
 template <class T>
 __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int ke, int kv_dim,
-                                          int hk, int Dh, float* k_s, float* v_s) {
+                                          int rows, int hk, int Dh, float* k_s, float* v_s) {
   constexpr int V = Vec16<T>::N, kBatch = 4, kThreads = kWarps * 32;
   const int ldk = Dh + 1;
   if (Dh % V == 0) {
@@ -46,7 +46,7 @@ __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int 
         const int c = base + b * kThreads + int(threadIdx.x);
         const int j = c / cpr, d = (c % cpr) * V, key = k0 + j;
         if (c < n && key < ke) {
-          const int64_t off = int64_t(key) * kv_dim + int64_t(hk) * Dh + d;
+          const int64_t off = cache_row(key, rows) * kv_dim + int64_t(hk) * Dh + d;
           kb[b] = __ldg(reinterpret_cast<const uint4*>(kc + off));
           vb[b] = __ldg(reinterpret_cast<const uint4*>(vc + off));
         } else {
@@ -72,7 +72,7 @@ __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int 
       const int j = idx / Dh, d = idx % Dh, key = k0 + j;
       float kv = 0.f, vv = 0.f;
       if (key < ke) {
-        const int64_t off = int64_t(key) * kv_dim + int64_t(hk) * Dh + d;
+        const int64_t off = cache_row(key, rows) * kv_dim + int64_t(hk) * Dh + d;
         kv = to_f(kc[off]);
         vv = to_f(vc[off]);
       }
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
     load_queries<T>(q, row0, rows_head, group, hk, H, Dh, q_s);
     for (int k0 = ks; k0 < ke; k0 += kTile) {
       __syncthreads();  // the previous tile is consumed (and q_s is written, first time)
-      load_tile<T>(kc, vc, k0, ke, kv_dim, hk, Dh, k_s, v_s);
+      load_tile<T>(kc, vc, k0, ke, kv_dim, a.rows, hk, Dh, k_s, v_s);
       __syncthreads();
 
       // Scores: lane j owns key k0 + j, all rows of this warp at once.
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const bool ok = live[i] && key < ke && key >= qlo[i] && key <= qi[i];
-        const float sc = ok ? s[i] * a.scale : -INFINITY;
+        const float sc = ok ? cap_score(s[i] * a.scale, a.softcap) : -INFINITY;
         const float mt = warp_max(sc);
         if (mt == -INFINITY) continue;  // warp-uniform: nothing visible in this tile
         const float mn = fmaxf(m[i], mt);
@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(kTcWarps * 32) attn_tc_kernel(AttnArgs a) {
     for (int c = threadIdx.x; c < kTcKeys * CPR; c += kTcWarps * 32) {
       const int j = c / CPR, d = (c % CPR) * 8, key = k0 + j;
       const bool ok = key < ke;
-      const int64_t off = ok ? int64_t(key) * kv_dim + int64_t(hk) * DH + d : 0;
+      const int64_t off = ok ? cache_row(key, a.rows) * kv_dim + int64_t(hk) * DH + d : 0;
       cp_async16(ks_ + j * LD + d, kc + off, ok);
       cp_async16(vs_ + j * LD + d, vc + off, ok);
     }
@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(kTcWarps * 32) attn_tc_kernel(AttnArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1, key = k0 + n * 8 + (lane % 4) * 2 + (e & 1);
           const bool ok = live[r] && key < ke && key >= qlo[r] && key <= qi[r];
-          s[n][e] = ok ? s[n][e] * a.scale : -INFINITY;
+          s[n][e] = ok ? cap_score(s[n][e] * a.scale, a.softcap) : -INFINITY;
           mt[r] = fmaxf(mt[r], s[n][e]);
         }
       float mb[2], corr[2];

@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     zero_slice(k);
     zero_slice(v);
     if (key < kend) {
-      load_slice(kc + int64_t(key) * kv_dim, k);
-      load_slice(vc + int64_t(key) * kv_dim, v);
+      load_slice(kc + cache_row(key, a.rows) * kv_dim, k);
+      load_slice(vc + cache_row(key, a.rows) * kv_dim, v);
     }
   };
   Slice<T, E> kr, vr, kn, vn;
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
 #pragma unroll
       for (int off = LPK / 2; off > 0; off >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, off);
       if (key < ke) {
-        sc *= a.scale;
+        sc = cap_score(sc * a.scale, a.softcap);
         const float mn = fmaxf(m[g], sc);
         const float corr = expf(m[g] - mn);  // 0 for the first key (m = -inf)
         const float p = expf(sc - mn);

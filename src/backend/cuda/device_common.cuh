@@ -57,6 +57,16 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __device__ __forceinline__ int pos_of(const PosRef& p) { return p.dev ? *p.dev : p.host; }
 
+/// The KV-cache row of a key position (AttnArgs::rows): a compare, not a division, for the
+/// caches that hold every position.
+__device__ __forceinline__ int64_t cache_row(int key, int rows) {
+  return key < rows ? key : key % rows;
+}
+/// An attention score after AttnArgs::softcap (none when softcap is 0: the same bits).
+__device__ __forceinline__ float cap_score(float s, float softcap) {
+  return softcap > 0.f ? tanhf(s / softcap) * softcap : s;
+}
+
 /// Programmatic dependent launch (sm_90). Every kernel of the tier calls griddep_wait()
 /// before it reads anything an earlier kernel wrote (or writes anything an earlier kernel
 /// reads): it returns once the preceding grid has completed and its writes are visible (at
