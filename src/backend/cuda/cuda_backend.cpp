@@ -372,13 +372,15 @@ void CudaBackend::attend(const Buffer& q, const Buffer& k_cache, const Buffer& v
     return attn_args(q, k_cache, v_cache, T, H, Hkv, Dh, window, scale, softcap, out, n_splits,
                      part);
   };
-  if (T == 1 && tuning_.attn_direct && cuda::attention_decode_fits(H, Hkv, Dh)) {
+  // Capped scores (Gemma 2) go to the flash kernel alone (kernels.h AttnArgs::softcap).
+  const bool capped = softcap > 0.f;
+  if (T == 1 && !capped && tuning_.attn_direct && cuda::attention_decode_fits(H, Hkv, Dh)) {
     stats_.record(op, "cuda.attn_decode_direct");
     submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, scale, softcap, out, cap,
                             pos0, nullptr);
     return;
   }
-  if (tuning_.attn_mma && cuda::attention_mma_fits(ct_, T, Dh)) {
+  if (!capped && tuning_.attn_mma && cuda::attention_mma_fits(ct_, T, Dh)) {
     // Prefill on tensor cores: one block per 64 (query, head) rows, no key splits.
     stats_.record(op, "cuda.flash_attn_prefill_mma");
     const cuda::AttnArgs a = args(1, nullptr);

@@ -195,6 +195,8 @@ struct AttnArgs {
   PosRef pos;
   float scale = 1.f;
   /// > 0: each scaled score s becomes tanh(s / softcap) * softcap (Gemma 2) before the mask.
+  /// launch_attention only: the tuned decode and tensor-core kernels take no cap (a tanh per
+  /// score in their loops is a cost every model would pay).
   float softcap = 0.f;
   /// Cache rows: position p is at row p % rows (a ring when rows < the positions; kv_store).
   int rows = 0;
