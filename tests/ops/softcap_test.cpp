@@ -1,6 +1,6 @@
 // softcap: x = tanh(x / cap) * cap (gemma's final_logit_softcapping), on activation and logits
 // buffers; and scale: x *= s (gemma's embedding scale). ref against the definitions, every
-// tier against ref. A tier without the ops refuses them.
+// tier against ref.
 #include "tier_util.h"
 
 #include "backend/ref/ref_backend.h"
@@ -38,11 +38,6 @@ TEST_P(Softcap, MatchesRef) {
       ++seed;
       const std::vector<double> x = values(n, seed, 20.0, logits ? DType::F32 : tier.compute);
       Buf xb(*be, x, logits), xr(*ref, x, logits), yb(*be, x), yr(*ref, x);
-      if (tier.cuda) {
-        EXPECT_THROW(be->softcap(xb.b, n, 15.0), Error);
-        EXPECT_THROW(be->scale(yb.b, n, 8.0), Error);
-        return;
-      }
       be->softcap(xb.b, n, 15.0);
       ref->softcap(xr.b, n, 15.0);
       const std::string what = strformat("n=%lld%s", (long long)n, logits ? " logits" : "");

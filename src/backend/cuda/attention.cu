@@ -29,12 +29,19 @@ size_t attn_smem_bytes(int Dh) {
   return sizeof(float) * (size_t(kRows) * Dh + 2 * size_t(kTile) * (Dh + 1));
 }
 
+/// An attention score after AttnArgs::softcap (none when softcap is 0: the same bits).
+__device__ __forceinline__ float cap_score(float s, float softcap) {
+  return softcap > 0.f ? tanhf(s / softcap) * softcap : s;
+}
+
 /// Stages keys [k0, min(k0 + kTile, ke)) of one KV head into k_s / v_s as f32 (rows past ke
-/// are zero). Each thread issues kBatch 16-byte loads of K and of V before it converts and
-/// stores any of them, so a tile costs about one memory latency, not one per element.
+/// are zero; key p at cache row ring_row(p, base, rows)). Each thread issues kBatch 16-byte
+/// loads of K and of V before it converts and stores any of them, so a tile costs about one
+/// memory latency, not one per element.
 template <class T>
 __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int ke, int kv_dim,
-                                          int hk, int Dh, float* k_s, float* v_s) {
+                                          int base, int rows, int hk, int Dh, float* k_s,
+                                          float* v_s) {
   constexpr int V = Vec16<T>::N, kBatch = 4, kThreads = kWarps * 32;
   const int ldk = Dh + 1;
   if (Dh % V == 0) {
@@ -46,7 +53,7 @@ __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int 
         const int c = base + b * kThreads + int(threadIdx.x);
         const int j = c / cpr, d = (c % cpr) * V, key = k0 + j;
         if (c < n && key < ke) {
-          const int64_t off = int64_t(key) * kv_dim + int64_t(hk) * Dh + d;
+          const int64_t off = ring_row(key, base, rows) * kv_dim + int64_t(hk) * Dh + d;
           kb[b] = __ldg(reinterpret_cast<const uint4*>(kc + off));
           vb[b] = __ldg(reinterpret_cast<const uint4*>(vc + off));
         } else {
@@ -72,7 +79,7 @@ __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int 
       const int j = idx / Dh, d = idx % Dh, key = k0 + j;
       float kv = 0.f, vv = 0.f;
       if (key < ke) {
-        const int64_t off = int64_t(key) * kv_dim + int64_t(hk) * Dh + d;
+        const int64_t off = ring_row(key, base, rows) * kv_dim + int64_t(hk) * Dh + d;
         kv = to_f(kc[off]);
         vv = to_f(vc[off]);
       }
@@ -152,6 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
   chunk = (chunk + kTile - 1) / kTile * kTile;
   const int ks = lo + split * chunk;
   const int ke = min(hi + 1, ks + chunk);
+  const int base = ring_base(lo, a.rows);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int qi[kRowsPerWarp], qlo[kRowsPerWarp], orow[kRowsPerWarp];
@@ -175,7 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
     load_queries<T>(q, row0, rows_head, group, hk, H, Dh, q_s);
     for (int k0 = ks; k0 < ke; k0 += kTile) {
       __syncthreads();  // the previous tile is consumed (and q_s is written, first time)
-      load_tile<T>(kc, vc, k0, ke, kv_dim, hk, Dh, k_s, v_s);
+      load_tile<T>(kc, vc, k0, ke, kv_dim, base, a.rows, hk, Dh, k_s, v_s);
       __syncthreads();
 
       // Scores: lane j owns key k0 + j, all rows of this warp at once.
@@ -194,7 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const bool ok = live[i] && key < ke && key >= qlo[i] && key <= qi[i];
-        const float sc = ok ? s[i] * a.scale : -INFINITY;
+        const float sc = ok ? cap_score(s[i] * a.scale, a.softcap) : -INFINITY;
         const float mt = warp_max(sc);
         if (mt == -INFINITY) continue;  // warp-uniform: nothing visible in this tile
         const float mn = fmaxf(m[i], mt);
@@ -400,6 +408,7 @@ __global__ void __launch_bounds__(kTcWarps * 32) attn_tc_kernel(AttnArgs a) {
   const int t_first = row0 / group, t_last = last / group;
   const int ke = pos0 + t_last + 1;
   const int lo = a.window > 0 ? max(0, pos0 + t_first - a.window + 1) : 0;
+  const int base = ring_base(lo, a.rows);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* q = static_cast<const T*>(a.q);
   const T* kc = static_cast<const T*>(a.k_cache);
@@ -439,7 +448,7 @@ __global__ void __launch_bounds__(kTcWarps * 32) attn_tc_kernel(AttnArgs a) {
     for (int c = threadIdx.x; c < kTcKeys * CPR; c += kTcWarps * 32) {
       const int j = c / CPR, d = (c % CPR) * 8, key = k0 + j;
       const bool ok = key < ke;
-      const int64_t off = ok ? int64_t(key) * kv_dim + int64_t(hk) * DH + d : 0;
+      const int64_t off = ok ? ring_row(key, base, a.rows) * kv_dim + int64_t(hk) * DH + d : 0;
       cp_async16(ks_ + j * LD + d, kc + off, ok);
       cp_async16(vs_ + j * LD + d, vc + off, ok);
     }
@@ -584,8 +593,9 @@ bool attention_mma_fits(DType ct, int T, int Dh) {
 }
 
 void launch_attention_mma(DType ct, const AttnArgs& a, cudaStream_t s) {
-  ARB_CHECK(attention_mma_fits(ct, a.T, a.Dh) && a.n_splits == 1,
-            "[cuda] attention_mma: T %d, Dh %d, %d splits", a.T, a.Dh, a.n_splits);
+  ARB_CHECK(attention_mma_fits(ct, a.T, a.Dh) && a.n_splits == 1 && a.softcap == 0.f,
+            "[cuda] attention_mma: T %d, Dh %d, %d splits, softcap %g", a.T, a.Dh, a.n_splits,
+            double(a.softcap));
   if (ct == DType::BF16) {
     if (a.Dh == 64) attn_tc_launch<__nv_bfloat16, 64>(a, s);
     else attn_tc_launch<__nv_bfloat16, 128>(a, s);

@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   if (split >= S) return;
   const int chunk = (pos - lo + 1 + S - 1) / S;
   const int ks = lo + split * chunk, ke = min(pos + 1, ks + chunk);
+  const int base = ring_base(lo, a.rows);
   // The first iterations' keys and values, two deep when a lane's slices are at most 32 bytes
   // each (else one: Dh 256, f32 at Dh 128 with 4 keys per warp, would spill). kQk: before the
   // wait (the new row, at pos, is taken from qks); otherwise the kernel before this one
@@ -122,8 +123,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     zero_slice(k);
     zero_slice(v);
     if (key < kend) {
-      load_slice(kc + int64_t(key) * kv_dim, k);
-      load_slice(vc + int64_t(key) * kv_dim, v);
+      load_slice(kc + ring_row(key, base, a.rows) * kv_dim, k);
+      load_slice(vc + ring_row(key, base, a.rows) * kv_dim, v);
     }
   };
   Slice<T, E> kr, vr, kn, vn;
@@ -464,6 +465,7 @@ void launch_attention_decode(DType ct, const AttnArgs& a, unsigned* counters,
                              const QkRopeArgs* qk, cudaStream_t s) {
   ARB_CHECK(!qk || (qk->H == a.H && qk->Hkv == a.Hkv && qk->Dh == a.Dh && qk->Dh <= 64 * int(16 / ctype_size(ct))),
             "[cuda] attention_decode: q/k rope arguments of another shape");
+  ARB_CHECK(a.softcap == 0.f, "[cuda] attention_decode: no score cap (the flash kernel caps)");
   ARB_DISPATCH_CTYPE(ct, T, attn_decode_dispatch<T>(a, counters, qk, s));
 }
 

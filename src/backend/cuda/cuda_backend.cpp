@@ -244,21 +244,24 @@ int32_t CudaBackend::take_pick() {
 
 void CudaBackend::rmsnorm(const Buffer& x, const Tensor& w, int R, int N, double eps, Buffer& out) {
   stats_.record("rmsnorm", "cuda.rmsnorm_warp");
+  norm_rows(x, vec(w, N, "rmsnorm"), R, N, eps, out);
+}
+
+void CudaBackend::rmsnorm_1p(const Buffer& x, const Tensor& w, int R, int N, double eps,
+                             Buffer& out) {
+  stats_.record("rmsnorm_1p", "cuda.rmsnorm_1p");
+  // The weight vector 1 + w (f32), uploaded beside w at its first use.
+  norm_rows(x, vec(w, N, "rmsnorm_1p", true), R, N, eps, out);
+}
+
+void CudaBackend::norm_rows(const Buffer& x, const float* wp, int R, int N, double eps,
+                            Buffer& out) {
   check_act(x, int64_t(R) * N, "rmsnorm x");
   check_act(out, int64_t(R) * N, "rmsnorm out");
-  const cuda::DevVec& v = weights_->vector(w);
-  ARB_CHECK(v.n == N, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
-            w.name.c_str(), (long long)v.n, N);
   const void* xp = x.ptr;
   void* op = out.ptr;
-  const float* wp = v.ptr;
   const float e = float(eps);
-  int64_t ebits;
-  {
-    double d = eps;
-    std::memcpy(&ebits, &d, 8);
-  }
-  submit({2, int64_t(xp), int64_t(wp), R, N, ebits, int64_t(op)}, false, 0,
+  submit({2, int64_t(xp), int64_t(wp), R, N, cuda::sig_bits(eps), int64_t(op)}, false, 0,
          [=, this](const cuda::StepCtx&) { cuda::launch_rmsnorm(ct_, xp, wp, R, N, e, op, stream_); });
 }
 
@@ -347,22 +350,42 @@ void CudaBackend::kv_store(const Buffer& k, const Buffer& v, Buffer& k_cache, Bu
 
 void CudaBackend::attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
                int H, int Hkv, int Dh, int window, Buffer& out) {
-  const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, out);
+  attend(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, float(1.0 / std::sqrt(double(Dh))), 0.f,
+         out, "attention");
+}
+
+void CudaBackend::scaled_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                                   int T, int pos0, int H, int Hkv, int Dh, int window,
+                                   double scale, double softcap, Buffer& out) {
+  ARB_CHECK(scale > 0 && softcap >= 0, "[cuda] scaled_attention: scale %g, softcap %g", scale,
+            softcap);
+  attend(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, float(scale), float(softcap), out,
+         "scaled_attention");
+}
+
+void CudaBackend::attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                         int pos0, int H, int Hkv, int Dh, int window, float scale, float softcap,
+                         Buffer& out, const char* op) {
+  const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
   // Every kernel below takes the same arguments; they differ in splits and scratch.
   auto args = [&](int n_splits, float* part) {
-    return attn_args(q, k_cache, v_cache, T, H, Hkv, Dh, window, out, n_splits, part);
+    return attn_args(q, k_cache, v_cache, T, H, Hkv, Dh, window, scale, softcap, out, n_splits,
+                     part);
   };
-  if (T == 1 && tuning_.attn_direct && cuda::attention_decode_fits(H, Hkv, Dh)) {
-    stats_.record("attention", "cuda.attn_decode_direct");
-    submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, out, cap, pos0, nullptr);
+  // Capped scores (Gemma 2) go to the flash kernel alone (kernels.h AttnArgs::softcap).
+  const bool capped = softcap > 0.f;
+  if (T == 1 && !capped && tuning_.attn_direct && cuda::attention_decode_fits(H, Hkv, Dh)) {
+    stats_.record(op, "cuda.attn_decode_direct");
+    submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, scale, softcap, out, cap,
+                            pos0, nullptr);
     return;
   }
-  if (tuning_.attn_mma && cuda::attention_mma_fits(ct_, T, Dh)) {
+  if (!capped && tuning_.attn_mma && cuda::attention_mma_fits(ct_, T, Dh)) {
     // Prefill on tensor cores: one block per 64 (query, head) rows, no key splits.
-    stats_.record("attention", "cuda.flash_attn_prefill_mma");
+    stats_.record(op, "cuda.flash_attn_prefill_mma");
     const cuda::AttnArgs a = args(1, nullptr);
     submit({25, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out), T, H, Hkv,
-            Dh, window},
+            Dh, window, a.rows, cuda::sig_bits(scale), cuda::sig_bits(softcap)},
            true, pos0, [=, this](const cuda::StepCtx& c) {
              cuda::AttnArgs b = a;
              b.pos = PosRef{c.pos_dev, pos0};
@@ -372,7 +395,7 @@ void CudaBackend::attention(const Buffer& q, const Buffer& k_cache, const Buffer
   }
   // Split the key range so the grid fills the device. A single-token step uses the cache
   // size instead of the position, so its launch shape (and graph) is position-independent.
-  stats_.record("attention", T == 1 ? "cuda.attn_decode" : "cuda.flash_attn_prefill");
+  stats_.record(op, T == 1 ? "cuda.attn_decode" : "cuda.flash_attn_prefill");
   const int base = cuda::attention_blocks(T, H, Hkv);
   int keys = T == 1 ? cap : pos0 + T;
   if (window > 0) keys = std::min(keys, window + T);
@@ -385,7 +408,8 @@ void CudaBackend::attention(const Buffer& q, const Buffer& k_cache, const Buffer
   }
   const cuda::AttnArgs a = args(n_splits, part);
   submit({7, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache), int64_t(a.out),
-          int64_t(part), T, H, Hkv, Dh, window, n_splits},
+          int64_t(part), T, H, Hkv, Dh, window, n_splits, a.rows, cuda::sig_bits(scale),
+          cuda::sig_bits(softcap)},
          true, pos0, [=, this](const cuda::StepCtx& c) {
            cuda::AttnArgs b = a;
            b.pos = PosRef{c.pos_dev, pos0};
@@ -412,6 +436,134 @@ void CudaBackend::add(Buffer& x, const Buffer& y, int64_t n) {
   const void* yp = y.ptr;
   submit({9, int64_t(xp), int64_t(yp), n}, false, 0,
          [=, this](const cuda::StepCtx&) { cuda::launch_add(ct_, xp, yp, n, stream_); });
+}
+
+// --- the gemma and hybrid families' ops ------------------------------------------------------
+const float* CudaBackend::vec(const Tensor& t, int64_t n, const char* op, bool plus_one) {
+  const cuda::DevVec& v = weights_->vector(t, plus_one);
+  ARB_CHECK(v.n == n, "[cuda] %s: weight '%s' has %lld elements, needs %lld", op, t.name.c_str(),
+            (long long)v.n, (long long)n);
+  return v.ptr;
+}
+
+void CudaBackend::in_place(Buffer& x, int64_t n, float v, int tag, const char* op) {
+  ARB_CHECK(x.ptr != nullptr && x.n >= n && (x.dtype == ct_ || x.dtype == DType::F32),
+            "[cuda] %s: buffer of %lld %s elements, needs %lld", op, (long long)x.n,
+            dtype_name(x.dtype), (long long)n);
+  void* xp = x.ptr;
+  const DType t = x.dtype;
+  submit({tag, int64_t(xp), n, int(t), cuda::sig_bits(v)}, false, 0,
+         [=, this](const cuda::StepCtx&) {
+           if (tag == 34) cuda::launch_scale(t, xp, n, v, stream_);
+           else cuda::launch_softcap(t, xp, n, v, stream_);
+         });
+}
+
+void CudaBackend::scale(Buffer& x, int64_t n, double s) {
+  stats_.record("scale", "cuda.scale");
+  in_place(x, n, float(s), 34, "scale");
+}
+
+void CudaBackend::softcap(Buffer& x, int64_t n, double cap) {
+  stats_.record("softcap", "cuda.softcap");
+  ARB_CHECK(cap > 0, "[cuda] softcap: cap %g", cap);
+  in_place(x, n, float(cap), 35, "softcap");
+}
+
+void CudaBackend::geglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) {
+  stats_.record("geglu", "cuda.geglu");
+  check_act(gate, n, "geglu gate");
+  check_act(up, n, "geglu up");
+  check_act(out, n, "geglu out");
+  const void *gp = gate.ptr, *up_p = up.ptr;
+  void* op = out.ptr;
+  submit({36, int64_t(gp), int64_t(up_p), n, int64_t(op)}, false, 0,
+         [=, this](const cuda::StepCtx&) { cuda::launch_geglu(ct_, gp, up_p, n, op, stream_); });
+}
+
+void CudaBackend::relu2(const Buffer& x, int64_t n, Buffer& out) {
+  stats_.record("relu2", "cuda.relu2");
+  check_act(x, n, "relu2 x");
+  check_act(out, n, "relu2 out");
+  const void* xp = x.ptr;
+  void* op = out.ptr;
+  submit({33, int64_t(xp), n, int64_t(op)}, false, 0,
+         [=, this](const cuda::StepCtx&) { cuda::launch_relu2(ct_, xp, n, op, stream_); });
+}
+
+void CudaBackend::ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C,
+                           int K, Buffer& state, Buffer& out) {
+  stats_.record("ssm_conv", "cuda.ssm_conv");
+  ARB_CHECK(T >= 0 && C >= 1 && K >= 1, "[cuda] ssm_conv: T %d, C %d, K %d", T, C, K);
+  check_act(x, int64_t(T) * C, "ssm_conv x");
+  check_act(out, int64_t(T) * C, "ssm_conv out");
+  check_act(state, int64_t(K - 1) * C, "ssm_conv state");
+  ARB_CHECK(x.ptr != out.ptr, "[cuda] ssm_conv: out may not alias x");
+  const float* wp = vec(w, int64_t(C) * K, "ssm_conv");  // [C, 1, K] as [C, K]
+  const float* bp = bias ? vec(*bias, C, "ssm_conv") : nullptr;
+  const void* xp = x.ptr;
+  void *sp = state.ptr, *op = out.ptr;
+  submit({30, int64_t(xp), int64_t(wp), int64_t(bp), T, C, K, int64_t(sp), int64_t(op)}, false, 0,
+         [=, this](const cuda::StepCtx&) {
+           cuda::launch_ssm_conv(ct_, xp, wp, bp, T, C, K, sp, op, stream_);
+         });
+}
+
+void CudaBackend::ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
+                           const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max,
+                           int T, int nh, int hd, int G, int N, Buffer& state, Buffer& y) {
+  stats_.record("ssm_scan", "cuda.ssm_scan");
+  ARB_CHECK(T >= 0 && nh >= 1 && hd >= 1 && G >= 1 && nh % G == 0 && N >= 1 &&
+                N <= cuda::kMaxScanState,
+            "[cuda] ssm_scan: %d heads of %d, %d groups, state size %d (groups must divide the "
+            "heads, state size <= %d)", nh, hd, G, N, cuda::kMaxScanState);
+  const int64_t I = int64_t(nh) * hd;
+  check_act(xbc, T * (I + 2 * int64_t(G) * N), "ssm_scan xbc");
+  check_act(dt_raw, int64_t(T) * nh, "ssm_scan dt");
+  check_act(y, T * I, "ssm_scan y");
+  // f32, as on cpu: the state is rounded at every token otherwise (alloc(n, true) gives f32).
+  ARB_CHECK(state.ptr != nullptr && state.dtype == DType::F32 && state.n >= I * N,
+            "[cuda] ssm_scan: state buffer of %lld %s elements, needs %lld f32 (alloc it as "
+            "logits)", (long long)state.n, dtype_name(state.dtype), (long long)(I * N));
+  cuda::ScanArgs a;
+  a.xbc = xbc.ptr;
+  a.dt_raw = dt_raw.ptr;
+  a.a_log = vec(A_log, nh, "ssm_scan");
+  a.d = vec(D, nh, "ssm_scan");
+  a.dt_bias = vec(dt_bias, nh, "ssm_scan");
+  a.dt_min = float(dt_min);
+  a.dt_max = float(dt_max);
+  a.T = T;
+  a.nh = nh;
+  a.hd = hd;
+  a.G = G;
+  a.N = N;
+  a.state = static_cast<float*>(state.ptr);
+  a.y = y.ptr;
+  submit({31, int64_t(a.xbc), int64_t(a.dt_raw), int64_t(a.a_log), int64_t(a.d),
+          int64_t(a.dt_bias), cuda::sig_bits(a.dt_min), cuda::sig_bits(a.dt_max), T, nh, hd, G, N,
+          int64_t(a.state), int64_t(a.y)},
+         false, 0, [=, this](const cuda::StepCtx&) { cuda::launch_ssm_scan(ct_, a, stream_); });
+}
+
+void CudaBackend::rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W,
+                                int group, double eps, Buffer& out) {
+  stats_.record("rmsnorm_gated", "cuda.rmsnorm_gated");
+  ARB_CHECK(R >= 0 && group >= 1 && W % group == 0,
+            "[cuda] rmsnorm_gated: groups of %d do not divide rows of %d", group, W);
+  check_act(y, int64_t(R) * W, "rmsnorm_gated y");
+  check_act(z, int64_t(R) * W, "rmsnorm_gated z");
+  check_act(out, int64_t(R) * W, "rmsnorm_gated out");
+  const float* wp = vec(w, W, "rmsnorm_gated");
+  const void *yp = y.ptr, *zp = z.ptr;
+  void* op = out.ptr;
+  const float e = float(eps);
+  if (R == 0) return;
+  submit({32, int64_t(yp), int64_t(zp), int64_t(wp), R, W, group, cuda::sig_bits(eps),
+          int64_t(op)},
+         false, 0, [=, this](const cuda::StepCtx&) {
+           cuda::launch_rmsnorm_gated(ct_, yp, zp, wp, R, W, group, e, op, stream_);
+         });
 }
 
 std::vector<double> CudaBackend::read_bandwidth_gbs(int passes) {
@@ -500,14 +652,12 @@ void CudaBackend::set_tuning(const CudaTuning& t) {
 
 /// Checks attention's arguments; returns the cache's rows.
 int CudaBackend::check_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
-                    int pos0, int H, int Hkv, int Dh, const Buffer& out) const {
+                    int pos0, int H, int Hkv, int Dh, int window, const Buffer& out) const {
   ARB_CHECK(Hkv > 0 && H % Hkv == 0 && Dh > 0 && Dh <= cuda::kMaxHeadDim,
             "[cuda] attention: H %d, Hkv %d, Dh %d (H must be a multiple of Hkv, Dh <= %d)", H,
             Hkv, Dh, cuda::kMaxHeadDim);
-  const int kv_dim = Hkv * Dh;
-  const int cap = int(std::min(k_cache.n, v_cache.n) / kv_dim);  // cache rows
-  ARB_CHECK(pos0 >= 0 && pos0 + T <= cap, "[cuda] attention: positions [%d, %d) outside the cache (%d rows)",
-            pos0, pos0 + T, cap);
+  ARB_CHECK(pos0 >= 0, "[cuda] attention: %d queries at position %d", T, pos0);
+  const int cap = attention_cache_rows(k_cache, v_cache, Hkv * Dh, T, pos0, window, "cuda");
   check_act(q, int64_t(T) * H * Dh, "attention q");
   check_act(out, int64_t(T) * H * Dh, "attention out");
   check_act(k_cache, 0, "k cache");
@@ -516,8 +666,8 @@ int CudaBackend::check_attention(const Buffer& q, const Buffer& k_cache, const B
 }
 
 cuda::AttnArgs CudaBackend::attn_args(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
-                         int H, int Hkv, int Dh, int window, Buffer& out, int n_splits,
-                         float* part) const {
+                         int H, int Hkv, int Dh, int window, float scale, float softcap,
+                         Buffer& out, int n_splits, float* part) const {
   cuda::AttnArgs a;
   a.q = q.ptr;
   a.k_cache = k_cache.ptr;
@@ -530,7 +680,9 @@ cuda::AttnArgs CudaBackend::attn_args(const Buffer& q, const Buffer& k_cache, co
   a.Dh = Dh;
   a.window = window;
   a.n_splits = n_splits;
-  a.scale = float(1.0 / std::sqrt(double(Dh)));
+  a.scale = scale;
+  a.softcap = softcap;
+  a.rows = kv_cache_rows(k_cache, v_cache, Hkv * Dh);
   return a;
 }
 

@@ -52,6 +52,24 @@ class CudaBackend final : public Backend {
   void add(Buffer& x, const Buffer& y, int64_t n) override;
   void summarize(const Buffer& logits, int T, int V, int K, const int32_t* targets,
                  std::vector<LogitsSummary>& out) override;
+  // The gemma and hybrid families' ops (cuda_backend.cpp; the Mamba2 kernels in ssm.cu).
+  void rmsnorm_1p(const Buffer& x, const Tensor& w, int R, int N, double eps,
+                  Buffer& out) override;
+  void geglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override;
+  void scale(Buffer& x, int64_t n, double s) override;
+  void softcap(Buffer& x, int64_t n, double cap) override;
+  void scaled_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                        int pos0, int H, int Hkv, int Dh, int window, double scale,
+                        double softcap, Buffer& out) override;
+  void relu2(const Buffer& x, int64_t n, Buffer& out) override;
+  void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K,
+                Buffer& state, Buffer& out) override;
+  /// The state is f32 (alloc(n, true)), as on cpu: see ssm.cu.
+  void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D,
+                const Tensor& dt_bias, double dt_min, double dt_max, int T, int nh, int hd, int G,
+                int N, Buffer& state, Buffer& y) override;
+  void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
+                     double eps, Buffer& out) override;
 
   // fused.cpp: one kernel each for T == 1, with the stage taps inside; otherwise the default
   // composition. Each fused kernel computes the bits of the op-by-op path (same reduction
@@ -114,12 +132,24 @@ class CudaBackend final : public Backend {
   /// The embedding gather of host ids, or (ids == nullptr, T == 1) of the latest pick, which
   /// pick_greedy left in the device token slot.
   void embed_ids(const Tensor& table, const int32_t* ids, int T, Buffer& out);
-  /// Checks attention's arguments; returns the cache's rows.
+  /// attention() and scaled_attention(): scores scaled by `scale`, capped when softcap > 0.
+  void attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
+              int H, int Hkv, int Dh, int window, float scale, float softcap, Buffer& out,
+              const char* op);
+  /// A weight vector of n elements on the device (f32; plus_one: 1 + t), checked.
+  const float* vec(const Tensor& t, int64_t n, const char* op, bool plus_one = false);
+  /// rmsnorm and rmsnorm_1p: out[R, N] = x / rms(x) * w, w on the device.
+  void norm_rows(const Buffer& x, const float* w, int R, int N, double eps, Buffer& out);
+  /// x (the compute type or f32 logits) in place: scale (tag 34) or softcap (tag 35).
+  void in_place(Buffer& x, int64_t n, float v, int tag, const char* op);
+  /// Checks attention's arguments; returns the cache's rows (a ring's fewer rows than
+  /// positions when they hold every key the queries see: attention_cache_rows).
   int check_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
-                      int pos0, int H, int Hkv, int Dh, const Buffer& out) const;
+                      int pos0, int H, int Hkv, int Dh, int window, const Buffer& out) const;
+  /// The kernels' arguments: scores scaled by `scale`, then capped when softcap > 0.
   cuda::AttnArgs attn_args(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
-                           int H, int Hkv, int Dh, int window, Buffer& out, int n_splits,
-                           float* part) const;
+                           int H, int Hkv, int Dh, int window, float scale, float softcap,
+                           Buffer& out, int n_splits, float* part) const;
   void check_act(const Buffer& b, int64_t n, const char* what) const;
   void check_summarize(const Buffer& logits, int T, int V, int K) const;
   /// Queues summarize's kernel for logits rows [T, V] (targets: host ids, or nullptr for
@@ -139,8 +169,8 @@ class CudaBackend final : public Backend {
   /// The direct decode attention (T == 1), with the step's q/k norm + RoPE + KV store folded
   /// in when qk is given.
   void submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
-                               int H, int Hkv, int Dh, int window, Buffer& out, int cap, int pos0,
-                               const cuda::QkRopeArgs* qk);
+                               int H, int Hkv, int Dh, int window, float scale, float softcap,
+                               Buffer& out, int cap, int pos0, const cuda::QkRopeArgs* qk);
   /// qk_rope_store's arguments (device norm weights and RoPE table looked up and checked).
   cuda::QkRopeArgs qk_args(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                            const Tensor* k_norm, double eps, int H, int Hkv, int Dh, int pos0,

@@ -57,6 +57,17 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __device__ __forceinline__ int pos_of(const PosRef& p) { return p.dev ? *p.dev : p.host; }
 
+/// KV-cache rows of key positions (AttnArgs::rows: position p at row p % rows). An attention
+/// block reads keys in [lo, lo + rows) only (attention_cache_rows), so one division per thread
+/// gives the ring lap of lo, base = ring_base(lo, rows), and each key's row is then a
+/// subtraction and a compare: ring_row(key, base, rows). A cache that holds every position
+/// has base 0 and row = key.
+__device__ __forceinline__ int ring_base(int lo, int rows) { return lo - lo % rows; }
+__device__ __forceinline__ int64_t ring_row(int key, int base, int rows) {
+  const int r = key - base;
+  return r < rows ? r : r - rows;
+}
+
 /// Programmatic dependent launch (sm_90). Every kernel of the tier calls griddep_wait()
 /// before it reads anything an earlier kernel wrote (or writes anything an earlier kernel
 /// reads): it returns once the preceding grid has completed and its writes are visible (at

@@ -1,5 +1,6 @@
-// Weight conversion, embedding gather, RMSNorm, RoPE, KV-cache store, SwiGLU, residual add
-// and the bias epilogue of the CUDA tier. All arithmetic in f32, one rounding per output.
+// Weight conversion, embedding gather, RMSNorm, RoPE, KV-cache store, SwiGLU, residual add,
+// GeGLU, relu2, scale, softcap and the bias epilogue of the CUDA tier. All arithmetic in f32,
+// one rounding per output.
 #include "backend/cuda/device_common.cuh"
 
 namespace arbiter::cuda {
@@ -46,10 +47,13 @@ __global__ void convert_matrix_kernel(DType st, const void* src, int64_t rows, i
   }
 }
 
-__global__ void convert_vector_kernel(DType st, const void* src, int64_t n, float* dst) {
+__global__ void convert_vector_kernel(DType st, const void* src, int64_t n, bool plus_one,
+                                      float* dst) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = load_storage(st, src, 0, i, n);
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = load_storage(st, src, 0, i, n);
+    dst[i] = plus_one ? 1.f + v : v;  // in f32, as HF's (1.0 + self.weight.float())
+  }
 }
 
 template <class T>
@@ -179,6 +183,48 @@ __global__ void add_kernel(T* x, const T* y, int64_t n) {
     x[i] = from_f<T>(to_f(x[i]) + to_f(y[i]));
 }
 
+// HF gelu_pytorch_tanh: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), times up.
+template <class T>
+__global__ void geglu_kernel(const T* gate, const T* up, int64_t n, T* out) {
+  griddep_wait();
+  griddep_launch();
+  const float c = 0.7978845608028654f;  // sqrt(2/pi) rounded to f32
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = to_f(gate[i]);
+    out[i] = from_f<T>(0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g))) * to_f(up[i]));
+  }
+}
+
+template <class T>
+__global__ void relu2_kernel(const T* x, int64_t n, T* out) {
+  griddep_wait();
+  griddep_launch();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = fmaxf(to_f(x[i]), 0.f);
+    out[i] = from_f<T>(v * v);
+  }
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, int64_t n, float s) {
+  griddep_wait();
+  griddep_launch();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = from_f<T>(to_f(x[i]) * s);
+}
+
+template <class T>
+__global__ void softcap_kernel(T* x, int64_t n, float cap) {
+  griddep_wait();
+  griddep_launch();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = from_f<T>(tanhf(to_f(x[i]) / cap) * cap);
+}
+
 template <class TO>
 __global__ void bias_out_kernel(const float* acc, const float* bias, int T_, int N, TO* out) {
   griddep_wait();
@@ -298,8 +344,9 @@ void launch_convert_matrix(DType st, const void* src, int64_t rows, int64_t cols
   ARB_LAUNCHED("convert_matrix_kernel", s);
 }
 
-void launch_convert_vector(DType st, const void* src, int64_t n, float* dst, cudaStream_t s) {
-  convert_vector_kernel<<<blocks_for(n), kThreads, 0, s>>>(st, src, n, dst);
+void launch_convert_vector(DType st, const void* src, int64_t n, bool plus_one, float* dst,
+                           cudaStream_t s) {
+  convert_vector_kernel<<<blocks_for(n), kThreads, 0, s>>>(st, src, n, plus_one, dst);
   ARB_LAUNCHED("convert_vector_kernel", s);
 }
 
@@ -405,6 +452,36 @@ void launch_add(DType ct, void* x, const void* y, int64_t n, cudaStream_t s) {
                      launch_k(add_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
                               static_cast<T*>(x), static_cast<const T*>(y), n));
   ARB_LAUNCHED("add_kernel", s);
+}
+
+void launch_geglu(DType ct, const void* gate, const void* up, int64_t n, void* out,
+                  cudaStream_t s) {
+  ARB_DISPATCH_CTYPE(ct, T,
+                     launch_k(geglu_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
+                              static_cast<const T*>(gate), static_cast<const T*>(up), n,
+                              static_cast<T*>(out)));
+  ARB_LAUNCHED("geglu_kernel", s);
+}
+
+void launch_relu2(DType ct, const void* x, int64_t n, void* out, cudaStream_t s) {
+  ARB_DISPATCH_CTYPE(ct, T,
+                     launch_k(relu2_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
+                              static_cast<const T*>(x), n, static_cast<T*>(out)));
+  ARB_LAUNCHED("relu2_kernel", s);
+}
+
+void launch_scale(DType t, void* x, int64_t n, float s, cudaStream_t st) {
+  ARB_DISPATCH_CTYPE(t, T,
+                     launch_k(scale_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, st,
+                              static_cast<T*>(x), n, s));
+  ARB_LAUNCHED("scale_kernel", st);
+}
+
+void launch_softcap(DType t, void* x, int64_t n, float cap, cudaStream_t st) {
+  ARB_DISPATCH_CTYPE(t, T,
+                     launch_k(softcap_kernel<T>, dim3(blocks_for(n)), dim3(kThreads), 0, st,
+                              static_cast<T*>(x), n, cap));
+  ARB_LAUNCHED("softcap_kernel", st);
 }
 
 void launch_bias_out(const float* acc, const float* bias, int T, int N, DType ot, void* out,

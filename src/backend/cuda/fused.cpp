@@ -54,9 +54,7 @@ void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D,
     a.N += int(m.rows);
     sig.insert(sig.end(), {int64_t(m.ptr), m.ld, int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
   }
-  int64_t ebits;
-  std::memcpy(&ebits, &eps, 8);
-  sig.push_back(ebits);
+  sig.push_back(cuda::sig_bits(eps));
   const bool tapped = norm_tap != nullptr;
   if (tapped) stage_taps({{norm_tap, D}}, a.tapped, a.taps);
   submit(std::move(sig), false, 0, [=, this](const cuda::StepCtx&) {
@@ -95,8 +93,7 @@ void CudaBackend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D,
   const bool tapped = taps.norm || taps.gate || taps.up;
   if (tapped)
     stage_taps({{taps.norm, D}, {taps.gate, g.rows}, {taps.up, g.rows}}, a.tapped, a.taps);
-  int64_t ebits;
-  std::memcpy(&ebits, &eps, 8);
+  const int64_t ebits = cuda::sig_bits(eps);
   submit({kTagNormSwiglu, int64_t(x.ptr), int64_t(nv.ptr), D, int64_t(g.ptr), int64_t(u.ptr),
           g.ld, g.rows, int64_t(act.ptr), ebits},
          false, 0, [=, this](const cuda::StepCtx&) {
@@ -166,11 +163,12 @@ void CudaBackend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const
     return Backend::qk_rope_attention(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
                                       k_cache, v_cache, window, out, taps);
   stats_.record("qk_rope_attention", "cuda.qk_rope_attn_decode");
-  const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, out);
+  const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
   cuda::QkRopeArgs a =
       qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
   const bool tapped = stage_qk_taps(taps, H, Hkv, Dh, a);
-  submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, out, cap, pos0, &a);
+  submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window,
+                          float(1.0 / std::sqrt(double(Dh))), 0.f, out, cap, pos0, &a);
   if (tapped) collect_taps();
   apply_tap(taps.out, out, T, H * Dh);
 }
@@ -188,8 +186,8 @@ bool CudaBackend::qk_fusable(int T, int Hkv, int Dh, int pos0, const RopeSpec& r
 /// cache rows per split, at most attn_max_splits (8); the kernel uses the first ceil(keys /
 /// attn_split_keys) of them.
 void CudaBackend::submit_decode_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
-                             int H, int Hkv, int Dh, int window, Buffer& out, int cap, int pos0,
-                             const cuda::QkRopeArgs* qk) {
+                             int H, int Hkv, int Dh, int window, float scale, float softcap,
+                             Buffer& out, int cap, int pos0, const cuda::QkRopeArgs* qk) {
   const int group = H / Hkv;
   int hpb = group;  // query heads per block
   if (Hkv <= cuda::kMaxSplitColumnsKvHeads)
@@ -208,13 +206,15 @@ void CudaBackend::submit_decode_attention(const Buffer& q, const Buffer& k_cache
     ensure(part_, size_t(H) * n_splits * (Dh + 2) * sizeof(float));
     part = static_cast<float*>(part_.ptr);
   }
-  cuda::AttnArgs a = attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, out, n_splits, part);
+  cuda::AttnArgs a =
+      attn_args(q, k_cache, v_cache, 1, H, Hkv, Dh, window, scale, softcap, out, n_splits, part);
   a.split_keys = split_keys;
   a.heads_per_block = hpb;
   unsigned* ctr = counters_;
   std::vector<int64_t> sig = {24, int64_t(a.q), int64_t(a.k_cache), int64_t(a.v_cache),
                               int64_t(a.out), int64_t(part), H, Hkv, Dh, window, n_splits,
-                              a.split_keys, a.heads_per_block, int64_t(ctr)};
+                              a.split_keys, a.heads_per_block, int64_t(ctr), a.rows,
+                              cuda::sig_bits(a.scale), cuda::sig_bits(a.softcap)};
   const bool fused = qk != nullptr;
   const cuda::QkRopeArgs qa = fused ? *qk : cuda::QkRopeArgs{};
   if (fused) append_qk_sig(sig, qa);
@@ -266,11 +266,9 @@ cuda::QkRopeArgs CudaBackend::qk_args(Buffer& q, Buffer& k, const Buffer& v, con
 }
 
 void CudaBackend::append_qk_sig(std::vector<int64_t>& sig, const cuda::QkRopeArgs& a) {
-  int64_t ebits;
-  const double eps = a.eps;
-  std::memcpy(&ebits, &eps, 8);
   sig.insert(sig.end(), {int64_t(a.q), int64_t(a.k), int64_t(a.v), int64_t(a.k_cache),
-                         int64_t(a.v_cache), int64_t(a.qn), int64_t(a.kn), ebits, a.H, a.Hkv,
+                         int64_t(a.v_cache), int64_t(a.qn), int64_t(a.kn), cuda::sig_bits(a.eps),
+                         a.H, a.Hkv,
                          a.Dh, a.adjacent, int64_t(a.cs)});
 }
 

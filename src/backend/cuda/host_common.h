@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
@@ -24,6 +25,13 @@ struct DevBuf {
 };
 /// Grows b to at least `bytes` (at least doubling), after waiting for stream s.
 void grow(DevBuf& b, size_t bytes, cudaStream_t s);
+
+/// A floating-point launch argument as a word of a launch signature (its bits).
+inline int64_t sig_bits(double v) {
+  int64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
 
 /// Arguments of a queued launch that vary per step (the rest are in its closure).
 struct StepCtx {

@@ -46,8 +46,9 @@ struct Tap {
 /// Q8_0 rows are cols/32 blocks of 34 bytes.
 void launch_convert_matrix(DType st, const void* src, int64_t rows, int64_t cols, DType ct,
                            void* dst, int64_t ld, cudaStream_t s);
-/// dst[n] (f32) = src[n] widened.
-void launch_convert_vector(DType st, const void* src, int64_t n, float* dst, cudaStream_t s);
+/// dst[n] (f32) = src[n] widened (plus_one: 1 + src[n] in f32, gemma's RMSNorm weights).
+void launch_convert_vector(DType st, const void* src, int64_t n, bool plus_one, float* dst,
+                           cudaStream_t s);
 /// out[t, :D] = table[ids[t], :D] (table row stride ld); ids on the device.
 void launch_embed(DType ct, const void* table, int64_t ld, int64_t D, const int32_t* ids, int T,
                   void* out, cudaStream_t s);
@@ -69,9 +70,44 @@ void launch_swiglu(DType ct, const void* gate, const void* up, int64_t n, void* 
                    cudaStream_t s);
 /// x[n] += y[n]
 void launch_add(DType ct, void* x, const void* y, int64_t n, cudaStream_t s);
+/// out[n] = gelu_tanh(gate[n]) * up[n] (HF gelu_pytorch_tanh)
+void launch_geglu(DType ct, const void* gate, const void* up, int64_t n, void* out,
+                  cudaStream_t s);
+/// out[n] = max(x[n], 0)^2
+void launch_relu2(DType ct, const void* x, int64_t n, void* out, cudaStream_t s);
+/// x[n] *= s in place; t is the buffer's type (the compute type, or f32 for logits).
+void launch_scale(DType t, void* x, int64_t n, float s, cudaStream_t st);
+/// x[n] = tanh(x[n] / cap) * cap in place; t as for launch_scale.
+void launch_softcap(DType t, void* x, int64_t n, float cap, cudaStream_t st);
 /// out[T, N] (type ot) = acc[T, N] (f32) + bias[N] (f32): one rounding after the bias.
 void launch_bias_out(const float* acc, const float* bias, int T, int N, DType ot, void* out,
                      cudaStream_t s);
+
+// --- Mamba2 mixer (ssm.cu) ------------------------------------------------------------------
+/// Backend::ssm_conv: x, out [T, C] and state [K-1, C] in the compute type (the state holds
+/// rows of x, so keeping it in that type is exact); w [C, K] and b [C] (may be null) in f32.
+/// A thread per channel.
+void launch_ssm_conv(DType ct, const void* x, const float* w, const float* b, int T, int C, int K,
+                     void* state, void* out, cudaStream_t s);
+/// Largest ssm_scan state size N (a warp per state row keeps N / 32 values per lane).
+constexpr int kMaxScanState = 256;
+/// Backend::ssm_scan's arguments: xbc [T, nh*hd + 2*G*N], dt_raw [T, nh], y [T, nh*hd] in the
+/// compute type; a_log, d, dt_bias [nh] and the state [nh, hd, N] in f32.
+struct ScanArgs {
+  const void* xbc = nullptr;
+  const void* dt_raw = nullptr;
+  const float *a_log = nullptr, *d = nullptr, *dt_bias = nullptr;
+  float dt_min = 0.f, dt_max = 0.f;
+  int T = 0, nh = 0, hd = 0, G = 0, N = 0;
+  float* state = nullptr;
+  void* y = nullptr;
+};
+/// A warp per state row (h, p), its N values in registers through the T tokens.
+void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s);
+/// Backend::rmsnorm_gated: out[R, W] = w * v / rms(v), v = y * silu(z), the RMS over each
+/// group of `group` columns (W % group == 0); a block per (row, group).
+void launch_rmsnorm_gated(DType ct, const void* y, const void* z, const float* w, int R, int W,
+                          int group, float eps, void* out, cudaStream_t s);
 
 // --- matrix-vector (T == 1) ---------------------------------------------------------------
 /// out[N] (type ot) = W[N, K] (row stride ld, 16-byte aligned rows) @ x[K] (+ bias[N]).
@@ -158,6 +194,12 @@ struct AttnArgs {
   int heads_per_block = 0;  // decode: query heads per block, a divisor of H / Hkv (required)
   PosRef pos;
   float scale = 1.f;
+  /// > 0: each scaled score s becomes tanh(s / softcap) * softcap (Gemma 2) before the mask.
+  /// launch_attention only: the tuned decode and tensor-core kernels take no cap (a tanh per
+  /// score in their loops is a cost every model would pay).
+  float softcap = 0.f;
+  /// Cache rows: position p is at row p % rows (a ring when rows < the positions; kv_store).
+  int rows = 0;
 };
 /// Largest head size the attention kernels take.
 constexpr int kMaxHeadDim = 256;

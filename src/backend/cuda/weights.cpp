@@ -39,15 +39,22 @@ void WeightCache::prepare(const std::vector<const Tensor*>& weights) {
       cudaFree(it->second.ptr);
       it = mats_.erase(it);
     }
+  auto kept = [&](Key k) {  // a 1 + w vector stays with its weight
+    k.plus_one = false;
+    return keep.count(k) > 0;
+  };
   for (auto it = vecs_.begin(); it != vecs_.end();)
-    if (keep.count(it->first)) ++it;
+    if (kept(it->first)) ++it;
     else {
       cudaFree(it->second.ptr);
       it = vecs_.erase(it);
     }
   for (const Tensor* t : weights) {
-    if (t->shape.size() >= 2) matrix(*t);
-    else vector(*t);
+    const size_t dims = t->shape.size();
+    if (dims == 2) matrix(*t);
+    else if (dims == 1 || (dims == 3 && t->shape[1] == 1)) vector(*t);  // conv1d [C, 1, K]
+    // Other 3-D weights are stacks of expert matrices (Granite's [E, 2F, D]): the model reads
+    // them as row slices, each uploaded as a matrix of its own at its first use.
   }
   // The staging block is as large as the largest weight; give it back.
   ARB_CUDA(cudaStreamSynchronize(stream_));
@@ -74,8 +81,9 @@ const DevMat& WeightCache::matrix(const Tensor& t) {
   return mats_.emplace(key, m).first->second;
 }
 
-const DevVec& WeightCache::vector(const Tensor& t) {
-  const Key key = key_of(t);
+const DevVec& WeightCache::vector(const Tensor& t, bool plus_one) {
+  Key key = key_of(t);
+  key.plus_one = plus_one;
   auto it = vecs_.find(key);
   if (it != vecs_.end()) return it->second;
   ARB_CHECK(!t.empty(), "[cuda] weight '%s' is missing", t.name.c_str());
@@ -84,7 +92,7 @@ const DevVec& WeightCache::vector(const Tensor& t) {
   DType st;
   const void* src = upload_raw(t, st);
   ARB_CUDA(cudaMalloc(&v.ptr, size_t(v.n) * sizeof(float)));
-  launch_convert_vector(st, src, v.n, v.ptr, stream_);
+  launch_convert_vector(st, src, v.n, plus_one, v.ptr, stream_);
   ARB_CUDA(cudaStreamSynchronize(stream_));
   return vecs_.emplace(key, v).first->second;
 }

@@ -18,7 +18,8 @@ struct DevMat {
   void* ptr = nullptr;
   int64_t rows = 0, cols = 0, ld = 0;
 };
-/// 1-D weight (norm scale, bias) on the device in f32.
+/// 1-D weight (norm scale, bias, Mamba2's A_log / D / dt_bias, a conv1d kernel) on the device
+/// in f32.
 struct DevVec {
   float* ptr = nullptr;
   int64_t n = 0;
@@ -32,9 +33,11 @@ class WeightCache {
   WeightCache& operator=(const WeightCache&) = delete;
 
   const DevMat& matrix(const Tensor& t);
-  const DevVec& vector(const Tensor& t);
-  /// A new model's weights: frees every other upload, uploads these (2-D as matrices, 1-D
-  /// as vectors) and gives back the staging block. No queued launch may still read an old one.
+  /// plus_one: the vector 1 + t (gemma's RMSNorm weights), kept beside t's own.
+  const DevVec& vector(const Tensor& t, bool plus_one = false);
+  /// A new model's weights: frees every other upload, uploads these (2-D as matrices; 1-D and
+  /// conv1d weights [C, 1, K] as f32 vectors, the latter read as [C, K]) and gives back the
+  /// staging block. No queued launch may still read an old one.
   void prepare(const std::vector<const Tensor*>& weights);
 
  private:
@@ -43,9 +46,10 @@ class WeightCache {
     int64_t numel, cols;  // the shape too: two views of the same bytes are different matrices
     DType dt;
     uint64_t sample;
+    bool plus_one = false;  // vectors: 1 + the weight
     bool operator==(const Key& o) const {
       return data == o.data && numel == o.numel && cols == o.cols && dt == o.dt &&
-             sample == o.sample;
+             sample == o.sample && plus_one == o.plus_one;
     }
   };
   struct KeyHash {

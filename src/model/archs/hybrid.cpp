@@ -73,7 +73,9 @@ class HybridState final : public DecoderState {
     for (int l = 0; l < c.n_layer; ++l) {
       const bool m = c.layer_blocks[size_t(l)] == 'M';
       conv_state.push_back(m ? be.alloc((c.ssm_conv - 1) * C) : Buffer{});
-      ssm_state.push_back(m ? be.alloc(I * c.ssm_state) : Buffer{});
+      // The SSM state in the tier's logits type (f32 on cuda, as on cpu; f64 on ref): each
+      // token decays and adds to it, so a bf16 state would be rounded T times over.
+      ssm_state.push_back(m ? be.alloc(I * c.ssm_state, /*logits=*/true) : Buffer{});
     }
     if (c.moe_experts > 0) {
       const int64_t Fe = c.moe_ff, D = c.d_model;
