@@ -1,7 +1,8 @@
 // The gemma and hybrid families on the CUDA tier, on the tiny HF fixtures with float64 logits
 // from HF transformers (tests/fixtures/models: tiny-gemma2 with score and logit soft caps,
 // tiny-gemma3 with sliding and full layers, the Mamba2 hybrids tiny-granite-h, -moe and
-// tiny-nemotron-h):
+// tiny-nemotron-h, the llama family's MoE members tiny-qwen3-moe, tiny-mixtral and
+// tiny-qwen2-moe, routed on the host):
 //  - cuda f32 prefill logits against HF float64 within the cpu tier's bound
 //    (hf_reference_test.cpp), every op served by a CUDA provider;
 //  - bf16: no NaN, logits within 5% (relative L2) of ref's, about 13 units of bf16's
@@ -23,8 +24,9 @@
 namespace arbiter::test {
 namespace {
 
-const char* kFixtures[] = {"tiny-gemma2", "tiny-gemma3", "tiny-granite-h", "tiny-granite-h-moe",
-                           "tiny-nemotron-h"};
+const char* kFixtures[] = {"tiny-gemma2",        "tiny-gemma3",    "tiny-granite-h",
+                           "tiny-granite-h-moe", "tiny-nemotron-h", "tiny-qwen3-moe",
+                           "tiny-mixtral",       "tiny-qwen2-moe"};
 
 std::string fixture(const char* name) {
   return source_path(std::string("tests/fixtures/models/") + name);

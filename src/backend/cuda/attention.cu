@@ -35,12 +35,12 @@ __device__ __forceinline__ float cap_score(float s, float softcap) {
 }
 
 /// Stages keys [k0, min(k0 + kTile, ke)) of one KV head into k_s / v_s as f32 (rows past ke
-/// are zero; key p at cache row ring_row(p, base, rows)). Each thread issues kBatch 16-byte
+/// are zero; key p at cache row ring_row(p, ring0, rows)). Each thread issues kBatch 16-byte
 /// loads of K and of V before it converts and stores any of them, so a tile costs about one
 /// memory latency, not one per element.
 template <class T>
 __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int ke, int kv_dim,
-                                          int base, int rows, int hk, int Dh, float* k_s,
+                                          int ring0, int rows, int hk, int Dh, float* k_s,
                                           float* v_s) {
   constexpr int V = Vec16<T>::N, kBatch = 4, kThreads = kWarps * 32;
   const int ldk = Dh + 1;
@@ -53,7 +53,7 @@ __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int 
         const int c = base + b * kThreads + int(threadIdx.x);
         const int j = c / cpr, d = (c % cpr) * V, key = k0 + j;
         if (c < n && key < ke) {
-          const int64_t off = ring_row(key, base, rows) * kv_dim + int64_t(hk) * Dh + d;
+          const int64_t off = ring_row(key, ring0, rows) * kv_dim + int64_t(hk) * Dh + d;
           kb[b] = __ldg(reinterpret_cast<const uint4*>(kc + off));
           vb[b] = __ldg(reinterpret_cast<const uint4*>(vc + off));
         } else {
@@ -79,7 +79,7 @@ __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int 
       const int j = idx / Dh, d = idx % Dh, key = k0 + j;
       float kv = 0.f, vv = 0.f;
       if (key < ke) {
-        const int64_t off = ring_row(key, base, rows) * kv_dim + int64_t(hk) * Dh + d;
+        const int64_t off = ring_row(key, ring0, rows) * kv_dim + int64_t(hk) * Dh + d;
         kv = to_f(kc[off]);
         vv = to_f(vc[off]);
       }

@@ -225,11 +225,6 @@ class Llama final : public Arch {
 
   std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
                                            int max_T) const override {
-    // The CUDA tier's MoE path (routing on the device, experts grouped per token) is not
-    // written; moe_ffn's host round trips there would be neither fast nor tested.
-    if (m.config.router.n_experts > 0 && be.device_name().rfind("cuda", 0) == 0)
-      throw Error("[model] " + m.config.arch +
-                  ": the cuda tier does not run mixture-of-experts layers yet (ref and cpu do)");
     return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T);
   }
 
