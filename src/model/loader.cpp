@@ -1,5 +1,6 @@
 // load_model: a GGUF file or an HF directory -> Model (config, weight views into the mapped
-// files, tokenizer, provenance). Weights are never copied. The architecture family
+// files, tokenizer, provenance). Weights are never copied, except MLX's packed tensors,
+// which are repacked into blocks (model/mlx.h). The architecture family
 // (model/arch.h) parses the config and lists every tensor its forward reads; each is looked
 // up by its name in the file's format and its shape checked. A tensor in the file that the
 // architecture does not use is an error too (an ignored bias or extra norm would silently
