@@ -1,5 +1,6 @@
 #include "model/mlx.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"
@@ -51,7 +52,9 @@ MlxQuantParams parse_params(const JsonConfig& j, const nlohmann::json& o, const 
       continue;
     }
     if (!o[k].is_number_integer()) fail(std::string(".") + k + " is not an integer");
-    (std::string(k) == "bits" ? p.bits : p.group_size) = o[k].get<int>();
+    const int64_t v = o[k].is_number_unsigned() && o[k].get<uint64_t>() > uint64_t(INT64_MAX) ? -1 : o[k].get<int64_t>();
+    if (v < 1 || v > 1024) fail(std::string(".") + k + " is " + o[k].dump() + " (expected a small positive integer)");
+    (std::string(k) == "bits" ? p.bits : p.group_size) = int(v);
   }
   const std::string err = mlx_params_error(p);
   if (!err.empty()) fail(": " + err);

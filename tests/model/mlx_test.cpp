@@ -301,6 +301,8 @@ TEST(MlxModel, Refusals) {
        "tensor '" + up + ".weight' is packed but '" + up + ".scales' is missing"},
       {"missing biases", same, [&](auto& e) { erase(e, up + ".biases"); },
        "tensor '" + up + ".weight' is affine-quantized but '" + up + ".biases' is missing"},
+      {"bits past int's range", [](json& j) { j["quantization"]["bits"] = 4294967300LL; }, none,
+       "quantization.bits is 4294967300 (expected a small positive integer)"},
       {"unknown mode", [](json& j) { j["quantization"]["mode"] = "int4"; }, none,
        "quantization.mode 'int4' is not an MLX mode"},
       {"another tool's config",
