@@ -128,7 +128,7 @@ std::unique_ptr<HostTensor> make_tensor(const std::string& name, std::vector<int
 bool reads_exactly(DType storage, DType compute) {
   // Formats with a min (x = d q + m) round once when widened to f32 (core/quant.h).
   const bool with_min = storage == DType::Q4_1 || storage == DType::Q5_1 || storage == DType::Q2_K ||
-                        storage == DType::Q4_K || storage == DType::Q5_K;
+                        storage == DType::Q4_K || storage == DType::Q5_K || mlx_affine_bits(storage) > 0;
   return storage == compute || (compute == DType::F32 && storage != DType::F64 && !with_min);
 }
 
@@ -136,7 +136,12 @@ std::vector<DType> weight_types(const OpTier& t) {
   if (!t.cuda)
     return {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
             DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
-            DType::IQ4_XS, DType::MXFP4};
+            DType::IQ4_XS, DType::MXFP4,
+            // MLX's blocks: one affine width whose values straddle words (3), the common one
+            // (4) and both fp blocks. The other widths run the same code with another `bits`;
+            // each is checked by hand (tests/core/mlx_quant_test.cpp) and on every ISA
+            // (IsaTest.BlockGemvWithinDotBound), which keeps this list's cost down.
+            DType::MLX_Q3, DType::MLX_Q4, DType::MLX_MXFP8, DType::MLX_NVFP4};
   std::vector<DType> out = {t.compute, DType::Q8_0};
   if (t.compute != DType::F32) out.push_back(DType::F32);
   return out;

@@ -27,16 +27,24 @@ const char* dtype_name(DType t) {
     case DType::IQ4_NL: return "iq4_nl";
     case DType::IQ4_XS: return "iq4_xs";
     case DType::MXFP4: return "mxfp4";
+    case DType::MLX_Q2: return "mlx_q2";
+    case DType::MLX_Q3: return "mlx_q3";
+    case DType::MLX_Q4: return "mlx_q4";
+    case DType::MLX_Q5: return "mlx_q5";
+    case DType::MLX_Q6: return "mlx_q6";
+    case DType::MLX_Q8: return "mlx_q8";
+    case DType::MLX_MXFP8: return "mlx_mxfp8";
+    case DType::MLX_NVFP4: return "mlx_nvfp4";
   }
   return "?";
 }
 
 DType dtype_from_name(const std::string& name) {
-  for (int i = 0; i <= int(DType::MXFP4); ++i)
+  for (int i = 0; i <= int(DType::MLX_NVFP4); ++i)
     if (name == dtype_name(DType(i))) return DType(i);
   throw Error("[dtype] unknown dtype '" + name +
               "' (expected f64, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "
-              "iq4_nl, iq4_xs or mxfp4)");
+              "iq4_nl, iq4_xs, mxfp4, mlx_q2, mlx_q3, mlx_q4, mlx_q5, mlx_q6, mlx_q8, mlx_mxfp8 or mlx_nvfp4)");
 }
 
 bool is_compute_dtype(DType t) { return !is_quantized(t); }

@@ -7,10 +7,12 @@
 
 namespace arbiter {
 
-/// Compute and dense storage types, then ggml's block formats (core/quant.h has their layouts).
+/// Compute and dense storage types, then ggml's block formats, then MLX's quantized weights
+/// as the loader repacks them into self-contained blocks (core/quant.h has their layouts).
 enum class DType : uint8_t {
   F64, F32, F16, BF16, Q8_0,
-  Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4
+  Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4,
+  MLX_Q2, MLX_Q3, MLX_Q4, MLX_Q5, MLX_Q6, MLX_Q8, MLX_MXFP8, MLX_NVFP4
 };
 
 const char* dtype_name(DType t);

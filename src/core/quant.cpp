@@ -28,6 +28,9 @@ int block_elems(DType t) {
     case DType::IQ4_NL: case DType::MXFP4: return kQK;
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::IQ4_XS: return kQK_K;
+    case DType::MLX_Q2: case DType::MLX_Q3: case DType::MLX_Q4: case DType::MLX_Q5: case DType::MLX_Q6:
+    case DType::MLX_Q8: case DType::MLX_MXFP8: return kMlxBlock;
+    case DType::MLX_NVFP4: return kNvfp4Block;
   }
   return 1;
 }
@@ -50,8 +53,58 @@ size_t block_bytes(DType t) {
     case DType::IQ4_NL: return sizeof(BlockIQ4_NL);
     case DType::IQ4_XS: return sizeof(BlockIQ4_XS);
     case DType::MXFP4: return sizeof(BlockMXFP4);
+    case DType::MLX_Q2: case DType::MLX_Q3: case DType::MLX_Q4: case DType::MLX_Q5: case DType::MLX_Q6:
+    case DType::MLX_Q8: return 8 + 4 * size_t(mlx_affine_bits(t));  // scale, bias, `bits` words
+    case DType::MLX_MXFP8: return sizeof(BlockMlxMxfp8);
+    case DType::MLX_NVFP4: return sizeof(BlockMlxNvfp4);
   }
   return 0;
+}
+
+DType mlx_affine_dtype(int bits) {
+  switch (bits) {
+    case 2: return DType::MLX_Q2;
+    case 3: return DType::MLX_Q3;
+    case 4: return DType::MLX_Q4;
+    case 5: return DType::MLX_Q5;
+    case 6: return DType::MLX_Q6;
+    case 8: return DType::MLX_Q8;
+  }
+  throw Error("[quant] MLX affine bits " + std::to_string(bits) + " (expected 2, 3, 4, 5, 6 or 8)");
+}
+
+int mlx_affine_bits(DType t) {
+  switch (t) {
+    case DType::MLX_Q2: return 2;
+    case DType::MLX_Q3: return 3;
+    case DType::MLX_Q4: return 4;
+    case DType::MLX_Q5: return 5;
+    case DType::MLX_Q6: return 6;
+    case DType::MLX_Q8: return 8;
+    default: return 0;
+  }
+}
+
+uint32_t mlx_unpack(const uint32_t* words, int64_t i, int bits) {
+  const int64_t p = i * bits;
+  const int sh = int(p % 32);
+  uint64_t v = words[p / 32] >> sh;
+  if (sh + bits > 32) v |= uint64_t(words[p / 32 + 1]) << (32 - sh);  // straddles two words
+  return uint32_t(v) & ((1u << bits) - 1);
+}
+
+void mlx_pack(uint32_t* words, int64_t i, int bits, uint32_t q) {
+  const int64_t p = i * bits;
+  const int sh = int(p % 32);
+  words[p / 32] |= q << sh;
+  if (sh + bits > 32) words[p / 32 + 1] |= q >> (32 - sh);
+}
+
+float e4m3_to_f32(uint8_t v) {
+  const int e = (v >> 3) & 15, m = v & 7;
+  if (e == 15 && m == 7) return std::nanf("");
+  const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(float(8 + m), e - 10);
+  return v & 0x80 ? -mag : mag;
 }
 
 void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
@@ -81,6 +134,14 @@ bool block_scales_finite(DType t, const uint8_t* blk) {
     case DType::Q2_K: off[n++] = offsetof(BlockQ2_K, d); off[n++] = offsetof(BlockQ2_K, dmin); break;
     case DType::Q3_K: off[n++] = offsetof(BlockQ3_K, d); break;
     case DType::Q6_K: off[n++] = offsetof(BlockQ6_K, d); break;
+    case DType::MLX_Q2: case DType::MLX_Q3: case DType::MLX_Q4: case DType::MLX_Q5: case DType::MLX_Q6:
+    case DType::MLX_Q8: {
+      float sb[2];
+      std::memcpy(sb, blk, 8);
+      return std::isfinite(sb[0]) && std::isfinite(sb[1]);
+    }
+    case DType::MLX_MXFP8: return blk[0] != 0xFF;  // E8M0 0xFF is NaN (OCP MX)
+    case DType::MLX_NVFP4: return (blk[0] & 0x7F) != 0x7F;
     default: break;
   }
   for (int i = 0; i < n; ++i) {
@@ -298,6 +359,39 @@ void dequant(DType t, const uint8_t* src, int64_t nb, O* y) {
           y[j + 16] = d * O(kMXFP4Values[b.qs[j] >> 4]);
         }
         y += 32;
+        break;
+      }
+      case DType::MLX_Q2: case DType::MLX_Q3: case DType::MLX_Q4: case DType::MLX_Q5: case DType::MLX_Q6:
+      case DType::MLX_Q8: {
+        // scale * q is exact in double (24 + 8 bits); the sum is exact too unless bias and
+        // scale * q lie more than 2^21 apart, and the float result is that sum rounded once.
+        float sb[2];
+        uint32_t w[8];
+        const int bits = mlx_affine_bits(t);
+        std::memcpy(sb, src, 8);
+        std::memcpy(w, src + 8, 4 * size_t(bits));
+        for (int j = 0; j < kMlxBlock; ++j)
+          y[j] = O(double(sb[0]) * double(mlx_unpack(w, j, bits)) + double(sb[1]));
+        y += kMlxBlock;
+        break;
+      }
+      case DType::MLX_MXFP8: {
+        // E4M3 (4 significant bits) times a power of two: exact wherever float's range holds it.
+        auto b = load<BlockMlxMxfp8>(src);
+        const double d = std::ldexp(1.0, int(b.e) - 127);
+        for (int j = 0; j < kMlxBlock; ++j) y[j] = O(d * double(e4m3_to_f32(b.q[j])));
+        y += kMlxBlock;
+        break;
+      }
+      case DType::MLX_NVFP4: {
+        // E2M1 (doubled in kMXFP4Values, hence the half) times an E4M3 scale: exact.
+        auto b = load<BlockMlxNvfp4>(src);
+        const double d = 0.5 * double(e4m3_to_f32(b.s));
+        for (int j = 0; j < 8; ++j) {
+          y[2 * j] = O(d * kMXFP4Values[b.qs[j] & 0xF]);
+          y[2 * j + 1] = O(d * kMXFP4Values[b.qs[j] >> 4]);
+        }
+        y += kNvfp4Block;
         break;
       }
       case DType::F64: case DType::F32: case DType::F16: case DType::BF16:

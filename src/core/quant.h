@@ -34,12 +34,46 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
                   sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockMXFP4) == 17,
               "block sizes must be ggml's");
 
+/// MLX's quantized weights (mlx/ops.cpp affine_quantize / fp_quantize; docs/quantization.md),
+/// as model/mlx.cpp repacks them at load into self-contained blocks, so that every tier reads
+/// them through dequant_blocks like ggml's:
+/// - MLX_Q2..MLX_Q8 (affine, bits b): 32 values = f32 scale, f32 bias (MLX stores them in the
+///   model dtype, f32/f16/bf16, each exact in f32), then the b uint32 words MLX packed those 32
+///   values into (a group of 32/64/128 is split into blocks sharing its scale and bias). Value
+///   j is bits [j*b, j*b + b) of the words read as one little-endian bit stream, LSB first
+///   (words hold 32/b values for b = 2, 4, 8; for b = 3, 5, 6 a value may straddle two
+///   words); x = scale * q + bias.
+/// - MLX's mxfp4 is ggml's MXFP4 block (same E8M0 scale, same E2M1 codes; nibbles reordered).
+/// - MLX_MXFP8: 32 values = E8M0 scale e, then 32 E4M3 bytes; x = e4m3(q) * 2^(e - 127).
+/// - MLX_NVFP4: 16 values = E4M3 scale s, then 8 bytes of E2M1 codes (value 2i the low nibble
+///   of byte i, 2i+1 the high one); x = e2m1(q) * e4m3(s).
+constexpr int kMlxBlock = 32;     // values per block of the affine types and MLX_MXFP8
+constexpr int kNvfp4Block = 16;   // values per block (and per MLX group) of MLX_NVFP4
+struct BlockMlxMxfp8 { uint8_t e; uint8_t q[32]; };
+struct BlockMlxNvfp4 { uint8_t s; uint8_t qs[8]; };
+static_assert(sizeof(BlockMlxMxfp8) == 33 && sizeof(BlockMlxNvfp4) == 9, "MLX block sizes");
+
+/// The affine type of `bits` (2, 3, 4, 5, 6 or 8), and the bits of one (0 for another type).
+DType mlx_affine_dtype(int bits);
+int mlx_affine_bits(DType t);
+/// Value i of a packed MLX affine row: bits [i*bits, i*bits + bits) of the little-endian
+/// bit stream of `words`, LSB first.
+uint32_t mlx_unpack(const uint32_t* words, int64_t i, int bits);
+/// The inverse: ORs q (< 2^bits) into value slot i of `words` (which start zeroed).
+void mlx_pack(uint32_t* words, int64_t i, int bits, uint32_t q);
+/// OCP FP8 E4M3 (bias 7, no infinities, 0x7F/0xFF NaN) as a float; exact.
+float e4m3_to_f32(uint8_t v);
+/// MLX's affine quantization of one group of g values (mlx/ops.cpp affine_quantize's
+/// fallback, operation by operation in f32): scale and bias (before their rounding to the
+/// model dtype, which MLX does after computing q) and the g quants.
+void mlx_affine_quantize_group(const float* x, int g, int bits, float& scale, float& bias, uint32_t* q);
+
 /// ggml's non-linear 4-bit codebooks: kvalues_iq4nl, and kvalues_mxfp4 (the E2M1 values
 /// doubled, so that the block scale 2^(e-127) is applied as 2^(e-128)).
 extern const int8_t kIQ4NLValues[16];
 extern const int8_t kMXFP4Values[16];
 
-/// Whether t is one of ggml's block formats (Q8_0 included).
+/// Whether t is one of ggml's block formats (Q8_0 included) or an MLX block.
 bool is_quantized(DType t);
 /// Values per block (1 for the dense types) and bytes per block (the element size for them).
 int block_elems(DType t);

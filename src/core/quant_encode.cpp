@@ -9,6 +9,9 @@
 // Q3_K, IQ4_NL and IQ4_XS get plain round-to-nearest encoders of our own (a scale from the
 // largest magnitude, each value to its nearest code): valid blocks for tests, not
 // llama.cpp's search, and `arbiter quantize` does not offer them.
+//
+// MLX's formats: mlx_affine_quantize_group is MLX's affine quantizer (what `arbiter quantize
+// --mlx` writes); the MLX_* block encoders serve tests.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -383,6 +386,59 @@ void encode_mxfp4(const float* x, uint8_t* dst) {
   store(dst, b);
 }
 
+// MLX's blocks (core/quant.h). Affine: MLX's own algorithm on a group of 32 (the block);
+// MXFP8 and NVFP4: MLX's fp_quantize fallback (mlx/ops.cpp), the scale from the largest
+// magnitude (E8M0: 2^rint(log2(amax / 448)); E4M3: amax / 6 rounded to E4M3), each value to
+// its nearest code.
+void encode_mlx_affine(const float* x, int bits, uint8_t* dst) {
+  float sb[2];
+  uint32_t q[kMlxBlock], w[8] = {};
+  mlx_affine_quantize_group(x, kMlxBlock, bits, sb[0], sb[1], q);
+  for (int j = 0; j < kMlxBlock; ++j) mlx_pack(w, j, bits, q[j]);
+  std::memcpy(dst, sb, 8);
+  std::memcpy(dst + 8, w, 4 * size_t(bits));
+}
+
+// The E4M3 code nearest v, ties to the even code, saturating at 448 (MLX's ToFP8 on finite
+// inputs). Every scaling below is by a power of two, so nearbyint rounds the exact quotient.
+uint8_t f32_to_e4m3(float v) {
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const double a = std::fabs(double(v));
+  int code;
+  if (a < 0.015625) {  // below 2^-6, the smallest normal: subnormal steps of 2^-9
+    code = int(std::nearbyint(a * 512));  // 8 steps is the smallest normal's code, 0x08
+  } else {
+    int x;
+    std::frexp(a, &x);  // a = f * 2^x, f in [0.5, 1): exponent x - 1
+    int e = x - 1, m = int(std::nearbyint((std::ldexp(a, -e) - 1) * 8));
+    if (m == 8) m = 0, ++e;
+    code = (e + 7) << 3 | m;
+  }
+  return uint8_t(sign | std::min(code, 0x7E));
+}
+
+void encode_mlx_mxfp8(const float* x, uint8_t* dst) {
+  float amax = 0;
+  for (int j = 0; j < kMlxBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float scale = amax / 448.0f;
+  const int e = scale == 0.0f ? 0 : int(std::rint(std::log2(scale)));
+  BlockMlxMxfp8 b;
+  b.e = uint8_t(std::clamp(e + 127, 0, 254));
+  for (int j = 0; j < kMlxBlock; ++j) b.q[j] = f32_to_e4m3(float(std::ldexp(double(x[j]), 127 - int(b.e))));
+  store(dst, b);
+}
+
+void encode_mlx_nvfp4(const float* x, uint8_t* dst) {
+  float amax = 0;
+  for (int j = 0; j < kNvfp4Block; ++j) amax = std::max(amax, std::fabs(x[j]));
+  BlockMlxNvfp4 b;
+  b.s = f32_to_e4m3(amax / 6.0f);
+  const float d = 0.5f * e4m3_to_f32(b.s);  // kMXFP4Values holds E2M1 doubled
+  for (int j = 0; j < 8; ++j)
+    b.qs[j] = uint8_t(nearest_code(kMXFP4Values, x[2 * j], d) | nearest_code(kMXFP4Values, x[2 * j + 1], d) << 4);
+  store(dst, b);
+}
+
 // Round-to-nearest encoders of our own (see the top of the file).
 void encode_iq4_nl(const float* x, uint8_t* dst) {
   float amax, max;
@@ -452,6 +508,30 @@ void encode_q3_k(const float* x, uint8_t* dst) {
 
 }  // namespace
 
+void mlx_affine_quantize_group(const float* x, int g, int bits, float& scale, float& bias, uint32_t* q) {
+  // mlx/backend/cpu/quantized.cpp quantize(), step by step: the scale spans [min, max] in
+  // 2^bits - 1 steps, signed so that the edge of larger magnitude is hit exactly (q0 steps
+  // from 0), which becomes the bias; rint is MLX's round (ties to even).
+  const float n_bins = float((1 << bits) - 1), eps = 1e-7f;
+  float w_min = INFINITY, w_max = -INFINITY;
+  for (int j = 0; j < g; ++j) {
+    w_max = std::max(w_max, x[j]);
+    w_min = std::min(w_min, x[j]);
+  }
+  const bool mask = std::fabs(w_min) > std::fabs(w_max);
+  scale = std::max((w_max - w_min) / n_bins, eps);
+  scale = mask ? scale : -scale;
+  const float edge = mask ? w_min : w_max;
+  const float q0 = std::rint(edge / scale);
+  bias = 0;
+  if (q0 != 0) {
+    scale = edge / q0;
+    bias = edge;
+  }
+  for (int j = 0; j < g; ++j)
+    q[j] = uint32_t(std::min(std::max(std::rint((x[j] - bias) / scale), 0.0f), n_bins));
+}
+
 void quantize_blocks(DType t, const float* x, int64_t nb, uint8_t* dst) {
   const int be = block_elems(t);
   const size_t bb = block_bytes(t);
@@ -470,6 +550,10 @@ void quantize_blocks(DType t, const float* x, int64_t nb, uint8_t* dst) {
       case DType::IQ4_NL: encode_iq4_nl(x, dst); break;
       case DType::IQ4_XS: encode_iq4_xs(x, dst); break;
       case DType::MXFP4: encode_mxfp4(x, dst); break;
+      case DType::MLX_Q2: case DType::MLX_Q3: case DType::MLX_Q4: case DType::MLX_Q5: case DType::MLX_Q6:
+      case DType::MLX_Q8: encode_mlx_affine(x, mlx_affine_bits(t), dst); break;
+      case DType::MLX_MXFP8: encode_mlx_mxfp8(x, dst); break;
+      case DType::MLX_NVFP4: encode_mlx_nvfp4(x, dst); break;
       default: throw Error(std::string("[quant] ") + dtype_name(t) + " is not a block format");
     }
   }

@@ -41,6 +41,13 @@ bool parse_dtype(const std::string& s, DType& t) {
   return true;
 }
 
+bool parse_int_dtype(const std::string& s, StInt& t) {
+  if (s == "U32") t = StInt::U32;
+  else if (s == "U8") t = StInt::U8;
+  else return false;
+  return true;
+}
+
 // A JSON value as a non-negative integer that fits int64 (safetensors writes plain integers).
 bool as_u63(const json& v, uint64_t& out) {
   if (v.is_number_unsigned()) {
@@ -83,6 +90,7 @@ void SafetensorsSet::add_file(std::shared_ptr<MappedFile> file) {
   };
   std::vector<Span> spans;
   std::map<std::string, Tensor> added;
+  std::map<std::string, IntTensor> added_int;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const json& v = it.value();
@@ -107,8 +115,10 @@ void SafetensorsSet::add_file(std::shared_ptr<MappedFile> file) {
     Tensor t;
     t.name = name;
     const std::string dtype = dt->get<std::string>();
-    if (!parse_dtype(dtype, t.dtype))
-      fail(path, where + " has dtype " + dtype + " (supported: F64, F32, F16, BF16)");
+    StInt itype = StInt::U32;
+    const bool is_int = parse_int_dtype(dtype, itype);
+    if (!is_int && !parse_dtype(dtype, t.dtype))
+      fail(path, where + " has dtype " + dtype + " (supported: F64, F32, F16, BF16, U8, U32)");
     uint64_t numel = 1;
     for (const json& d : *sh) {
       uint64_t x;
@@ -118,7 +128,8 @@ void SafetensorsSet::add_file(std::shared_ptr<MappedFile> file) {
       numel *= x;
       t.shape.push_back(int64_t(x));
     }
-    const uint64_t elem = t.dtype == DType::F64 ? 8 : t.dtype == DType::F32 ? 4 : 2;
+    const uint64_t elem = is_int ? (itype == StInt::U32 ? 4 : 1)
+                                 : t.dtype == DType::F64 ? 8 : t.dtype == DType::F32 ? 4 : 2;
     if (numel > std::numeric_limits<uint64_t>::max() / elem) fail(path, where + ": byte size overflows");
     const uint64_t nbytes = numel * elem;
     uint64_t b, e;
@@ -139,8 +150,14 @@ void SafetensorsSet::add_file(std::shared_ptr<MappedFile> file) {
       fail(path, where + strformat(" data at file offset %llu is not aligned to its %llu-byte elements "
                                    "(re-save the file with a current safetensors)",
                                    (unsigned long long)(data_begin + b), (unsigned long long)elem));
-    if (tensors_.count(name)) fail(path, where + " also appears in an earlier file of the set");
+    if (tensors_.count(name) || int_tensors_.count(name))
+      fail(path, where + " also appears in an earlier file of the set");
     t.data = base + data_begin + b;
+    if (is_int) {
+      auto ins = added_int.emplace(name, IntTensor{name, itype, t.shape, t.data});
+      spans.push_back({b, e, &ins.first->first});
+      continue;
+    }
     auto ins = added.emplace(name, std::move(t));
     spans.push_back({b, e, &ins.first->first});
   }
@@ -149,6 +166,7 @@ void SafetensorsSet::add_file(std::shared_ptr<MappedFile> file) {
     if (spans[k - 1].end > spans[k].begin)
       fail(path, "tensors '" + *spans[k - 1].name + "' and '" + *spans[k].name + "' overlap");
   for (auto& [name, t] : added) tensors_.emplace(name, std::move(t));
+  for (auto& [name, t] : added_int) int_tensors_.emplace(name, std::move(t));
   files_.push_back(std::move(file));
 }
 
@@ -201,15 +219,23 @@ SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
     set.add_file(std::make_shared<MappedFile>(dir + "/" + f, "[safetensors]"));
   for (const auto& [name, f] : map) {
     const Tensor* t = set.tensor(name);
+    const IntTensor* it = set.int_tensor(name);
     const MappedFile* owner = nullptr;
     for (const auto& m : set.files_)
       if (m->path() == dir + "/" + f) owner = m.get();
-    auto p = static_cast<const uint8_t*>(t ? t->data : nullptr);
-    if (t == nullptr || owner == nullptr || p < owner->data() || p > owner->data() + owner->size())
+    auto p = static_cast<const uint8_t*>(t ? t->data : it ? it->data : nullptr);
+    if (p == nullptr || owner == nullptr || p < owner->data() || p > owner->data() + owner->size())
       fail(index, "tensor '" + name + "' is not in its listed shard '" + f + "'");
   }
   return set;
 }
+
+const IntTensor* SafetensorsSet::int_tensor(const std::string& name) const {
+  auto it = int_tensors_.find(name);
+  return it == int_tensors_.end() ? nullptr : &it->second;
+}
+
+const char* st_int_name(StInt t) { return t == StInt::U32 ? "U32" : "U8"; }
 
 const Tensor* SafetensorsSet::tensor(const std::string& name) const {
   auto it = tensors_.find(name);

@@ -25,6 +25,12 @@ const char* st_dtype_name(DType t) {
   }
 }
 
+// Bytes of n elements of an entry.
+size_t entry_bytes(const SafetensorsEntry& e, int64_t n) {
+  if (e.int_type) return size_t(n) * (*e.int_type == StInt::U32 ? 4 : 1);
+  return dtype_bytes(e.dtype, n);
+}
+
 }  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
@@ -40,7 +46,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   std::set<std::string> names;
   uint64_t offset = 0;
   for (const SafetensorsEntry& e : entries) {
-    const char* dt = st_dtype_name(e.dtype);
+    const char* dt = e.int_type ? st_int_name(*e.int_type) : st_dtype_name(e.dtype);
     if (dt == nullptr) fail(path, "tensor '" + e.name + "' has dtype " + dtype_name(e.dtype) + " (supported: F64, F32, F16, BF16)");
     if (e.name.empty() || e.name == "__metadata__") fail(path, "bad tensor name '" + e.name + "'");
     if (!names.insert(e.name).second) fail(path, "tensor '" + e.name + "' given twice");
@@ -50,7 +56,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
       if (d < 0) fail(path, "tensor '" + e.name + "' has a negative dimension");
       numel *= d;
     }
-    const uint64_t nbytes = dtype_bytes(e.dtype, numel);
+    const uint64_t nbytes = entry_bytes(e, numel);
     header[e.name] = {{"dtype", dt}, {"shape", e.shape}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
@@ -74,12 +80,12 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     int64_t numel = 1;
     for (int64_t d : e.shape) numel *= d;
     if (e.data != nullptr) {
-      put(e.data, dtype_bytes(e.dtype, numel));
+      put(e.data, entry_bytes(e, numel));
       continue;
     }
     for (int64_t b = 0; b < numel; b += kPiece) {
       const int64_t m = std::min(kPiece, numel - b);
-      buf.resize(dtype_bytes(e.dtype, m));
+      buf.resize(entry_bytes(e, m));
       e.fill(b, m, buf.data());
       put(buf.data(), buf.size());
     }

@@ -9,13 +9,17 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "core/dtype.h"
+#include "io/safetensors.h"
 
 namespace arbiter {
 
 struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::F32;  // F64, F32, F16 or BF16
+  std::optional<StInt> int_type;  // set: a U8/U32 tensor instead (dtype unused; MLX's words)
   std::vector<int64_t> shape;
   /// Writes elements [begin, begin + n) of the tensor (row-major, in dtype) to dst.
   /// Called with increasing begin; n is at most the writer's piece size.

@@ -1,5 +1,6 @@
 // load_model: a GGUF file or an HF directory -> Model (config, weight views into the mapped
-// files, tokenizer, provenance). Weights are never copied. The architecture family
+// files, tokenizer, provenance). Weights are never copied, except MLX's packed tensors,
+// which are repacked into blocks (model/mlx.h). The architecture family
 // (model/arch.h) parses the config and lists every tensor its forward reads; each is looked
 // up by its name in the file's format and its shape checked. A tensor in the file that the
 // architecture does not use is an error too (an ignored bias or extra norm would silently
@@ -23,6 +24,7 @@
 #include "io/json_config.h"
 #include "io/safetensors.h"
 #include "io/sha256.h"
+#include "model/mlx.h"
 #include "model/model.h"
 #include "model/validate.h"
 
@@ -243,27 +245,37 @@ std::unique_ptr<Model> load_hf(const std::string& path) {
   m->path = path;
   m->format = "hf";
   const std::string cfg_path = path + "/config.json";
-  m->config = parse_hf(read_config_text(cfg_path), cfg_path, &m->arch);
+  const std::string cfg_text = read_config_text(cfg_path);
+  m->config = parse_hf(cfg_text, cfg_path, &m->arch);
+  auto mlx = std::make_shared<MlxQuant>(JsonConfig(cfg_text, cfg_path));
   SafetensorsSet st = SafetensorsSet::open_dir(path);
 
   // A name the writer dropped as a duplicate of a shared tensor is recorded in
   // __metadata__ as {dropped: kept} (safetensors' torch save_model); follow that alias.
-  // The family may store a tensor under a wrapper's prefix (hf_stored_names).
-  auto lookup = [&st, &m](const std::string& name) -> const Tensor* {
+  // The family may store a tensor under a wrapper's prefix (hf_stored_names). An MLX-packed
+  // weight is read as its repacked blocks.
+  auto lookup = [&st, &m, &mlx](const std::string& name) -> const Tensor* {
     for (const std::string& n : m->arch->hf_stored_names(m->config, name)) {
+      if (const Tensor* t = mlx->tensor(st, n)) return t;
       if (const Tensor* t = st.tensor(n)) return t;
       auto it = st.metadata().find(n);
       if (it != st.metadata().end()) return st.tensor(it->second);
     }
     return nullptr;
   };
-  validate_config(m->config, {cfg_path, false, st.tensors().size()});
+  // An integer tensor is only ever an MLX weight's words or fp scales.
+  for (const auto& [n, t] : st.int_tensors())
+    if (!mlx->enabled() && !m->arch->hf_ignored(m->config, n))
+      throw Error("[loader] " + path + ": tensor '" + n + "' has dtype " + st_int_name(t.type) +
+                  " and config.json has no MLX 'quantization' block");
+  validate_config(m->config, {cfg_path, false, st.tensors().size() + st.int_tensors().size()});
   Binder b(path, lookup);
   bind(*m->arch, m->config, Format::Hf, b, m->weights);
   std::vector<std::string> all;
   for (const auto& [n, t] : st.tensors()) all.push_back(n);
-  b.refuse_unused(all, [&m](const std::string& n) {
-    if (m->arch->hf_ignored(m->config, n)) return true;
+  for (const auto& [n, t] : st.int_tensors()) all.push_back(n);
+  b.refuse_unused(all, [&m, &mlx](const std::string& n) {
+    if (m->arch->hf_ignored(m->config, n) || mlx->consumed(n)) return true;
     // Old llama checkpoints saved the RoPE inverse-frequency buffer; it is recomputed.
     const std::string suffix = "rotary_emb.inv_freq";
     return n.size() >= suffix.size() &&
@@ -271,6 +283,7 @@ std::unique_ptr<Model> load_hf(const std::string& path) {
   });
 
   m->files = st.files();
+  m->repacked = mlx;
   finish(*m);
   m->tokenizer = tokenizer_from_hf_dir(path);
   m->eos_ids = load_hf_eos_ids(path);

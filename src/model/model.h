@@ -24,6 +24,9 @@ struct Model {
   int64_t n_params = 0;        // unique parameters (a tied matrix counted once)
   DType weight_dtype = DType::F32;  // dtype of the large matrices
   std::vector<std::shared_ptr<MappedFile>> files;  // keep the mappings alive
+  // Weights made at load rather than mapped (MLX's packed tensors repacked into blocks,
+  // model/mlx.h); the views in `weights` point into it.
+  std::shared_ptr<const void> repacked;
   // EOS ids that stop generation (config/generation_config may list several).
   std::vector<int32_t> eos_ids;
 };

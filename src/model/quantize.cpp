@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "core/error.h"
@@ -11,6 +12,10 @@
 #include "core/thread_pool.h"
 #include "io/gguf.h"
 #include "io/gguf_write.h"
+#include "io/json_config.h"
+#include "io/safetensors.h"
+#include "io/safetensors_write.h"
+#include "model/mlx.h"
 
 namespace arbiter {
 
@@ -163,6 +168,111 @@ QuantizeStats quantize_gguf(const std::string& in_path, const std::string& out_p
   }
   w.write(out_path);
   return st;
+}
+
+QuantizeStats quantize_mlx(const std::string& in_dir, const std::string& out_dir, int bits, int group_size,
+                           int threads) {
+  namespace fs = std::filesystem;
+  const std::string err = mlx_params_error({"affine", group_size, bits});
+  if (!err.empty()) throw Error("[quantize] --mlx " + std::to_string(bits) + " --group-size " + std::to_string(group_size) + ": " + err);
+  std::error_code ec;
+  if (!fs::is_directory(in_dir)) throw Error("[quantize] " + in_dir + ": --mlx reads an HF model directory");
+  if (in_dir == out_dir || fs::equivalent(in_dir, out_dir, ec))
+    throw Error("[quantize] " + out_dir + ": the output is the input directory (write elsewhere)");
+  if (fs::exists(out_dir)) throw Error("[quantize] " + out_dir + ": already exists (refusing to replace it)");
+  const std::string cfg_path = in_dir + "/config.json";
+  const std::string cfg_text = read_config_text(cfg_path);
+  if (MlxQuant(JsonConfig(cfg_text, cfg_path)).enabled())  // also checks the text is a JSON object
+    throw Error("[quantize] " + cfg_path + ": the model is already MLX-quantized (quantize from f32, f16 or bf16)");
+  const SafetensorsSet st = SafetensorsSet::open_dir(in_dir);
+  if (!st.int_tensors().empty())
+    throw Error("[quantize] " + in_dir + ": tensor '" + st.int_tensors().begin()->first + "' is an integer tensor");
+
+  ThreadPool pool(threads);
+  QuantizeStats stats;
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::vector<uint8_t>> owned;  // words, scales and biases of every quantized matrix
+  owned.reserve(3 * st.tensors().size());
+  for (const auto& [name, t] : st.tensors()) {
+    ++stats.tensors;
+    stats.bytes_in += t.nbytes();
+    const bool quantize = t.shape.size() == 2 && ends_with(name, ".weight") && t.cols() % group_size == 0;
+    if (!quantize) {
+      SafetensorsEntry e;
+      e.name = name;
+      e.dtype = t.dtype;
+      e.shape = t.shape;
+      e.data = t.data;
+      entries.push_back(std::move(e));
+      stats.bytes_out += t.nbytes();
+      continue;
+    }
+    ++stats.quantized;
+    const int64_t rows = t.rows(), cols = t.cols(), groups = cols / group_size, wcols = cols * bits / 32;
+    // MLX rounds scales and biases to the model dtype after computing the quants (mlx/ops.cpp).
+    const DType sd = t.dtype == DType::F64 ? DType::F32 : t.dtype;
+    std::vector<uint8_t>& words = owned.emplace_back(size_t(rows * wcols) * 4);
+    std::vector<uint8_t>& sc = owned.emplace_back(dtype_bytes(sd, rows * groups));
+    std::vector<uint8_t>& bi = owned.emplace_back(dtype_bytes(sd, rows * groups));
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      std::vector<float> x(size_t((r1 - r0) * cols)), s(size_t((r1 - r0) * groups)), b(s.size());
+      row_to_f32(t.dtype, t.row(r0), x.data(), int64_t(x.size()));
+      mlx_affine_quantize(x.data(), r1 - r0, cols, group_size, bits,
+                          reinterpret_cast<uint32_t*>(words.data()) + r0 * wcols, s.data(), b.data());
+      for (size_t i = 0; i < s.size(); ++i) {
+        const size_t at = dtype_bytes(sd, r0 * groups + int64_t(i));
+        if (sd == DType::F32) {
+          std::memcpy(sc.data() + at, &s[i], 4);
+          std::memcpy(bi.data() + at, &b[i], 4);
+        } else {
+          const uint16_t us = sd == DType::F16 ? f32_to_f16(s[i]) : f32_to_bf16(s[i]);
+          const uint16_t ub = sd == DType::F16 ? f32_to_f16(b[i]) : f32_to_bf16(b[i]);
+          std::memcpy(sc.data() + at, &us, 2);
+          std::memcpy(bi.data() + at, &ub, 2);
+        }
+      }
+    });
+    const std::string module = name.substr(0, name.size() - 7);
+    SafetensorsEntry w;
+    w.name = name;
+    w.int_type = StInt::U32;
+    w.shape = {rows, wcols};
+    w.data = words.data();
+    SafetensorsEntry es{module + ".scales", sd, std::nullopt, {rows, groups}, {}, sc.data()};
+    SafetensorsEntry eb{module + ".biases", sd, std::nullopt, {rows, groups}, {}, bi.data()};
+    entries.push_back(std::move(w));
+    entries.push_back(std::move(es));
+    entries.push_back(std::move(eb));
+    stats.bytes_out += words.size() + sc.size() + bi.size();
+  }
+
+  const std::string tmp = out_dir + ".partial";
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(tmp, ec)) throw Error("[quantize] " + tmp + ": cannot create (" + ec.message() + ")");
+  try {
+    write_safetensors(tmp + "/model.safetensors", entries, {{"format", "mlx"}});
+    const nlohmann::json q = {{"group_size", group_size}, {"bits", bits}, {"mode", "affine"}};
+    nlohmann::json cfg = nlohmann::json::parse(cfg_text);
+    cfg["quantization"] = q;
+    cfg["quantization_config"] = q;  // mlx-lm's save_config writes both
+    std::ofstream cf(tmp + "/config.json");
+    cf << cfg.dump(2) << "\n";
+    if (!cf.flush()) throw Error("[quantize] " + tmp + "/config.json: write failed");
+    for (const fs::directory_entry& f : fs::directory_iterator(in_dir)) {
+      const std::string n = f.path().filename().string();
+      // The tokenizer and generation files, as mlx-lm's save copies them.
+      const bool copy = n.rfind("tokenizer", 0) == 0 || n == "generation_config.json" ||
+                        n == "special_tokens_map.json" || n == "added_tokens.json" || n == "vocab.json" ||
+                        n == "merges.txt" || n.rfind("chat_template", 0) == 0;
+      if (!f.is_regular_file() || !copy) continue;
+      fs::copy_file(f.path(), tmp + "/" + n);
+    }
+    fs::rename(tmp, out_dir);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return stats;
 }
 
 }  // namespace arbiter

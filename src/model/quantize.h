@@ -34,4 +34,16 @@ struct QuantizeStats {
 /// an input whose matrices are already in a block format.
 QuantizeStats quantize_gguf(const std::string& in_path, const std::string& out_path, QuantRecipe r, int threads);
 
+/// Writes the MLX affine layout (model/mlx.h) of the HF directory in_dir to the directory
+/// out_dir, as mlx-lm's convert does: every 2-D `*.weight` whose rows divide into group_size
+/// (MLX quantizes Linear and Embedding modules; our families store no other 2-D weight) as
+/// P.weight (U32 words), P.scales and P.biases (the input's dtype, f32 for f64); every other
+/// tensor as stored; config.json with `quantization` and `quantization_config` =
+/// {group_size, bits, mode: "affine"}; the directory's other files copied. Built in
+/// out_dir.partial and renamed, so out_dir holds all of it or nothing. Refuses out_dir equal
+/// to in_dir or already present, an input already quantized, bits outside {2,3,4,5,6,8} and
+/// group sizes outside {32, 64, 128}.
+QuantizeStats quantize_mlx(const std::string& in_dir, const std::string& out_dir, int bits, int group_size,
+                           int threads);
+
 }  // namespace arbiter

@@ -122,7 +122,9 @@ TEST_P(IsaTest, BlockGemvWithinDotBound) {
   for (float& v : x) v = nd(rng);
   for (float& v : w) v = nd(rng);
   for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                   DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
+                   DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::MLX_Q2,
+                   DType::MLX_Q3, DType::MLX_Q4, DType::MLX_Q5, DType::MLX_Q6, DType::MLX_Q8, DType::MLX_MXFP8,
+                   DType::MLX_NVFP4}) {
     std::vector<uint8_t> q(dtype_bytes(dt, N * K));
     quantize_blocks(dt, w.data(), N * K / block_elems(dt), q.data());
     cpu::GemvFn gemv = cpu::gemv_kernel(GetParam().isa, dt);

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/io_test_util.h"
 #include "io/safetensors.h"
+#include "io/safetensors_write.h"
 
 using namespace arbiter;
 using test::put;
@@ -92,6 +93,34 @@ TEST(Safetensors, HandBuiltEveryDtype) {
   EXPECT_EQ(static_cast<const uint8_t*>(s.tensor("b")->data), s.files()[0]->data() + 8 + n + 24);
 }
 
+// U8 and U32 (MLX's packed weights and fp scales) are integer tensors: read apart from the
+// float ones, checked as they are (size, alignment), and written back by the writer.
+TEST(Safetensors, IntegerTensorsReadAndWritten) {
+  const std::string h = R"({"w":{"dtype":"U32","shape":[1,2],"data_offsets":[0,8]},)"
+                        R"("s":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}})";
+  const std::string data = std::string("\x10\x32\x54\x76\x98\xba\xdc\xfe", 8) + "\x01\x02\x03";
+  SafetensorsSet s = SafetensorsSet::open_file(write_tmp(safetensors_bytes(h, data)));
+  EXPECT_TRUE(s.tensors().empty());
+  const IntTensor* w = s.int_tensor("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->type, StInt::U32);
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(static_cast<const uint32_t*>(w->data)[1], 0xFEDCBA98u);  // little-endian words
+  ASSERT_NE(s.int_tensor("s"), nullptr);
+  EXPECT_EQ(s.int_tensor("s")->type, StInt::U8);
+  EXPECT_EQ(static_cast<const uint8_t*>(s.int_tensor("s")->data)[2], 3);
+  EXPECT_EQ(s.tensor("w"), nullptr);
+  expect_refused(R"({"w":{"dtype":"U32","shape":[3],"data_offsets":[0,8]}})", data, "spans 8 bytes");
+
+  const std::string out = test::temp_dir("st-int") + "/o.safetensors";
+  write_safetensors(out, {{"w", DType::F32, StInt::U32, w->shape, {}, w->data},
+                          {"s", DType::F32, StInt::U8, {3}, {}, s.int_tensor("s")->data}});
+  SafetensorsSet r = SafetensorsSet::open_file(out);
+  ASSERT_NE(r.int_tensor("w"), nullptr);
+  EXPECT_EQ(std::memcmp(r.int_tensor("w")->data, w->data, 8), 0);
+  EXPECT_EQ(r.int_tensor("s")->type, StInt::U8);
+}
+
 TEST(SafetensorsRefuse, Framing) {
   expect_refused_bytes("", "too short");
   expect_refused_bytes("1234567", "too short");
@@ -125,7 +154,7 @@ TEST(SafetensorsRefuse, TensorEntries) {
     return R"({"w":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":)" + offs + "}}";
   };
   const std::string data(16, '\0');
-  for (const char* dt : {"I32", "I8", "U8", "BOOL", "F8_E4M3", "I64", "Q8"})
+  for (const char* dt : {"I32", "I8", "U16", "BOOL", "F8_E4M3", "I64", "Q8"})
     expect_refused(one(dt, "[4]", "[0,16]"), data, std::string("tensor 'w' has dtype ") + dt);
   expect_refused(one("F32", "[4]", "[0,20]"), data, "past end of file");
   expect_refused(one("F32", "[4]", "[4611686018427387904,4611686018427387920]"), data, "past end of file");

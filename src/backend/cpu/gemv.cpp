@@ -149,8 +149,8 @@ void gemv_q8(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, in
   }
 }
 
-// The other block formats: each row is dequantized a chunk of 256 values at a time (one
-// super-block, or 8 small blocks) into an f32 buffer (each value the exact one rounded once,
+// The other block formats (MLX's repacked blocks too): each row is dequantized a chunk of
+// 256 values at a time (one super-block, or 8 small blocks) into an f32 buffer (each value the exact one rounded once,
 // core/quant.h) and dotted with x by the ISA's FMA, accumulators alternating by vector step.
 // The scale is applied while widening, not once per block as for q8_0: k-quants have a
 // scale and a min per sub-block, so this keeps one kernel for all of them.
@@ -219,6 +219,14 @@ GemvFn gemv_for(DType t) {
     case DType::IQ4_NL: return gemv_blocks<V, DType::IQ4_NL>;
     case DType::IQ4_XS: return gemv_blocks<V, DType::IQ4_XS>;
     case DType::MXFP4: return gemv_blocks<V, DType::MXFP4>;
+    case DType::MLX_Q2: return gemv_blocks<V, DType::MLX_Q2>;
+    case DType::MLX_Q3: return gemv_blocks<V, DType::MLX_Q3>;
+    case DType::MLX_Q4: return gemv_blocks<V, DType::MLX_Q4>;
+    case DType::MLX_Q5: return gemv_blocks<V, DType::MLX_Q5>;
+    case DType::MLX_Q6: return gemv_blocks<V, DType::MLX_Q6>;
+    case DType::MLX_Q8: return gemv_blocks<V, DType::MLX_Q8>;
+    case DType::MLX_MXFP8: return gemv_blocks<V, DType::MLX_MXFP8>;
+    case DType::MLX_NVFP4: return gemv_blocks<V, DType::MLX_NVFP4>;
     default: return nullptr;
   }
 }
@@ -242,6 +250,14 @@ WidenFn widen_for(DType t) {
     case DType::IQ4_NL: return widen_blocks<DType::IQ4_NL>;
     case DType::IQ4_XS: return widen_blocks<DType::IQ4_XS>;
     case DType::MXFP4: return widen_blocks<DType::MXFP4>;
+    case DType::MLX_Q2: return widen_blocks<DType::MLX_Q2>;
+    case DType::MLX_Q3: return widen_blocks<DType::MLX_Q3>;
+    case DType::MLX_Q4: return widen_blocks<DType::MLX_Q4>;
+    case DType::MLX_Q5: return widen_blocks<DType::MLX_Q5>;
+    case DType::MLX_Q6: return widen_blocks<DType::MLX_Q6>;
+    case DType::MLX_Q8: return widen_blocks<DType::MLX_Q8>;
+    case DType::MLX_MXFP8: return widen_blocks<DType::MLX_MXFP8>;
+    case DType::MLX_NVFP4: return widen_blocks<DType::MLX_NVFP4>;
     default: return nullptr;
   }
 }
