@@ -19,13 +19,13 @@ namespace arbiter {
 struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::F32;  // F64, F32, F16 or BF16
-  std::optional<StInt> int_type;  // set: a U8/U32 tensor instead (dtype unused; MLX's words)
   std::vector<int64_t> shape;
   /// Writes elements [begin, begin + n) of the tensor (row-major, in dtype) to dst.
   /// Called with increasing begin; n is at most the writer's piece size.
   std::function<void(int64_t begin, int64_t n, void* dst)> fill;
   /// Alternative to fill: the whole tensor already in memory (numel elements of dtype).
   const void* data = nullptr;
+  std::optional<StInt> int_type;  // set: a U8/U32 tensor instead (dtype unused; MLX's words)
 };
 
 /// Writes entries, in the order given, to path. The header is padded with spaces so the

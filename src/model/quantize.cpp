@@ -238,8 +238,8 @@ QuantizeStats quantize_mlx(const std::string& in_dir, const std::string& out_dir
     w.int_type = StInt::U32;
     w.shape = {rows, wcols};
     w.data = words.data();
-    SafetensorsEntry es{module + ".scales", sd, std::nullopt, {rows, groups}, {}, sc.data()};
-    SafetensorsEntry eb{module + ".biases", sd, std::nullopt, {rows, groups}, {}, bi.data()};
+    SafetensorsEntry es{module + ".scales", sd, {rows, groups}, {}, sc.data()};
+    SafetensorsEntry eb{module + ".biases", sd, {rows, groups}, {}, bi.data()};
     entries.push_back(std::move(w));
     entries.push_back(std::move(es));
     entries.push_back(std::move(eb));

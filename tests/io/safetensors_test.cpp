@@ -113,8 +113,8 @@ TEST(Safetensors, IntegerTensorsReadAndWritten) {
   expect_refused(R"({"w":{"dtype":"U32","shape":[3],"data_offsets":[0,8]}})", data, "spans 8 bytes");
 
   const std::string out = test::temp_dir("st-int") + "/o.safetensors";
-  write_safetensors(out, {{"w", DType::F32, StInt::U32, w->shape, {}, w->data},
-                          {"s", DType::F32, StInt::U8, {3}, {}, s.int_tensor("s")->data}});
+  write_safetensors(out, {{"w", DType::F32, w->shape, {}, w->data, StInt::U32},
+                          {"s", DType::F32, {3}, {}, s.int_tensor("s")->data, StInt::U8}});
   SafetensorsSet r = SafetensorsSet::open_file(out);
   ASSERT_NE(r.int_tensor("w"), nullptr);
   EXPECT_EQ(std::memcmp(r.int_tensor("w")->data, w->data, 8), 0);
