@@ -119,9 +119,9 @@ CudaBackend::~CudaBackend() {
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.c);
   }
-  for (cuda::DevBuf* b : {&ids_, &part_, &acc_, &rope_cs_, &sum_out_, &sum_scratch_, &targets_,
-                          &tap_mem_})
+  for (cuda::DevBuf* b : {&ids_, &part_, &acc_, &sum_out_, &sum_scratch_, &targets_, &tap_mem_})
     cudaFree(b->ptr);
+  for (RopeTable& t : rope_tables_) cudaFree(t.cs.ptr);
   cudaFree(lt_ws_);
   cudaFree(counters_);
   cublasLtDestroy(lt_);
@@ -137,7 +137,7 @@ void CudaBackend::prepare(const Prepare& p) {
   std::vector<const Tensor*> weights;
   for (const WeightUse& u : p.weights) weights.push_back(u.tensor);
   weights_->prepare(weights);
-  for (const RopeSpec& r : p.ropes) ensure_rope_table(r, std::min(std::max(p.max_pos, 1), 4096));
+  for (const RopeSpec& r : p.ropes) rope_table(r, std::min(std::max(p.max_pos, 1), 4096));
 }
 
 // --- memory -----------------------------------------------------------------------------
@@ -320,9 +320,8 @@ void CudaBackend::rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpe
   ARB_CHECK(Dh == rope.dims && Dh % 2 == 0, "[cuda] rope: heads of %d, RoPE of %d dimensions",
             Dh, rope.dims);
   ARB_CHECK(pos0 >= 0, "[cuda] rope: position %d", pos0);
-  ensure_rope_table(rope, pos0 + T);
+  const float2* cs = rope_table(rope, pos0 + T);
   void* xp = x.ptr;
-  const float2* cs = static_cast<const float2*>(rope_cs_.ptr);
   const bool adj = rope.layout == RopeLayout::Adjacent;
   submit({5, int64_t(xp), T, nh, Dh, int64_t(cs), adj}, true, pos0,
          [=, this](const cuda::StepCtx& c) {
@@ -775,10 +774,13 @@ void CudaBackend::embed_ids(const Tensor& table, const int32_t* ids, int T, Buff
 /// on the host (the oracle's own angles), rounded once to f32. Computing pos * inv_freq in
 /// f32 on the device instead would put an angle error of up to pos * 2^-24 rad into every
 /// rotation (0.1 mrad at position 4096), far above f32 rounding of cos and sin.
-void CudaBackend::ensure_rope_table(const RopeSpec& rope, int positions) {
-  if (rope == rope_key_ && positions <= rope_positions_) return;
-  int P = rope == rope_key_ ? rope_positions_ : 0;
-  P = std::max({positions, 2 * P, 1024});
+const float2* CudaBackend::rope_table(const RopeSpec& rope, int positions) {
+  auto it = std::find_if(rope_tables_.begin(), rope_tables_.end(),
+                         [&](const RopeTable& t) { return t.spec == rope; });
+  if (it != rope_tables_.end() && positions <= it->positions)
+    return static_cast<const float2*>(it->cs.ptr);
+  if (it == rope_tables_.end()) it = rope_tables_.insert(rope_tables_.end(), RopeTable{rope, {}, 0});
+  const int P = std::max({positions, 2 * it->positions, 1024});
   const std::vector<double> inv = rope_inv_freq(rope);
   const int half = int(inv.size());
   std::vector<float> cs(size_t(P) * half * 2);
@@ -790,15 +792,14 @@ void CudaBackend::ensure_rope_table(const RopeSpec& rope, int positions) {
     }
   flush();
   ARB_CUDA(cudaStreamSynchronize(stream_));
-  ARB_CUDA(cudaFree(rope_cs_.ptr));
-  rope_cs_ = cuda::DevBuf{};
-  ARB_CUDA(cudaMalloc(&rope_cs_.ptr, cs.size() * sizeof(float)));
-  rope_cs_.bytes = cs.size() * sizeof(float);
-  ARB_CUDA(cudaMemcpyAsync(rope_cs_.ptr, cs.data(), rope_cs_.bytes, cudaMemcpyHostToDevice,
-                           stream_));
+  ARB_CUDA(cudaFree(it->cs.ptr));
+  it->cs = cuda::DevBuf{};
+  ARB_CUDA(cudaMalloc(&it->cs.ptr, cs.size() * sizeof(float)));
+  it->cs.bytes = cs.size() * sizeof(float);
+  ARB_CUDA(cudaMemcpyAsync(it->cs.ptr, cs.data(), it->cs.bytes, cudaMemcpyHostToDevice, stream_));
   ARB_CUDA(cudaStreamSynchronize(stream_));
-  rope_key_ = rope;
-  rope_positions_ = P;
+  it->positions = P;
+  return static_cast<const float2*>(it->cs.ptr);
 }
 
 /// cuBLASLt plan for out[T, N] = x[T, K] @ W[N, K]^T, in column-major terms

@@ -237,8 +237,8 @@ cuda::QkRopeArgs CudaBackend::qk_args(Buffer& q, Buffer& k, const Buffer& v, con
   check_act(v, kv_dim, "qk_rope_store v");
   check_act(k_cache, 0, "k cache");
   check_act(v_cache, 0, "v cache");
-  ensure_rope_table(rope, pos0 + 1);
   cuda::QkRopeArgs a;
+  a.cs = rope_table(rope, pos0 + 1);
   a.q = q.ptr;
   a.k = k.ptr;
   a.v = v.ptr;
@@ -261,7 +261,6 @@ cuda::QkRopeArgs CudaBackend::qk_args(Buffer& q, Buffer& k, const Buffer& v, con
   a.Hkv = Hkv;
   a.Dh = Dh;
   a.adjacent = rope.layout == RopeLayout::Adjacent;
-  a.cs = static_cast<const float2*>(rope_cs_.ptr);
   return a;
 }
 
