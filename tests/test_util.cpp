@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -130,6 +131,15 @@ LlamaLayer llama_layer(const Model& m, int l) {
       {"w_up", &r.w_up},           {"w_down", &r.w_down}};
   for (const auto& [role, t] : roles) *t = weight(m, role, l);
   return r;
+}
+
+double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / den);
 }
 
 }  // namespace arbiter::test

@@ -32,6 +32,8 @@ CliResult run_cli(const std::string& args);
 /// test of something that must not block fails instead of hanging the suite).
 CliResult run_cli_bounded(const std::string& args, int seconds);
 std::string read_file(const std::string& path);
+/// |a - b| / |b| (Euclidean norms): the relative error of a against b.
+double rel_l2(const std::vector<double>& a, const std::vector<double>& b);
 /// The message of the arbiter::Error that f() throws, or "(no error)".
 template <class F>
 std::string error_of(F&& f) {

@@ -18,6 +18,8 @@
 namespace arbiter {
 namespace {
 
+using test::rel_l2;
+
 std::vector<double> last_logits(const Model& m, Backend& be) {
   const std::vector<int32_t> ids = {1, 80, 147, 201, 282, 57, 8, 1137};
   Session s(m, be, int(ids.size()) + 2);
@@ -27,15 +29,6 @@ std::vector<double> last_logits(const Model& m, Backend& be) {
   std::vector<double> d = s.logits(0);
   out.insert(out.end(), d.begin(), d.end());
   return out;
-}
-
-double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
 }
 
 std::unique_ptr<Backend> mixed(const std::string& spec) {

@@ -32,15 +32,6 @@ std::string fixture(const char* name) {
   return source_path(std::string("tests/fixtures/models/") + name);
 }
 
-double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
 int argmax(const std::vector<double>& r) {
   return int(std::max_element(r.begin(), r.end()) - r.begin());
 }

@@ -23,6 +23,8 @@ using nlohmann::json;
 
 namespace {
 
+using test::rel_l2;
+
 json load_json(const std::string& path) {
   std::ifstream f(path);
   return json::parse(f);
@@ -50,15 +52,6 @@ std::vector<double> first_logits(const Model& m, const std::string& device,
   Session s(m, *be, int(prompt.size()));
   s.forward(prompt);
   return s.logits(int(prompt.size()) - 1);
-}
-
-double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
 }
 
 const char* kTiers[] = {"ref", "cpu"};

@@ -21,15 +21,6 @@
 namespace arbiter::test {
 namespace {
 
-double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
 // Logits of every position of ids on a tier.
 std::vector<std::vector<double>> logits(const Model& m, Backend& be, const std::vector<int32_t>& ids) {
   Session s(m, be, int(ids.size()));

@@ -31,15 +31,6 @@ using json = nlohmann::json;
 
 const char* kParent = "tests/fixtures/models/tiny-qwen3";
 
-double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
 std::vector<std::vector<double>> logits(const Model& m, const std::string& tier, const std::vector<int32_t>& ids) {
   DeviceSpec spec;
   spec.device = tier;
