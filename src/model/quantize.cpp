@@ -193,7 +193,9 @@ QuantizeStats quantize_mlx(const std::string& in_dir, const std::string& out_dir
   std::vector<SafetensorsEntry> entries;
   std::vector<std::vector<uint8_t>> owned;  // words, scales and biases of every quantized matrix
   owned.reserve(3 * st.tensors().size());
-  for (const auto& [name, t] : st.tensors()) {
+  for (const auto& entry : st.tensors()) {
+    const std::string& name = entry.first;
+    const Tensor& t = entry.second;  // not a structured binding: the lambda below captures it (clang 14)
     ++stats.tensors;
     stats.bytes_in += t.nbytes();
     const bool quantize = t.shape.size() == 2 && ends_with(name, ".weight") && t.cols() % group_size == 0;
