@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
@@ -152,7 +153,9 @@ TEST(MatrixSpec, ShippedSpecsParse) {
     EXPECT_FALSE(s.noise_floor.empty());
   }
   MatrixSpec h = parse_matrix_spec(test::source_path("matrix/h200.toml"));
-  EXPECT_EQ(h.models.size(), 6u);
+  EXPECT_EQ(h.models.size(), 14u);  // the shipped models and every tiny-* family fixture
+  for (const std::string& m : h.models)
+    EXPECT_TRUE(std::filesystem::exists(test::source_path(m))) << m;
   EXPECT_EQ(h.shapes.size(), 4u);
   for (const char* a : {"cuda-bf16", "cuda-f16", "cuda-f32"}) EXPECT_TRUE(h.arm(a).is_gpu()) << a;
 }
