@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "verify/judge/route_flips.h"
 
 extern char** environ;
 
@@ -24,6 +25,21 @@ int thread_count(const Args& a) {
   if (t <= hw) return t;
   std::fprintf(stderr, "[cli] --threads %d capped at the %d hardware threads\n", t, hw);
   return hw;
+}
+
+double route_decided_option(const Args& a, const std::string& command) {
+  const double v = a.number("route-decided", verify::kRouteDecided);
+  ARB_CHECK(v >= 0 && std::isfinite(v), "[cli] %s: --route-decided must be a number >= 0 (got %g)",
+            command.c_str(), v);
+  return v;
+}
+
+std::string route_decided_help() {
+  return strformat(
+      "  --route-decided  MoE: a routing flip (a token sent to other experts at a layer) is\n"
+      "              decided when the reference router's k-th minus (k+1)-th score is at least\n"
+      "              this, else a near-tie (default %g; reported, not a gate: docs/traces.md)\n",
+      verify::kRouteDecided);
 }
 
 ModelRun open_model_run(const Args& a) {

@@ -17,6 +17,12 @@ namespace arbiter::cli {
 /// would exhaust the process's threads).
 int thread_count(const Args& a);
 
+/// --route-decided (compare, store compare, drift): the reference router's margin at which a
+/// routing flip is decided (verify/judge/route_flips.h); a number >= 0, kRouteDecided if absent.
+double route_decided_option(const Args& a, const std::string& command);
+/// Its help line, the same in every command's usage.
+std::string route_decided_help();
+
 /// Option specs to pass to Args for the shared options.
 std::vector<std::string> model_value_opts();
 std::vector<std::string> model_flag_opts();
