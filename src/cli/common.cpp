@@ -26,7 +26,7 @@ int thread_count(const Args& a) {
   return hw;
 }
 
-ModelRun open_model_run(const Args& a) {
+ModelRun open_model_run(const Args& a, std::unique_ptr<Model> model) {
   ModelRun r;
   DeviceSpec spec;
   spec.device = a.str("device", "cpu");
@@ -36,7 +36,9 @@ ModelRun open_model_run(const Args& a) {
   r.inject = InjectSpec::parse(a.str("inject", "none"));
   const char* env = std::getenv("ARBITER_OP_STATS");
   r.stats = a.flag("stats") || (env && std::strcmp(env, "0") != 0 && *env);
-  {
+  if (model) {
+    r.model = std::move(model);
+  } else {
     ActivityScope scope("loading model " + a.str("model"));
     r.model = load_model(a.str("model"));
   }
