@@ -98,7 +98,8 @@ static int cmd_bench(int argc, char** argv) {
                  "       or --synth PRESET [--synth-dtype bf16|f16|f32] [--synth-layers N] instead of -m\n"
                  "Throughput next to limits measured in the same run (read bandwidth, matmul peak).\n"
                  "--synth builds `arbiter synth --preset PRESET --seed 0`'s checkpoint in host memory\n"
-                 "(the same weights, one copy) and benches it with no file (a model too large for the disk).\n"
+                 "(the same weights, in one buffer) and benches it with no file (a model too large for the\n"
+                 "disk; on the cpu tier see ARBITER_CPU_WEIGHTS in docs/performance.md).\n"
                  "--depth D runs pp and tg behind D context tokens: tg's context is D plus the tokens\n"
                  "generated (-p sizes the prefill test, not tg's context).\n");
     return 0;

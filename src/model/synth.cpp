@@ -561,7 +561,8 @@ std::unique_ptr<Model> synth_model(const SynthOptions& opt) {
   const SynthResult r = synth_plan(opt);
   const ModelConfig& c = r.config;
   const std::vector<TensorSpec> list = tensor_list(c);
-  // One host buffer for every tensor: nothing else holds the weights (a tier uploads from it).
+  // One host buffer for every tensor, the model's only copy: the cuda tier uploads from it as
+  // from a file mapping (the cpu tier's huge-page copy is its own, docs/performance.md).
   const size_t align = 64;
   size_t total = 0;
   for (const TensorSpec& t : list) total += (dtype_bytes(opt.dtype, numel(t.shape)) + align - 1) / align * align;
