@@ -216,13 +216,31 @@ class MixBackend final : public Backend {
     tiers_[size_t(t)]->relu2(xi, n, out_on(out, t, false));
   }
 
-  // A scale finishes the op before it (an embedding, a residual branch, the logits: Granite's
-  // multipliers), so it runs where that op left its output, in that op's precision.
+  void rmsnorm_1p(const Buffer& x, const Tensor& w, int R, int N, double eps, Buffer& out) override {
+    const int t = tier("norm", "rmsnorm_1p");
+    Buffer& xi = in(x, t);
+    Buffer& oi = home(out) == home(x) ? xi : at(*home(out), t, false);
+    tiers_[size_t(t)]->rmsnorm_1p(xi, w, R, N, eps, oi);
+    home(out)->valid = 1u << t;
+  }
+
+  void geglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override {
+    const int t = tier("mlp", "geglu");
+    Buffer& gi = in(gate, t);
+    Buffer& ui = in(up, t);
+    tiers_[size_t(t)]->geglu(gi, ui, n, out_on(out, t, false));
+  }
+
+  // A scale or a soft cap finishes the op before it (an embedding, a residual branch, the
+  // logits: Granite's multipliers, gemma's embedding scale and final cap), so it runs where
+  // that op left its output, in that op's precision.
   void scale(Buffer& x, int64_t n, double s) override {
-    Home& h = *home(x);
-    const int from = first_valid(h), t = from < 0 ? base_ : from;
-    stats_.record("scale", "mix.follow." + names_[size_t(t)]);
+    const int t = follow(x, "scale");
     tiers_[size_t(t)]->scale(out_on(x, t, true), n, s);
+  }
+  void softcap(Buffer& x, int64_t n, double cap) override {
+    const int t = follow(x, "softcap");
+    tiers_[size_t(t)]->softcap(out_on(x, t, true), n, cap);
   }
 
   void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K, Buffer& state,
@@ -293,6 +311,14 @@ class MixBackend final : public Backend {
     if (it == weight_fam_.begin()) return "";
     --it;
     return c < it->second.first ? it->second.second : "";
+  }
+
+  /// The tier holding x's current values (the base when none does); counts the call as
+  /// "mix.follow.<tier dtype>".
+  int follow(const Buffer& x, const char* op) {
+    const int from = first_valid(*home(x)), t = from < 0 ? base_ : from;
+    stats_.record(op, "mix.follow." + names_[size_t(t)]);
+    return t;
   }
 
   /// Tier of a family ("" = base); counts the call as "mix.<family>.<tier dtype>".

@@ -43,7 +43,8 @@ MixSpec parse_mix(const std::string& spec);
 /// (rounded to its dtype): a family at f32 computes and stores its outputs in f32, and its
 /// inputs are the neighbouring families' rounded values. matmul's family comes from its
 /// weight (q/k/v/o: attn; gate/up/down: mlp; in_proj/out_proj: ssm; lm_head: logits), also
-/// for a slice of a weight's rows. A scale (Granite's multipliers) runs where its input is. Fused ops run as their
+/// for a slice of a weight's rows. A scale or soft cap (Granite's multipliers, gemma's
+/// embedding scale and caps) runs where its input is. Fused ops run as their
 /// default composition, so each part goes to its own family. With every family on one tier
 /// the results are exactly that tier's. make_backend builds this for `--mix` on cuda; the
 /// tiers can be any Backend (tests use cpu and ref).

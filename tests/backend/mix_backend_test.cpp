@@ -105,6 +105,28 @@ TEST(MixBackend, SsmFamilyOnTheHybrids) {
   EXPECT_EQ(parse_mix("ssm=f32,attn=bf16").dtype_of("ssm"), "f32");
 }
 
+// The gemma family under --mix (its own ops: rmsnorm_1p is norm, geglu mlp, scaled_attention
+// attn; the embedding scale and the soft caps run where their input is): nothing named is ref,
+// every family on cpu is cpu, bit for bit.
+TEST(MixBackend, GemmaOpsHaveFamilies) {
+  const std::string all = "embed=f32,norm=f32,attn=f32,mlp=f32,residual=f32,logits=f32";
+  for (const char* dir : {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-gemma2"}) {
+    SCOPED_TRACE(dir);
+    auto m = load_model(test::source_path(dir));
+    auto cpu = make_cpu_backend(1);
+    auto ref = make_ref_backend();
+    const auto lc = last_logits(*m, *cpu), lr = last_logits(*m, *ref);
+    auto base = mixed("", "bf16");
+    const auto lb = last_logits(*m, *base);
+    EXPECT_EQ(0, std::memcmp(lb.data(), lr.data(), lr.size() * sizeof(double)));
+    auto mix = mixed(all, "bf16");
+    const auto lm = last_logits(*m, *mix);
+    EXPECT_EQ(0, std::memcmp(lm.data(), lc.data(), lc.size() * sizeof(double)));
+    EXPECT_GT(mix->stats().calls().at("geglu").count("mix.mlp.f32"), 0u);
+    EXPECT_GT(mix->stats().calls().at("rmsnorm_1p").count("mix.norm.f32"), 0u);
+  }
+}
+
 TEST(MixBackend, RefusedOffTheCudaTier) {
   DeviceSpec s;
   s.device = "cpu";
