@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,7 +43,7 @@ std::string route_decided_help() {
       verify::kRouteDecided);
 }
 
-ModelRun open_model_run(const Args& a) {
+ModelRun open_model_run(const Args& a, std::unique_ptr<Model> model) {
   ModelRun r;
   DeviceSpec spec;
   spec.device = a.str("device", "cpu");
@@ -52,7 +53,9 @@ ModelRun open_model_run(const Args& a) {
   r.inject = InjectSpec::parse(a.str("inject", "none"));
   const char* env = std::getenv("ARBITER_OP_STATS");
   r.stats = a.flag("stats") || (env && std::strcmp(env, "0") != 0 && *env);
-  {
+  if (model) {
+    r.model = std::move(model);
+  } else {
     ActivityScope scope("loading model " + a.str("model"));
     r.model = load_model(a.str("model"));
   }

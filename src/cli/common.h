@@ -34,8 +34,9 @@ struct ModelRun {
   bool stats = false;  // --stats or ARBITER_OP_STATS=1
 };
 
-/// Loads -m and makes the --device/--dtype/-t backend; parses --inject.
-ModelRun open_model_run(const Args& a);
+/// Loads -m (or takes `model`, one built in memory) and makes the --device/--dtype/-t
+/// backend; parses --inject.
+ModelRun open_model_run(const Args& a, std::unique_ptr<Model> model = nullptr);
 /// --ctx (a session's positions): dflt when absent; refused when below lo or past the
 /// model's maximum (max_position_embeddings / context_length), naming that limit:
 ///   "[cli] generate: --ctx 2048 passes the model's maximum of 512 positions (...)".

@@ -24,6 +24,7 @@
 #include "io/gguf_write.h"
 #include "io/safetensors_write.h"
 #include "model/arch.h"
+#include "model/model.h"
 
 namespace arbiter {
 
@@ -529,6 +530,13 @@ SynthResult synth_plan(const SynthOptions& opt) {
       for (size_t l = n0; l < sl.size(); ++l) sl[l] = sl[l % n0];
     }
     r.config.n_layer = opt.layers;
+    // So do the hybrids' per-layer blocks (their count is the layer count).
+    std::string& blocks = r.config.layer_blocks;
+    const size_t b0 = blocks.size();
+    if (b0 > 0) {
+      blocks.resize(size_t(opt.layers));
+      for (size_t l = b0; l < blocks.size(); ++l) blocks[l] = blocks[l % b0];
+    }
   }
   // MoE presets route every layer, so fewer (or more) layers keep that.
   if (!r.config.layer_moe.empty()) r.config.layer_moe.assign(size_t(r.config.n_layer), true);
@@ -544,6 +552,60 @@ SynthResult synth_plan(const SynthOptions& opt) {
 
 std::string synth_config_json(const SynthOptions& opt) {
   return config_json(synth_preset(opt.preset), synth_plan(opt).config, opt);
+}
+
+std::unique_ptr<Model> synth_model(const SynthOptions& opt) {
+  const SynthPreset& p = synth_preset(opt.preset);
+  ARB_CHECK(opt.format == SynthFormat::Hf, "[synth] %s: an in-memory model is built as the HF checkpoint",
+            p.name.c_str());
+  const SynthResult r = synth_plan(opt);
+  const ModelConfig& c = r.config;
+  const std::vector<TensorSpec> list = tensor_list(c);
+  // One host buffer for every tensor, the model's only copy: the cuda tier uploads from it as
+  // from a file mapping (the cpu tier's huge-page copy is its own, docs/performance.md).
+  const size_t align = 64;
+  size_t total = 0;
+  for (const TensorSpec& t : list) total += (dtype_bytes(opt.dtype, numel(t.shape)) + align - 1) / align * align;
+  std::shared_ptr<char[]> storage;
+  try {
+    storage.reset(new char[std::max<size_t>(total, 1)]);
+  } catch (const std::bad_alloc&) {
+    throw Error(strformat("[synth] %s: cannot allocate %.2f GB of host memory for the weights", p.name.c_str(),
+                          total / 1e9));
+  }
+  HfInMemory src;
+  src.path = "synth:" + p.name;
+  src.format = "synth (in memory)";
+  src.weights_id = strformat("synth %s seed %llu %s%s", p.name.c_str(), (unsigned long long)opt.seed,
+                             dtype_name(opt.dtype),
+                             opt.layers > 0 ? (" layers " + std::to_string(opt.layers)).c_str() : "");
+  Progress meter("synth", int64_t(r.weight_bytes), "", Progress::Unit::Bytes, opt.progress);
+  if (opt.progress)
+    progress_note("synth", strformat("building %s in memory (%zu tensors, %.2f GB)", p.name.c_str(), list.size(),
+                                     r.weight_bytes / 1e9));
+  const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  int64_t bytes = 0;
+  size_t off = 0;
+  for (const TensorSpec& t : list) {
+    Tensor x;
+    x.name = t.hf;
+    x.dtype = opt.dtype;
+    x.shape = t.shape;
+    char* dst = storage.get() + off;
+    x.data = dst;
+    // The writer's fill, called as the safetensors writer calls it: the same bytes.
+    metered(seeded_fill(t.hf, opt.seed, t.kind == TensorKind::Norm, opt.dtype, n_threads, 1), opt.dtype, meter,
+            bytes)(0, numel(t.shape), dst);
+    off += (x.nbytes() + align - 1) / align * align;
+    src.tensors.emplace(t.hf, std::move(x));
+  }
+  meter.finish();
+  src.storage = std::shared_ptr<const void>(storage, storage.get());
+  src.config_text = config_json(p, c, opt);
+  src.tokenizer_json = tokenizer_json(p, c);
+  src.tokenizer_config_json = tokenizer_config_json(p, c);
+  src.eos_ids = {int32_t(int64_t(c.vocab) - int64_t(p.specials.size()) + p.eos)};  // generation_config's
+  return load_hf_in_memory(std::move(src));
 }
 
 SynthResult synth_checkpoint(const SynthOptions& opt) {

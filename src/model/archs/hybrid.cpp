@@ -316,11 +316,83 @@ class Hybrid final : public Arch {
                  s.logits, T, c.vocab);
   }
 
-  std::vector<SynthPreset> presets() const override { return {}; }
+  std::vector<SynthPreset> presets() const override;
 
-  void hf_config_json(const ModelConfig& c, nlohmann::json&) const override {
-    throw Error("[synth] " + c.arch + ": synth of the hybrid family is not supported yet");
+  // Every key parse_granite / parse_nemotron reads, as the Hub's configs spell them (the
+  // generic ones are model/synth.cpp's), so the directory loads back as the same config.
+  void hf_config_json(const ModelConfig& c, nlohmann::json& j) const override {
+    const int64_t I = int64_t(c.ssm_heads) * c.ssm_head_dim;
+    j["hidden_size"] = c.d_model;
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.n_head_kv;
+    j["attention_bias"] = false;
+    j["mamba_proj_bias"] = false;
+    write_hf_rope(c.rope, j);
+    if (granite(c)) {
+      // GraniteMoeHybridConfig derives the head size and the mixer width: both must follow.
+      if (c.head_dim * c.n_head != c.d_model || I % c.d_model != 0)
+        throw Error("[synth] " + c.arch + ": head_dim or the Mamba width is not what " +
+                    "hidden_size / num_attention_heads and mamba_expand * hidden_size give");
+      nlohmann::json types = nlohmann::json::array();
+      for (char b : c.layer_blocks) types.push_back(b == 'M' ? "mamba" : "attention");
+      j["layer_types"] = types;
+      j["rms_norm_eps"] = c.norm_eps;
+      j["hidden_act"] = "silu";
+      j["shared_intermediate_size"] = c.d_ff;
+      j["num_local_experts"] = c.moe_experts;
+      j["num_experts_per_tok"] = c.moe_top_k;
+      // The Hub's dense configs repeat the shared MLP's width here.
+      j["intermediate_size"] = c.moe_experts > 0 ? c.moe_ff : c.d_ff;
+      j["embedding_multiplier"] = c.embed_mult;
+      j["residual_multiplier"] = c.residual_mult;
+      j["attention_multiplier"] = c.attn_scale;
+      j["logits_scaling"] = c.logits_scaling;
+      j["position_embedding_type"] = c.use_rope ? "rope" : "nope";
+      j["mamba_expand"] = I / c.d_model;
+      j["mamba_n_heads"] = c.ssm_heads;
+      j["mamba_d_head"] = c.ssm_head_dim;
+      j["mamba_n_groups"] = c.ssm_groups;
+      j["mamba_d_state"] = c.ssm_state;
+      j["mamba_d_conv"] = c.ssm_conv;
+      j["mamba_chunk_size"] = c.ssm_chunk;
+      j["mamba_conv_bias"] = c.ssm_conv_bias;
+      // transformers' JSON encoder writes an infinite bound this way.
+      auto bound = [](double v) {
+        return std::isinf(v) ? nlohmann::json{{"__float__", "Infinity"}} : nlohmann::json(v);
+      };
+      j["time_step_limit"] = {bound(c.ssm_dt_min), bound(c.ssm_dt_max)};
+      return;
+    }
+    j["head_dim"] = c.head_dim;
+    j["hybrid_override_pattern"] = c.layer_blocks;
+    j["layer_norm_epsilon"] = c.norm_eps;
+    j["intermediate_size"] = c.d_ff;
+    j["mamba_hidden_act"] = "silu";
+    j["mlp_hidden_act"] = "relu2";
+    j["mlp_bias"] = false;
+    j["use_bias"] = false;
+    if (c.layer_blocks.find('E') != std::string::npos) {
+      j["n_routed_experts"] = c.moe_experts;
+      j["num_experts_per_tok"] = c.moe_top_k;
+      j["moe_intermediate_size"] = c.moe_ff;
+      j["moe_shared_expert_intermediate_size"] = c.moe_shared_ff;
+      j["n_shared_experts"] = 1;
+      j["norm_topk_prob"] = c.moe_norm_topk;
+      j["routed_scaling_factor"] = c.moe_scaling;
+      j["n_group"] = c.moe_n_group;
+      j["topk_group"] = c.moe_topk_group;
+    }
+    j["mamba_num_heads"] = c.ssm_heads;
+    j["mamba_head_dim"] = c.ssm_head_dim;
+    j["n_groups"] = c.ssm_groups;
+    j["ssm_state_size"] = c.ssm_state;
+    j["conv_kernel"] = c.ssm_conv;
+    j["chunk_size"] = c.ssm_chunk;
+    j["use_conv_bias"] = c.ssm_conv_bias;
+    j["time_step_min"] = c.ssm_dt_min;
   }
+  // llama.cpp's granitehybrid / nemotron_h GGUF layout is the GGUF reader's to define first.
   void gguf_metadata(const ModelConfig& c, GgufWriter&) const override {
     throw Error("[synth] " + c.arch + ": GGUF output of the hybrid family is not supported yet");
   }
@@ -356,8 +428,10 @@ class Hybrid final : public Arch {
     return w;
   }
 
-  // K and V of the attention layers, plus the recurrent states each step reads and writes
-  // once whatever the context (counted per token, as bench's model asks).
+  // K and V of the attention layers over ctx keys, plus each Mamba2 layer's recurrent state,
+  // which a step reads whole and writes back whole whatever the context: the conv window
+  // [K-1, C] at elem_bytes and the SSM state [nh, hd, N] in the tier's logits type (HybridState:
+  // f32 where the cache is bf16, f16 or f32; f64 on ref, whose cache is f64).
   double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const override {
     double attn = 0, mamba = 0;
     const double I = double(c.ssm_heads) * c.ssm_head_dim;
@@ -366,8 +440,9 @@ class Hybrid final : public Arch {
       if (b == '*') attn += 1;
       if (b == 'M') mamba += 1;
     }
-    return elem_bytes * (2.0 * attn * ctx * c.n_head_kv * c.head_dim +
-                         mamba * (I * c.ssm_state + (c.ssm_conv - 1) * C));
+    const int ssm_bytes = std::max(elem_bytes, 4);
+    return 2.0 * attn * ctx * c.n_head_kv * c.head_dim * elem_bytes +
+           2.0 * mamba * ((c.ssm_conv - 1) * C * elem_bytes + I * c.ssm_state * ssm_bytes);
   }
 
   // 2 x (matmul weights incl. the output matrix) + 4 H Dh keys per attention layer + the
@@ -747,6 +822,134 @@ class Hybrid final : public Arch {
     if (!(c.ssm_dt_min <= c.ssm_dt_max)) j.fail("time_step_limit: min exceeds max");
   }
 };
+
+// Each preset is the official config.json's keys read by parse_hf, so a preset holds what
+// loading that file gives. Sources, read 2026-12 (the Hub is not reachable from the machine
+// these were written on: each is the file as quoted verbatim elsewhere, named per preset).
+std::vector<SynthPreset> Hybrid::presets() const {
+  std::vector<SynthPreset> p;
+  auto add = [&](const char* name, const char* hf_id, const char* cls, const char* source,
+                 const char* arch, nlohmann::json keys, std::vector<std::string> specials,
+                 int bos, int eos) {
+    SynthPreset s;
+    s.name = name, s.hf_id = hf_id, s.hf_class = cls, s.source = source;
+    s.config.arch = arch;
+    const JsonConfig j(keys.dump(), std::string("synth preset ") + name);
+    parse_hf(j, s.config);
+    s.specials = std::move(specials), s.bos = bos, s.eos = eos, s.add_bos = false;
+    p.push_back(std::move(s));
+  };
+  // Granite 4.0-H: attention at layers 5, 15, 25 and 35 of 40, the rest Mamba2.
+  nlohmann::json granite40 = nlohmann::json::array();
+  for (int l = 0; l < 40; ++l) granite40.push_back(l % 10 == 5 ? "attention" : "mamba");
+  // <|end_of_text|> 100257 is BOS and EOS, <|pad|> 100256; Granite adds no BOS.
+  const std::vector<std::string> granite_specials = {"<|end_of_text|>", "<|pad|>"};
+  const nlohmann::json granite_common = {
+      {"hidden_act", "silu"},       {"rms_norm_eps", 1e-5},        {"vocab_size", 100352},
+      {"tie_word_embeddings", true}, {"position_embedding_type", "nope"},
+      {"rope_theta", 10000},        {"mamba_expand", 2},           {"mamba_n_groups", 1},
+      {"mamba_d_state", 128},       {"mamba_d_conv", 4},           {"mamba_conv_bias", true},
+      {"mamba_proj_bias", false},   {"attention_bias", false},     {"embedding_multiplier", 12}};
+  auto granite_keys = [&](nlohmann::json own) {
+    nlohmann::json k = granite_common;
+    k.update(own);
+    return k;
+  };
+  add("granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-tiny", "GraniteMoeHybridForCausalLM",
+      "huggingface.co/ibm-granite/granite-4.0-h-tiny config.json as quoted in public code "
+      "(dimensions, layer_types and mamba_* keys verbatim; hidden 1536, 40 layers, 64 experts "
+      "top-6 of 512, shared 1024, embedding_multiplier 12, logits_scaling 6, rms_norm_eps "
+      "1e-5); attention_multiplier 0.0078125 (= 1 / head_dim 128) and residual_multiplier "
+      "0.22 are the Granite 4.0 values, not found quoted for this file",
+      "granitemoehybrid",
+      granite_keys({{"hidden_size", 1536}, {"num_hidden_layers", 40},
+                    {"num_attention_heads", 12}, {"num_key_value_heads", 4},
+                    {"max_position_embeddings", 131072}, {"shared_intermediate_size", 1024},
+                    {"intermediate_size", 512}, {"num_local_experts", 64},
+                    {"num_experts_per_tok", 6}, {"mamba_n_heads", 48}, {"mamba_d_head", 64},
+                    {"mamba_chunk_size", 256}, {"layer_types", granite40},
+                    {"attention_multiplier", 0.0078125}, {"residual_multiplier", 0.22},
+                    {"logits_scaling", 6}}),
+      granite_specials, 0, 0);
+  add("granite-4.0-h-1b", "ibm-granite/granite-4.0-h-1b", "GraniteMoeHybridForCausalLM",
+      "huggingface.co/ibm-granite/granite-4.0-h-1b config.json as quoted in public code "
+      "(dimensions, layer_types and mamba_* keys verbatim: hidden 1536, 40 layers, dense, "
+      "shared 4096); the four multipliers were not found quoted for this file and are "
+      "granite-4.0-h-tiny's (they change no shape or byte count)",
+      "granitemoehybrid",
+      granite_keys({{"hidden_size", 1536}, {"num_hidden_layers", 40},
+                    {"num_attention_heads", 12}, {"num_key_value_heads", 4},
+                    {"max_position_embeddings", 131072}, {"shared_intermediate_size", 4096},
+                    {"intermediate_size", 4096}, {"num_local_experts", 0},
+                    {"num_experts_per_tok", 0}, {"mamba_n_heads", 48}, {"mamba_d_head", 64},
+                    {"mamba_chunk_size", 256}, {"layer_types", granite40},
+                    {"attention_multiplier", 0.0078125}, {"residual_multiplier", 0.22},
+                    {"logits_scaling", 6}}),
+      granite_specials, 0, 0);
+  nlohmann::json granite32 = nlohmann::json::array();
+  for (int l = 0; l < 32; ++l)
+    granite32.push_back(l == 10 || l == 13 || l == 17 || l == 27 ? "attention" : "mamba");
+  add("granite-4.0-h-350m", "ibm-granite/granite-4.0-h-350m", "GraniteMoeHybridForCausalLM",
+      "ibm-granite/granite-4.0-h-350m's config.json as an MLX conversion's test quotes it "
+      "(every key used here but mamba_chunk_size, which is at the class default 256)",
+      "granitemoehybrid",
+      granite_keys({{"hidden_size", 768}, {"num_hidden_layers", 32},
+                    {"num_attention_heads", 12}, {"num_key_value_heads", 4},
+                    {"max_position_embeddings", 32768}, {"shared_intermediate_size", 2048},
+                    {"intermediate_size", 2048}, {"num_local_experts", 0},
+                    {"num_experts_per_tok", 0}, {"mamba_n_heads", 48}, {"mamba_d_head", 32},
+                    {"layer_types", granite32}, {"attention_multiplier", 0.015625},
+                    {"residual_multiplier", 0.246}, {"logits_scaling", 3}}),
+      granite_specials, 0, 0);
+  // Nemotron 3 Nano: 23 Mamba2, 23 MoE and 6 attention blocks. <s> 1, </s> 2 (eos_token_id).
+  add("nemotron-3-nano-30b-a3b", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+      "NemotronHForCausalLM",
+      "huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json as quoted "
+      "verbatim in public code (every key used here)",
+      "nemotron_h",
+      {{"hidden_size", 2688},
+       {"hybrid_override_pattern", "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"},
+       {"num_attention_heads", 32}, {"num_key_value_heads", 2}, {"head_dim", 128},
+       {"intermediate_size", 1856}, {"layer_norm_epsilon", 1e-5}, {"vocab_size", 131072},
+       {"max_position_embeddings", 262144}, {"tie_word_embeddings", false},
+       {"mamba_num_heads", 64}, {"mamba_head_dim", 64}, {"n_groups", 8},
+       {"ssm_state_size", 128}, {"conv_kernel", 4}, {"chunk_size", 128},
+       {"use_conv_bias", true}, {"time_step_min", 0.001}, {"mamba_hidden_act", "silu"},
+       {"mlp_hidden_act", "relu2"}, {"n_routed_experts", 128}, {"num_experts_per_tok", 6},
+       {"moe_intermediate_size", 1856}, {"moe_shared_expert_intermediate_size", 3712},
+       {"n_shared_experts", 1}, {"norm_topk_prob", true}, {"routed_scaling_factor", 2.5},
+       {"n_group", 1}, {"topk_group", 1}, {"attention_bias", false}, {"mlp_bias", false},
+       {"use_bias", false}},
+      {"<unk>", "<s>", "</s>"}, 1, 2);
+  // Ours: small shapes that cover each family's blocks (Granite's MoE with its shared MLP and
+  // RoPE; every Nemotron-H block type), for tests.
+  add("tiny-granite-h", "none (arbiter test shape)", "GraniteMoeHybridForCausalLM",
+      "arbiter: a 4-layer Granite 4.0-H MoE hybrid small enough for unit tests",
+      "granitemoehybrid",
+      {{"hidden_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
+       {"num_key_value_heads", 2}, {"vocab_size", 512}, {"max_position_embeddings", 2048},
+       {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", false},
+       {"layer_types", {"mamba", "attention", "mamba", "mamba"}},
+       {"position_embedding_type", "rope"}, {"rope_theta", 10000},
+       {"shared_intermediate_size", 64}, {"intermediate_size", 32},
+       {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"embedding_multiplier", 8},
+       {"residual_multiplier", 0.5}, {"attention_multiplier", 0.125}, {"logits_scaling", 2},
+       {"mamba_expand", 2}, {"mamba_n_heads", 8}, {"mamba_d_head", 16}, {"mamba_n_groups", 2},
+       {"mamba_d_state", 16}, {"mamba_d_conv", 4}, {"mamba_chunk_size", 16}},
+      granite_specials, 0, 0);
+  add("tiny-nemotron-h", "none (arbiter test shape)", "NemotronHForCausalLM",
+      "arbiter: a 4-layer Nemotron-H (Mamba2, MoE, attention, MLP) for unit tests",
+      "nemotron_h",
+      {{"hidden_size", 64}, {"hybrid_override_pattern", "ME*-"}, {"num_attention_heads", 4},
+       {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 128},
+       {"layer_norm_epsilon", 1e-5}, {"vocab_size", 512}, {"max_position_embeddings", 2048},
+       {"mamba_num_heads", 8}, {"mamba_head_dim", 16}, {"n_groups", 2},
+       {"ssm_state_size", 16}, {"conv_kernel", 4}, {"chunk_size", 16},
+       {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
+       {"moe_shared_expert_intermediate_size", 48}, {"routed_scaling_factor", 2.0}},
+      {"<unk>", "<s>", "</s>"}, 1, 2);
+  return p;
+}
 
 }  // namespace
 
