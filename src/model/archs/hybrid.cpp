@@ -333,6 +333,7 @@ class Hybrid final : public Arch {
             {"ssm_state", c.ssm_state},
             {"ssm_groups", c.ssm_groups},
             {"ssm_conv", c.ssm_conv},
+            {"ssm_chunk", c.ssm_chunk},
             {"ssm_dt_clamp", {c.ssm_dt_min, c.ssm_dt_max}},
             {"ssm_norm_per_group", c.ssm_norm_per_group},
             {"rope", c.use_rope},
