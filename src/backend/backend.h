@@ -174,16 +174,24 @@ class Backend {
   /// [K-1, C] (zeros for a fresh sequence), w [C, (1,) K] (HF conv1d.weight), bias [C] or null.
   virtual void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K,
                         Buffer& state, Buffer& out);
-  /// Mamba2's selective scan over T tokens from state [nh, hd, N] (updated in place), token by
-  /// token; head h reads group g = h / (nh / G) of B and C:
+  /// Mamba2's selective scan over T tokens from state [nh, hd, N] (updated in place); head h
+  /// reads group g = h / (nh / G) of B and C. Its definition, the recurrence token by token:
   ///   dt = clamp(softplus(dt_raw[t, h] + dt_bias[h]), dt_min, dt_max)  (softplus(v) = v above 20)
   ///   state[h, p, n] = exp(dt * -exp(A_log[h])) state[h, p, n] + dt B[t, g, n] x[t, h, p]
   ///   y[t, h, p] = sum_n state[h, p, n] C[t, g, n] + D[h] x[t, h, p]
   /// xbc [T, nh*hd + 2*G*N] holds x, B, C side by side (ssm_conv's output); dt_raw [T, nh];
   /// y [T, nh*hd]. T == 1 is the decode step.
+  /// Two algorithms give it. The recurrence above (ref always; cpu and cuda at T == 1), and
+  /// for a prefill (T > 1) on cpu and cuda the chunked form HF's torch_forward and mamba_ssm
+  /// compute (SSD: per chunk of `chunk` tokens, the intra-chunk outputs as a masked
+  /// C B^T product, the entering state's share, the state handed to the next chunk), which
+  /// equals the recurrence in exact arithmetic for any chunk but rounds otherwise. The oracle
+  /// keeps the recurrence: it is the definition, with one rounding per operation in a fixed
+  /// order, and it makes a prefill of N tokens the same bits as N steps on ref.
   virtual void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
                         const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max,
-                        int T, int nh, int hd, int G, int N, Buffer& state, Buffer& y);
+                        int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
+                        Buffer& y);
   /// out[R, W] = w * (v / rms(v)) with v = y * silu(z), the RMS taken over each group of
   /// `group` consecutive columns (eps inside the sqrt): HF GraniteMoeHybridRMSNormGated
   /// (group = W) and Zamba2RMSNormGated as Nemotron-H uses it (group = W / n_groups).

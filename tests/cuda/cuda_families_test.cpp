@@ -11,7 +11,10 @@
 //  - the recurrent states (conv window, f32 SSM state) and the sliding layers' ring caches
 //    on the device: token-by-token decode (max_T 1: a ring of the window alone, wrapping) and
 //    prefill in pieces of 5 (tiny-gemma3's ring of 16 + 5 - 1 rows wraps) give the logits of
-//    one forward over every position.
+//    one forward over every position. On the hybrids the forward of 100 runs the chunked scan
+//    (7 chunks of the fixtures' chunk_size 16), the pieces one partial chunk each from the
+//    state the last left, the steps the recurrence (the op itself against the f64
+//    recurrence: SsmScan.* in tests/ops/ssm_test.cpp, on cuda_bf16/f16/f32).
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -102,7 +105,19 @@ TEST_P(CudaFamilies, StepsAndRingPiecesGiveOneForwardsLogits) {
   std::vector<int32_t> ids(100);
   for (int t = 0; t < 100; ++t) ids[size_t(t)] = int32_t((t * 37 + 11) % m->config.vocab);
   Session full(*m, *cu, 100, 100), pieces(*m, *cu, 100, 5), steps(*m, *cu, 100, 1);
+  // The scan's provider of a forward's stats: none on the families without a mixer.
+  auto scan_providers = [&] {
+    std::vector<std::string> names;
+    if (cu->stats().calls().count("ssm_scan"))
+      for (const auto& [prov, n] : cu->stats().calls().at("ssm_scan")) names.push_back(prov);
+    cu->stats().reset();
+    return names;
+  };
+  const bool hybrid = m->config.layer_blocks.find('M') != std::string::npos;
+  using Names = std::vector<std::string>;
+  cu->stats().reset();
   full.forward(ids);
+  EXPECT_EQ(scan_providers(), hybrid ? Names{"cuda.ssm_scan_chunked"} : Names{});
   // Single rows against prefill GEMMs (cuBLASLt, f32) and splits sized by the cache: the
   // same sums in other orders, a few u of f32 apart.
   const double tol = 1e-5;
@@ -112,7 +127,9 @@ TEST_P(CudaFamilies, StepsAndRingPiecesGiveOneForwardsLogits) {
     for (int t = 0; t < 5; ++t)
       worst = std::max(worst, rel_l2(pieces.logits(t), full.logits(c + t)));
   }
+  scan_providers();
   for (int32_t id : ids) steps.forward({id});
+  EXPECT_EQ(scan_providers(), hybrid ? Names{"cuda.ssm_scan"} : Names{});
   const double step = rel_l2(steps.logits(0), full.logits(99));
   std::printf("[ steps    ] %-20s pieces of 5: rel L2 <= %.3g; 100 steps: %.3g\n", GetParam(),
               worst, step);

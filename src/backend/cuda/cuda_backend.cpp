@@ -119,7 +119,8 @@ CudaBackend::~CudaBackend() {
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.c);
   }
-  for (cuda::DevBuf* b : {&ids_, &part_, &acc_, &sum_out_, &sum_scratch_, &targets_, &tap_mem_})
+  for (cuda::DevBuf* b :
+       {&ids_, &part_, &acc_, &sum_out_, &sum_scratch_, &targets_, &tap_mem_, &scan_})
     cudaFree(b->ptr);
   for (RopeTable& t : rope_tables_) cudaFree(t.cs.ptr);
   cudaFree(lt_ws_);
@@ -510,12 +511,17 @@ void CudaBackend::ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias,
 
 void CudaBackend::ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
                            const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max,
-                           int T, int nh, int hd, int G, int N, Buffer& state, Buffer& y) {
-  stats_.record("ssm_scan", "cuda.ssm_scan");
+                           int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
+                           Buffer& y) {
+  // The decode step runs the recurrence; a prefill the chunked form, as HF does (backend.h).
+  stats_.record("ssm_scan", T > 1 ? "cuda.ssm_scan_chunked" : "cuda.ssm_scan");
   ARB_CHECK(T >= 0 && nh >= 1 && hd >= 1 && G >= 1 && nh % G == 0 && N >= 1 &&
                 N <= cuda::kMaxScanState,
             "[cuda] ssm_scan: %d heads of %d, %d groups, state size %d (groups must divide the "
             "heads, state size <= %d)", nh, hd, G, N, cuda::kMaxScanState);
+  ARB_CHECK(chunk >= 1 && std::min(chunk, T) <= cuda::kMaxScanChunk,
+            "[cuda] ssm_scan: chunk size %d (the chunked scan takes 1 to %d)", chunk,
+            cuda::kMaxScanChunk);
   const int64_t I = int64_t(nh) * hd;
   check_act(xbc, T * (I + 2 * int64_t(G) * N), "ssm_scan xbc");
   check_act(dt_raw, int64_t(T) * nh, "ssm_scan dt");
@@ -537,11 +543,16 @@ void CudaBackend::ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor
   a.hd = hd;
   a.G = G;
   a.N = N;
+  a.chunk = chunk;
   a.state = static_cast<float*>(state.ptr);
   a.y = y.ptr;
+  if (const int64_t n = cuda::ssm_scan_scratch_floats(a); n > 0) {
+    ensure(scan_, size_t(n) * sizeof(float));
+    a.scratch = static_cast<float*>(scan_.ptr);
+  }
   submit({31, int64_t(a.xbc), int64_t(a.dt_raw), int64_t(a.a_log), int64_t(a.d),
           int64_t(a.dt_bias), cuda::sig_bits(a.dt_min), cuda::sig_bits(a.dt_max), T, nh, hd, G, N,
-          int64_t(a.state), int64_t(a.y)},
+          chunk, int64_t(a.state), int64_t(a.y), int64_t(a.scratch)},
          false, 0, [=, this](const cuda::StepCtx&) { cuda::launch_ssm_scan(ct_, a, stream_); });
 }
 

@@ -64,10 +64,11 @@ class CudaBackend final : public Backend {
   void relu2(const Buffer& x, int64_t n, Buffer& out) override;
   void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K,
                 Buffer& state, Buffer& out) override;
-  /// The state is f32 (alloc(n, true)), as on cpu: see ssm.cu.
+  /// The state is f32 (alloc(n, true)), as on cpu: see ssm.cu. T > 1 runs the chunked form
+  /// with chunk states in scan_.
   void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D,
                 const Tensor& dt_bias, double dt_min, double dt_max, int T, int nh, int hd, int G,
-                int N, Buffer& state, Buffer& y) override;
+                int N, int chunk, Buffer& state, Buffer& y) override;
   void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
                      double eps, Buffer& out) override;
 
@@ -201,6 +202,7 @@ class CudaBackend final : public Backend {
 
   std::map<std::tuple<int, int, int, int64_t, int>, GemmPlan> plans_;
   cuda::DevBuf ids_, part_, acc_, sum_out_, sum_scratch_, targets_, tap_mem_;
+  cuda::DevBuf scan_;  // the chunked ssm_scan's chunk states (cuda::ScanArgs::scratch)
   std::vector<TapRecord> records_;  // of the latest stage_taps
   // One table per RoPE the models use: gemma's local and global layers alternate two, and a
   // single cached table was rebuilt on the host at every switch (gemma3-1b decoded at 52 tok/s).

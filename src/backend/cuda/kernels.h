@@ -91,6 +91,8 @@ void launch_ssm_conv(DType ct, const void* x, const float* w, const float* b, in
                      void* state, void* out, cudaStream_t s);
 /// Largest ssm_scan state size N (a warp per state row keeps N / 32 values per lane).
 constexpr int kMaxScanState = 256;
+/// Largest chunk of the chunked scan (two f32 per token of a chunk in shared memory).
+constexpr int kMaxScanChunk = 4096;
 /// Backend::ssm_scan's arguments: xbc [T, nh*hd + 2*G*N], dt_raw [T, nh], y [T, nh*hd] in the
 /// compute type; a_log, d, dt_bias [nh] and the state [nh, hd, N] in f32.
 struct ScanArgs {
@@ -99,10 +101,18 @@ struct ScanArgs {
   const float *a_log = nullptr, *d = nullptr, *dt_bias = nullptr;
   float dt_min = 0.f, dt_max = 0.f;
   int T = 0, nh = 0, hd = 0, G = 0, N = 0;
+  int chunk = 0;  // Q, tokens per chunk of the chunked form (T > 1)
   float* state = nullptr;
   void* y = nullptr;
+  /// The chunked form's workspace (T > 1), ssm_scan_scratch_floats(...) floats: each chunk's
+  /// state [ceil(T / Q), nh, hd, N], then each chunk's decay [ceil(T / Q), nh].
+  float* scratch = nullptr;
 };
-/// A warp per state row (h, p), its N values in registers through the T tokens.
+/// f32 elements of the chunked scan's workspace for these arguments.
+int64_t ssm_scan_scratch_floats(const ScanArgs& a);
+/// T == 1 (the decode step): a warp per state row (h, p), its N values in registers.
+/// T > 1: the chunked form (SSD) in three kernels, parallel over chunks but for one pass over
+/// the chunk states in order (ssm.cu).
 void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s);
 /// Backend::rmsnorm_gated: out[R, W] = w * v / rms(v), v = y * silu(z), the RMS over each
 /// group of `group` columns (W % group == 0); a block per (row, group).

@@ -405,6 +405,7 @@ class Hybrid final : public Arch {
             {"ssm_state", c.ssm_state},
             {"ssm_groups", c.ssm_groups},
             {"ssm_conv", c.ssm_conv},
+            {"ssm_chunk", c.ssm_chunk},
             {"ssm_dt_clamp", {c.ssm_dt_min, c.ssm_dt_max}},
             {"ssm_norm_per_group", c.ssm_norm_per_group},
             {"rope", c.use_rope},
@@ -488,9 +489,11 @@ class Hybrid final : public Arch {
     be.ssm_conv(s.xbc, lw(kConvW), conv_b, T, C, K, s.conv_state[size_t(l)], s.xbc_act);
     be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), s.xbc_act, T, C);
     be.ssm_scan(s.xbc_act, s.dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T,
-                nh, hd, G, N, s.ssm_state[size_t(l)], s.y);
-    // Each output sums N state terms; each state carries every earlier token's update.
-    be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T, 6), s.y, T, I);
+                nh, hd, G, N, c.ssm_chunk, s.ssm_state[size_t(l)], s.y);
+    // Each output sums N state terms; each state carries every earlier token's update; a
+    // prefill's chunked form (cpu, cuda) adds a chunk's terms, each with its summed decays.
+    const int chunk_terms = T > 1 ? 2 * std::min(c.ssm_chunk, T) : 0;
+    be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T + chunk_terms, 6), s.y, T, I);
     const int group = c.ssm_norm_per_group ? I / G : I;
     be.rmsnorm_gated(s.y, s.z, lw(kSsmNorm), T, I, group, c.norm_eps, s.yn);
     be.apply_tap(tap("ssm_norm", l, "rmsnorm_gated", I, group, 4), s.yn, T, I);
