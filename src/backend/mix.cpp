@@ -251,11 +251,12 @@ class MixBackend final : public Backend {
   }
 
   void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D, const Tensor& dt_bias,
-                double dt_min, double dt_max, int T, int nh, int hd, int G, int N, Buffer& state, Buffer& y) override {
+                double dt_min, double dt_max, int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
+                Buffer& y) override {
     const int t = tier("ssm", "ssm_scan");
     Buffer& xi = in(xbc, t);
     Buffer& di = in(dt_raw, t);
-    tiers_[size_t(t)]->ssm_scan(xi, di, A_log, D, dt_bias, dt_min, dt_max, T, nh, hd, G, N, out_on(state, t, true),
+    tiers_[size_t(t)]->ssm_scan(xi, di, A_log, D, dt_bias, dt_min, dt_max, T, nh, hd, G, N, chunk, out_on(state, t, true),
                                 out_on(y, t, false));
   }
 
