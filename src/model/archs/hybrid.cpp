@@ -78,14 +78,8 @@ class HybridState final : public DecoderState {
       ssm_state.push_back(m ? be.alloc(I * c.ssm_state, /*logits=*/true) : Buffer{});
     }
     if (c.moe_experts > 0) {
-      const int64_t Fe = c.moe_ff, D = c.d_model;
       router = be.alloc(T * c.moe_experts);
-      xt = be.alloc(D);
-      e_gate = be.alloc(Fe);
-      e_up = be.alloc(Fe);
-      e_act = be.alloc(Fe);
-      e_out = be.alloc(D);
-      moe = be.alloc(T * D);
+      moe = be.alloc(T * c.d_model);
     }
     z = be.alloc(T * I);
     xbc = be.alloc(T * C);
@@ -95,8 +89,7 @@ class HybridState final : public DecoderState {
     yn = be.alloc(T * I);
   }
   ~HybridState() override {
-    for (Buffer* b : {&z, &xbc, &xbc_act, &dt, &y, &yn, &router, &xt, &e_gate, &e_up, &e_act,
-                      &e_out, &moe})
+    for (Buffer* b : {&z, &xbc, &xbc_act, &dt, &y, &yn, &router, &moe})
       be_.free(*b);
     for (Buffer& b : conv_state) be_.free(b);
     for (Buffer& b : ssm_state) be_.free(b);
@@ -114,7 +107,6 @@ class HybridState final : public DecoderState {
   std::vector<Buffer> conv_state, ssm_state;  // [L]; empty on non-Mamba layers
   Buffer z, xbc, xbc_act, dt, y, yn;           // [max_T, ...]
   Buffer router, moe;                          // [max_T, E], [max_T, D]
-  Buffer xt, e_gate, e_up, e_act, e_out;       // one token through one expert
   int ssm_pos = 0;  // tokens the recurrent states have consumed
 
  private:
@@ -500,52 +492,45 @@ class Hybrid final : public Arch {
     return r;
   }
 
-  // o [T, D] = shared expert(xn) + sum over the token's k experts of weight * expert(xn), the
-  // experts in ascending index order (HF's index_add over the experts hit). Routing runs on
-  // the host from the router's logits (route(), backend/moe_routing.h); each token goes
-  // through its experts one row at a time.
+  // o [T, D] = shared expert(xn) + the routed sum: Backend::moe, the op every MoE family
+  // calls (experts in ascending index per token, HF's index_add over the experts hit).
+  // Granite's experts are row slices of its 3-D stacks: [E, 2F, D] (gate rows, then up rows,
+  // HF chunk(2)) and [E, D, F].
   static void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap) {
     const ModelConfig& c = m.config;
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
     const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
     be.matmul(s.xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
     be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
-    std::vector<double> logits(size_t(T) * E), xrow(static_cast<size_t>(D)), erow(xrow);
-    std::vector<double> acc(size_t(T) * D, 0.0), bias(static_cast<size_t>(E));
-    be.read(s.router, 0, int64_t(T) * E, logits.data());
-    const bool nemotron = !granite(c);
-    if (nemotron) row_to_f64(lw(kRouterBias).dtype, lw(kRouterBias).data, bias.data(), E);
-    const RouterSpec spec = router_spec(c);
-    for (int t = 0; t < T; ++t) {
-      Route r = route(spec, logits.data() + size_t(t) * E, nemotron ? bias.data() : nullptr);
-      tap.route(l, t, r.ids, r.margin, E, router_score_name(spec));
-      std::vector<size_t> order(r.ids.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::sort(order.begin(), order.end(),
-                [&](size_t a, size_t b) { return r.ids[a] < r.ids[b]; });
-      be.read(s.xn, int64_t(t) * D, D, xrow.data());
-      be.write(s.xt, 0, D, xrow.data());
-      for (size_t i : order) {
-        const int e = r.ids[i];
-        if (granite(c)) {
-          const Tensor& in = lw(kExpIn);
-          const Tensor wg = row_slice(in, int64_t(e) * 2 * Fe, Fe, "[gate]");
-          const Tensor wu = row_slice(in, int64_t(e) * 2 * Fe + Fe, Fe, "[up]");
-          be.matmul(s.xt, wg, nullptr, 1, s.e_gate);
-          be.matmul(s.xt, wu, nullptr, 1, s.e_up);
-          be.swiglu(s.e_gate, s.e_up, Fe, s.e_act);
-          be.matmul(s.e_act, row_slice(lw(kExpOut), int64_t(e) * D, D, "[expert]"), nullptr, 1,
-                    s.e_out);
-        } else {
-          be.matmul(s.xt, lw(kExpert0 + 2 * e), nullptr, 1, s.e_up);
-          be.relu2(s.e_up, Fe, s.e_act);
-          be.matmul(s.e_act, lw(kExpert0 + 2 * e + 1), nullptr, 1, s.e_out);
-        }
-        be.read(s.e_out, 0, D, erow.data());
-        for (int d = 0; d < D; ++d) acc[size_t(t) * D + d] += r.weights[i] * erow[size_t(d)];
+    Backend::MoeExperts ex;
+    ex.spec = router_spec(c);
+    std::vector<Tensor> slices;  // Granite's per-expert views (ex points into it)
+    if (granite(c)) {
+      const Tensor &in = lw(kExpIn), &out = lw(kExpOut);
+      slices.reserve(size_t(3) * E);
+      for (int e = 0; e < E; ++e) {
+        slices.push_back(row_slice(in, int64_t(e) * 2 * Fe, Fe, "[gate]"));
+        slices.push_back(row_slice(in, int64_t(e) * 2 * Fe + Fe, Fe, "[up]"));
+        slices.push_back(row_slice(out, int64_t(e) * D, D, "[expert]"));
+      }
+      for (int e = 0; e < E; ++e) {
+        ex.gate.push_back(&slices[size_t(3) * e]);
+        ex.up.push_back(&slices[size_t(3) * e + 1]);
+        ex.down.push_back(&slices[size_t(3) * e + 2]);
+      }
+    } else {  // Nemotron-H: relu2 experts, a selection bias
+      ex.bias = &lw(kRouterBias);
+      ex.relu2 = true;
+      for (int e = 0; e < E; ++e) {
+        ex.up.push_back(&lw(kExpert0 + 2 * e));
+        ex.down.push_back(&lw(kExpert0 + 2 * e + 1));
       }
     }
-    be.write(s.moe, 0, int64_t(T) * D, acc.data());
+    std::vector<Route> routes;
+    be.moe(s.router, s.xn, ex, T, s.moe, tap.wants_routes() ? &routes : nullptr);
+    for (int t = 0; t < int(routes.size()); ++t)
+      tap.route(l, t, routes[size_t(t)].ids, routes[size_t(t)].margin, E,
+                router_score_name(ex.spec));
     be.apply_tap(tap("moe", l, "moe", D, int64_t(c.moe_top_k) * Fe, 4), s.moe, T, D);
     mlp(m, be, s, l, T, tap, /*shared=*/true);  // s.o
     be.add(s.o, s.moe, int64_t(T) * D);
