@@ -62,6 +62,26 @@ Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
   return t;
 }
 
+// The MoE router of each hybrid, from its config.
+RouterSpec router_spec(const ModelConfig& c) {
+  RouterSpec r;
+  r.n_experts = c.moe_experts;
+  r.top_k = c.moe_top_k;
+  if (granite(c)) {  // GraniteMoeHybridTopKGating: top-k of the logits, softmax over the k
+    r.scoring = RouterScoring::Softmax;
+    r.order = RouterOrder::TopKThenScore;
+  } else {  // NemotronHTopkRouter (DeepSeek-V3's noaux_tc)
+    r.scoring = RouterScoring::Sigmoid;
+    r.order = RouterOrder::ScoreThenTopK;
+    r.norm_topk_prob = c.moe_norm_topk;
+    r.norm_eps = 1e-20;
+    r.routed_scaling_factor = c.moe_scaling;
+    r.n_group = c.moe_n_group;
+    r.topk_group = c.moe_topk_group;
+  }
+  return r;
+}
+
 /// DecoderState's KV caches (attention layers only) and scratch, plus each Mamba2 layer's
 /// conv state [K-1, conv_dim] and SSM state [nh, hd, N], and the mixer's scratch.
 class HybridState final : public DecoderState {
@@ -104,18 +124,55 @@ class HybridState final : public DecoderState {
         }
   }
 
+  /// Layer l's routed experts as Backend::moe reads them, built at the layer's first MoE
+  /// forward (a decode step would otherwise rebuild 3E views per layer).
+  const Backend::MoeExperts& experts(const Model& m, int l);
+
   std::vector<Buffer> conv_state, ssm_state;  // [L]; empty on non-Mamba layers
   Buffer z, xbc, xbc_act, dt, y, yn;           // [max_T, ...]
   Buffer router, moe;                          // [max_T, E], [max_T, D]
   int ssm_pos = 0;  // tokens the recurrent states have consumed
 
  private:
+  std::vector<Backend::MoeExperts> experts_;  // [L], filled on first use
+  std::vector<std::vector<Tensor>> slices_;   // [L]: Granite's per-expert views (experts_ points in)
   static std::vector<bool> kv_layers(const ModelConfig& c) {
     std::vector<bool> kv(static_cast<size_t>(c.n_layer));
     for (int l = 0; l < c.n_layer; ++l) kv[size_t(l)] = c.layer_blocks[size_t(l)] == '*';
     return kv;
   }
 };
+
+const Backend::MoeExperts& HybridState::experts(const Model& m, int l) {
+  const ModelConfig& c = m.config;
+  if (experts_.empty()) experts_.resize(size_t(c.n_layer)), slices_.resize(size_t(c.n_layer));
+  Backend::MoeExperts& ex = experts_[size_t(l)];
+  if (!ex.up.empty()) return ex;
+  auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+  const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
+  ex.spec = router_spec(c);
+  if (granite(c)) {  // [E, 2F, D] (gate rows, then up rows: HF chunk(2)) and [E, D, F]
+    const Tensor &in = lw(kExpIn), &out = lw(kExpOut);
+    std::vector<Tensor>& v = slices_[size_t(l)];
+    v.reserve(size_t(3) * E);  // no reallocation: ex points into it
+    for (int e = 0; e < E; ++e) {
+      v.push_back(row_slice(in, int64_t(e) * 2 * Fe, Fe, "[gate]"));
+      v.push_back(row_slice(in, int64_t(e) * 2 * Fe + Fe, Fe, "[up]"));
+      v.push_back(row_slice(out, int64_t(e) * D, D, "[expert]"));
+      ex.gate.push_back(&v[v.size() - 3]);
+      ex.up.push_back(&v[v.size() - 2]);
+      ex.down.push_back(&v.back());
+    }
+  } else {  // Nemotron-H: relu2 experts, a selection bias
+    ex.bias = &lw(kRouterBias);
+    ex.relu2 = true;
+    for (int e = 0; e < E; ++e) {
+      ex.up.push_back(&lw(kExpert0 + 2 * e));
+      ex.down.push_back(&lw(kExpert0 + 2 * e + 1));
+    }
+  }
+  return ex;
+}
 
 class Hybrid final : public Arch {
  public:
@@ -473,24 +530,6 @@ class Hybrid final : public Arch {
     be.apply_tap(tap("down", l, "matmul", D, F, 3), s.o, T, D);
   }
 
-  static RouterSpec router_spec(const ModelConfig& c) {
-    RouterSpec r;
-    r.n_experts = c.moe_experts;
-    r.top_k = c.moe_top_k;
-    if (granite(c)) {  // GraniteMoeHybridTopKGating: top-k of the logits, softmax over the k
-      r.scoring = RouterScoring::Softmax;
-      r.order = RouterOrder::TopKThenScore;
-    } else {  // NemotronHTopkRouter (DeepSeek-V3's noaux_tc)
-      r.scoring = RouterScoring::Sigmoid;
-      r.order = RouterOrder::ScoreThenTopK;
-      r.norm_topk_prob = c.moe_norm_topk;
-      r.norm_eps = 1e-20;
-      r.routed_scaling_factor = c.moe_scaling;
-      r.n_group = c.moe_n_group;
-      r.topk_group = c.moe_topk_group;
-    }
-    return r;
-  }
 
   // o [T, D] = shared expert(xn) + the routed sum: Backend::moe, the op every MoE family
   // calls (experts in ascending index per token, HF's index_add over the experts hit).
@@ -502,30 +541,7 @@ class Hybrid final : public Arch {
     const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
     be.matmul(s.xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
     be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
-    Backend::MoeExperts ex;
-    ex.spec = router_spec(c);
-    std::vector<Tensor> slices;  // Granite's per-expert views (ex points into it)
-    if (granite(c)) {
-      const Tensor &in = lw(kExpIn), &out = lw(kExpOut);
-      slices.reserve(size_t(3) * E);
-      for (int e = 0; e < E; ++e) {
-        slices.push_back(row_slice(in, int64_t(e) * 2 * Fe, Fe, "[gate]"));
-        slices.push_back(row_slice(in, int64_t(e) * 2 * Fe + Fe, Fe, "[up]"));
-        slices.push_back(row_slice(out, int64_t(e) * D, D, "[expert]"));
-      }
-      for (int e = 0; e < E; ++e) {
-        ex.gate.push_back(&slices[size_t(3) * e]);
-        ex.up.push_back(&slices[size_t(3) * e + 1]);
-        ex.down.push_back(&slices[size_t(3) * e + 2]);
-      }
-    } else {  // Nemotron-H: relu2 experts, a selection bias
-      ex.bias = &lw(kRouterBias);
-      ex.relu2 = true;
-      for (int e = 0; e < E; ++e) {
-        ex.up.push_back(&lw(kExpert0 + 2 * e));
-        ex.down.push_back(&lw(kExpert0 + 2 * e + 1));
-      }
-    }
+    const Backend::MoeExperts& ex = s.experts(m, l);
     std::vector<Route> routes;
     be.moe(s.router, s.xn, ex, T, s.moe, tap.wants_routes() ? &routes : nullptr);
     for (int t = 0; t < int(routes.size()); ++t)

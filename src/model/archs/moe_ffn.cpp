@@ -78,13 +78,18 @@ void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& x
 
   be.matmul(xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
   be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
-  // Routing, the selected experts and their weighted sum: Backend::moe (backend.h).
-  Backend::MoeExperts ex;
-  ex.spec = rs;
-  for (int e = 0; e < E; ++e) {
-    ex.gate.push_back(&lw(kExperts + 3 * e));
-    ex.up.push_back(&lw(kExperts + 3 * e + 1));
-    ex.down.push_back(&lw(kExperts + 3 * e + 2));
+  // Routing, the selected experts and their weighted sum: Backend::moe (backend.h). The
+  // expert list is built at the layer's first forward (a decode step would otherwise
+  // rebuild 3E pointers per layer).
+  if (s.experts.empty()) s.experts.resize(size_t(c.n_layer));
+  Backend::MoeExperts& ex = s.experts[size_t(l)];
+  if (ex.up.empty()) {
+    ex.spec = rs;
+    for (int e = 0; e < E; ++e) {
+      ex.gate.push_back(&lw(kExperts + 3 * e));
+      ex.up.push_back(&lw(kExperts + 3 * e + 1));
+      ex.down.push_back(&lw(kExperts + 3 * e + 2));
+    }
   }
   std::vector<Route> routes;
   be.moe(s.router, xn, ex, T, out, tap.wants_routes() ? &routes : nullptr);

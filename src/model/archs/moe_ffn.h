@@ -44,6 +44,7 @@ struct MoeScratch {
   Buffer y;              // [T, D]: the shared expert's output
   Buffer gate, up, act;  // [T, F_shared] (1 column without a shared expert)
   Buffer shared_gate;    // [T, 1]
+  std::vector<Backend::MoeExperts> experts;  // [L]: each MoE layer's, built at its first use
 };
 
 /// out[T, D] = the block applied to xn[T, D] at layer l (weights at slots from first_slot).
