@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "backend/moe_routing.h"
 #include "backend/rope.h"
 #include "backend/tap.h"
 #include "core/tensor.h"
@@ -200,6 +201,39 @@ class Backend {
   /// out[n] = max(x[n], 0)^2 (Nemotron-H's relu2 MLP activation).
   virtual void relu2(const Buffer& x, int64_t n, Buffer& out);
 
+  // --- mixture of experts (backend/moe_ops.cpp) -----------------------------------------
+  // One op for every MoE family (llama's qwen2_moe / qwen3_moe / mixtral, the Granite and
+  // Nemotron-H hybrids): the router's matmul stays in the model (stage "router"), the routing
+  // and the routed experts are below it, so a tier can keep them on its device. The default
+  // reads the logits to the host, routes each token with route() in f64, runs each selected
+  // expert with matmul and swiglu/relu2 on the rows routed to it (so it reads only the
+  // selected experts), and sums on the host in f64: what ref and cpu run.
+
+  /// One MoE layer's routed experts, E = spec.n_experts of them, each of width F:
+  ///   swiglu: y = down[e] @ (silu(gate[e] @ x) * (up[e] @ x))   gate, up [F, D]; down [D, F]
+  ///   relu2:  y = down[e] @ relu2(up[e] @ x)                      (gate empty)
+  /// The tensors may be row slices of a 3-D stack (Granite); a tier may keep per-layer tables
+  /// of their device copies, keyed by the host addresses.
+  struct MoeExperts {
+    RouterSpec spec;               // E, k and the scoring (passed router_spec_problem)
+    const Tensor* bias = nullptr;  // [E] selection-only bias (Nemotron-H), or null
+    bool relu2 = false;
+    std::vector<const Tensor*> gate, up, down;  // [E] each
+  };
+  /// The routed sum of one MoE layer: token t goes to the k experts that route() picks from
+  /// its row of the router logits [T, E] (as the router matmul stored them; ties to the lower
+  /// index), and out[t, :] = sum over those experts e, in ascending e, of weight_e * y_e(x[t])
+  /// for x, out [T, D]. The projections, the activation and each y_e are rounded to the
+  /// compute type as matmul, swiglu and relu2 round them; the sum is taken in f64 (default)
+  /// or f32 (cuda) and rounded once. routes: when not null, receives each token's Route (ids
+  /// by descending selection score, weights, margin) on the host (for the route log of
+  /// traces); null lets a tier keep the whole block on its device.
+  virtual void moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T,
+                   Buffer& out, std::vector<Route>* routes);
+  /// y[t, :] *= sigmoid(g[t]) for y [T, D], g [T] (Qwen2-MoE's shared-expert gate). The
+  /// default computes in f64 on the host and rounds once.
+  virtual void sigmoid_gate(Buffer& y, const Buffer& g, int T, int D);
+
   // --- stage taps and fused ops (backend/fused_ops.cpp) -----------------------------------
   // Each fused op has a default made of the ops above, called one by one with the stage taps
   // (backend/tap.h) applied between them, so a tier without a fused kernel (ref, cpu)
@@ -294,6 +328,10 @@ class Backend {
   int32_t last_pick_ = -1;         // the defaults' picks: latest, and those not yet taken
   std::deque<int32_t> picks_;
 };
+
+/// Checks moe()'s expert list (counts, shapes, the spec, the bias) with one line naming the
+/// tier and the tensor; sets D and F.
+void moe_check_experts(const Backend& be, const Backend::MoeExperts& ex, int& D, int& F);
 
 /// Parses "ref", "cpu", "cuda", "cuda:N" (+ dtype for cuda: "bf16", "f16", "f32") and
 /// makes the tier. threads <= 0 means all cores. Throws arbiter::Error for unknown devices

@@ -72,6 +72,12 @@ class CudaBackend final : public Backend {
   void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
                      double eps, Buffer& out) override;
 
+  // Mixture of experts (cuda_backend.cpp, kernels in moe.cu): the router, the experts and
+  // their sum on the device; the host learns the routing only when asked for it (routes).
+  void moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T, Buffer& out,
+           std::vector<Route>* routes) override;
+  void sigmoid_gate(Buffer& y, const Buffer& g, int T, int D) override;
+
   // fused.cpp: one kernel each for T == 1, with the stage taps inside; otherwise the default
   // composition. Each fused kernel computes the bits of the op-by-op path (same reduction
   // orders, same roundings), so a decode does not depend on whether a stage is tapped.
@@ -186,6 +192,10 @@ class CudaBackend final : public Backend {
   /// The records of the latest stage_taps, as f64 into their StageTaps' vectors.
   void collect_taps();
 
+  /// A MoE layer's device tables of expert weight pointers (built at the layer's first call,
+  /// uploading every expert, and kept until the next prepare()).
+  const cuda::MoeTables& moe_tables(const MoeExperts& ex, int D, int F);
+
   int device_;
   DType ct_;
   std::string name_;
@@ -212,6 +222,14 @@ class CudaBackend final : public Backend {
     int positions = 0;
   };
   std::vector<RopeTable> rope_tables_;
+  // Per MoE layer, keyed by its first expert's up and down weights' host addresses.
+  struct MoeLayer {
+    cuda::DevBuf ptrs;  // [3, E] device pointers: gate (relu2: unused), up, down
+    cuda::MoeTables tables;
+    const void *first = nullptr, *last = nullptr;  // expert 0's up, expert E-1's down copies
+  };
+  std::map<std::tuple<const void*, const void*, int, bool>, MoeLayer> moe_layers_;
+  cuda::DevBuf moe_ws_;  // routing, sort and expert scratch of the latest moe()
 
   int32_t* h_picks_ = nullptr;  // pinned and mapped, a slot per pick not taken
   int32_t* d_picks_ = nullptr;  // h_picks_ as the device sees it

@@ -62,6 +62,26 @@ Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
   return t;
 }
 
+// The MoE router of each hybrid, from its config.
+RouterSpec router_spec(const ModelConfig& c) {
+  RouterSpec r;
+  r.n_experts = c.moe_experts;
+  r.top_k = c.moe_top_k;
+  if (granite(c)) {  // GraniteMoeHybridTopKGating: top-k of the logits, softmax over the k
+    r.scoring = RouterScoring::Softmax;
+    r.order = RouterOrder::TopKThenScore;
+  } else {  // NemotronHTopkRouter (DeepSeek-V3's noaux_tc)
+    r.scoring = RouterScoring::Sigmoid;
+    r.order = RouterOrder::ScoreThenTopK;
+    r.norm_topk_prob = c.moe_norm_topk;
+    r.norm_eps = 1e-20;
+    r.routed_scaling_factor = c.moe_scaling;
+    r.n_group = c.moe_n_group;
+    r.topk_group = c.moe_topk_group;
+  }
+  return r;
+}
+
 /// DecoderState's KV caches (attention layers only) and scratch, plus each Mamba2 layer's
 /// conv state [K-1, conv_dim] and SSM state [nh, hd, N], and the mixer's scratch.
 class HybridState final : public DecoderState {
@@ -78,14 +98,8 @@ class HybridState final : public DecoderState {
       ssm_state.push_back(m ? be.alloc(I * c.ssm_state, /*logits=*/true) : Buffer{});
     }
     if (c.moe_experts > 0) {
-      const int64_t Fe = c.moe_ff, D = c.d_model;
       router = be.alloc(T * c.moe_experts);
-      xt = be.alloc(D);
-      e_gate = be.alloc(Fe);
-      e_up = be.alloc(Fe);
-      e_act = be.alloc(Fe);
-      e_out = be.alloc(D);
-      moe = be.alloc(T * D);
+      moe = be.alloc(T * c.d_model);
     }
     z = be.alloc(T * I);
     xbc = be.alloc(T * C);
@@ -95,8 +109,7 @@ class HybridState final : public DecoderState {
     yn = be.alloc(T * I);
   }
   ~HybridState() override {
-    for (Buffer* b : {&z, &xbc, &xbc_act, &dt, &y, &yn, &router, &xt, &e_gate, &e_up, &e_act,
-                      &e_out, &moe})
+    for (Buffer* b : {&z, &xbc, &xbc_act, &dt, &y, &yn, &router, &moe})
       be_.free(*b);
     for (Buffer& b : conv_state) be_.free(b);
     for (Buffer& b : ssm_state) be_.free(b);
@@ -111,19 +124,55 @@ class HybridState final : public DecoderState {
         }
   }
 
+  /// Layer l's routed experts as Backend::moe reads them, built at the layer's first MoE
+  /// forward (a decode step would otherwise rebuild 3E views per layer).
+  const Backend::MoeExperts& experts(const Model& m, int l);
+
   std::vector<Buffer> conv_state, ssm_state;  // [L]; empty on non-Mamba layers
   Buffer z, xbc, xbc_act, dt, y, yn;           // [max_T, ...]
   Buffer router, moe;                          // [max_T, E], [max_T, D]
-  Buffer xt, e_gate, e_up, e_act, e_out;       // one token through one expert
   int ssm_pos = 0;  // tokens the recurrent states have consumed
 
  private:
+  std::vector<Backend::MoeExperts> experts_;  // [L], filled on first use
+  std::vector<std::vector<Tensor>> slices_;   // [L]: Granite's per-expert views (experts_ points in)
   static std::vector<bool> kv_layers(const ModelConfig& c) {
     std::vector<bool> kv(static_cast<size_t>(c.n_layer));
     for (int l = 0; l < c.n_layer; ++l) kv[size_t(l)] = c.layer_blocks[size_t(l)] == '*';
     return kv;
   }
 };
+
+const Backend::MoeExperts& HybridState::experts(const Model& m, int l) {
+  const ModelConfig& c = m.config;
+  if (experts_.empty()) experts_.resize(size_t(c.n_layer)), slices_.resize(size_t(c.n_layer));
+  Backend::MoeExperts& ex = experts_[size_t(l)];
+  if (!ex.up.empty()) return ex;
+  auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+  const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
+  ex.spec = router_spec(c);
+  if (granite(c)) {  // [E, 2F, D] (gate rows, then up rows: HF chunk(2)) and [E, D, F]
+    const Tensor &in = lw(kExpIn), &out = lw(kExpOut);
+    std::vector<Tensor>& v = slices_[size_t(l)];
+    v.reserve(size_t(3) * E);  // no reallocation: ex points into it
+    for (int e = 0; e < E; ++e) {
+      v.push_back(row_slice(in, int64_t(e) * 2 * Fe, Fe, "[gate]"));
+      v.push_back(row_slice(in, int64_t(e) * 2 * Fe + Fe, Fe, "[up]"));
+      v.push_back(row_slice(out, int64_t(e) * D, D, "[expert]"));
+      ex.gate.push_back(&v[v.size() - 3]);
+      ex.up.push_back(&v[v.size() - 2]);
+      ex.down.push_back(&v.back());
+    }
+  } else {  // Nemotron-H: relu2 experts, a selection bias
+    ex.bias = &lw(kRouterBias);
+    ex.relu2 = true;
+    for (int e = 0; e < E; ++e) {
+      ex.up.push_back(&lw(kExpert0 + 2 * e));
+      ex.down.push_back(&lw(kExpert0 + 2 * e + 1));
+    }
+  }
+  return ex;
+}
 
 class Hybrid final : public Arch {
  public:
@@ -559,71 +608,23 @@ class Hybrid final : public Arch {
     be.apply_tap(tap("down", l, "matmul", D, F, 3), s.o, T, D);
   }
 
-  static RouterSpec router_spec(const ModelConfig& c) {
-    RouterSpec r;
-    r.n_experts = c.moe_experts;
-    r.top_k = c.moe_top_k;
-    if (granite(c)) {  // GraniteMoeHybridTopKGating: top-k of the logits, softmax over the k
-      r.scoring = RouterScoring::Softmax;
-      r.order = RouterOrder::TopKThenScore;
-    } else {  // NemotronHTopkRouter (DeepSeek-V3's noaux_tc)
-      r.scoring = RouterScoring::Sigmoid;
-      r.order = RouterOrder::ScoreThenTopK;
-      r.norm_topk_prob = c.moe_norm_topk;
-      r.norm_eps = 1e-20;
-      r.routed_scaling_factor = c.moe_scaling;
-      r.n_group = c.moe_n_group;
-      r.topk_group = c.moe_topk_group;
-    }
-    return r;
-  }
 
-  // o [T, D] = shared expert(xn) + sum over the token's k experts of weight * expert(xn), the
-  // experts in ascending index order (HF's index_add over the experts hit). Routing runs on
-  // the host from the router's logits (route(), backend/moe_routing.h); each token goes
-  // through its experts one row at a time.
+  // o [T, D] = shared expert(xn) + the routed sum: Backend::moe, the op every MoE family
+  // calls (experts in ascending index per token, HF's index_add over the experts hit).
+  // Granite's experts are row slices of its 3-D stacks: [E, 2F, D] (gate rows, then up rows,
+  // HF chunk(2)) and [E, D, F].
   static void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap) {
     const ModelConfig& c = m.config;
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
     const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
     be.matmul(s.xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
     be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
-    std::vector<double> logits(size_t(T) * E), xrow(static_cast<size_t>(D)), erow(xrow);
-    std::vector<double> acc(size_t(T) * D, 0.0), bias(static_cast<size_t>(E));
-    be.read(s.router, 0, int64_t(T) * E, logits.data());
-    const bool nemotron = !granite(c);
-    if (nemotron) row_to_f64(lw(kRouterBias).dtype, lw(kRouterBias).data, bias.data(), E);
-    const RouterSpec spec = router_spec(c);
-    for (int t = 0; t < T; ++t) {
-      Route r = route(spec, logits.data() + size_t(t) * E, nemotron ? bias.data() : nullptr);
-      tap.route(l, t, r.ids, r.margin, E, router_score_name(spec));
-      std::vector<size_t> order(r.ids.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::sort(order.begin(), order.end(),
-                [&](size_t a, size_t b) { return r.ids[a] < r.ids[b]; });
-      be.read(s.xn, int64_t(t) * D, D, xrow.data());
-      be.write(s.xt, 0, D, xrow.data());
-      for (size_t i : order) {
-        const int e = r.ids[i];
-        if (granite(c)) {
-          const Tensor& in = lw(kExpIn);
-          const Tensor wg = row_slice(in, int64_t(e) * 2 * Fe, Fe, "[gate]");
-          const Tensor wu = row_slice(in, int64_t(e) * 2 * Fe + Fe, Fe, "[up]");
-          be.matmul(s.xt, wg, nullptr, 1, s.e_gate);
-          be.matmul(s.xt, wu, nullptr, 1, s.e_up);
-          be.swiglu(s.e_gate, s.e_up, Fe, s.e_act);
-          be.matmul(s.e_act, row_slice(lw(kExpOut), int64_t(e) * D, D, "[expert]"), nullptr, 1,
-                    s.e_out);
-        } else {
-          be.matmul(s.xt, lw(kExpert0 + 2 * e), nullptr, 1, s.e_up);
-          be.relu2(s.e_up, Fe, s.e_act);
-          be.matmul(s.e_act, lw(kExpert0 + 2 * e + 1), nullptr, 1, s.e_out);
-        }
-        be.read(s.e_out, 0, D, erow.data());
-        for (int d = 0; d < D; ++d) acc[size_t(t) * D + d] += r.weights[i] * erow[size_t(d)];
-      }
-    }
-    be.write(s.moe, 0, int64_t(T) * D, acc.data());
+    const Backend::MoeExperts& ex = s.experts(m, l);
+    std::vector<Route> routes;
+    be.moe(s.router, s.xn, ex, T, s.moe, tap.wants_routes() ? &routes : nullptr);
+    for (int t = 0; t < int(routes.size()); ++t)
+      tap.route(l, t, routes[size_t(t)].ids, routes[size_t(t)].margin, E,
+                router_score_name(ex.spec));
     be.apply_tap(tap("moe", l, "moe", D, int64_t(c.moe_top_k) * Fe, 4), s.moe, T, D);
     mlp(m, be, s, l, T, tap, /*shared=*/true);  // s.o
     be.add(s.o, s.moe, int64_t(T) * D);
