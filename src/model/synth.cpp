@@ -24,6 +24,7 @@
 #include "io/gguf_write.h"
 #include "io/safetensors_write.h"
 #include "model/arch.h"
+#include "model/model.h"
 
 namespace arbiter {
 
@@ -398,21 +399,39 @@ std::function<int64_t(int64_t)> rope_adjacent_rows(int64_t head_dim) {
   };
 }
 
+// The fills of consecutive parts (a 3-D stack's slices) as one tensor's fill.
+Fill concat_fills(std::vector<std::pair<int64_t, Fill>> parts, DType dt) {
+  if (parts.size() == 1) return std::move(parts[0].second);
+  return [parts = std::move(parts), dt](int64_t begin, int64_t n, void* dst) {
+    int64_t at = 0;  // first element of the current part
+    for (const auto& [len, fill] : parts) {
+      const int64_t lo = std::max(begin, at), hi = std::min(begin + n, at + len);
+      if (lo < hi) fill(lo - at, hi - lo, static_cast<char*>(dst) + dtype_bytes(dt, lo - begin));
+      at += len;
+    }
+  };
+}
+
 // A tensor's stored type: the checkpoint's, except 1-D tensors (norm weights) in a GGUF,
 // which are F32 as llama.cpp's converter writes them (llama.cpp refuses bf16 ones).
 DType stored_dtype(const TensorSpec& t, const SynthOptions& o) {
   return o.format == SynthFormat::Gguf && t.shape.size() == 1 ? DType::F32 : o.dtype;
 }
 
+// general.architecture, context_length and the family's metadata of c.
+void add_gguf_config(const ModelConfig& c, GgufWriter& g) {
+  const Arch& arch = arch_of(c.arch);
+  g.add_string("general.architecture", arch.gguf_arch(c));
+  g.add_u32("general.alignment", 32);
+  g.add_u32(arch.gguf_arch(c) + ".context_length", uint32_t(c.max_pos));
+  arch.gguf_metadata(c, g);
+}
+
 void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const ModelConfig& c,
                            const SynthOptions& o, int n_threads, Progress& meter) {
   GgufWriter g;
-  const std::string a = c.arch + ".";
-  g.add_string("general.architecture", c.arch);
+  add_gguf_config(c, g);
   g.add_string("general.name", "arbiter synth " + p.name + " (random weights, speed only)");
-  g.add_u32("general.alignment", 32);
-  g.add_u32(a + "context_length", uint32_t(c.max_pos));
-  arch_of(c.arch).gguf_metadata(c, g);
 
   const SynthVocab sv = synth_vocab(p, c);
   const int64_t n_special = int64_t(p.specials.size());
@@ -434,17 +453,23 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   // its RoPE for the architecture rotates those.
   const bool adjacent = arch_of(c.arch).gguf_rope_layout(c.arch) == RopeLayout::Adjacent;
   int64_t bytes = 0;
-  for (const TensorSpec& t : tensor_list(c)) {
+  const std::vector<TensorSpec> list = tensor_list(c);
+  for (const GgufTensorPlan& t : gguf_plan(list)) {
     GgufTensorEntry e;
-    e.name = t.gguf;
-    e.dtype = stored_dtype(t, o);
+    e.name = t.name;
+    e.dtype = stored_dtype(*t.parts[0], o);
     e.shape = t.shape;
-    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    ARB_ASSERT(t.gguf_offset == 0 || t.kind == TensorKind::Norm);  // only ones are offset
-    e.fill = metered(seeded_fill(t.hf, o.seed, t.kind == TensorKind::Norm, e.dtype, n_threads, cols,
-                                 adjacent && t.rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
-                                 t.gguf_offset),
-                     e.dtype, meter, bytes);
+    std::vector<std::pair<int64_t, Fill>> parts;
+    for (const TensorSpec* s : t.parts) {
+      const int64_t cols = s->shape.size() == 2 ? s->shape[1] : 1;
+      ARB_ASSERT(s->gguf_offset == 0 || s->kind == TensorKind::Norm);  // only ones are offset
+      ARB_ASSERT(s->gguf_value == TensorSpec::GgufValue::Same);        // no synth of such families
+      parts.emplace_back(numel(s->shape),
+                         seeded_fill(s->hf, o.seed, s->kind == TensorKind::Norm, e.dtype, n_threads, cols,
+                                     adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
+                                     s->gguf_offset));
+    }
+    e.fill = metered(concat_fills(std::move(parts), e.dtype), e.dtype, meter, bytes);
     g.add_tensor(std::move(e));
   }
   g.write(path);
@@ -453,6 +478,50 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
 void write_text(const std::string& path, const std::string& text) { write_file_atomic(path, text, "[synth]"); }
 
 }  // namespace
+
+void add_model_gguf(const Model& m, GgufWriter& g) {
+  const ModelConfig& c = m.config;
+  add_gguf_config(c, g);
+  // An HF model's rows and values become llama.cpp's; a GGUF model's already are (but its
+  // transformed values were inverted at load).
+  const bool hf = m.format == "hf";
+  const bool adjacent = hf && m.arch->gguf_rope_layout(c.arch) == RopeLayout::Adjacent;
+  // The specs as bound, less a tied lm_head (GGUF ties by leaving output.weight out).
+  std::vector<TensorSpec> list;
+  for (const TensorSpec& s : m.weights.specs)
+    if (!(s.tie_to && c.tied_embeddings)) list.push_back(s);
+  for (const GgufTensorPlan& t : gguf_plan(list)) {
+    GgufTensorEntry e;
+    e.name = t.name;
+    e.dtype = DType::F32;
+    e.shape = t.shape;
+    std::vector<std::pair<int64_t, Fill>> parts;
+    for (const TensorSpec* s : t.parts) {
+      const Tensor& w = m.weights.at(*s);
+      const auto src_row = adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr;
+      const double offset = hf ? s->gguf_offset : 0;
+      const bool neg_exp = s->gguf_value == TensorSpec::GgufValue::NegExp;
+      // Element i of the written tensor: HF row src_row(i / cols), column i % cols, plus the
+      // offset, or -exp of it (llama.cpp's A = -exp(A_log)), rounded once to f32.
+      parts.emplace_back(w.numel(), [w, src_row, offset, neg_exp](int64_t begin, int64_t n, void* dst) {
+        const int64_t cols = w.cols();
+        std::vector<double> row(static_cast<size_t>(cols));
+        float* out = static_cast<float*>(dst);
+        for (int64_t i = begin; i < begin + n;) {
+          const int64_t r = i / cols, c0 = i % cols, len = std::min(begin + n - i, cols - c0);
+          row_to_f64(w.dtype, w.row(src_row ? src_row(r) : r), row.data(), cols);
+          for (int64_t k = 0; k < len; ++k) {
+            const double v = row[size_t(c0 + k)] + offset;
+            out[i - begin + k] = float(neg_exp ? -std::exp(v) : v);
+          }
+          i += len;
+        }
+      });
+    }
+    e.fill = concat_fills(std::move(parts), DType::F32);
+    g.add_tensor(std::move(e));
+  }
+}
 
 // ---------------------------------------------------------------------------------------
 
