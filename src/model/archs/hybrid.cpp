@@ -54,6 +54,9 @@ enum Layer {
 
 bool granite(const ModelConfig& c) { return c.arch == "granitemoehybrid"; }
 
+// NemotronHConfig's time_step_min: Zamba2MambaMixer.torch_forward clamps dt from below at it.
+constexpr double kNemotronDtMin = 0.001;
+
 // Rows [r0, r0 + n) of a matrix as a matrix of their own (in_proj's z / xBC / dt parts): a
 // view into the same storage.
 Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
@@ -171,11 +174,13 @@ class Hybrid final : public Arch {
   // The keys llama.cpp reads (src/models/granite-hybrid.cpp, nemotron-h.cpp). A layer's kind
   // comes from the per-layer arrays: head_count_kv > 0 is attention; otherwise Granite's is
   // Mamba2, and Nemotron-H's is Mamba2 when feed_forward_length is 0 too, else its MLP ('-')
-  // or, with experts (nemotron_h_moe), its MoE ('E'). What GGUF cannot say takes the HF
-  // semantics of the class: Granite's gated norm over the full width (llama.cpp normalises
-  // per group, which differs when the group count is above 1), chunk sizes (unused by the
-  // arithmetic). llama.cpp clamps dt nowhere, so neither does a GGUF model here (HF's
-  // Nemotron-H clamps at time_step_min, Granite's time_step_limit defaults to none).
+  // or, with experts (nemotron_h_moe), its MoE ('E'). The converter writes a dense MLP layer
+  // of an MoE Nemotron-H with feed_forward_length 0 (its _mlp_layers are the 'E' ones), which
+  // llama.cpp then takes for Mamba2 and fails to load; here its ffn_up tensor makes it '-'.
+  // What GGUF cannot say takes the HF default of the class: Granite's gated norm over the full
+  // width (llama.cpp normalises per group, which differs when the group count is above 1),
+  // dt's clamp (Granite: none; Nemotron-H: from below at time_step_min 0.001; llama.cpp
+  // clamps nowhere), the chunk sizes (which do not change the values).
   void parse_gguf(const GgufFile& g, ModelConfig& c) const override {
     const std::string gname = c.arch, p = gname + ".", path = g.path();
     const bool gr = gname == "granitehybrid";
@@ -238,9 +243,16 @@ class Hybrid final : public Arch {
       if (k > 0) c.n_head_kv = int(k);
       if (f > 0 && c.d_ff > 0 && f != c.d_ff)
         fail("feed_forward_length", "differs between layers (unsupported)");
-      if (f > 0) c.d_ff = int(f);
-      c.layer_blocks += k > 0 ? '*' : f == 0 ? 'M' : experts > 0 ? 'E' : '-';
+      if (f > 0) c.d_ff = int(f);  // an MoE file's: the experts' width (replaced below)
+      const bool mlp = !gr && k == 0 && f == 0 &&
+                       g.tensor("blk." + std::to_string(l) + ".ffn_up.weight") != nullptr;
+      c.layer_blocks += k > 0 ? '*' : mlp ? '-' : f == 0 ? 'M' : experts > 0 ? 'E' : '-';
     }
+    // The dense MLP's width: feed_forward_length, or in an MoE file its ffn_up's rows.
+    if (!gr && experts > 0)
+      for (int l = 0; l < c.n_layer; ++l)
+        if (c.layer_blocks[size_t(l)] == '-')
+          c.d_ff = int(g.tensor("blk." + std::to_string(l) + ".ffn_up.weight")->shape[0]);
     if (c.n_head_kv == 0) c.n_head_kv = c.n_head;  // no attention layer: unused
     if (c.n_head % c.n_head_kv != 0)
       fail("attention.head_count_kv", strformat("%d does not divide head_count %d", c.n_head_kv,
@@ -264,7 +276,7 @@ class Hybrid final : public Arch {
       c.ssm_conv = 4, c.ssm_state = 1, c.ssm_groups = 1, c.ssm_heads = 1, c.ssm_head_dim = 1;
     }
     c.ssm_chunk = gr ? 256 : 128;  // HF's defaults; the chunk size does not change the values
-    c.ssm_dt_min = 0;
+    c.ssm_dt_min = gr ? 0 : kNemotronDtMin;
     c.ssm_dt_max = std::numeric_limits<double>::infinity();
     c.ssm_norm_per_group = !gr;
     if (gr) {
@@ -519,9 +531,10 @@ class Hybrid final : public Arch {
     throw Error("[synth] " + c.arch + ": synth of the hybrid family is not supported yet");
   }
   // What llama.cpp's converter writes (GraniteHybridModel / NemotronHModel
-  // .set_gguf_parameters). What it cannot hold is refused: a head_dim other than
-  // hidden_size / heads for Granite (the converter drops head_dim), a dt clamp, Nemotron-H's
-  // dense MLP layers beside MoE ones (llama.cpp reads every FFN layer of nemotron_h_moe as MoE).
+  // .set_gguf_parameters), an MoE Nemotron-H's dense MLP layers included (feed_forward_length
+  // 0 there, as the converter writes them; parse_gguf reads them back). What GGUF cannot hold
+  // is refused: a head_dim other than hidden_size / heads for Granite (the converter drops
+  // head_dim), a dt clamp other than the class's default.
   void gguf_metadata(const ModelConfig& c, GgufWriter& g) const override {
     const bool gr = granite(c);
     const std::string p = gguf_arch(c) + ".";
@@ -530,12 +543,12 @@ class Hybrid final : public Arch {
     };
     if (gr && c.head_dim * c.n_head != c.d_model) refuse("head_dim != hidden_size / heads");
     if (gr && (c.ssm_dt_min != 0 || std::isfinite(c.ssm_dt_max))) refuse("time_step_limit");
-    if (!gr && c.moe_experts > 0 && c.layer_blocks.find('-') != std::string::npos)
-      refuse("a dense MLP layer ('-') in a Nemotron-H with MoE layers");
+    if (!gr && (c.ssm_dt_min != kNemotronDtMin || std::isfinite(c.ssm_dt_max)))
+      refuse("time_step_min other than 0.001");
     std::vector<int32_t> kv, ff;
     for (char b : c.layer_blocks) {
       kv.push_back(b == '*' ? c.n_head_kv : 0);
-      ff.push_back(b == '-' ? c.d_ff : b == 'E' ? c.moe_ff : 0);
+      ff.push_back(b == '-' && c.moe_experts == 0 ? c.d_ff : b == 'E' ? c.moe_ff : 0);
     }
     g.add_u32(p + "embedding_length", uint32_t(c.d_model));
     g.add_u32(p + "block_count", uint32_t(c.n_layer));
@@ -929,7 +942,8 @@ class Hybrid final : public Arch {
     c.ssm_conv_bias = j.flag(j.has("mamba_conv_bias") ? "mamba_conv_bias" : "use_conv_bias", true);
     // Zamba2MambaMixer.torch_forward clamps dt from below at time_step_min and ignores
     // time_step_limit.
-    c.ssm_dt_min = j.number(j.has("mamba_dt_min") ? "mamba_dt_min" : "time_step_min", 0.001);
+    c.ssm_dt_min =
+        j.number(j.has("mamba_dt_min") ? "mamba_dt_min" : "time_step_min", kNemotronDtMin);
     c.ssm_dt_max = std::numeric_limits<double>::infinity();
     c.ssm_norm_per_group = true;  // Zamba2RMSNormGated, group_size = I / n_groups
   }
