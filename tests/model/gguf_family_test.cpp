@@ -20,6 +20,7 @@
 #include "io/gguf_write.h"
 #include "io/safetensors_write.h"
 #include "model/model.h"
+#include "model/quantize.h"
 #include "model/synth.h"
 #include "test_util.h"
 
@@ -303,5 +304,38 @@ TEST(GgufLlamaCpp, ConverterFilesMatchTheFloat64Logits) {
     }
     std::printf("[ llama.cpp ] %-40s ref max |logit - HF float64| = %.3g\n", f.gguf, worst);
     EXPECT_LE(worst, f.bound);
+  }
+}
+
+// arbiter quantize on these families' files: the 3-D _exps stacks quantize whole (each
+// expert's rows are whole blocks, so the views stay valid), the router and Mamba's conv
+// kernel stay as they are (llama-quant.cpp), and the quantized model runs close to the f32 one.
+TEST(GgufFamilies, QuantizedStacksLoadAndRunClose) {
+  for (const char* dir : {"tests/fixtures/models/tiny-qwen3-moe", "tests/fixtures/models/tiny-granite-h-moe"}) {
+    SCOPED_TRACE(dir);
+    auto hf = load_model(test::source_path(dir));
+    const std::string f32 = write_gguf_of(*hf, "gguffam-q");
+    const std::string q8 = f32 + ".q8_0.gguf";
+    quantize_gguf(f32, q8, QuantRecipe::Q8_0, 1);
+    GgufFile g(q8);
+    EXPECT_EQ(g.tensor("blk.0.ffn_gate_inp.weight")->dtype, DType::F32);
+    EXPECT_EQ(g.tensor("blk.0.ffn_down_exps.weight")->dtype, DType::Q8_0);
+    if (const Tensor* conv = g.tensor("blk.1.ssm_conv1d.weight")) EXPECT_EQ(conv->dtype, DType::F32);
+    auto m = load_model(q8);
+    const Tensor* down = m->weights.find("expert1_down", 0);
+    if (!down) down = m->weights.find("expert_down.1", 0);
+    ASSERT_NE(down, nullptr);
+    EXPECT_EQ(down->dtype, DType::Q8_0);
+    DeviceSpec spec;
+    spec.device = "ref";
+    auto be = make_backend(spec);
+    const std::vector<int32_t> prompt = prompt_of(dir);
+    Session a(*hf, *be, int(prompt.size())), b(*m, *be, int(prompt.size()));
+    a.forward(prompt);
+    b.forward(prompt);
+    // Q8_0's relative error per weight is about 2^-8: logits within a few percent.
+    const double r = test::rel_l2(b.logits(int(prompt.size()) - 1), a.logits(int(prompt.size()) - 1));
+    std::printf("[ gguf q8  ] %-40s rel l2 of the last logits = %.3g\n", dir, r);
+    EXPECT_LT(r, 0.05);
   }
 }
