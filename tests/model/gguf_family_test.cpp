@@ -81,6 +81,36 @@ std::string error_of(const std::string& path) {
   return "";
 }
 
+// m written by add_model_gguf, then copied with tensor `from` renamed `to` (and reshaped to
+// shape, when given) and metadata key kv.first replaced by kv.second's writer.
+std::string rewrite(const Model& m, const std::string& from, const std::string& to,
+                    std::vector<int64_t> shape,
+                    const std::function<bool(const std::string&, GgufWriter&)>& kv) {
+  GgufWriter g;
+  add_model_gguf(m, g);
+  add_stand_in_vocab(m.config.vocab, g);
+  const std::string p = test::temp_dir("gguffam-bad") + "/m.gguf";
+  const std::string tmp = p + ".src.gguf";
+  g.write(tmp);
+  GgufFile src(tmp);
+  GgufWriter w;
+  for (const auto& [k, v] : src.metadata())
+    if (k != "general.alignment" && !(kv && kv(k, w))) w.add_value(k, v);
+  for (const Tensor& t : src.tensors()) {
+    GgufTensorEntry en;
+    en.name = t.name == from ? to : t.name;
+    en.dtype = t.dtype;
+    en.shape = t.name == from && !shape.empty() ? shape : t.shape;
+    const Tensor tt = t;
+    en.fill = [tt](int64_t begin, int64_t n, void* dst) {
+      std::memcpy(dst, static_cast<const float*>(tt.data) + begin, size_t(n) * 4);
+    };
+    w.add_tensor(std::move(en));
+  }
+  w.write(p);
+  return p;
+}
+
 struct Case {
   const char* dir;
   const char* gguf_arch;
@@ -221,32 +251,9 @@ TEST(GgufFamiliesRefuse, MissingStackWrongShapeTopKAndArch) {
       << e;
 
   // A missing _exps tensor, and one of the wrong 3-D shape: a file written with the layer's
-  // down stack renamed, then with its expert count off by one.
+  // down stack renamed, then with its up stack's dimensions in the wrong order.
   auto rename = [&](const std::string& from, const std::string& to, std::vector<int64_t> shape) {
-    GgufWriter g;
-    add_model_gguf(*hf, g);
-    add_stand_in_vocab(c.vocab, g);
-    const std::string p = test::temp_dir("gguffam-bad") + "/m.gguf";
-    // Rewrite through a second writer: copy every tensor but `from`, which goes in as `to`.
-    const std::string tmp = p + ".src.gguf";
-    g.write(tmp);
-    GgufFile src(tmp);
-    GgufWriter w;
-    for (const auto& [k, v] : src.metadata())
-      if (k != "general.alignment") w.add_value(k, v);
-    for (const Tensor& t : src.tensors()) {
-      GgufTensorEntry en;
-      en.name = t.name == from ? to : t.name;
-      en.dtype = t.dtype;
-      en.shape = t.name == from && !shape.empty() ? shape : t.shape;
-      const Tensor tt = t;
-      en.fill = [tt](int64_t begin, int64_t n, void* dst) {
-        std::memcpy(dst, static_cast<const float*>(tt.data) + begin, size_t(n) * 4);
-      };
-      w.add_tensor(std::move(en));
-    }
-    w.write(p);
-    return p;
+    return rewrite(*hf, from, to, std::move(shape), nullptr);
   };
   path = rename("blk.2.ffn_down_exps.weight", "blk.2.ffn_down_experts.weight", {});
   e = error_of(path);
@@ -338,4 +345,22 @@ TEST(GgufFamilies, QuantizedStacksLoadAndRunClose) {
     std::printf("[ gguf q8  ] %-40s rel l2 of the last logits = %.3g\n", dir, r);
     EXPECT_LT(r, 0.05);
   }
+}
+
+// A converter that takes attention layers for Mamba2 (llama.cpp's GraniteHybridModel reads
+// only the Hub's "attention" layer type, not transformers 5.17's "full_attention", and writes
+// head_count_kv 0 for them) makes a file arbiter refuses naming the key and the layer.
+TEST(GgufFamiliesRefuse, AttentionLayerMarkedMamba) {
+  auto hf = load_model(test::source_path("tests/fixtures/models/tiny-granite-h-moe"));
+  const std::string path =
+      rewrite(*hf, "", "", {}, [&](const std::string& k, GgufWriter& w) {
+        if (k != "granitehybrid.attention.head_count_kv") return false;
+        w.add_i32_array(k, std::vector<int32_t>(size_t(hf->config.n_layer), 0));
+        return true;
+      });
+  const std::string e = error_of(path);
+  EXPECT_NE(e.find(path + ": granitehybrid.attention.head_count_kv is 0 for layer 0, which holds "
+                          "attention tensors"),
+            std::string::npos)
+      << e;
 }

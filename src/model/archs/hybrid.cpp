@@ -244,8 +244,11 @@ class Hybrid final : public Arch {
       if (f > 0 && c.d_ff > 0 && f != c.d_ff)
         fail("feed_forward_length", "differs between layers (unsupported)");
       if (f > 0) c.d_ff = int(f);  // an MoE file's: the experts' width (replaced below)
-      const bool mlp = !gr && k == 0 && f == 0 &&
-                       g.tensor("blk." + std::to_string(l) + ".ffn_up.weight") != nullptr;
+      const std::string blk = "blk." + std::to_string(l) + ".";
+      if (k == 0 && g.tensor(blk + "attn_q.weight") != nullptr)
+        fail("attention.head_count_kv", strformat("is 0 for layer %d, which holds attention "
+                                                  "tensors (a converter that took it for Mamba2?)", l));
+      const bool mlp = !gr && k == 0 && f == 0 && g.tensor(blk + "ffn_up.weight") != nullptr;
       c.layer_blocks += k > 0 ? '*' : mlp ? '-' : f == 0 ? 'M' : experts > 0 ? 'E' : '-';
     }
     // The dense MLP's width: feed_forward_length, or in an MoE file its ffn_up's rows.
