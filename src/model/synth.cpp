@@ -601,9 +601,6 @@ SynthResult synth_plan(const SynthOptions& opt) {
   }
   // MoE presets route every layer, so fewer (or more) layers keep that.
   if (!r.config.layer_moe.empty()) r.config.layer_moe.assign(size_t(r.config.n_layer), true);
-  ARB_CHECK(opt.format == SynthFormat::Hf || r.config.router.n_experts == 0,
-            "[synth] %s: a mixture-of-experts preset is written as an HF checkpoint only "
-            "(arbiter does not read MoE GGUF files yet)", p.name.c_str());
   for (const TensorSpec& t : tensor_list(r.config)) {
     r.n_params += numel(t.shape);
     r.weight_bytes += dtype_bytes(stored_dtype(t, opt), numel(t.shape));

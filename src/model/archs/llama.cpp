@@ -635,7 +635,7 @@ ModelConfig preset_config(const char* arch, int L, int D, int H, int Hkv, int Dh
 
 // Every number below is the value in that model's official config.json on the Hugging Face
 // Hub (repository named in hf_id), read 2026-11; docs/performance.md repeats the table. tiny
-// is ours: a 2-layer llama for fast tests.
+// and tiny-moe are ours: a 2-layer llama and qwen3_moe for fast tests.
 std::vector<SynthPreset> Llama::presets() const {
   std::vector<SynthPreset> p;
   auto add = [&](const char* name, const char* hf_id, const char* cls, const char* source,
@@ -698,6 +698,18 @@ std::vector<SynthPreset> Llama::presets() const {
   add("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "MixtralForCausalLM",
       "huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json (transformers 4.36)", mixtral,
       {"<s>", "</s>"}, 0, 1, true);
+  // 4 experts of 32, top-2 renormalised, every layer sparse (synth's GGUF expert stacks).
+  ModelConfig tiny_moe =
+      preset_config("qwen3_moe", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-6, 1000000.0, false);
+  tiny_moe.qk_norm = true;
+  tiny_moe.router.n_experts = 4;
+  tiny_moe.router.top_k = 2;
+  tiny_moe.router.norm_topk_prob = true;
+  tiny_moe.d_ff_expert = 32;
+  tiny_moe.layer_moe.assign(2, true);
+  add("tiny-moe", "none (arbiter test shape)", "Qwen3MoeForCausalLM",
+      "arbiter: a 2-layer qwen3_moe small enough for unit tests", tiny_moe, qwen_specials, -1, 2,
+      false);
   add("tiny", "none (arbiter test shape)", "LlamaForCausalLM",
       "arbiter: a 2-layer llama small enough for unit tests",
       preset_config("llama", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-5, 10000.0, false),
