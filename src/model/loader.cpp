@@ -66,8 +66,9 @@ class Binder {
     ARB_ASSERT(shape.size() == 2 && st.row0 + shape[0] <= st.rows &&
                (st.experts == 0 ? st.expert == 0 : st.expert < st.experts));
     // experts == 0: a 2-D [R, C] matrix whose rows hold several (Granite's shared input_linear).
-    const Tensor t = require(st.name, st.experts > 0 ? std::vector<int64_t>{st.experts, st.rows, shape[1]}
-                                                      : std::vector<int64_t>{st.rows, shape[1]});
+    const Tensor t = require(st.name, st.experts > 0
+                                          ? std::vector<int64_t>{st.experts, st.rows, shape[1]}
+                                          : std::vector<int64_t>{st.rows, shape[1]});
     Tensor out;
     out.name = st.name + (st.experts > 0 ? "[" + std::to_string(st.expert) + "]" : "");
     if (st.row0 > 0 || shape[0] < st.rows)
@@ -142,13 +143,17 @@ void bind(const Arch& arch, ModelConfig& c, Format fmt, Binder& b, Weights& w,
       slot(s) = b.require_slice(s.gguf_stack, s.shape);
       continue;
     }
-    if (fmt == Format::Hf && !s.hf_stack.empty() && (s.hf.empty() || !b.has(s.hf)) &&
-        (s.hf.empty() || b.has(s.hf_stack.name))) {
+    // HF: the per-expert tensor, else the stack (when both are absent, the error names the
+    // per-expert one, or the stack where the family stores only stacks).
+    if (fmt == Format::Hf && !s.hf_stack.empty() &&
+        (s.hf.empty() || (!b.has(s.hf) && b.has(s.hf_stack.name)))) {
       slot(s) = b.require_slice(s.hf_stack, s.shape);
       continue;
     }
-    if (fmt == Format::Gguf && (!s.gguf_shape.empty() || s.gguf_value != TensorSpec::GgufValue::Same)) {
-      slot(s) = gguf_form(b.path(), b.require(name, s.gguf_shape.empty() ? s.shape : s.gguf_shape), s, derived);
+    if (fmt == Format::Gguf &&
+        (!s.gguf_shape.empty() || s.gguf_value != TensorSpec::GgufValue::Same)) {
+      const Tensor t = b.require(name, s.gguf_shape.empty() ? s.shape : s.gguf_shape);
+      slot(s) = gguf_form(b.path(), t, s, derived);
       continue;
     }
     if (!s.tie_to) {
