@@ -224,28 +224,35 @@ TEST(GgufStacks, HfFusedExpertsLoadAsTheModulesDo) {
 }
 
 // Bad files: one line naming the file and the key or tensor.
-TEST(GgufFamiliesRefuse, MissingStackWrongShapeTopKAndArch) {
+TEST(GgufFamiliesRefuse, TopKExpertCountMissingStackWrongShape) {
   auto hf = load_model(test::source_path("tests/fixtures/models/tiny-qwen3-moe"));
   const ModelConfig& c = hf->config;
   const int64_t E = c.router.n_experts, F = c.d_ff_expert, D = c.d_model;
 
-  // expert_used_count > expert_count.
-  std::string path = write_gguf_of(*hf, "gguffam-topk");
-  std::string bytes = test::read_file(path);
-  {
-    std::string key;
-    const std::string k = "qwen3moe.expert_used_count";
-    const uint64_t len = k.size();
-    key.append(reinterpret_cast<const char*>(&len), 8).append(k);
-    const size_t at = bytes.find(key);
-    ASSERT_NE(at, std::string::npos);
-    const uint32_t nine = uint32_t(E + 1);
-    std::memcpy(&bytes[at + key.size() + 4], &nine, 4);
+  // A u32 key of a written file set to v.
+  auto patched = [&](const std::string& key, uint32_t v) {
+    const std::string path = write_gguf_of(*hf, "gguffam-patch");
+    std::string bytes = test::read_file(path);
+    std::string needle;
+    const uint64_t len = key.size();
+    needle.append(reinterpret_cast<const char*>(&len), 8).append(key);
+    const size_t at = bytes.find(needle);
+    EXPECT_NE(at, std::string::npos) << key;
+    std::memcpy(&bytes[at + needle.size() + 4], &v, 4);  // after the value's type code
     std::ofstream(path, std::ios::binary) << bytes;
-  }
+    return path;
+  };
+  // expert_used_count > expert_count; an expert count the routers do not have.
+  std::string path = patched("qwen3moe.expert_used_count", uint32_t(E + 1));
   std::string e = error_of(path);
   EXPECT_NE(e.find(path + ": qwen3moe.expert_used_count " + std::to_string(E + 1) +
                    " is larger than qwen3moe.expert_count " + std::to_string(E)),
+            std::string::npos)
+      << e;
+  path = patched("qwen3moe.expert_count", uint32_t(E + 1));
+  e = error_of(path);
+  EXPECT_NE(e.find(path + ": qwen3moe.expert_count is " + std::to_string(E + 1) +
+                   " but blk.0.ffn_gate_inp.weight has " + std::to_string(E) + " rows"),
             std::string::npos)
       << e;
 

@@ -514,9 +514,17 @@ class Llama final : public Arch {
     else if (g.has(p + "expert_shared_feed_forward_length"))
       refuse("expert_shared_feed_forward_length", "is not read by llama.cpp for " + gname +
                                                       " (refusing it)");
+    // The routers' rows bound the expert count by the file (a hostile count would size a
+    // tensor list of that length before any shape check).
     c.layer_moe.assign(size_t(c.n_layer), false);
-    for (int l = 0; l < c.n_layer; ++l)
-      c.layer_moe[size_t(l)] = g.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr;
+    for (int l = 0; l < c.n_layer; ++l) {
+      const std::string router = "blk." + std::to_string(l) + ".ffn_gate_inp.weight";
+      const Tensor* t = g.tensor(router);
+      c.layer_moe[size_t(l)] = t != nullptr;
+      if (t && t->shape[0] != r.n_experts)
+        refuse("expert_count", strformat("is %d but %s has %lld rows", r.n_experts, router.c_str(),
+                                         (long long)t->shape[0]));
+    }
     if (const char* problem = router_spec_problem(r))
       throw Error("[loader] " + path + ": router: " + problem);
   }
