@@ -262,6 +262,11 @@ class Hybrid final : public Arch {
                                                 c.n_head));
     const bool has_mamba = c.layer_blocks.find('M') != std::string::npos;
     if (has_mamba) {
+      // Each SSM size within 2^24, so that the tensors' shapes (products of two or three of
+      // them) cannot overflow before the file's own shapes are checked against them.
+      for (const char* key : {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
+                              "ssm.time_step_rank", "ssm.inner_size"})
+        if (positive(key) > (1 << 24)) fail(key, "exceeds 2^24");
       c.ssm_conv = positive("ssm.conv_kernel");
       c.ssm_state = positive("ssm.state_size");
       c.ssm_groups = positive("ssm.group_count");
