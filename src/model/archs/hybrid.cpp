@@ -1,6 +1,7 @@
 // The hybrid family: Mamba2/attention hybrids. GraniteMoeHybridForCausalLM (granite-4.0-h)
 // and NemotronHForCausalLM (Nemotron-H, Nemotron 3). Semantics from transformers v5.17's
-// modeling_granitemoehybrid.py and modeling_nemotron_h.py (its mixer is Zamba2MambaMixer's).
+// modeling_granitemoehybrid.py and modeling_nemotron_h.py (its mixer is Zamba2MambaMixer's);
+// GGUF as llama.cpp's converter writes them (granitehybrid, nemotron_h, nemotron_h_moe).
 //
 // Granite, per layer (pre-norm, both sublayers scaled by residual_multiplier):
 //   x += m * mixer(input_layernorm(x)),  mixer = Mamba2 or attention (layer_types)
