@@ -463,11 +463,20 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
     for (const TensorSpec* s : t.parts) {
       const int64_t cols = s->shape.size() == 2 ? s->shape[1] : 1;
       ARB_ASSERT(s->gguf_offset == 0 || s->kind == TensorKind::Norm);  // only ones are offset
-      ARB_ASSERT(s->gguf_value == TensorSpec::GgufValue::Same);        // no synth of such families
-      parts.emplace_back(numel(s->shape),
-                         seeded_fill(s->hf, o.seed, s->kind == TensorKind::Norm, e.dtype, n_threads, cols,
-                                     adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
-                                     s->gguf_offset));
+      Fill fill = seeded_fill(s->hf, o.seed, s->kind == TensorKind::Norm, e.dtype, n_threads, cols,
+                              adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
+                              s->gguf_offset);
+      if (s->gguf_value == TensorSpec::GgufValue::NegExp) {
+        // The HF values' -exp (Mamba2's A from A_log), as llama.cpp's converter stores them;
+        // such tensors are 1-D in HF, so stored f32.
+        ARB_ASSERT(e.dtype == DType::F32);
+        fill = [fill = std::move(fill)](int64_t begin, int64_t n, void* dst) {
+          fill(begin, n, dst);
+          float* f = static_cast<float*>(dst);
+          for (int64_t i = 0; i < n; ++i) f[i] = float(-std::exp(double(f[i])));
+        };
+      }
+      parts.emplace_back(numel(s->shape), std::move(fill));
     }
     e.fill = metered(concat_fills(std::move(parts), e.dtype), e.dtype, meter, bytes);
     g.add_tensor(std::move(e));
