@@ -9,19 +9,22 @@
 #
 # DEVICE is ref, cpu or cuda:DTYPE. A record made by the binary before a change, checked with
 # the binary after it (same machine: the cpu tier's kernels depend on the ISA), shows whether
-# the change moved any logit. SHAPES overrides the shapes (default: all five named shapes).
+# the change moved any logit. SHAPES overrides the shapes (default: all five named shapes),
+# MODELS the models (paths under the repository root, space-separated; default: all below).
 # Traces pass --allow-long-context: the prefill shapes run past TinyStories-656K's 512
 # positions, and identity is what is checked here.
 set -euo pipefail
 mode=${1:?record|check}; bin=${2:?arbiter binary}; file=${3:?record file}; shift 3
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus=$root/models/corpus/stories.txt
-models=(models/TinyStories-656K models/stories260K/stories260K.gguf
+models=(${MODELS:-models/TinyStories-656K models/stories260K/stories260K.gguf
         tests/fixtures/models/tiny-llama tests/fixtures/models/tiny-mistral
         tests/fixtures/models/tiny-qwen2 tests/fixtures/models/tiny-qwen3
         tests/fixtures/models/tiny-qwen3-moe tests/fixtures/models/tiny-mixtral
         tests/fixtures/models/tiny-qwen2-moe
-        tests/fixtures/models/tiny-gemma2 tests/fixtures/models/tiny-gemma3)
+        tests/fixtures/models/tiny-gemma2 tests/fixtures/models/tiny-gemma3
+        tests/fixtures/models/tiny-granite-h tests/fixtures/models/tiny-granite-h-moe
+        tests/fixtures/models/tiny-nemotron-h})
 shapes=(${SHAPES:-w1 w8 w256 w1ctx512 w8ctx1536})
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "backend/moe_routing.h"
 #include "backend/rope.h"
 #include "backend/tap.h"
 #include "core/tensor.h"
@@ -174,16 +175,24 @@ class Backend {
   /// [K-1, C] (zeros for a fresh sequence), w [C, (1,) K] (HF conv1d.weight), bias [C] or null.
   virtual void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K,
                         Buffer& state, Buffer& out);
-  /// Mamba2's selective scan over T tokens from state [nh, hd, N] (updated in place), token by
-  /// token; head h reads group g = h / (nh / G) of B and C:
+  /// Mamba2's selective scan over T tokens from state [nh, hd, N] (updated in place); head h
+  /// reads group g = h / (nh / G) of B and C. Its definition, the recurrence token by token:
   ///   dt = clamp(softplus(dt_raw[t, h] + dt_bias[h]), dt_min, dt_max)  (softplus(v) = v above 20)
   ///   state[h, p, n] = exp(dt * -exp(A_log[h])) state[h, p, n] + dt B[t, g, n] x[t, h, p]
   ///   y[t, h, p] = sum_n state[h, p, n] C[t, g, n] + D[h] x[t, h, p]
   /// xbc [T, nh*hd + 2*G*N] holds x, B, C side by side (ssm_conv's output); dt_raw [T, nh];
   /// y [T, nh*hd]. T == 1 is the decode step.
+  /// Two algorithms give it. The recurrence above (ref always; cpu and cuda at T == 1), and
+  /// for a prefill (T > 1) on cpu and cuda the chunked form HF's torch_forward and mamba_ssm
+  /// compute (SSD: per chunk of `chunk` tokens, the intra-chunk outputs as a masked
+  /// C B^T product, the entering state's share, the state handed to the next chunk), which
+  /// equals the recurrence in exact arithmetic for any chunk but rounds otherwise. The oracle
+  /// keeps the recurrence: it is the definition, with one rounding per operation in a fixed
+  /// order, and it makes a prefill of N tokens the same bits as N steps on ref.
   virtual void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
                         const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max,
-                        int T, int nh, int hd, int G, int N, Buffer& state, Buffer& y);
+                        int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
+                        Buffer& y);
   /// out[R, W] = w * (v / rms(v)) with v = y * silu(z), the RMS taken over each group of
   /// `group` consecutive columns (eps inside the sqrt): HF GraniteMoeHybridRMSNormGated
   /// (group = W) and Zamba2RMSNormGated as Nemotron-H uses it (group = W / n_groups).
@@ -191,6 +200,39 @@ class Backend {
                              int group, double eps, Buffer& out);
   /// out[n] = max(x[n], 0)^2 (Nemotron-H's relu2 MLP activation).
   virtual void relu2(const Buffer& x, int64_t n, Buffer& out);
+
+  // --- mixture of experts (backend/moe_ops.cpp) -----------------------------------------
+  // One op for every MoE family (llama's qwen2_moe / qwen3_moe / mixtral, the Granite and
+  // Nemotron-H hybrids): the router's matmul stays in the model (stage "router"), the routing
+  // and the routed experts are below it, so a tier can keep them on its device. The default
+  // reads the logits to the host, routes each token with route() in f64, runs each selected
+  // expert with matmul and swiglu/relu2 on the rows routed to it (so it reads only the
+  // selected experts), and sums on the host in f64: what ref and cpu run.
+
+  /// One MoE layer's routed experts, E = spec.n_experts of them, each of width F:
+  ///   swiglu: y = down[e] @ (silu(gate[e] @ x) * (up[e] @ x))   gate, up [F, D]; down [D, F]
+  ///   relu2:  y = down[e] @ relu2(up[e] @ x)                      (gate empty)
+  /// The tensors may be row slices of a 3-D stack (Granite); a tier may keep per-layer tables
+  /// of their device copies, keyed by the host addresses.
+  struct MoeExperts {
+    RouterSpec spec;               // E, k and the scoring (passed router_spec_problem)
+    const Tensor* bias = nullptr;  // [E] selection-only bias (Nemotron-H), or null
+    bool relu2 = false;
+    std::vector<const Tensor*> gate, up, down;  // [E] each
+  };
+  /// The routed sum of one MoE layer: token t goes to the k experts that route() picks from
+  /// its row of the router logits [T, E] (as the router matmul stored them; ties to the lower
+  /// index), and out[t, :] = sum over those experts e, in ascending e, of weight_e * y_e(x[t])
+  /// for x, out [T, D]. The projections, the activation and each y_e are rounded to the
+  /// compute type as matmul, swiglu and relu2 round them; the sum is taken in f64 (default)
+  /// or f32 (cuda) and rounded once. routes: when not null, receives each token's Route (ids
+  /// by descending selection score, weights, margin) on the host (for the route log of
+  /// traces); null lets a tier keep the whole block on its device.
+  virtual void moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T,
+                   Buffer& out, std::vector<Route>* routes);
+  /// y[t, :] *= sigmoid(g[t]) for y [T, D], g [T] (Qwen2-MoE's shared-expert gate). The
+  /// default computes in f64 on the host and rounds once.
+  virtual void sigmoid_gate(Buffer& y, const Buffer& g, int T, int D);
 
   // --- stage taps and fused ops (backend/fused_ops.cpp) -----------------------------------
   // Each fused op has a default made of the ops above, called one by one with the stage taps
@@ -286,6 +328,10 @@ class Backend {
   int32_t last_pick_ = -1;         // the defaults' picks: latest, and those not yet taken
   std::deque<int32_t> picks_;
 };
+
+/// Checks moe()'s expert list (counts, shapes, the spec, the bias) with one line naming the
+/// tier and the tensor; sets D and F.
+void moe_check_experts(const Backend& be, const Backend::MoeExperts& ex, int& D, int& F);
 
 /// Parses "ref", "cpu", "cuda", "cuda:N" (+ dtype for cuda: "bf16", "f16", "f32") and
 /// makes the tier. threads <= 0 means all cores. Throws arbiter::Error for unknown devices

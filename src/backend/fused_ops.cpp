@@ -146,7 +146,7 @@ void Backend::ssm_conv(const Buffer&, const Tensor&, const Tensor*, int, int, in
   not_implemented(*this, "ssm_conv", "hybrid");
 }
 void Backend::ssm_scan(const Buffer&, const Buffer&, const Tensor&, const Tensor&, const Tensor&,
-                       double, double, int, int, int, int, int, Buffer&, Buffer&) {
+                       double, double, int, int, int, int, int, int, Buffer&, Buffer&) {
   not_implemented(*this, "ssm_scan", "hybrid");
 }
 void Backend::rmsnorm_gated(const Buffer&, const Buffer&, const Tensor&, int, int, int, double,

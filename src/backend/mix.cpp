@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
-#include <unordered_map>
 
 #include "core/error.h"
 
 namespace arbiter {
 
 const std::vector<std::string>& mix_families() {
-  static const std::vector<std::string> f = {"embed", "norm", "attn", "mlp", "residual", "logits"};
+  static const std::vector<std::string> f = {"embed", "norm", "attn", "mlp", "ssm", "residual", "logits"};
   return f;
 }
 
@@ -93,13 +92,17 @@ class MixBackend final : public Backend {
   DType compute() const override { return tiers_[base_]->compute(); }
 
   void prepare(const Prepare& p) override {
-    // A matmul's family is that of its weight (q/k/v/o: attn; gate/up/down: mlp; lm_head:
-    // logits), as the architecture named it. The embedding table is read by embed alone
-    // (routed by op), even when lm_head is the same matrix.
+    // A matmul's family is that of its weight (q/k/v/o: attn; gate/up/down: mlp; in_proj /
+    // out_proj: ssm; lm_head: logits), as the architecture named it, found by address range:
+    // a forward may multiply by rows of a weight (hybrid's in_proj parts, Granite's stacked
+    // gate/up and its [E, 2F, D] experts). The embedding table is read by embed alone (routed
+    // by op), even when lm_head is the same matrix.
     weight_fam_.clear();
     for (const WeightUse& u : p.weights)
-      if (u.tensor->shape.size() == 2 && std::string(u.family) != "embed")
-        weight_fam_[u.tensor->data] = u.family;
+      if (u.tensor->shape.size() >= 2 && std::string(u.family) != "embed") {
+        const char* begin = static_cast<const char*>(u.tensor->data);
+        weight_fam_[begin] = {begin + u.tensor->nbytes(), u.family};
+      }
     for (auto& t : tiers_) t->prepare(p);
   }
 
@@ -163,8 +166,7 @@ class MixBackend final : public Backend {
   }
 
   void matmul(const Buffer& x, const Tensor& W, const Tensor* bias, int T, Buffer& out) override {
-    auto it = weight_fam_.find(W.data);
-    const int t = tier(it == weight_fam_.end() ? "" : it->second, "matmul");
+    const int t = tier(weight_family(W.data), "matmul");
     Buffer& xi = in(x, t);
     tiers_[size_t(t)]->matmul(xi, W, bias, T, out_on(out, t, false));
   }
@@ -196,6 +198,74 @@ class MixBackend final : public Backend {
     Buffer& gi = in(gate, t);
     Buffer& ui = in(up, t);
     tiers_[size_t(t)]->swiglu(gi, ui, n, out_on(out, t, false));
+  }
+
+  void scaled_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0, int H,
+                        int Hkv, int Dh, int window, double scale, double softcap, Buffer& out) override {
+    const int t = tier("attn", "scaled_attention");
+    Buffer& qi = in(q, t);
+    Buffer& ki = in(k_cache, t);
+    Buffer& vi = in(v_cache, t);
+    tiers_[size_t(t)]->scaled_attention(qi, ki, vi, T, pos0, H, Hkv, Dh, window, scale, softcap,
+                                        out_on(out, t, false));
+  }
+
+  void relu2(const Buffer& x, int64_t n, Buffer& out) override {
+    const int t = tier("mlp", "relu2");
+    Buffer& xi = in(x, t);
+    tiers_[size_t(t)]->relu2(xi, n, out_on(out, t, false));
+  }
+
+  void rmsnorm_1p(const Buffer& x, const Tensor& w, int R, int N, double eps, Buffer& out) override {
+    const int t = tier("norm", "rmsnorm_1p");
+    Buffer& xi = in(x, t);
+    Buffer& oi = home(out) == home(x) ? xi : at(*home(out), t, false);
+    tiers_[size_t(t)]->rmsnorm_1p(xi, w, R, N, eps, oi);
+    home(out)->valid = 1u << t;
+  }
+
+  void geglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) override {
+    const int t = tier("mlp", "geglu");
+    Buffer& gi = in(gate, t);
+    Buffer& ui = in(up, t);
+    tiers_[size_t(t)]->geglu(gi, ui, n, out_on(out, t, false));
+  }
+
+  // A scale or a soft cap finishes the op before it (an embedding, a residual branch, the
+  // logits: Granite's multipliers, gemma's embedding scale and final cap), so it runs where
+  // that op left its output, in that op's precision.
+  void scale(Buffer& x, int64_t n, double s) override {
+    const int t = follow(x, "scale");
+    tiers_[size_t(t)]->scale(out_on(x, t, true), n, s);
+  }
+  void softcap(Buffer& x, int64_t n, double cap) override {
+    const int t = follow(x, "softcap");
+    tiers_[size_t(t)]->softcap(out_on(x, t, true), n, cap);
+  }
+
+  void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K, Buffer& state,
+                Buffer& out) override {
+    const int t = tier("ssm", "ssm_conv");
+    Buffer& xi = in(x, t);
+    tiers_[size_t(t)]->ssm_conv(xi, w, bias, T, C, K, out_on(state, t, true), out_on(out, t, false));
+  }
+
+  void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D, const Tensor& dt_bias,
+                double dt_min, double dt_max, int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
+                Buffer& y) override {
+    const int t = tier("ssm", "ssm_scan");
+    Buffer& xi = in(xbc, t);
+    Buffer& di = in(dt_raw, t);
+    tiers_[size_t(t)]->ssm_scan(xi, di, A_log, D, dt_bias, dt_min, dt_max, T, nh, hd, G, N, chunk, out_on(state, t, true),
+                                out_on(y, t, false));
+  }
+
+  void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group, double eps,
+                     Buffer& out) override {
+    const int t = tier("ssm", "rmsnorm_gated");
+    Buffer& yi = in(y, t);
+    Buffer& zi = in(z, t);
+    tiers_[size_t(t)]->rmsnorm_gated(yi, zi, w, R, W, group, eps, out_on(out, t, false));
   }
 
   void add(Buffer& x, const Buffer& y, int64_t n) override {
@@ -235,6 +305,23 @@ class MixBackend final : public Backend {
     return -1;
   }
 
+  /// The family of the weight holding address p ("" when none does).
+  std::string weight_family(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    auto it = weight_fam_.upper_bound(c);
+    if (it == weight_fam_.begin()) return "";
+    --it;
+    return c < it->second.first ? it->second.second : "";
+  }
+
+  /// The tier holding x's current values (the base when none does); counts the call as
+  /// "mix.follow.<tier dtype>".
+  int follow(const Buffer& x, const char* op) {
+    const int from = first_valid(*home(x)), t = from < 0 ? base_ : from;
+    stats_.record(op, "mix.follow." + names_[size_t(t)]);
+    return t;
+  }
+
   /// Tier of a family ("" = base); counts the call as "mix.<family>.<tier dtype>".
   int tier(const std::string& family, const char* op) {
     const int t = family.empty() ? base_ : fam_.at(family);
@@ -272,7 +359,7 @@ class MixBackend final : public Backend {
   std::vector<std::unique_ptr<Backend>> tiers_;
   int base_ = 0;
   std::map<std::string, int> fam_;
-  std::unordered_map<const void*, std::string> weight_fam_;
+  std::map<const char*, std::pair<const char*, std::string>> weight_fam_;  // begin -> (end, family)
   std::vector<Home*> homes_;
 };
 

@@ -16,7 +16,8 @@ namespace arbiter {
 ///   embed    embedding gather
 ///   norm     every RMSNorm (block norms, qwen3 q/k norms, final norm)
 ///   attn     q/k/v projections, RoPE, KV cache, attention, output projection
-///   mlp      gate and up projections, SwiGLU, down projection
+///   mlp      gate and up projections, SwiGLU (relu2), down projection, MoE routers and experts
+///   ssm      the Mamba2 mixer: in_proj, ssm_conv, ssm_scan, rmsnorm_gated, out_proj
 ///   residual the residual adds
 ///   logits   the final projection (lm_head)
 /// dtypes: f32, bf16, f16.
@@ -41,7 +42,9 @@ MixSpec parse_mix(const std::string& spec);
 /// family boundary: read back as f64 from the tier that holds them, written to the next one
 /// (rounded to its dtype): a family at f32 computes and stores its outputs in f32, and its
 /// inputs are the neighbouring families' rounded values. matmul's family comes from its
-/// weight (q/k/v/o: attn; gate/up/down: mlp; lm_head: logits). Fused ops run as their
+/// weight (q/k/v/o: attn; gate/up/down: mlp; in_proj/out_proj: ssm; lm_head: logits), also
+/// for a slice of a weight's rows. A scale or soft cap (Granite's multipliers, gemma's
+/// embedding scale and caps) runs where its input is. Fused ops run as their
 /// default composition, so each part goes to its own family. With every family on one tier
 /// the results are exactly that tier's. make_backend builds this for `--mix` on cuda; the
 /// tiers can be any Backend (tests use cpu and ref).

@@ -15,6 +15,7 @@
 #include "engine/bench.h"
 #include "engine/session.h"
 #include "io/atomic_file.h"
+#include "model/synth.h"
 #include "verify/trace/trace_run.h"
 
 namespace arbiter::cli {
@@ -83,7 +84,7 @@ static int cmd_bench(int argc, char** argv) {
   for (const std::string& o : model_value_opts())
     if (o != "--inject") vopts.push_back(o);  // a benchmark of a perturbed model means nothing
   vopts.insert(vopts.end(), {"-p|--n-prompt", "-n|--n-gen", "-r|--reps", "--depth", "--shapes", "--corpus", "--seed",
-                             "--json-out"});
+                             "--json-out", "--synth", "--synth-dtype", "--synth-layers"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"--json", "--no-probes", "-h|--help"});
   Args a("bench", vopts, fopts);
@@ -94,7 +95,11 @@ static int cmd_bench(int argc, char** argv) {
                  "[-n 128] [-r 5]\n"
                  "       [--depth D] [--shapes w1,w8,w256 --corpus FILE] [--json | --json-out FILE] [--no-probes]"
                  " [--stats]\n"
+                 "       or --synth PRESET [--synth-dtype bf16|f16|f32] [--synth-layers N] instead of -m\n"
                  "Throughput next to limits measured in the same run (read bandwidth, matmul peak).\n"
+                 "--synth builds `arbiter synth --preset PRESET --seed 0`'s checkpoint in host memory\n"
+                 "(the same weights, in one buffer) and benches it with no file (a model too large for the\n"
+                 "disk; on the cpu tier see ARBITER_CPU_WEIGHTS in docs/performance.md).\n"
                  "--depth D runs pp and tg behind D context tokens: tg's context is D plus the tokens\n"
                  "generated (-p sizes the prefill test, not tg's context).\n");
     return 0;
@@ -109,12 +114,25 @@ static int cmd_bench(int argc, char** argv) {
   o.seed = uint64_t(std::max<int64_t>(0, a.integer("seed", 1)));
   o.shapes = split_commas(a.str("shapes", ""));
   o.corpus_path = a.str("corpus", "");
-  o.model_path = a.str("model");
+  const bool synth = a.has("synth");
+  ARB_CHECK(synth != a.has("model"), "[cli] bench: give -m MODEL or --synth PRESET (exactly one)");
+  ARB_CHECK(synth || !(a.has("synth-dtype") || a.has("synth-layers")),
+            "[cli] bench: --synth-dtype and --synth-layers go with --synth");
+  o.model_path = synth ? "synth:" + a.str("synth") : a.str("model");
   o.probes = !a.flag("no-probes");
   ARB_CHECK(o.shapes.empty() || !o.corpus_path.empty(), "[cli] bench: --shapes needs --corpus FILE");
   for (const std::string& sh : o.shapes) (void)verify::named_shape(sh);  // unknown names fail now
 
-  ModelRun run = open_model_run(a);
+  std::unique_ptr<Model> synth_m;
+  if (synth) {
+    SynthOptions so;
+    so.preset = a.str("synth");
+    so.dtype = dtype_from_name(a.str("synth-dtype", "bf16"));
+    so.layers = a.int_in("synth-layers", 0, 1, 1000);
+    so.threads = o.threads;
+    synth_m = synth_model(so);
+  }
+  ModelRun run = open_model_run(a, std::move(synth_m));
   // Speed past the trained context is still a speed (like --shapes, which allows long
   // contexts), so bench warns where generate, serve and trace refuse (docs/performance.md).
   const int64_t positions = int64_t(o.depth) + std::max(o.n_prompt, o.n_gen);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "io/gguf.h"
 #include "verify/judge/compare.h"
@@ -36,15 +37,13 @@ static const char* kCompareUsage =
     "              by at least this (default 2.0); the gate is disagreement there\n"
     "  --kl-kappa  drift gate: fail when mean KL(ref||cand) > K * u^2 nats, u the coarser unit\n"
     "              roundoff of the two traces' compute dtypes (default %g; docs/traces.md)\n"
-    "  --route-decided  MoE traces: a routing flip (a token sent to other experts at a layer)\n"
-    "              is decided when the reference router's k-th minus (k+1)-th score is at least\n"
-    "              this, else a near-tie (default %g; reported, not a gate: docs/traces.md)\n"
     "  --json      one JSON object on stdout instead of the report\n"
     "  --explain   after the report, each statistic's formula with this run's values\n"
     "  --force     judge even when model/corpus/tokenizer/shape/targets differ (report says so)\n"
     "  --topk-only ignore full-logits files (KL is then estimated from top-k + lse)\n"
     "  full-logits files default to REF.logits and CAND.logits when both exist\n"
-    "exit: 0 pass, 1 fail, 2 inconclusive, 3 incomparable, 4 unreadable\n";
+    "exit: 0 pass, 1 fail, 2 inconclusive, 3 incomparable, 4 unreadable\n"
+    "MoE traces:\n";
 
 static int cmd_compare(int argc, char** argv) {
   using namespace verify;
@@ -54,7 +53,8 @@ static int cmd_compare(int argc, char** argv) {
     a.parse(argc, argv);
     ARB_CHECK(!(a.flag("explain") && a.flag("json")), "[cli] compare: --explain adds to the text report; not with --json");
     if (a.flag("help")) {
-      std::printf(kCompareUsage, kRouteDecided, kDefaultKlKappa, kRouteDecided);
+      std::printf(kCompareUsage, kRouteDecided, kDefaultKlKappa);
+      std::fputs(route_decided_help().c_str(), stdout);
       return 0;
     }
     ARB_CHECK(a.positional().size() == 2, "[cli] compare: expected REF and CAND, got %zu paths",
@@ -65,9 +65,7 @@ static int cmd_compare(int argc, char** argv) {
     opt.kl_kappa = a.number("kl-kappa", kDefaultKlKappa);
     ARB_CHECK(opt.kl_kappa > 0 && std::isfinite(opt.kl_kappa),
               "[cli] compare: --kl-kappa must be a positive number (got %g)", opt.kl_kappa);
-    opt.route_decided = a.number("route-decided", kRouteDecided);
-    ARB_CHECK(opt.route_decided >= 0 && std::isfinite(opt.route_decided),
-              "[cli] compare: --route-decided must be a number >= 0 (got %g)", opt.route_decided);
+    opt.route_decided = route_decided_option(a, "compare");
     opt.force = a.flag("force");
     const std::string& ref_path = a.positional()[0];
     const std::string& cand_path = a.positional()[1];

@@ -20,6 +20,7 @@ static const char* kDriftUsage =
     "usage: arbiter drift -m MODEL (--corpus FILE [--positions N] | --prompt TEXT | --ids FILE)\n"
     "                     [--continuation IDS] --a SIDE --b SIDE [--width W]\n"
     "                     [--tsv OUT] [--svg OUT] [--json] [--inject SPEC] [--mix SPEC] [-t N]\n"
+    "                     [--route-decided X]\n"
     "  --a, --b        sides (DEVICE[:INDEX][:DTYPE][+inject=SPEC][+mix=SPEC]); a is the\n"
     "                  reference, b is checked (e.g. --a ref --b cuda:bf16)\n"
     "  --corpus FILE   BOS + the first N-1 tokens of FILE; --positions N (default 64)\n"
@@ -93,11 +94,12 @@ static std::vector<int32_t> continuation_ids(const std::string& v, int vocab,
 static int cmd_drift(int argc, char** argv) {
   Args a("drift",
          {"-m|--model", "--corpus", "--prompt", "--ids", "--continuation", "--a", "--b",
-          "--positions", "--width", "--tsv", "--svg", "--inject", "--mix", "-t|--threads", "--device", "--dtype"},
+          "--positions", "--width", "--tsv", "--svg", "--inject", "--mix", "-t|--threads", "--device", "--dtype",
+          "--route-decided"},
          {"--json", "-h|--help"});
   a.parse(argc, argv);
   if (a.flag("help")) {
-    std::fprintf(stderr, "%s", kDriftUsage);
+    std::fprintf(stderr, "%s%s", kDriftUsage, route_decided_help().c_str());
     return 0;
   }
   ARB_CHECK(!a.has("device") && !a.has("dtype"),
@@ -124,6 +126,7 @@ static int cmd_drift(int argc, char** argv) {
   ARB_CHECK(!a.has("continuation") || !a.has("corpus"),
             "[cli] drift: --continuation follows --prompt or --ids, not --corpus");
   const int threads = thread_count(a);
+  const double route_decided = route_decided_option(a, "drift");
 
   ActivityScope scope("running drift on model " + a.str("model"));
   std::unique_ptr<Model> m = load_model(a.str("model"));
@@ -167,7 +170,7 @@ static int cmd_drift(int argc, char** argv) {
   s_b.set_inject(sb.inject);
   progress_note("drift", strformat("capturing %d positions on a = %s and b = %s, replaying b on a's inputs",
                                    positions, sa.label.c_str(), sb.label.c_str()));
-  verify::DriftReport r = verify::drift_run(s_a, s_b, ids, wmax, nullptr, nullptr, "drift");
+  verify::DriftReport r = verify::drift_run(s_a, s_b, ids, wmax, nullptr, nullptr, "drift", route_decided);
   r.model_path = a.str("model");
   r.corpus_path = a.str("corpus", "");
   r.input = input;

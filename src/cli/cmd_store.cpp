@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "verify/trace/store.h"
 
@@ -15,7 +16,7 @@ static const char* kStoreUsage =
     "usage: arbiter store add DIR TRACE...        copy traces (and TRACE.logits) in; rewrite\n"
     "                                              METADATA.txt, RUNS.txt, SHA256SUMS\n"
     "       arbiter store verify DIR              checksums, complete traces, RUNS.txt\n"
-    "       arbiter store compare REFDIR CANDDIR [--decided 2.0] [--topk-only] [--json]\n"
+    "       arbiter store compare REFDIR CANDDIR [--decided 2.0] [--route-decided X] [--topk-only] [--json]\n"
     "                                              pair by shape + model; exit = worst verdict\n";
 
 static int cmd_store(int argc, char** argv) {
@@ -48,12 +49,13 @@ static int cmd_store(int argc, char** argv) {
   }
   if (sub == "compare") {
     try {
-      Args a("store compare", {"--decided"}, {"--topk-only", "--json"});
+      Args a("store compare", {"--decided", "--route-decided"}, {"--topk-only", "--json"});
       a.parse(argc - 1, argv + 1);
       ARB_CHECK(a.positional().size() == 2, "[cli] store compare: expected REFDIR CANDDIR");
       CompareOptions opt;
       opt.decided = a.number("decided", 2.0);
       ARB_CHECK(opt.decided > 0, "[cli] store compare: --decided must be > 0");
+      opt.route_decided = route_decided_option(a, "store compare");
       StoreComparison c =
           store_compare(a.positional()[0], a.positional()[1], opt, a.flag("topk-only"));
       if (a.flag("json")) std::printf("%s\n", to_json(c).dump(2, ' ', false, kReplace).c_str());

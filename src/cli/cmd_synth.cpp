@@ -22,7 +22,7 @@ static int cmd_synth(int argc, char** argv) {
                  "measurements only, never for correctness.\npresets:\n");
     for (const SynthPreset& p : synth_presets()) {
       const ModelConfig& c = p.config;
-      std::fprintf(stderr, "  %-13s %-26s L %d, D %d, H %d/%d, Dh %d, F %d, V %d%s\n", p.name.c_str(),
+      std::fprintf(stderr, "  %-24s %-44s L %d, D %d, H %d/%d, Dh %d, F %d, V %d%s\n", p.name.c_str(),
                    p.hf_id.c_str(), c.n_layer, c.d_model, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab,
                    c.tied_embeddings ? ", tied" : "");
     }

@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "verify/judge/route_flips.h"
 
 extern char** environ;
 
@@ -26,7 +28,22 @@ int thread_count(const Args& a) {
   return hw;
 }
 
-ModelRun open_model_run(const Args& a) {
+double route_decided_option(const Args& a, const std::string& command) {
+  const double v = a.number("route-decided", verify::kRouteDecided);
+  ARB_CHECK(v >= 0 && std::isfinite(v), "[cli] %s: --route-decided must be a number >= 0 (got %g)",
+            command.c_str(), v);
+  return v;
+}
+
+std::string route_decided_help() {
+  return strformat(
+      "  --route-decided  MoE: a routing flip (a token sent to other experts at a layer) is\n"
+      "              decided when the reference router's k-th minus (k+1)-th score is at least\n"
+      "              this, else a near-tie (default %g; reported, not a gate: docs/traces.md)\n",
+      verify::kRouteDecided);
+}
+
+ModelRun open_model_run(const Args& a, std::unique_ptr<Model> model) {
   ModelRun r;
   DeviceSpec spec;
   spec.device = a.str("device", "cpu");
@@ -36,7 +53,9 @@ ModelRun open_model_run(const Args& a) {
   r.inject = InjectSpec::parse(a.str("inject", "none"));
   const char* env = std::getenv("ARBITER_OP_STATS");
   r.stats = a.flag("stats") || (env && std::strcmp(env, "0") != 0 && *env);
-  {
+  if (model) {
+    r.model = std::move(model);
+  } else {
     ActivityScope scope("loading model " + a.str("model"));
     r.model = load_model(a.str("model"));
   }

@@ -17,6 +17,12 @@ namespace arbiter::cli {
 /// would exhaust the process's threads).
 int thread_count(const Args& a);
 
+/// --route-decided (compare, store compare, drift): the reference router's margin at which a
+/// routing flip is decided (verify/judge/route_flips.h); a number >= 0, kRouteDecided if absent.
+double route_decided_option(const Args& a, const std::string& command);
+/// Its help line, the same in every command's usage.
+std::string route_decided_help();
+
 /// Option specs to pass to Args for the shared options.
 std::vector<std::string> model_value_opts();
 std::vector<std::string> model_flag_opts();
@@ -28,8 +34,9 @@ struct ModelRun {
   bool stats = false;  // --stats or ARBITER_OP_STATS=1
 };
 
-/// Loads -m and makes the --device/--dtype/-t backend; parses --inject.
-ModelRun open_model_run(const Args& a);
+/// Loads -m (or takes `model`, one built in memory) and makes the --device/--dtype/-t
+/// backend; parses --inject.
+ModelRun open_model_run(const Args& a, std::unique_ptr<Model> model = nullptr);
 /// --ctx (a session's positions): dflt when absent; refused when below lo or past the
 /// model's maximum (max_position_embeddings / context_length), naming that limit:
 ///   "[cli] generate: --ctx 2048 passes the model's maximum of 512 positions (...)".

@@ -51,7 +51,7 @@ struct ModelConfig {
   int ssm_state = 0;            // N (d_state)
   int ssm_groups = 0;           // G (n_groups): heads share B and C within a group
   int ssm_conv = 0;             // K (d_conv)
-  int ssm_chunk = 0;            // chunk_size (HF's chunked scan; the result does not depend on it)
+  int ssm_chunk = 0;            // chunk_size: tokens per chunk of the cpu and cuda prefill scan
   double ssm_dt_min = 0, ssm_dt_max = 0;  // dt's clamp
   bool ssm_conv_bias = true;
   bool ssm_norm_per_group = false;  // Nemotron-H: the gated norm's RMS per group of I / G

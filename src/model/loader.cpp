@@ -349,6 +349,31 @@ std::unique_ptr<Model> load_hf(const std::string& path) {
 
 }  // namespace
 
+std::unique_ptr<Model> load_hf_in_memory(HfInMemory src) {
+  auto m = std::make_unique<Model>();
+  m->path = src.path;
+  m->format = src.format;
+  const std::string cfg_path = src.path + "/config.json";
+  m->config = parse_hf(src.config_text, cfg_path, &m->arch);
+  validate_config(m->config, {cfg_path, false, src.tensors.size()});
+  Binder b(src.path, [&src](const std::string& name) -> const Tensor* {
+    auto it = src.tensors.find(name);
+    return it == src.tensors.end() ? nullptr : &it->second;
+  });
+  bind(*m->arch, m->config, Format::Hf, b, m->weights, m->derived);
+  std::vector<std::string> all;
+  for (const auto& [n, t] : src.tensors) all.push_back(n);
+  b.refuse_unused(all, [](const std::string&) { return false; });
+  m->repacked = std::move(src.storage);
+  finish(*m);
+  m->weights_sha256 = src.weights_id;  // no file to hash
+  m->tokenizer = tokenizer_from_hf_json(src.tokenizer_json, src.path + "/tokenizer.json",
+                                        src.tokenizer_config_json,
+                                        src.path + "/tokenizer_config.json");
+  m->eos_ids = std::move(src.eos_ids);
+  return validated(std::move(m));
+}
+
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& path) {
   return parse_hf(json_text, path, nullptr);
 }

@@ -1,6 +1,7 @@
 // A loaded checkpoint: config, architecture, weight views (into mapped files), tokenizer and
 // provenance.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,21 @@ struct Model {
 /// Loads a GGUF file or an HF model directory (config.json + safetensors + tokenizer.json).
 /// Refuses unknown architectures with the list of supported ones. Throws arbiter::Error.
 std::unique_ptr<Model> load_model(const std::string& path);
+
+/// An HF checkpoint held in memory rather than in a directory (model/synth.h's synth_model):
+/// config.json's text, every tensor by its HF name (views into `storage`, which the model
+/// keeps alive), the tokenizer files' text and the EOS ids. `path` names it in errors and
+/// reports, `format` in reports; `weights_id` stands in for the weight files' sha256.
+struct HfInMemory {
+  std::string path, format, weights_id;
+  std::string config_text, tokenizer_json, tokenizer_config_json;
+  std::map<std::string, Tensor> tensors;
+  std::shared_ptr<const void> storage;
+  std::vector<int32_t> eos_ids;
+};
+/// Parses, binds (every tensor the family reads, shapes checked, none left over), counts and
+/// validates it as load_model does an HF directory. Throws arbiter::Error.
+std::unique_ptr<Model> load_hf_in_memory(HfInMemory src);
 
 /// config.json text -> config, through the family registered for its class (model/arch.h);
 /// `path` names the file in errors. For tests and tools; load_model uses it.

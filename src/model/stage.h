@@ -82,6 +82,9 @@ class Stages {
     return hook_->at(p, pos0_);
   }
 
+  /// Whether someone asked for the routing decisions (a tier keeps them on its device
+  /// otherwise: Backend::moe's routes).
+  bool wants_routes() const { return routes_ != nullptr; }
   /// Records token t's routing at layer l (E experts, top-k, score: router_score_name).
   void route(int layer, int t, const std::vector<int>& ids, double margin, int experts,
              const char* score) const {

@@ -399,6 +399,20 @@ std::function<int64_t(int64_t)> rope_adjacent_rows(int64_t head_dim) {
   };
 }
 
+// Spec s's seeded values: keyed by its HF name, or, stored only inside an HF stack (Granite's
+// experts), by the stack's name at the slice's rows, so that the stack written whole holds
+// the values a fill of the stack itself would.
+Fill spec_fill(const TensorSpec& s, uint64_t seed, DType dt, int n_threads,
+               std::function<int64_t(int64_t)> src_row = nullptr, double offset = 0) {
+  const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
+  const bool ones = s.kind == TensorKind::Norm;
+  if (!s.hf.empty() || s.hf_stack.empty())
+    return seeded_fill(s.hf, seed, ones, dt, n_threads, cols, std::move(src_row), offset);
+  const int64_t base = s.hf_stack.expert * s.hf_stack.rows + s.hf_stack.row0;
+  return seeded_fill(s.hf_stack.name, seed, ones, dt, n_threads, cols,
+                     [base, src_row](int64_t r) { return base + (src_row ? src_row(r) : r); }, offset);
+}
+
 // The fills of consecutive parts (a 3-D stack's slices) as one tensor's fill.
 Fill concat_fills(std::vector<std::pair<int64_t, Fill>> parts, DType dt) {
   if (parts.size() == 1) return std::move(parts[0].second);
@@ -410,6 +424,13 @@ Fill concat_fills(std::vector<std::pair<int64_t, Fill>> parts, DType dt) {
       at += len;
     }
   };
+}
+
+// An HF checkpoint's tensor (hf_plan): its spec's seeded fill, or its stack's slices in order.
+Fill hf_fill(const GgufTensorPlan& t, const SynthOptions& o, int n_threads) {
+  std::vector<std::pair<int64_t, Fill>> parts;
+  for (const TensorSpec* s : t.parts) parts.emplace_back(numel(s->shape), spec_fill(*s, o.seed, o.dtype, n_threads));
+  return concat_fills(std::move(parts), o.dtype);
 }
 
 // A tensor's stored type: the checkpoint's, except 1-D tensors (norm weights) in a GGUF,
@@ -461,11 +482,10 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
     e.shape = t.shape;
     std::vector<std::pair<int64_t, Fill>> parts;
     for (const TensorSpec* s : t.parts) {
-      const int64_t cols = s->shape.size() == 2 ? s->shape[1] : 1;
       ARB_ASSERT(s->gguf_offset == 0 || s->kind == TensorKind::Norm);  // only ones are offset
-      Fill fill = seeded_fill(s->hf, o.seed, s->kind == TensorKind::Norm, e.dtype, n_threads, cols,
-                              adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
-                              s->gguf_offset);
+      Fill fill = spec_fill(*s, o.seed, e.dtype, n_threads,
+                            adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
+                            s->gguf_offset);
       if (s->gguf_value == TensorSpec::GgufValue::NegExp) {
         // The HF values' -exp (Mamba2's A from A_log), as llama.cpp's converter stores them;
         // such tensors are 1-D in HF, so stored f32.
@@ -607,6 +627,13 @@ SynthResult synth_plan(const SynthOptions& opt) {
       for (size_t l = n0; l < sl.size(); ++l) sl[l] = sl[l % n0];
     }
     r.config.n_layer = opt.layers;
+    // So do the hybrids' per-layer blocks (their count is the layer count).
+    std::string& blocks = r.config.layer_blocks;
+    const size_t b0 = blocks.size();
+    if (b0 > 0) {
+      blocks.resize(size_t(opt.layers));
+      for (size_t l = b0; l < blocks.size(); ++l) blocks[l] = blocks[l % b0];
+    }
   }
   // MoE presets route every layer, so fewer (or more) layers keep that.
   if (!r.config.layer_moe.empty()) r.config.layer_moe.assign(size_t(r.config.n_layer), true);
@@ -619,6 +646,61 @@ SynthResult synth_plan(const SynthOptions& opt) {
 
 std::string synth_config_json(const SynthOptions& opt) {
   return config_json(synth_preset(opt.preset), synth_plan(opt).config, opt);
+}
+
+std::unique_ptr<Model> synth_model(const SynthOptions& opt) {
+  const SynthPreset& p = synth_preset(opt.preset);
+  ARB_CHECK(opt.format == SynthFormat::Hf, "[synth] %s: an in-memory model is built as the HF checkpoint",
+            p.name.c_str());
+  const SynthResult r = synth_plan(opt);
+  const ModelConfig& c = r.config;
+  const std::vector<TensorSpec> list = tensor_list(c);
+  // One host buffer for every tensor, the model's only copy: the cuda tier uploads from it as
+  // from a file mapping (the cpu tier's huge-page copy is its own, docs/performance.md).
+  const size_t align = 64;
+  size_t total = 0;
+  const std::vector<GgufTensorPlan> tensors = hf_plan(list);
+  for (const GgufTensorPlan& t : tensors)
+    total += (dtype_bytes(opt.dtype, numel(t.shape)) + align - 1) / align * align;
+  std::shared_ptr<char[]> storage;
+  try {
+    storage.reset(new char[std::max<size_t>(total, 1)]);
+  } catch (const std::bad_alloc&) {
+    throw Error(strformat("[synth] %s: cannot allocate %.2f GB of host memory for the weights", p.name.c_str(),
+                          total / 1e9));
+  }
+  HfInMemory src;
+  src.path = "synth:" + p.name;
+  src.format = "synth (in memory)";
+  src.weights_id = strformat("synth %s seed %llu %s%s", p.name.c_str(), (unsigned long long)opt.seed,
+                             dtype_name(opt.dtype),
+                             opt.layers > 0 ? (" layers " + std::to_string(opt.layers)).c_str() : "");
+  Progress meter("synth", int64_t(r.weight_bytes), "", Progress::Unit::Bytes, opt.progress);
+  if (opt.progress)
+    progress_note("synth", strformat("building %s in memory (%zu tensors, %.2f GB)", p.name.c_str(), list.size(),
+                                     r.weight_bytes / 1e9));
+  const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  int64_t bytes = 0;
+  size_t off = 0;
+  for (const GgufTensorPlan& t : tensors) {
+    Tensor x;
+    x.name = t.name;
+    x.dtype = opt.dtype;
+    x.shape = t.shape;
+    char* dst = storage.get() + off;
+    x.data = dst;
+    // The writer's fill, called as the safetensors writer calls it: the same bytes.
+    metered(hf_fill(t, opt, n_threads), opt.dtype, meter, bytes)(0, numel(t.shape), dst);
+    off += (x.nbytes() + align - 1) / align * align;
+    src.tensors.emplace(t.name, std::move(x));
+  }
+  meter.finish();
+  src.storage = std::shared_ptr<const void>(storage, storage.get());
+  src.config_text = config_json(p, c, opt);
+  src.tokenizer_json = tokenizer_json(p, c);
+  src.tokenizer_config_json = tokenizer_config_json(p, c);
+  src.eos_ids = {int32_t(int64_t(c.vocab) - int64_t(p.specials.size()) + p.eos)};  // generation_config's
+  return load_hf_in_memory(std::move(src));
 }
 
 SynthResult synth_checkpoint(const SynthOptions& opt) {
@@ -667,17 +749,17 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
   if (ec) throw Error("[synth] " + tmp.string() + ": cannot create (" + ec.message() + ")");
   try {
     std::vector<SafetensorsEntry> entries;
-    std::vector<TensorSpec> list = tensor_list(c);
+    const std::vector<TensorSpec> list = tensor_list(c);
+    std::vector<GgufTensorPlan> tensors = hf_plan(list);
     int64_t bytes = 0;
-    std::sort(list.begin(), list.end(),
-              [](const TensorSpec& a, const TensorSpec& b) { return a.hf < b.hf; });
-    for (const TensorSpec& t : list) {
+    std::sort(tensors.begin(), tensors.end(),
+              [](const GgufTensorPlan& a, const GgufTensorPlan& b) { return a.name < b.name; });
+    for (const GgufTensorPlan& t : tensors) {
       SafetensorsEntry e;
-      e.name = t.hf;
+      e.name = t.name;
       e.dtype = opt.dtype;
       e.shape = t.shape;
-      e.fill = metered(seeded_fill(t.hf, opt.seed, t.kind == TensorKind::Norm, opt.dtype, n_threads, 1), opt.dtype,
-                       meter, bytes);
+      e.fill = metered(hf_fill(t, opt, n_threads), opt.dtype, meter, bytes);
       entries.push_back(std::move(e));
     }
     say(strformat("writing model.safetensors (%zu tensors, %.2f GB)", entries.size(), r.weight_bytes / 1e9));

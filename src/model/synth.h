@@ -10,6 +10,7 @@
 // tests/bench/synth_test.cpp. The tensors written are the family's TensorSpecs.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,15 @@ std::string synth_config_json(const SynthOptions& opt);
 /// tokens and merges as tokenizer.json; rows of RoPE'd projections permuted to adjacent pairs
 /// when the config's RoPE layout is Adjacent, as llama.cpp's converter does.
 SynthResult synth_checkpoint(const SynthOptions& opt);
+
+/// The checkpoint synth_checkpoint would write as an HF directory (same preset, dtype, seed
+/// and layer override), built in host memory instead and loaded as load_model loads that
+/// directory: the same config, the same tensor bytes, the same tokenizer, and no file
+/// (`arbiter bench --synth`). The weights take one host buffer of SynthResult::weight_bytes
+/// (plus alignment), which the model owns; Model::format is "synth (in memory)" and
+/// Model::path "synth:PRESET". Throws arbiter::Error (an unknown preset, a bad dtype, a
+/// GGUF format, host memory too small).
+std::unique_ptr<Model> synth_model(const SynthOptions& opt);
 
 /// n standard-normal-ish values of stream `key` starting at element `begin`, times std.
 /// Deterministic on every machine: a counter-based SplitMix64 hash feeds Box-Muller whose

@@ -7,33 +7,48 @@
 
 namespace arbiter {
 
-std::vector<GgufTensorPlan> gguf_plan(const std::vector<TensorSpec>& specs) {
+namespace {
+
+// Specs into tensors: each on its own, or grouped into the stack stack_of(spec) names.
+std::vector<GgufTensorPlan> plan(const std::vector<TensorSpec>& specs, bool gguf) {
   std::vector<GgufTensorPlan> out;
   std::map<std::string, size_t> stacks;
   for (const TensorSpec& s : specs) {
-    const StackSlice& st = s.gguf_stack;
-    if (st.empty()) {
-      out.push_back({s.gguf, s.gguf_shape.empty() ? s.shape : s.gguf_shape, {&s}});
+    const StackSlice& st = gguf ? s.gguf_stack : s.hf_stack;
+    if (st.empty() || (!gguf && !s.hf.empty())) {
+      out.push_back({gguf ? s.gguf : s.hf,
+                     gguf && !s.gguf_shape.empty() ? s.gguf_shape : s.shape, {&s}});
       continue;
     }
     const auto [it, fresh] = stacks.emplace(st.name, out.size());
-    if (fresh) out.push_back({st.name, {st.experts, st.rows, s.shape[1]}, {}});
+    if (fresh)
+      out.push_back({st.name,
+                     st.experts > 0 ? std::vector<int64_t>{st.experts, st.rows, s.shape[1]}
+                                    : std::vector<int64_t>{st.rows, s.shape[1]},
+                     {}});
     out[it->second].parts.push_back(&s);
   }
   for (GgufTensorPlan& p : out) {
-    std::stable_sort(p.parts.begin(), p.parts.end(), [](const TensorSpec* a, const TensorSpec* b) {
-      return a->gguf_stack.expert != b->gguf_stack.expert ? a->gguf_stack.expert < b->gguf_stack.expert
-                                                          : a->gguf_stack.row0 < b->gguf_stack.row0;
+    if (p.parts.size() == 1 && p.parts[0]->shape.size() != 2) continue;
+    auto slice = [gguf](const TensorSpec* s) -> const StackSlice& {
+      return gguf ? s->gguf_stack : s->hf_stack;
+    };
+    std::stable_sort(p.parts.begin(), p.parts.end(), [&](const TensorSpec* a, const TensorSpec* b) {
+      return slice(a).expert != slice(b).expert ? slice(a).expert < slice(b).expert
+                                                : slice(a).row0 < slice(b).row0;
     });
     int64_t n = 0, want = 1;
-    for (const TensorSpec* s : p.parts) n += s->shape.size() == 2 && !s->gguf_stack.empty()
-                                                 ? s->shape[0] * s->shape[1]
-                                                 : 0;
+    for (const TensorSpec* s : p.parts) n += s->shape[0] * s->shape[1];
     for (int64_t d : p.shape) want *= d;
-    ARB_ASSERT(p.parts.size() == 1 || n == want);  // a stack's slices cover it exactly
+    ARB_ASSERT(n == want);  // a stack's slices cover it exactly
   }
   return out;
 }
+
+}  // namespace
+
+std::vector<GgufTensorPlan> gguf_plan(const std::vector<TensorSpec>& specs) { return plan(specs, true); }
+std::vector<GgufTensorPlan> hf_plan(const std::vector<TensorSpec>& specs) { return plan(specs, false); }
 
 void Weights::resize(int n_global, int n_layers, int n_layer_slots) {
   global_.assign(size_t(n_global), Tensor{});

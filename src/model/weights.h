@@ -64,6 +64,9 @@ struct GgufTensorPlan {
 };
 /// The GGUF tensors of specs, in spec order (a stack where its first slice is).
 std::vector<GgufTensorPlan> gguf_plan(const std::vector<TensorSpec>& specs);
+/// The same for an HF checkpoint: a spec with an `hf` name on its own, the others grouped into
+/// their hf_stack (Granite's input_linear / output_linear).
+std::vector<GgufTensorPlan> hf_plan(const std::vector<TensorSpec>& specs);
 
 class Weights {
  public:

@@ -3,6 +3,7 @@
 // with a fixed reduction order; see src/core/thread_pool.h).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
@@ -56,6 +57,22 @@ std::vector<double> run_mix(Backend& be, uint64_t seed) {
     keep(out);
     be.add(out.b, x.b, R * N);
     keep(out);
+  }
+  {  // Mamba2's scan: a chunked prefill over 3 chunks (heads across the pool, a worker's C.B
+     // reused for the heads of a group it holds), then the decode step
+    const int nh = 8, hd = 16, G = 2, N = 32, chunk = 16, width = nh * hd + 2 * G * N;
+    auto a_log = make_tensor("A_log", {nh}, values(nh, ++seed, 1.0, DType::F32), DType::F32);
+    auto d = make_tensor("D", {nh}, values(nh, ++seed, 1.0, DType::F32), DType::F32);
+    auto dt_bias = make_tensor("dt_bias", {nh}, values(nh, ++seed, 1.0, DType::F32), DType::F32);
+    Buf state(be, values(nh * hd * N, ++seed, 1.0, DType::F32), true);
+    for (int T : {37, 1}) {
+      Buf xbc(be, values(T * width, ++seed, 1.0, DType::F32));
+      Buf dt(be, values(T * nh, ++seed, 2.0, DType::F32)), y(be, T * nh * hd);
+      be.ssm_scan(xbc.b, dt.b, a_log->t, d->t, dt_bias->t, 0, INFINITY, T, nh, hd, G, N, chunk,
+                  state.b, y.b);
+      keep(y);
+      keep(state);
+    }
   }
   return all;
 }

@@ -71,6 +71,32 @@ TEST(BenchWork, DecodeBytesPerTokenByHand) {
   EXPECT_DOUBLE_EQ(total - w, 5120.0);
 }
 
+// A hybrid's decode step (tiny-granite-h, built in memory: layers M * M M, D 64, H 4, Hkv 2,
+// Dh 16, Mamba 8 heads x 16 (I 128), 2 groups x d_state 16 (C = I + 2 G N = 192), conv 4,
+// shared MLP 64, 4 experts of 32 top-2, V 512, untied), bf16 elements read:
+//   globals: embedding row 64 + final norm 64 + lm_head 512 x 64 = 32,896;
+//   Mamba layer: norm 64 + in_proj (I + C + nh) D = 20,992 + conv 192 x 4 + 192 bias
+//     + A_log, D, dt_bias 3 x 8 + gated norm 128 + out_proj 8,192 = 30,360 (x 3);
+//   attention layer: norm 64 + q 4,096 + k, v 2 x 2,048 + o 4,096 = 12,352;
+//   FFN of every layer: norm 64 + shared in 8,192 + out 4,096 + router 256 + 2 of the 4
+//     experts' in 16,384 / 2 and out 8,192 / 2 = 24,896 (x 4);
+//   total 32,896 + 91,080 + 12,352 + 99,584 = 235,912.
+// State at context 10, bytes per cached element e: K and V 2 x 1 layer x 10 x 32 x e, plus
+// each Mamba layer's conv window 3 x 192 x e and SSM state 128 x 16 in f32 (f64 on ref),
+// each read and written: e = 2: 1,280 + 2 x 3 x (1,152 + 8,192) = 57,344; e = 8 (ref):
+// 5,120 + 6 x (4,608 + 16,384) = 131,072.
+TEST(BenchWork, HybridDecodeBytesByHand) {
+  SynthOptions o;
+  o.preset = "tiny-granite-h";
+  o.progress = false;
+  auto m = synth_model(o);
+  double w = 0;
+  const double total = decode_bytes_per_token(*m, 10, 2, &w);
+  EXPECT_DOUBLE_EQ(w, 235912.0 * 2);
+  EXPECT_DOUBLE_EQ(total - w, 57344.0);
+  EXPECT_DOUBLE_EQ(m->arch->state_bytes_per_token(m->config, 10, 8), 131072.0);
+}
+
 TEST(BenchProbes, ReturnPositiveNumbers) {
   auto bw = cpu::measure_host_read_bandwidth(size_t(64) << 20, 2, 2);
   ASSERT_EQ(bw.size(), 2u);
@@ -232,6 +258,23 @@ TEST(BenchCli, TextTableWithTraceRowsAndAnError) {
     ++table_lines;
   }
   EXPECT_EQ(table_lines, 2u + 3u + 2u);  // header, rule, pp, tg, first token, two traces
+}
+
+// --synth: the preset built in memory and benched with no file, reported as such.
+TEST(BenchCli, SynthPresetInMemory) {
+  auto r = test::run_cli("bench --synth tiny-nemotron-h -p 4 -n 2 -r 1 --no-probes --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["model"]["format"], "synth (in memory)");
+  EXPECT_EQ(j["model"]["path"], "synth:tiny-nemotron-h");
+  EXPECT_EQ(j["model"]["arch"], "nemotron_h");
+  expect_stat(j["tg"]["tok_s"], "tg.tok_s", 1);
+  for (const char* bad : {"bench --synth tiny -m x", "bench -p 4", "bench --synth no-such-preset",
+                          "bench -m x --synth-dtype f16", "bench --synth tiny --synth-dtype q8_0"}) {
+    auto e = test::run_cli(bad);
+    EXPECT_NE(e.exit_code, 0) << bad;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << bad << ": " << e.err;
+  }
 }
 
 TEST(BenchCli, RefusesBadArguments) {

@@ -5,7 +5,9 @@
 // values to kOfficial below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -592,6 +594,150 @@ TEST(SynthCheckpoint, SameSeedSameBytesOtherSeedOtherBytes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(file_sha(root + "/a/model.safetensors"), file_sha(root + "/d/model.safetensors"));
   EXPECT_NE(read_file(root + "/d/README.md").find("never for correctness"), std::string::npos);
+}
+
+
+// --- the hybrid presets and the in-memory model ----------------------------------------
+
+// The config fields a hybrid's forward reads: the generic dimensions and its family's own.
+void expect_same_hybrid_config(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.n_layer, b.n_layer);
+  EXPECT_EQ(a.d_model, b.d_model);
+  EXPECT_EQ(a.n_head, b.n_head);
+  EXPECT_EQ(a.n_head_kv, b.n_head_kv);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.d_ff, b.d_ff);
+  EXPECT_EQ(a.vocab, b.vocab);
+  EXPECT_EQ(a.max_pos, b.max_pos);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+  EXPECT_EQ(a.rope.theta, b.rope.theta);
+  EXPECT_EQ(a.attn_scale, b.attn_scale);
+  EXPECT_EQ(arch_of(a.arch).describe(a), arch_of(b.arch).describe(b));  // blocks, ssm_*, moe_*
+  EXPECT_EQ(a.ssm_chunk, b.ssm_chunk);
+  EXPECT_EQ(a.ssm_conv_bias, b.ssm_conv_bias);
+  EXPECT_EQ(a.moe_shared_ff, b.moe_shared_ff);
+  EXPECT_EQ(a.moe_norm_topk, b.moe_norm_topk);
+  EXPECT_EQ(a.moe_scaling, b.moe_scaling);
+  EXPECT_EQ(a.moe_n_group, b.moe_n_group);
+  EXPECT_EQ(a.moe_topk_group, b.moe_topk_group);
+}
+
+// Every hybrid preset's config.json reads back as the preset's config (hf_config_json writes
+// every key the family parses), at full size and with the layer count overridden (the block
+// pattern repeats). The values themselves: the official config.json of
+// ibm-granite/granite-4.0-h-tiny (hidden 1536, 40 layers, attention at 5/15/25/35, 12 heads,
+// 4 KV, 64 experts top-6 of 512, shared 1024, Mamba 48 x 64, d_state 128, 1 group, conv 4,
+// vocab 100352, tied) and nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 (hidden 2688, 52 blocks
+// 23 M / 23 E / 6 *, 32 heads, 2 KV, head_dim 128, 128 experts top-6 of 1856, shared 3712,
+// Mamba 64 x 64, 8 groups, d_state 128, vocab 131072, untied). Parameter totals by hand:
+// granite-4.0-h-tiny: V D + D + 36 (D + D (2I + 2GN + nh) + C K + C + 3 nh + I + I D)
+//   + 4 (D + 2 D (H + Hkv) Dh) + 40 (D + 3 D Fs + E D + 3 E Fe D) = 6,939,037,248 (6.94B)
+// nemotron-3-nano: 2 V D + D + 23 (D + mixer) + 6 (D + 2 D (H + Hkv) Dh)
+//   + 23 (D + E D + E + 2 E Fe D + 2 Fs D) = 31,577,940,288 (model card: 31.6B).
+TEST(SynthPresets, HybridPresetsRoundTripWithTheOfficialValues) {
+  for (const char* name : {"granite-4.0-h-tiny", "granite-4.0-h-1b", "granite-4.0-h-350m",
+                           "nemotron-3-nano-30b-a3b", "tiny-granite-h", "tiny-nemotron-h"}) {
+    SCOPED_TRACE(name);
+    const SynthPreset& p = synth_preset(name);
+    expect_same_hybrid_config(parse_hf_config(synth_config_json(opts(name, "unused")), "config.json"),
+                              p.config);
+    const ModelConfig small = parse_hf_config(synth_config_json(opts(name, "unused", 1, 6)), "config.json");
+    EXPECT_EQ(small.n_layer, 6);
+    for (int l = 0; l < 6; ++l)
+      EXPECT_EQ(small.layer_blocks[size_t(l)], p.config.layer_blocks[size_t(l) % p.config.layer_blocks.size()]);
+  }
+  const ModelConfig g = synth_preset("granite-4.0-h-tiny").config;
+  EXPECT_EQ(g.layer_blocks, "MMMMM*MMMMMMMMM*MMMMMMMMM*MMMMMMMMM*MMMM");
+  EXPECT_EQ(g.d_model, 1536);
+  EXPECT_EQ(g.head_dim, 128);
+  EXPECT_EQ(g.moe_experts, 64);
+  EXPECT_EQ(g.moe_top_k, 6);
+  EXPECT_EQ(g.moe_ff, 512);
+  EXPECT_EQ(g.d_ff, 1024);
+  EXPECT_EQ(g.ssm_heads * g.ssm_head_dim, 3072);
+  EXPECT_FALSE(g.use_rope);
+  EXPECT_EQ(g.embed_mult, 12);
+  EXPECT_EQ(g.logits_scaling, 6);
+  auto granite_params = [](const ModelConfig& c) {
+    const int64_t D = c.d_model, V = c.vocab, I = int64_t(c.ssm_heads) * c.ssm_head_dim, nh = c.ssm_heads;
+    const int64_t G = c.ssm_groups, N = c.ssm_state, C = I + 2 * G * N, K = c.ssm_conv;
+    const int64_t Hd = int64_t(c.n_head + c.n_head_kv) * c.head_dim, E = c.moe_experts, Fe = c.moe_ff;
+    const int64_t mamba = D + D * (I + C + nh) + C * K + C + 3 * nh + I + I * D;
+    return V * D + D + 36 * mamba + 4 * (D + 2 * D * Hd) + 40 * (D + 3 * D * c.d_ff + E * D + 3 * E * Fe * D);
+  };
+  EXPECT_EQ(synth_plan(opts("granite-4.0-h-tiny", "unused")).n_params, granite_params(g));
+  EXPECT_EQ(granite_params(g), 6939037248);
+  const ModelConfig n = synth_preset("nemotron-3-nano-30b-a3b").config;
+  EXPECT_EQ(n.n_layer, 52);
+  EXPECT_EQ(std::count(n.layer_blocks.begin(), n.layer_blocks.end(), 'M'), 23);
+  EXPECT_EQ(std::count(n.layer_blocks.begin(), n.layer_blocks.end(), 'E'), 23);
+  EXPECT_EQ(std::count(n.layer_blocks.begin(), n.layer_blocks.end(), '*'), 6);
+  EXPECT_EQ(n.moe_experts, 128);
+  EXPECT_EQ(n.moe_top_k, 6);
+  EXPECT_EQ(n.moe_ff, 1856);
+  EXPECT_EQ(n.moe_shared_ff, 3712);
+  EXPECT_EQ(n.moe_scaling, 2.5);
+  EXPECT_EQ(n.ssm_groups, 8);
+  EXPECT_TRUE(n.ssm_norm_per_group);
+  {
+    const int64_t D = 2688, V = 131072, I = 4096, nh = 64, C = I + 2 * 8 * 128, K = 4;
+    const int64_t mixer = D * (I + C + nh) + C * K + C + 3 * nh + I + I * D;
+    const int64_t attn = 2 * D * (32 + 2) * 128;
+    const int64_t moe = 128 * D + 128 + 2 * 128 * 1856 * D + 2 * 3712 * D;
+    const int64_t want = 2 * V * D + D + 23 * (D + mixer) + 6 * (D + attn) + 23 * (D + moe);
+    EXPECT_EQ(synth_plan(opts("nemotron-3-nano-30b-a3b", "unused")).n_params, want);
+    EXPECT_EQ(want, 31577940288);
+  }
+}
+
+// bench --synth's model: synth_model builds in memory what synth_checkpoint writes, so the
+// in-memory model is the directory's: the same config, every tensor's bytes, the tokenizer,
+// and the ref tier's logits bit for bit (a prefill and a decode step). The tiny hybrid
+// directories also load back as their presets' configs.
+TEST(SynthModel, InMemoryIsTheSynthDirectoryBitForBit) {
+  for (const char* name : {"tiny-granite-h", "tiny-nemotron-h", "tiny"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = temp_dir("synth-mem") + "/m";
+    synth_checkpoint(opts(name, dir, 3, 0, DType::BF16));
+    auto disk = load_model(dir);
+    auto mem = synth_model(opts(name, "", 3, 0, DType::BF16));
+    EXPECT_EQ(mem->format, "synth (in memory)");
+    EXPECT_EQ(mem->path, std::string("synth:") + name);
+    EXPECT_EQ(mem->n_params, disk->n_params);
+    if (disk->config.arch != "llama") {
+      expect_same_hybrid_config(disk->config, synth_preset(name).config);  // the directory round trip
+      expect_same_hybrid_config(mem->config, disk->config);
+    }
+    ASSERT_EQ(mem->weights.specs.size(), disk->weights.specs.size());
+    for (size_t i = 0; i < disk->weights.specs.size(); ++i) {
+      const Tensor& a = mem->weights.at(mem->weights.specs[i]);
+      const Tensor& b = disk->weights.at(disk->weights.specs[i]);
+      ASSERT_EQ(a.shape, b.shape) << disk->weights.specs[i].hf;
+      EXPECT_EQ(0, std::memcmp(a.data, b.data, b.nbytes())) << disk->weights.specs[i].hf;
+    }
+    const std::string text = "synthetic weights, same tokens";
+    EXPECT_EQ(mem->tokenizer->encode(text, true, false), disk->tokenizer->encode(text, true, false));
+    EXPECT_EQ(mem->eos_ids, disk->eos_ids);
+    DeviceSpec spec;
+    spec.device = "ref";
+    auto be = make_backend(spec);
+    auto logits = [&](const Model& m) {
+      Session s(m, *be, 16);
+      s.forward({5, 300, 17, 42, 99});
+      std::vector<double> out = s.logits(4);
+      s.forward({7});
+      std::vector<double> d = s.logits(0);
+      out.insert(out.end(), d.begin(), d.end());
+      return out;
+    };
+    const std::vector<double> a = logits(*mem), b = logits(*disk);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(double)));
+  }
+  EXPECT_NE(test::error_of([] { synth_model(opts("no-such-preset", "")); }).find("unknown preset"),
+            std::string::npos);
 }
 
 }  // namespace

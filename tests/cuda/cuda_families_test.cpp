@@ -2,7 +2,7 @@
 // from HF transformers (tests/fixtures/models: tiny-gemma2 with score and logit soft caps,
 // tiny-gemma3 with sliding and full layers, the Mamba2 hybrids tiny-granite-h, -moe and
 // tiny-nemotron-h, the llama family's MoE members tiny-qwen3-moe, tiny-mixtral and
-// tiny-qwen2-moe, routed on the host):
+// tiny-qwen2-moe):
 //  - cuda f32 prefill logits against HF float64 within the cpu tier's bound
 //    (hf_reference_test.cpp), every op served by a CUDA provider;
 //  - bf16: no NaN, logits within 5% (relative L2) of ref's, about 13 units of bf16's
@@ -11,9 +11,16 @@
 //  - the recurrent states (conv window, f32 SSM state) and the sliding layers' ring caches
 //    on the device: token-by-token decode (max_T 1: a ring of the window alone, wrapping) and
 //    prefill in pieces of 5 (tiny-gemma3's ring of 16 + 5 - 1 rows wraps) give the logits of
-//    one forward over every position.
+//    one forward over every position. On the hybrids the forward of 100 runs the chunked scan
+//    (7 chunks of the fixtures' chunk_size 16), the pieces one partial chunk each from the
+//    state the last left, the steps the recurrence (the op itself against the f64
+//    recurrence: SsmScan.* in tests/ops/ssm_test.cpp, on cuda_bf16/f16/f32);
+//  - MoE layers on the device (Backend::moe: the router, the experts read through device
+//    pointer tables): a decode step learns nothing on the host, so each step is one graph
+//    segment, replayed from a capture, with the logits of the same steps run op by op.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -102,7 +109,19 @@ TEST_P(CudaFamilies, StepsAndRingPiecesGiveOneForwardsLogits) {
   std::vector<int32_t> ids(100);
   for (int t = 0; t < 100; ++t) ids[size_t(t)] = int32_t((t * 37 + 11) % m->config.vocab);
   Session full(*m, *cu, 100, 100), pieces(*m, *cu, 100, 5), steps(*m, *cu, 100, 1);
+  // The scan's provider of a forward's stats: none on the families without a mixer.
+  auto scan_providers = [&] {
+    std::vector<std::string> names;
+    if (cu->stats().calls().count("ssm_scan"))
+      for (const auto& [prov, n] : cu->stats().calls().at("ssm_scan")) names.push_back(prov);
+    cu->stats().reset();
+    return names;
+  };
+  const bool hybrid = m->config.layer_blocks.find('M') != std::string::npos;
+  using Names = std::vector<std::string>;
+  cu->stats().reset();
   full.forward(ids);
+  EXPECT_EQ(scan_providers(), hybrid ? Names{"cuda.ssm_scan_chunked"} : Names{});
   // Single rows against prefill GEMMs (cuBLASLt, f32) and splits sized by the cache: the
   // same sums in other orders, a few u of f32 apart.
   const double tol = 1e-5;
@@ -112,12 +131,67 @@ TEST_P(CudaFamilies, StepsAndRingPiecesGiveOneForwardsLogits) {
     for (int t = 0; t < 5; ++t)
       worst = std::max(worst, rel_l2(pieces.logits(t), full.logits(c + t)));
   }
+  scan_providers();
   for (int32_t id : ids) steps.forward({id});
+  EXPECT_EQ(scan_providers(), hybrid ? Names{"cuda.ssm_scan"} : Names{});
   const double step = rel_l2(steps.logits(0), full.logits(99));
   std::printf("[ steps    ] %-20s pieces of 5: rel L2 <= %.3g; 100 steps: %.3g\n", GetParam(),
               worst, step);
   EXPECT_LT(worst, tol);
   EXPECT_LT(step, tol);
+}
+
+// The MoE fixtures' decode: with graph segments of a whole step, each step (forward of one
+// host token, then its logits read) runs as exactly one segment, so no MoE layer read
+// anything back mid-step; the steps replay captured graphs, and give the bytes of the same
+// steps op by op (graphs off), in bf16 and f32.
+TEST(CudaMoe, DecodeStepsAreOneGraphAndEqualOpByOp) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+#if ARBITER_HAVE_CUDA
+  for (const char* name : {"tiny-qwen3-moe", "tiny-mixtral", "tiny-qwen2-moe",
+                           "tiny-granite-h-moe", "tiny-nemotron-h"})
+    for (const char* dt : {"bf16", "f32"}) {
+      SCOPED_TRACE(std::string(name) + " " + dt);
+      auto m = load_model(fixture(name));
+      const int n = 24;
+      std::vector<double> logits[2];
+      for (bool graphs : {true, false}) {
+        auto cu = make_cuda_backend(0, dt);
+        CudaTuning t = cuda_tuning(*cu);
+        t.graphs = graphs;
+        t.graph_segment_ops = 0;
+        cuda_set_tuning(*cu, t);
+        Session s(*m, *cu, n + 1);
+        s.forward({int32_t(1)});
+        auto segments = [&] {
+          const CudaGraphStats g = cuda_graph_stats(*cu);
+          return g.replays + g.captures + g.eager_steps;
+        };
+        const int64_t s0 = segments();
+        std::vector<double>& out = logits[graphs ? 0 : 1];
+        for (int i = 0; i < n; ++i) {
+          const std::vector<double> row = s.logits(0);
+          out.insert(out.end(), row.begin(), row.end());
+          s.forward({int32_t(argmax(row))});
+        }
+        const std::vector<double> last = s.logits(0);
+        out.insert(out.end(), last.begin(), last.end());
+        const CudaGraphStats g = cuda_graph_stats(*cu);
+        std::printf("[ moe graph] %-20s %-4s graphs %d: replays %lld, captures %lld, op-by-op "
+                    "steps %lld\n", name, dt, int(graphs), (long long)g.replays,
+                    (long long)g.captures, (long long)g.eager_steps);
+        if (graphs) {
+          EXPECT_EQ(segments() - s0, n) << "a decode step ran in more than one segment";
+          EXPECT_GT(g.replays, n / 2) << "decode steps were not replayed from a graph";
+        }
+        EXPECT_GT(cu->stats().calls().at("moe").at("cuda.moe_decode"), 0);
+      }
+      EXPECT_EQ(logits[0].size(), logits[1].size());
+      EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(),
+                               logits[0].size() * sizeof(double)))
+          << "graph replay differs from op-by-op decode";
+    }
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFamilies, ::testing::ValuesIn(kFixtures),

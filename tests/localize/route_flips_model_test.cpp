@@ -102,6 +102,14 @@ TEST(RouteFlipsModel, TracesRecordRoutesAndOnlyAnInjectedRouterFlipsDecided) {
   EXPECT_NE(drift_text(d).find("routing flips"), std::string::npos);
   EXPECT_EQ(drift_json(d).at("routing_flips").at("decided"), d.routes.decided);
 
+  // The CLI's --route-decided moves the class: above every margin, no flip is decided.
+  const test::CliResult cli = test::run_cli("drift -m " + dir + " --corpus " + source_path("models/corpus/stories.txt") + " --positions 16 "
+                                            "--a ref --b cpu+inject=" + std::string(kFault) + " --route-decided 1e9 --json");
+  ASSERT_EQ(cli.exit_code, 1) << cli.err;  // the fault is still flagged
+  const nlohmann::json dj = nlohmann::json::parse(cli.out).at("routing_flips");
+  EXPECT_GT(dj.at("flips").get<int>(), 0) << cli.out;
+  EXPECT_EQ(dj.at("decided"), 0) << cli.out;
+
   // Without the fault, drift of cpu against ref: no decided flip either.
   Session sc(*m, *b, 16, 16);
   EXPECT_EQ(drift_run(sa, sc, ids, 16).routes.decided, 0);

@@ -2,8 +2,8 @@
 // (verdicts, files, checksums, SKIP lines for GPU arms without a GPU), an injected-fault
 // arm that must fail while the others pass, plan -> run the printed commands -> report
 // (including an arm whose environment needs a subprocess), ARBITER_REQUIRE_CUDA=1 turning a
-// skipped GPU arm into a failure, bad input, and the routing flips of a mixture-of-experts
-// model in the report's cells and details.
+// skipped GPU arm into a failure, bad input, the routing flips of a mixture-of-experts
+// model in the report's cells and details, and a quantized model's two error terms.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -283,4 +283,45 @@ TEST(MatrixCli, RequireCudaTurnsSkipIntoFailure) {
   EXPECT_EQ(g["verdict"], "fail");
   EXPECT_EQ(g["counted"], true);
   EXPECT_NE(g["why"].get<std::string>().find("ARBITER_REQUIRE_CUDA=1"), std::string::npos);
+}
+
+// A quantized model with its parent: the cpu arm is judged against ref on the same quantized
+// weights (kernel error: rounding-sized), while the quantization error (ref on Q4_0 against ref
+// on the f32 parent) is measured with llama-perplexity's statistics and never judged.
+TEST(MatrixCli, QuantizedModelKeepsKernelAndQuantizationErrorApart) {
+  test::enter_source_dir();
+  const std::string dir = test::temp_dir("quant-matrix");
+  const std::string q = dir + "-q4_0.gguf", parent = "models/stories260K/stories260K.gguf";
+  auto qr = test::run_cli("quantize " + parent + " -o " + q + " --type Q4_0");
+  ASSERT_EQ(qr.exit_code, 0) << qr.err;
+  const std::string spec = dir + ".toml";
+  test::write_file(spec, "corpus = \"models/corpus/stories.txt\"\nmodels = [\"" + q +
+                             "\"]\nshapes = [\"w8\"]\nreference = \"ref\"\ncandidates = [\"cpu\"]\n"
+                             "[parents]\n\"" + q + "\" = \"" + parent + "\"\n[chunks]\nw8 = 8\n"
+                             "[arms.ref]\ndevice = \"ref\"\n[arms.cpu]\ndevice = \"cpu\"\n");
+  auto r = test::run_cli("matrix run " + spec + " -o " + dir + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;  // the quantization error is not a failure
+  nlohmann::json j = test::read_json(dir + "/results.json");
+  const nlohmann::json kernel = test::comparison(j, "w8", "cpu")["result"];
+  EXPECT_EQ(test::comparison(j, "w8", "cpu")["verdict"], "pass");
+  ASSERT_EQ(j["quantization"].size(), 1u);
+  const nlohmann::json& qe = j["quantization"][0];
+  EXPECT_EQ(qe["parent"], parent);
+  ASSERT_EQ(qe["state"], "compared") << qe.dump();
+  const nlohmann::json k = qe["result"]["llama_perplexity"];
+  ASSERT_TRUE(k.contains("kld")) << k.dump();
+  EXPECT_EQ(k["rows"].get<int>(), 8 * 8);
+  // Q4_0 moves the distribution by orders of magnitude more than the cpu tier's rounding.
+  const double kld = k["kld"]["value"].get<double>();
+  EXPECT_GT(kld, 1e-3);
+  EXPECT_GT(kld, 1e3 * kernel["drift_gate"]["kl"]["mean"].get<double>());
+  EXPECT_GT(k["same_top_p"]["value"].get<double>(), 0.3);
+  EXPECT_LT(k["same_top_p"]["value"].get<double>(), 1.0);
+  EXPECT_GT(k["rms_delta_p"]["value"].get<double>(), 0.0);
+  EXPECT_FALSE(k["kld_percentiles"].empty());
+  const std::string md = test::read_file(dir + "/report.md");
+  EXPECT_NE(md.find("## Quantization error"), std::string::npos);
+  EXPECT_NE(md.find("`" + parent + "`"), std::string::npos);
+  EXPECT_NE(r.out.find("quantization error"), std::string::npos) << r.out;
+  EXPECT_EQ(test::run_cli("store verify " + dir + "/traces").exit_code, 0);
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
@@ -104,7 +105,7 @@ TEST(MatrixSpec, ValidSpecReadsBack) {
   EXPECT_EQ(t.back().file, "stories260K.w8.gpu.tsv");
 
   // The trace command of a capped shape caps --chunks and carries every arm setting.
-  std::vector<std::string> args = matrix_trace_args(s, t[2 + 4]);  // TinyStories w8 cpu
+  std::vector<std::string> args = matrix_trace_args(s, t[2 + 4], "/d");  // TinyStories w8 cpu
   std::string joined;
   for (const auto& a : args) joined += a + " ";
   EXPECT_EQ(joined,
@@ -113,7 +114,7 @@ TEST(MatrixSpec, ValidSpecReadsBack) {
   // allow_long_context reaches every trace command (the runner passes it in-process).
   MatrixSpec l = parse_matrix_spec(write_spec(edit("topk = 4", "topk = 4\nallow_long_context = true")));
   EXPECT_TRUE(l.allow_long_context);
-  args = matrix_trace_args(l, matrix_traces(l)[0]);
+  args = matrix_trace_args(l, matrix_traces(l)[0], "/d");
   EXPECT_NE(std::find(args.begin(), args.end(), "--allow-long-context"), args.end());
 }
 
@@ -152,9 +153,43 @@ TEST(MatrixSpec, ShippedSpecsParse) {
     EXPECT_FALSE(s.noise_floor.empty());
   }
   MatrixSpec h = parse_matrix_spec(test::source_path("matrix/h200.toml"));
-  EXPECT_EQ(h.models.size(), 6u);
+  EXPECT_EQ(h.models.size(), 14u);  // the shipped models and every tiny-* family fixture
+  for (const std::string& m : h.models)
+    EXPECT_TRUE(std::filesystem::exists(test::source_path(m))) << m;
   EXPECT_EQ(h.shapes.size(), 4u);
   for (const char* a : {"cuda-bf16", "cuda-f16", "cuda-f32"}) EXPECT_TRUE(h.arm(a).is_gpu()) << a;
+}
+
+// A model with a parent: the reference arm also traces the parent, and both reference traces
+// of that model keep full logits (the store's TRACE.logits name) for the KLD statistics.
+TEST(MatrixSpec, ParentAddsAReferenceTraceOfTheParentWithFullLogits) {
+  MatrixSpec s = parse_matrix_spec(write_spec(
+      edit("[chunks]", "[parents]\n\"models/stories260K/stories260K.gguf\" = \"other/parent\"\n\n[chunks]")));
+  ASSERT_EQ(s.parents.size(), 2u);
+  EXPECT_EQ(s.parents[0], "");
+  EXPECT_EQ(s.parents[1], "other/parent");
+  int parents = 0, with_logits = 0;
+  for (const MatrixTrace& t : matrix_traces(s)) {
+    SCOPED_TRACE(t.file);
+    if (!t.logits.empty()) {
+      ++with_logits;
+      EXPECT_EQ(t.logits, t.file + ".logits");
+      EXPECT_EQ(t.model, 1u);
+      EXPECT_EQ(t.arm, "ref");
+      EXPECT_FALSE(t.aa);
+    }
+    if (!t.parent) continue;
+    ++parents;
+    EXPECT_EQ(matrix_trace_model(s, t), "other/parent");
+    EXPECT_EQ(t.file, "stories260K." + s.shapes[t.shape].shape.name + ".ref.parent.tsv");
+    const std::vector<std::string> a = matrix_trace_args(s, t, "/d");
+    EXPECT_EQ(a[2], "other/parent");
+    auto fl = std::find(a.begin(), a.end(), "--full-logits");
+    ASSERT_NE(fl, a.end());
+    EXPECT_EQ(*(fl + 1), "/d/" + t.logits);
+  }
+  EXPECT_EQ(parents, 2);      // one per shape
+  EXPECT_EQ(with_logits, 4);  // the parent's and the quantized model's reference, per shape
 }
 
 struct BadCase {
@@ -176,7 +211,7 @@ TEST(MatrixSpec, EndpointArmTracesThroughTheApi) {
   for (const MatrixTrace& t : matrix_traces(spec)) {
     if (t.arm != "gpu") continue;
     std::string args;
-    for (const auto& a : matrix_trace_args(spec, t)) args += a + " ";
+    for (const auto& a : matrix_trace_args(spec, t, "/d")) args += a + " ";
     EXPECT_NE(args.find("-m tiny "), std::string::npos) << args;
     EXPECT_NE(args.find("--tokenizer " + spec.models[t.model] + " --endpoint http://127.0.0.1:8080 --topk 4 --compute bf16"),
               std::string::npos) << args;
@@ -251,6 +286,12 @@ TEST(MatrixSpec, BadInputsNameFileKeyAndProblem) {
        edit("models = [\"models/TinyStories-656K\", \"models/stories260K/stories260K.gguf\"]",
             "models = []"),
        "models", "must not be empty"},
+      {"parent of an unlisted model", edit("[chunks]", "[parents]\n\"models/q.gguf\" = \"models/TinyStories-656K\"\n\n[chunks]"),
+       "parents.\"models/q.gguf\"", "not one of the spec's models"},
+      {"model its own parent", edit("[chunks]", "[parents]\n\"models/TinyStories-656K\" = \"models/TinyStories-656K\"\n\n[chunks]"),
+       "parents.\"models/TinyStories-656K\"", "another checkpoint"},
+      {"parent not a string", edit("[chunks]", "[parents]\n\"models/TinyStories-656K\" = 1\n\n[chunks]"),
+       "parents.\"models/TinyStories-656K\"", "expected a string"},
       {"same model name twice",
        edit("\"models/stories260K/stories260K.gguf\"", "\"other/TinyStories-656K\""), "models",
        "share the name"},

@@ -112,13 +112,16 @@ TEST(Hybrid, PrefillEqualsStepsBitForBitOnRef) {
   }
 }
 
-// cpu: the matmuls take other kernels for one row than for many (gemv vs gemm), so steps
-// differ from the prefill by f32 rounding only: far below the logits' scale (~10).
+// cpu: the matmuls take other kernels for one row than for many (gemv vs gemm), and the scan
+// another algorithm (the chunked form for a prefill, the recurrence for a step: backend.h), so
+// steps differ from the prefill by f32 rounding only: far below the logits' scale (~10). 36
+// tokens cross two boundaries of the fixtures' chunk_size 16; pieces of 7 start and end
+// inside chunks, each continuing the state the last left.
 TEST(Hybrid, PrefillMatchesStepsOnCpu) {
   auto be = make_backend({"cpu", "", 1});  // one thread: these shapes are too small to share
   for (const char* dir : kFixtures) {
     auto m = load_model(test::source_path(dir));
-    const Runs r = run_three_ways(*m, *be, prompt_of(dir, 12), 5);
+    const Runs r = run_three_ways(*m, *be, prompt_of(dir, 36), 7);
     EXPECT_LE(max_diff(r.prefill, r.steps), 1e-4) << dir;
     EXPECT_LE(max_diff(r.prefill, r.chunks), 1e-4) << dir;
   }
@@ -174,6 +177,7 @@ TEST(Hybrid, GraniteConfig) {
   EXPECT_EQ(c.ssm_groups, 2);
   EXPECT_EQ(c.ssm_state, 16);
   EXPECT_EQ(c.ssm_conv, 4);
+  EXPECT_EQ(c.ssm_chunk, 16);  // mamba_chunk_size
   EXPECT_FALSE(c.ssm_norm_per_group);
   EXPECT_FALSE(c.use_rope);  // position_embedding_type "nope"
   EXPECT_EQ(c.d_ff, 128);    // shared_intermediate_size
@@ -190,7 +194,9 @@ TEST(Hybrid, GraniteConfig) {
   j["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "full_attention"};
   j["position_embedding_type"] = "rope";
   j["time_step_limit"] = {0.01, 0.5};
+  j.erase("mamba_chunk_size");  // GraniteMoeHybridConfig's default
   ModelConfig v5 = parse_hf_config(j.dump(), "config.json");
+  EXPECT_EQ(v5.ssm_chunk, 256);
   EXPECT_EQ(v5.layer_blocks, "*MM*");
   EXPECT_TRUE(v5.use_rope);
   EXPECT_EQ(v5.rope.theta, 10000.0);
@@ -219,6 +225,7 @@ TEST(Hybrid, NemotronConfig) {
   EXPECT_EQ(c.n_layer, 4);
   EXPECT_TRUE(c.ssm_norm_per_group);
   EXPECT_EQ(c.ssm_groups, 2);
+  EXPECT_EQ(c.ssm_chunk, 16);  // chunk_size
   EXPECT_EQ(c.ssm_dt_min, 0.001);  // time_step_min; time_step_limit is not read by HF's mixer
   EXPECT_EQ(c.ssm_dt_max, std::numeric_limits<double>::infinity());
   EXPECT_EQ(c.d_ff, 128);
@@ -234,6 +241,12 @@ TEST(Hybrid, NemotronConfig) {
   j.erase("hybrid_override_pattern");
   j["layers_block_type"] = {"linear_attention", "mlp", "full_attention", "mamba", "moe"};
   EXPECT_EQ(parse_hf_config(j.dump(), "config.json").layer_blocks, "M-*ME");
+  // NemotronHConfig: chunk_size defaults to 128; the legacy mamba_chunk_size wins over it.
+  j.erase("chunk_size");
+  EXPECT_EQ(parse_hf_config(j.dump(), "config.json").ssm_chunk, 128);
+  j["mamba_chunk_size"] = 64;
+  j["chunk_size"] = 32;
+  EXPECT_EQ(parse_hf_config(j.dump(), "config.json").ssm_chunk, 64);
 }
 
 TEST(Hybrid, BadConfigsAreRefusedNamingTheKey) {
@@ -328,7 +341,8 @@ TEST(Hybrid, DecodeReadsOnlyTheRoutedExpertsWeights) {
 
 // Localization on the hybrids: every stage the forward emits is declared (what --inject
 // accepts), the mixer's stages are there, and drift of cpu against ref, prefill and step
-// path, flags no stage (each op within its rounding bound).
+// path, flags no stage (each op within its rounding bound). The prefill of 16 (the fixtures'
+// chunk_size) runs cpu's chunked scan, the steps its recurrence, as opcheck's replay does.
 TEST(Hybrid, DriftCpuAgainstRefFlagsNothing) {
   for (const char* dir : kFixtures) {
     auto m = load_model(test::source_path(dir));
@@ -337,8 +351,12 @@ TEST(Hybrid, DriftCpuAgainstRefFlagsNothing) {
     auto b = make_backend({"cpu", "", 1});
     for (int w : {16, 1}) {
       Session sa(*m, *a, 16, w), sb(*m, *b, 16, w);
+      b->stats().reset();
       Capture ca = capture_forwards(sa, ids, w), cb = capture_forwards(sb, ids, w);
       Capture cl = replay_forwards(sb, ca);
+      for (const auto& [prov, n] : b->stats().calls().at("ssm_scan"))
+        EXPECT_TRUE(w > 1 ? prov.rfind("cpu.ssm_scan_chunked_", 0) == 0 : prov == "cpu.ssm_scan")
+            << dir << " width " << w << ": " << prov;
       const std::vector<std::string> declared = m->arch->stages();
       for (const StageRecord& r : ca[0].stages)
         EXPECT_NE(std::find(declared.begin(), declared.end(), r.name), declared.end()) << r.name;

@@ -3,7 +3,8 @@
 // group) and relu2. ref against the definitions worked out here one element at a time; T
 // tokens in one call equal to T one-token calls bit for bit on ref (the decode step is the scan
 // with T = 1); every tier against ref on the hybrids' shapes and odd ones, outputs and final
-// states.
+// states. ssm_scan's cases cover the chunked form cpu and cuda run for T > 1: T below, at and
+// across the chunk, a chunk of 1, a prefill continued by steps.
 #include <cmath>
 
 #include "tier_util.h"
@@ -127,13 +128,20 @@ INSTANTIATE_TEST_SUITE_P(Tiers, SsmConv, testing::ValuesIn(op_tiers()), op_tier_
 struct ScanCase {
   int T, nh, hd, G, N;
   double dt_min, dt_max;
+  int chunk;  // HF chunk_size: the chunked form's (T > 1 on cpu and cuda)
 };
 const double kInf = INFINITY;
-// tiny-granite-h's mixer (8 heads x 16, 2 groups, d_state 16), the decode step, one group,
-// a group per head, a clamped dt, odd sizes.
-const ScanCase kScan[] = {{1, 8, 16, 2, 16, 0, kInf},   {13, 8, 16, 2, 16, 0, kInf},
-                          {5, 4, 3, 1, 5, 0, kInf},     {9, 6, 8, 6, 7, 0.05, 0.4},
-                          {2, 3, 1, 3, 1, 0, kInf},     {33, 2, 4, 2, 16, 0.001, 2}};
+// tiny-granite-h's mixer (8 heads x 16, 2 groups, d_state 16, chunk 16): the decode step, T
+// below the chunk, at it, 3 chunks + 5, and across chunks of 4; granite-4.0-h's head and state
+// sizes (64, 128; one group); one group, a group per head, a clamped dt, odd sizes, a chunk of
+// 1 (every token its own chunk) and N = 256 (the cuda tier's largest).
+const ScanCase kScan[] = {
+    {1, 8, 16, 2, 16, 0, kInf, 16},      {7, 8, 16, 2, 16, 0, kInf, 16},
+    {16, 8, 16, 2, 16, 0, kInf, 16},     {53, 8, 16, 2, 16, 0, kInf, 16},
+    {13, 8, 16, 2, 16, 0, kInf, 4},      {40, 2, 64, 1, 128, 0, kInf, 16},
+    {5, 4, 3, 1, 5, 0, kInf, 5},         {9, 6, 8, 6, 7, 0.05, 0.4, 4},
+    {2, 3, 1, 3, 1, 0, kInf, 1},         {33, 2, 4, 2, 16, 0.001, 2, 8},
+    {12, 2, 3, 1, 256, 0, kInf, 5}};
 
 struct ScanIn {
   std::vector<double> xbc, dt, state, a_log, d, dt_bias;
@@ -156,8 +164,17 @@ ScanIn scan_inputs(const ScanCase& c, uint64_t seed, DType compute) {
 }
 
 std::string scan_what(const ScanCase& c) {
-  return strformat("T=%d nh=%d hd=%d G=%d N=%d dt in [%g, %g]", c.T, c.nh, c.hd, c.G, c.N,
-                   c.dt_min, c.dt_max);
+  return strformat("T=%d nh=%d hd=%d G=%d N=%d chunk=%d dt in [%g, %g]", c.T, c.nh, c.hd, c.G,
+                   c.N, c.chunk, c.dt_min, c.dt_max);
+}
+
+// The recurrence: each output sums N state terms and each state carries T steps of a
+// multiply-add (decays below 1: earlier roundings fade). The chunked form (T > 1) adds, per
+// output and per state, a chunk's Q terms, each with a sum of up to Q log-decays inside its
+// exp. dt and the decays take an exp, a log1p, an exp.
+double scan_bound(const OpTier& tier, const ScanCase& c, int T) {
+  const int Q = std::min(c.chunk, T);
+  return nmse_bound(tier.compute, tier.compute, c.N + T + (T > 1 ? 2 * Q : 0), 12);
 }
 
 TEST(SsmScanRef, MatchesTheDefinitionAndStepsEqualOneCall) {
@@ -188,7 +205,7 @@ TEST(SsmScanRef, MatchesTheDefinitionAndStepsEqualOneCall) {
       }
     Buf xb(*ref, in.xbc), db(*ref, in.dt), st(*ref, in.state), yb(*ref, int64_t(c.T) * I);
     ref->ssm_scan(xb.b, db.b, in.A->t, in.D->t, in.B->t, c.dt_min, c.dt_max, c.T, c.nh, c.hd, c.G,
-                  c.N, st.b, yb.b);
+                  c.N, c.chunk, st.b, yb.b);
     const std::string what = scan_what(c);
     const std::vector<double> got = yb.read(), got_state = st.read();
     for (size_t i = 0; i < got.size(); ++i)
@@ -201,7 +218,7 @@ TEST(SsmScanRef, MatchesTheDefinitionAndStepsEqualOneCall) {
       x1.be->write(x1.b, 0, width, in.xbc.data() + size_t(t) * width);
       d1.be->write(d1.b, 0, c.nh, in.dt.data() + size_t(t) * c.nh);
       ref->ssm_scan(x1.b, d1.b, in.A->t, in.D->t, in.B->t, c.dt_min, c.dt_max, 1, c.nh, c.hd,
-                    c.G, c.N, st1.b, y1.b);
+                    c.G, c.N, c.chunk, st1.b, y1.b);
       const std::vector<double> row = y1.read();
       EXPECT_TRUE(std::equal(row.begin(), row.end(), got.begin() + int64_t(t) * I))
           << what << " t=" << t;
@@ -224,40 +241,58 @@ TEST_P(SsmScan, MatchesRef) {
     Buf xb(*be, in.xbc), db(*be, in.dt), st(*be, in.state, true), yb(*be, c.T * I);
     Buf xr(*ref, in.xbc), dr(*ref, in.dt), sr(*ref, in.state), want(*ref, c.T * I);
     yb.poison();
+    be->stats().reset();
     be->ssm_scan(xb.b, db.b, in.A->t, in.D->t, in.B->t, c.dt_min, c.dt_max, c.T, c.nh, c.hd, c.G,
-                 c.N, st.b, yb.b);
+                 c.N, c.chunk, st.b, yb.b);
     ref->ssm_scan(xr.b, dr.b, in.A->t, in.D->t, in.B->t, c.dt_min, c.dt_max, c.T, c.nh, c.hd, c.G,
-                  c.N, sr.b, want.b);
-    // Each output sums N state terms, and each state carries T steps of a multiply-add
-    // (decays below 1: earlier roundings fade); dt and the decay take an exp, a log1p, an exp.
-    const double bound = nmse_bound(tier.compute, tier.compute, c.N + c.T, 12);
+                  c.N, c.chunk, sr.b, want.b);
+    const double bound = scan_bound(tier, c, c.T);
     const std::string what = scan_what(c);
     check_close("ssm_scan", tier, what, seed, yb.read(), want.read(), bound);
+    // The final state too: decode continues from it.
     check_close("ssm_scan", tier, what + " state", seed, st.read(), sr.read(), bound);
+    // A prefill takes the chunked form, the decode step the recurrence.
+    const auto& provs = be->stats().calls().at("ssm_scan");
+    ASSERT_EQ(provs.size(), 1u) << what;
+    EXPECT_EQ(provs.begin()->first.find("ssm_scan_chunked") != std::string::npos, c.T > 1)
+        << what << ": " << provs.begin()->first;
   }
 }
 
-// As for ssm_conv: T one-token scans give one T-token scan's outputs and state, bit for bit.
-TEST_P(SsmScan, OneTokenCallsGiveOneCallsBits) {
+// Decode continues from the state a prefill leaves: a chunked prefill of N tokens, then m
+// one-token steps, gives the outputs and state of one prefill of N + m tokens, within the
+// bound of the longer scan, on every tier. N = 2 chunks + 5, so the prefill ends inside a
+// chunk.
+TEST_P(SsmScan, PrefillThenStepsMatchOneLongerPrefill) {
   const OpTier& tier = GetParam();
   ARB_TIER_OR_SKIP(be, tier);
-  const ScanCase c = kScan[3];  // a group per head, dt clamped from both sides
+  const ScanCase c = kScan[3];  // tiny-granite-h's mixer, 53 tokens, chunks of 16
+  const int n = 2 * c.chunk + 5, m = c.T - n;
   ScanIn in = scan_inputs(c, 4450, tier.compute);
   const int64_t I = int64_t(c.nh) * c.hd, width = I + 2 * int64_t(c.G) * c.N;
   Buf xb(*be, in.xbc), db(*be, in.dt), st(*be, in.state, true), yb(*be, c.T * I);
   be->ssm_scan(xb.b, db.b, in.A->t, in.D->t, in.B->t, c.dt_min, c.dt_max, c.T, c.nh, c.hd, c.G,
-               c.N, st.b, yb.b);
+               c.N, c.chunk, st.b, yb.b);
   const std::vector<double> all = yb.read();
-  Buf st1(*be, in.state, true), x1(*be, width), d1(*be, c.nh), y1(*be, I);
-  for (int t = 0; t < c.T; ++t) {
+  const std::vector<double> x(in.xbc.begin(), in.xbc.begin() + n * width);
+  const std::vector<double> dt(in.dt.begin(), in.dt.begin() + int64_t(n) * c.nh);
+  Buf xn(*be, x), dn(*be, dt), st1(*be, in.state, true), yn(*be, n * I);
+  be->ssm_scan(xn.b, dn.b, in.A->t, in.D->t, in.B->t, c.dt_min, c.dt_max, n, c.nh, c.hd, c.G,
+               c.N, c.chunk, st1.b, yn.b);
+  std::vector<double> got = yn.read();
+  Buf x1(*be, width), d1(*be, c.nh), y1(*be, I);
+  for (int t = n; t < n + m; ++t) {
     x1.be->write(x1.b, 0, width, in.xbc.data() + size_t(t) * width);
     d1.be->write(d1.b, 0, c.nh, in.dt.data() + size_t(t) * c.nh);
     be->ssm_scan(x1.b, d1.b, in.A->t, in.D->t, in.B->t, c.dt_min, c.dt_max, 1, c.nh, c.hd, c.G,
-                 c.N, st1.b, y1.b);
-    check_exact("ssm_scan", tier, strformat("token %d", t), 4450, y1.read(),
-                std::vector<double>(all.begin() + t * I, all.begin() + (t + 1) * I));
+                 c.N, c.chunk, st1.b, y1.b);
+    const std::vector<double> row = y1.read();
+    got.insert(got.end(), row.begin(), row.end());
   }
-  check_exact("ssm_scan", tier, "state", 4450, st1.read(), st.read());
+  const double bound = scan_bound(tier, c, c.T);
+  const std::string what = strformat("prefill %d then %d steps", n, m);
+  check_close("ssm_scan", tier, what, 4450, got, all, bound);
+  check_close("ssm_scan", tier, what + " state", 4450, st1.read(), st.read(), bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, SsmScan, testing::ValuesIn(op_tiers()), op_tier_name);

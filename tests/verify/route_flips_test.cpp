@@ -2,11 +2,12 @@
 // and classing on hand-built routes (each expected count worked out by hand in the comment
 // beside it), the `# routes` header and routes column round trip, the reader's refusals of
 // malformed routes, and compare's report of the flips between two hand-written traces (in
-// process and through the CLI's --route-decided).
+// process and through the CLI's --route-decided, --explain and store compare).
 // To add a counting case: build samples with rs(), write the expected counts by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "fixtures.h"
 #include "test_util.h"
@@ -213,6 +214,21 @@ TEST(TraceRoutes, CompareReportsFlipsAndWhyNotCompared) {
   const CliResult bad = run_cli("compare " + ref + " " + cand + " --route-decided -1");
   EXPECT_EQ(bad.exit_code, 4);
   EXPECT_NE(bad.err.find("--route-decided must be a number >= 0 (got -1)"), std::string::npos) << bad.err;
+  // --explain states the rule with this run's counts.
+  const CliResult ex = run_cli("compare " + ref + " " + cand + " --explain");
+  EXPECT_NE(ex.out.find("routing flips: a (position, layer) pair flips when the two sides' expert sets differ"),
+            std::string::npos) << ex.out;
+  EXPECT_NE(ex.out.find("2 of 12 pairs flip, 2 decided + 0 near-tie"), std::string::npos) << ex.out;
+  // store compare reports the flips of each pair and takes the same option.
+  const std::string sr = dir + "/store-ref", sc = dir + "/store-cand";
+  for (const auto& [d, f] : {std::pair{sr, ref}, std::pair{sc, cand}}) {
+    std::filesystem::create_directories(d);
+    std::filesystem::copy_file(f, d + "/t.tsv");
+    ASSERT_EQ(run_cli("store add " + d + " " + d + "/t.tsv").exit_code, 0);
+  }
+  const CliResult st = run_cli("store compare " + sr + " " + sc + " --route-decided 0.75");
+  EXPECT_NE(st.out.find("flips  2 / 12 (position, layer) pairs: 0 decided (ref margin >= 0.75), 2 near-tie"),
+            std::string::npos) << st.out;
 
   // One side without routes: said, not silently skipped; two dense traces: nothing printed.
   const std::string dense = write_trace(dir + "/dense.tsv", fixture_header(), six_rows());

@@ -337,9 +337,9 @@ class CpuBackend final : public Backend {
 
   void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D,
                 const Tensor& dt_bias, double dt_min, double dt_max, int T, int nh, int hd, int G,
-                int N, Buffer& state, Buffer& y) override {
-    stats_.record("ssm_scan", "cpu.ssm_scan");
+                int N, int chunk, Buffer& state, Buffer& y) override {
     ARB_ASSERT(nh % G == 0 && A_log.numel() == nh && D.numel() == nh && dt_bias.numel() == nh);
+    ARB_ASSERT(chunk >= 1);
     std::vector<float> a_log, d, db;
     widen_small(A_log, a_log);
     widen_small(D, d);
@@ -357,9 +357,17 @@ class CpuBackend final : public Backend {
     a.hd = hd;
     a.G = G;
     a.N = N;
+    a.chunk = chunk;
     a.state = f32(state);
     a.y = f32(y);
-    ssm_scan_f32(a, pool_);
+    // The decode step runs the recurrence; a prefill the chunked form, as HF does (backend.h).
+    if (T == 1) {
+      stats_.record("ssm_scan", "cpu.ssm_scan");
+      ssm_scan_f32(a, pool_);
+    } else {
+      stats_.record("ssm_scan", "cpu.ssm_scan_chunked" + suffix_);
+      ssm_scan_chunked_f32(isa_, a, pool_);
+    }
   }
 
   void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,

@@ -64,12 +64,19 @@ class CudaBackend final : public Backend {
   void relu2(const Buffer& x, int64_t n, Buffer& out) override;
   void ssm_conv(const Buffer& x, const Tensor& w, const Tensor* bias, int T, int C, int K,
                 Buffer& state, Buffer& out) override;
-  /// The state is f32 (alloc(n, true)), as on cpu: see ssm.cu.
+  /// The state is f32 (alloc(n, true)), as on cpu: see ssm.cu. T > 1 runs the chunked form
+  /// with chunk states in scan_.
   void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D,
                 const Tensor& dt_bias, double dt_min, double dt_max, int T, int nh, int hd, int G,
-                int N, Buffer& state, Buffer& y) override;
+                int N, int chunk, Buffer& state, Buffer& y) override;
   void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
                      double eps, Buffer& out) override;
+
+  // Mixture of experts (cuda_backend.cpp, kernels in moe.cu): the router, the experts and
+  // their sum on the device; the host learns the routing only when asked for it (routes).
+  void moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T, Buffer& out,
+           std::vector<Route>* routes) override;
+  void sigmoid_gate(Buffer& y, const Buffer& g, int T, int D) override;
 
   // fused.cpp: one kernel each for T == 1, with the stage taps inside; otherwise the default
   // composition. Each fused kernel computes the bits of the op-by-op path (same reduction
@@ -185,6 +192,10 @@ class CudaBackend final : public Backend {
   /// The records of the latest stage_taps, as f64 into their StageTaps' vectors.
   void collect_taps();
 
+  /// A MoE layer's device tables of expert weight pointers (built at the layer's first call,
+  /// uploading every expert, and kept until the next prepare()).
+  const cuda::MoeTables& moe_tables(const MoeExperts& ex, int D, int F);
+
   int device_;
   DType ct_;
   std::string name_;
@@ -201,6 +212,7 @@ class CudaBackend final : public Backend {
 
   std::map<std::tuple<int, int, int, int64_t, int>, GemmPlan> plans_;
   cuda::DevBuf ids_, part_, acc_, sum_out_, sum_scratch_, targets_, tap_mem_;
+  cuda::DevBuf scan_;  // the chunked ssm_scan's chunk states (cuda::ScanArgs::scratch)
   std::vector<TapRecord> records_;  // of the latest stage_taps
   // One table per RoPE the models use: gemma's local and global layers alternate two, and a
   // single cached table was rebuilt on the host at every switch (gemma3-1b decoded at 52 tok/s).
@@ -210,6 +222,14 @@ class CudaBackend final : public Backend {
     int positions = 0;
   };
   std::vector<RopeTable> rope_tables_;
+  // Per MoE layer, keyed by its first expert's up and down weights' host addresses.
+  struct MoeLayer {
+    cuda::DevBuf ptrs;  // [3, E] device pointers: gate (relu2: unused), up, down
+    cuda::MoeTables tables;
+    const void *first = nullptr, *last = nullptr;  // expert 0's up, expert E-1's down copies
+  };
+  std::map<std::tuple<const void*, const void*, int, bool>, MoeLayer> moe_layers_;
+  cuda::DevBuf moe_ws_;  // routing, sort and expert scratch of the latest moe()
 
   int32_t* h_picks_ = nullptr;  // pinned and mapped, a slot per pick not taken
   int32_t* d_picks_ = nullptr;  // h_picks_ as the device sees it

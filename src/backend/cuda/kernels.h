@@ -91,6 +91,8 @@ void launch_ssm_conv(DType ct, const void* x, const float* w, const float* b, in
                      void* state, void* out, cudaStream_t s);
 /// Largest ssm_scan state size N (a warp per state row keeps N / 32 values per lane).
 constexpr int kMaxScanState = 256;
+/// Largest chunk of the chunked scan (two f32 per token of a chunk in shared memory).
+constexpr int kMaxScanChunk = 4096;
 /// Backend::ssm_scan's arguments: xbc [T, nh*hd + 2*G*N], dt_raw [T, nh], y [T, nh*hd] in the
 /// compute type; a_log, d, dt_bias [nh] and the state [nh, hd, N] in f32.
 struct ScanArgs {
@@ -99,15 +101,77 @@ struct ScanArgs {
   const float *a_log = nullptr, *d = nullptr, *dt_bias = nullptr;
   float dt_min = 0.f, dt_max = 0.f;
   int T = 0, nh = 0, hd = 0, G = 0, N = 0;
+  int chunk = 0;  // Q, tokens per chunk of the chunked form (T > 1)
   float* state = nullptr;
   void* y = nullptr;
+  /// The chunked form's workspace (T > 1), ssm_scan_scratch_floats(...) floats: each chunk's
+  /// state [ceil(T / Q), nh, hd, N], then each chunk's decay [ceil(T / Q), nh].
+  float* scratch = nullptr;
 };
-/// A warp per state row (h, p), its N values in registers through the T tokens.
+/// f32 elements of the chunked scan's workspace for these arguments.
+int64_t ssm_scan_scratch_floats(const ScanArgs& a);
+/// T == 1 (the decode step): a warp per state row (h, p), its N values in registers.
+/// T > 1: the chunked form (SSD) in three kernels, parallel over chunks but for one pass over
+/// the chunk states in order (ssm.cu).
 void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s);
 /// Backend::rmsnorm_gated: out[R, W] = w * v / rms(v), v = y * silu(z), the RMS over each
 /// group of `group` columns (W % group == 0); a block per (row, group).
 void launch_rmsnorm_gated(DType ct, const void* y, const void* z, const float* w, int R, int W,
                           int group, float eps, void* out, cudaStream_t s);
+
+// --- mixture of experts (moe.cu) -------------------------------------------------------------
+/// Largest E and k the device router takes (a warp per token, scores staged in shared memory).
+constexpr int kMoeMaxExperts = 512, kMoeMaxTopK = 32, kMoeMaxGroups = 32;
+/// Backend::moe's routing (route(), backend/moe_routing.h) of logits [T, E] in the compute
+/// type, scored in f64 like the host: ids [T, k] by descending selection score (ties to the
+/// lower index, NaN last), weights [T, k] (f32) and margin [T] (f64) in device memory.
+struct MoeRouteArgs {
+  const void* logits = nullptr;
+  const float* bias = nullptr;  // [E] selection-only bias, or null
+  int T = 0, E = 0, k = 0;
+  bool sigmoid = false, topk_first = false, norm = false;
+  double norm_eps = 0, scale = 1;
+  int n_group = 1, topk_group = 1;
+  int* ids = nullptr;
+  float* weights = nullptr;
+  double* margin = nullptr;
+};
+void launch_moe_route(DType ct, const MoeRouteArgs& a, cudaStream_t s);
+/// The expert weights of one MoE layer as the kernels read them: device tables of E row
+/// pointers (each matrix's rows at stride ld_in / ld_down elements), gate null for relu2.
+struct MoeTables {
+  const void* const* gate = nullptr;  // [E] -> [F, D]
+  const void* const* up = nullptr;    // [E] -> [F, D]
+  const void* const* down = nullptr;  // [E] -> [D, F]
+  int64_t ld_in = 0, ld_down = 0;
+  int D = 0, F = 0, E = 0, k = 0;
+  bool relu2 = false;
+};
+/// Decode (T == 1): act[k, F] = act(x @ gate_e^T, x @ up_e^T) for each slot's expert
+/// e = ids[slot], read on the device; then out[D] = sum over the slots in ascending expert
+/// id of weights[slot] * (act[slot] @ down_e^T) rounded to the compute type, in f32. A warp
+/// per output row; nothing goes to the host.
+void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* ids,
+                       const float* weights, void* act, void* out, cudaStream_t s);
+/// Prefill (T > 1): the T*k (token, slot) pairs sorted by expert on the device (a counting
+/// sort; group starts `offsets` [E+1], tile starts `tiles` [E+1] in units of kMoeTileRows,
+/// tok_of [T*k] the token of each sorted row, row_of [T*k] the sorted row of each pair), a
+/// grouped tiled GEMM over the groups for gate/up and the activation (act [T*k, F]) and for
+/// down (y [T*k, D]), then out[t] = sum over t's slots in ascending expert id of
+/// weights * y in f32. The grids are sized for the worst grouping (no host sync): tiles past
+/// the last group return at once.
+struct MoeSortBufs {
+  int* offsets = nullptr;
+  int* tiles = nullptr;
+  int* tok_of = nullptr;
+  int* row_of = nullptr;
+};
+constexpr int kMoeTileRows = 32;
+void launch_moe_prefill(DType ct, const MoeTables& w, const void* x, int T, const int* ids,
+                        const float* weights, const MoeSortBufs& sb, void* act, void* y,
+                        void* out, cudaStream_t s);
+/// y[t, :D] *= sigmoid(g[t]) (f32, one rounding): Qwen2-MoE's shared-expert gate.
+void launch_sigmoid_gate(DType ct, void* y, const void* g, int T, int D, cudaStream_t s);
 
 // --- matrix-vector (T == 1) ---------------------------------------------------------------
 /// out[N] (type ot) = W[N, K] (row stride ld, 16-byte aligned rows) @ x[K] (+ bias[N]).

@@ -255,7 +255,8 @@ class RefBackend final : public Backend {
 
   void ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log, const Tensor& D,
                 const Tensor& dt_bias, double dt_min, double dt_max, int T, int nh, int hd, int G,
-                int N, Buffer& state, Buffer& y) override {
+                int N, int /*chunk: the oracle is the recurrence (backend.h)*/, Buffer& state,
+                Buffer& y) override {
     stats_.record("ssm_scan", "ref.ssm_scan");
     ARB_ASSERT(nh % G == 0 && A_log.numel() == nh && D.numel() == nh && dt_bias.numel() == nh);
     std::vector<double> a_log(static_cast<size_t>(nh)), dd(a_log), db(a_log);

@@ -69,6 +69,26 @@ Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
   return t;
 }
 
+// The MoE router of each hybrid, from its config.
+RouterSpec router_spec(const ModelConfig& c) {
+  RouterSpec r;
+  r.n_experts = c.moe_experts;
+  r.top_k = c.moe_top_k;
+  if (granite(c)) {  // GraniteMoeHybridTopKGating: top-k of the logits, softmax over the k
+    r.scoring = RouterScoring::Softmax;
+    r.order = RouterOrder::TopKThenScore;
+  } else {  // NemotronHTopkRouter (DeepSeek-V3's noaux_tc)
+    r.scoring = RouterScoring::Sigmoid;
+    r.order = RouterOrder::ScoreThenTopK;
+    r.norm_topk_prob = c.moe_norm_topk;
+    r.norm_eps = 1e-20;
+    r.routed_scaling_factor = c.moe_scaling;
+    r.n_group = c.moe_n_group;
+    r.topk_group = c.moe_topk_group;
+  }
+  return r;
+}
+
 /// DecoderState's KV caches (attention layers only) and scratch, plus each Mamba2 layer's
 /// conv state [K-1, conv_dim] and SSM state [nh, hd, N], and the mixer's scratch.
 class HybridState final : public DecoderState {
@@ -85,14 +105,8 @@ class HybridState final : public DecoderState {
       ssm_state.push_back(m ? be.alloc(I * c.ssm_state, /*logits=*/true) : Buffer{});
     }
     if (c.moe_experts > 0) {
-      const int64_t Fe = c.moe_ff, D = c.d_model;
       router = be.alloc(T * c.moe_experts);
-      xt = be.alloc(D);
-      e_gate = be.alloc(Fe);
-      e_up = be.alloc(Fe);
-      e_act = be.alloc(Fe);
-      e_out = be.alloc(D);
-      moe = be.alloc(T * D);
+      moe = be.alloc(T * c.d_model);
     }
     z = be.alloc(T * I);
     xbc = be.alloc(T * C);
@@ -102,8 +116,7 @@ class HybridState final : public DecoderState {
     yn = be.alloc(T * I);
   }
   ~HybridState() override {
-    for (Buffer* b : {&z, &xbc, &xbc_act, &dt, &y, &yn, &router, &xt, &e_gate, &e_up, &e_act,
-                      &e_out, &moe})
+    for (Buffer* b : {&z, &xbc, &xbc_act, &dt, &y, &yn, &router, &moe})
       be_.free(*b);
     for (Buffer& b : conv_state) be_.free(b);
     for (Buffer& b : ssm_state) be_.free(b);
@@ -118,19 +131,48 @@ class HybridState final : public DecoderState {
         }
   }
 
+  /// Layer l's routed experts as Backend::moe reads them, built at the layer's first MoE
+  /// forward (a decode step would otherwise rebuild 3E views per layer).
+  const Backend::MoeExperts& experts(const Model& m, int l);
+
   std::vector<Buffer> conv_state, ssm_state;  // [L]; empty on non-Mamba layers
   Buffer z, xbc, xbc_act, dt, y, yn;           // [max_T, ...]
   Buffer router, moe;                          // [max_T, E], [max_T, D]
-  Buffer xt, e_gate, e_up, e_act, e_out;       // one token through one expert
   int ssm_pos = 0;  // tokens the recurrent states have consumed
 
  private:
+  std::vector<Backend::MoeExperts> experts_;  // [L], filled on first use
   static std::vector<bool> kv_layers(const ModelConfig& c) {
     std::vector<bool> kv(static_cast<size_t>(c.n_layer));
     for (int l = 0; l < c.n_layer; ++l) kv[size_t(l)] = c.layer_blocks[size_t(l)] == '*';
     return kv;
   }
 };
+
+const Backend::MoeExperts& HybridState::experts(const Model& m, int l) {
+  const ModelConfig& c = m.config;
+  if (experts_.empty()) experts_.resize(size_t(c.n_layer));
+  Backend::MoeExperts& ex = experts_[size_t(l)];
+  if (!ex.up.empty()) return ex;
+  auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+  const int E = c.moe_experts;
+  ex.spec = router_spec(c);
+  if (granite(c)) {  // views into [E, 2F, D] (gate rows, then up rows) and [E, D, F]
+    for (int e = 0; e < E; ++e) {
+      ex.gate.push_back(&lw(kExpert0 + 3 * e));
+      ex.up.push_back(&lw(kExpert0 + 3 * e + 1));
+      ex.down.push_back(&lw(kExpert0 + 3 * e + 2));
+    }
+  } else {  // Nemotron-H: relu2 experts, a selection bias
+    ex.bias = &lw(kRouterBias);
+    ex.relu2 = true;
+    for (int e = 0; e < E; ++e) {
+      ex.up.push_back(&lw(kExpert0 + 3 * e + 1));
+      ex.down.push_back(&lw(kExpert0 + 3 * e + 2));
+    }
+  }
+  return ex;
+}
 
 class Hybrid final : public Arch {
  public:
@@ -181,7 +223,7 @@ class Hybrid final : public Arch {
   // What GGUF cannot say takes the HF default of the class: Granite's gated norm over the full
   // width (llama.cpp normalises per group, which differs when the group count is above 1),
   // dt's clamp (Granite: none; Nemotron-H: from below at time_step_min 0.001; llama.cpp
-  // clamps nowhere), the chunk sizes (which do not change the values).
+  // clamps nowhere), the chunk sizes (256 and 128: the cpu and cuda prefill's rounding).
   void parse_gguf(const GgufFile& g, ModelConfig& c) const override {
     const std::string gname = c.arch, p = gname + ".", path = g.path();
     const bool gr = gname == "granitehybrid";
@@ -284,7 +326,7 @@ class Hybrid final : public Arch {
     } else {
       c.ssm_conv = 4, c.ssm_state = 1, c.ssm_groups = 1, c.ssm_heads = 1, c.ssm_head_dim = 1;
     }
-    c.ssm_chunk = gr ? 256 : 128;  // HF's defaults; the chunk size does not change the values
+    c.ssm_chunk = gr ? 256 : 128;  // HF's defaults (mamba_chunk_size, chunk_size)
     c.ssm_dt_min = gr ? 0 : kNemotronDtMin;
     c.ssm_dt_max = std::numeric_limits<double>::infinity();
     c.ssm_norm_per_group = !gr;
@@ -534,10 +576,81 @@ class Hybrid final : public Arch {
                  s.logits, T, c.vocab);
   }
 
-  std::vector<SynthPreset> presets() const override { return {}; }
+  std::vector<SynthPreset> presets() const override;
 
-  void hf_config_json(const ModelConfig& c, nlohmann::json&) const override {
-    throw Error("[synth] " + c.arch + ": synth of the hybrid family is not supported yet");
+  // Every key parse_granite / parse_nemotron reads, as the Hub's configs spell them (the
+  // generic ones are model/synth.cpp's), so the directory loads back as the same config.
+  void hf_config_json(const ModelConfig& c, nlohmann::json& j) const override {
+    const int64_t I = int64_t(c.ssm_heads) * c.ssm_head_dim;
+    j["hidden_size"] = c.d_model;
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.n_head_kv;
+    j["attention_bias"] = false;
+    j["mamba_proj_bias"] = false;
+    write_hf_rope(c.rope, j);
+    if (granite(c)) {
+      // GraniteMoeHybridConfig derives the head size and the mixer width: both must follow.
+      if (c.head_dim * c.n_head != c.d_model || I % c.d_model != 0)
+        throw Error("[synth] " + c.arch + ": head_dim or the Mamba width is not what " +
+                    "hidden_size / num_attention_heads and mamba_expand * hidden_size give");
+      nlohmann::json types = nlohmann::json::array();
+      for (char b : c.layer_blocks) types.push_back(b == 'M' ? "mamba" : "attention");
+      j["layer_types"] = types;
+      j["rms_norm_eps"] = c.norm_eps;
+      j["hidden_act"] = "silu";
+      j["shared_intermediate_size"] = c.d_ff;
+      j["num_local_experts"] = c.moe_experts;
+      j["num_experts_per_tok"] = c.moe_top_k;
+      // The Hub's dense configs repeat the shared MLP's width here.
+      j["intermediate_size"] = c.moe_experts > 0 ? c.moe_ff : c.d_ff;
+      j["embedding_multiplier"] = c.embed_mult;
+      j["residual_multiplier"] = c.residual_mult;
+      j["attention_multiplier"] = c.attn_scale;
+      j["logits_scaling"] = c.logits_scaling;
+      j["position_embedding_type"] = c.use_rope ? "rope" : "nope";
+      j["mamba_expand"] = I / c.d_model;
+      j["mamba_n_heads"] = c.ssm_heads;
+      j["mamba_d_head"] = c.ssm_head_dim;
+      j["mamba_n_groups"] = c.ssm_groups;
+      j["mamba_d_state"] = c.ssm_state;
+      j["mamba_d_conv"] = c.ssm_conv;
+      j["mamba_chunk_size"] = c.ssm_chunk;
+      j["mamba_conv_bias"] = c.ssm_conv_bias;
+      // transformers' JSON encoder writes an infinite bound this way.
+      auto bound = [](double v) {
+        return std::isinf(v) ? nlohmann::json{{"__float__", "Infinity"}} : nlohmann::json(v);
+      };
+      j["time_step_limit"] = {bound(c.ssm_dt_min), bound(c.ssm_dt_max)};
+      return;
+    }
+    j["head_dim"] = c.head_dim;
+    j["hybrid_override_pattern"] = c.layer_blocks;
+    j["layer_norm_epsilon"] = c.norm_eps;
+    j["intermediate_size"] = c.d_ff;
+    j["mamba_hidden_act"] = "silu";
+    j["mlp_hidden_act"] = "relu2";
+    j["mlp_bias"] = false;
+    j["use_bias"] = false;
+    if (c.layer_blocks.find('E') != std::string::npos) {
+      j["n_routed_experts"] = c.moe_experts;
+      j["num_experts_per_tok"] = c.moe_top_k;
+      j["moe_intermediate_size"] = c.moe_ff;
+      j["moe_shared_expert_intermediate_size"] = c.moe_shared_ff;
+      j["n_shared_experts"] = 1;
+      j["norm_topk_prob"] = c.moe_norm_topk;
+      j["routed_scaling_factor"] = c.moe_scaling;
+      j["n_group"] = c.moe_n_group;
+      j["topk_group"] = c.moe_topk_group;
+    }
+    j["mamba_num_heads"] = c.ssm_heads;
+    j["mamba_head_dim"] = c.ssm_head_dim;
+    j["n_groups"] = c.ssm_groups;
+    j["ssm_state_size"] = c.ssm_state;
+    j["conv_kernel"] = c.ssm_conv;
+    j["chunk_size"] = c.ssm_chunk;
+    j["use_conv_bias"] = c.ssm_conv_bias;
+    j["time_step_min"] = c.ssm_dt_min;
   }
   // What llama.cpp's converter writes (GraniteHybridModel / NemotronHModel
   // .set_gguf_parameters), an MoE Nemotron-H's dense MLP layers included (feed_forward_length
@@ -607,6 +720,7 @@ class Hybrid final : public Arch {
             {"ssm_state", c.ssm_state},
             {"ssm_groups", c.ssm_groups},
             {"ssm_conv", c.ssm_conv},
+            {"ssm_chunk", c.ssm_chunk},
             {"ssm_dt_clamp", {c.ssm_dt_min, c.ssm_dt_max}},
             {"ssm_norm_per_group", c.ssm_norm_per_group},
             {"rope", c.use_rope},
@@ -630,8 +744,10 @@ class Hybrid final : public Arch {
     return w;
   }
 
-  // K and V of the attention layers, plus the recurrent states each step reads and writes
-  // once whatever the context (counted per token, as bench's model asks).
+  // K and V of the attention layers over ctx keys, plus each Mamba2 layer's recurrent state,
+  // which a step reads whole and writes back whole whatever the context: the conv window
+  // [K-1, C] at elem_bytes and the SSM state [nh, hd, N] in the tier's logits type (HybridState:
+  // f32 where the cache is bf16, f16 or f32; f64 on ref, whose cache is f64).
   double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const override {
     double attn = 0, mamba = 0;
     const double I = double(c.ssm_heads) * c.ssm_head_dim;
@@ -640,8 +756,9 @@ class Hybrid final : public Arch {
       if (b == '*') attn += 1;
       if (b == 'M') mamba += 1;
     }
-    return elem_bytes * (2.0 * attn * ctx * c.n_head_kv * c.head_dim +
-                         mamba * (I * c.ssm_state + (c.ssm_conv - 1) * C));
+    const int ssm_bytes = std::max(elem_bytes, 4);
+    return 2.0 * attn * ctx * c.n_head_kv * c.head_dim * elem_bytes +
+           2.0 * mamba * ((c.ssm_conv - 1) * C * elem_bytes + I * c.ssm_state * ssm_bytes);
   }
 
   // 2 x (matmul weights incl. the output matrix) + 4 H Dh keys per attention layer + the
@@ -687,9 +804,11 @@ class Hybrid final : public Arch {
     be.ssm_conv(s.xbc, lw(kConvW), conv_b, T, C, K, s.conv_state[size_t(l)], s.xbc_act);
     be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), s.xbc_act, T, C);
     be.ssm_scan(s.xbc_act, s.dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T,
-                nh, hd, G, N, s.ssm_state[size_t(l)], s.y);
-    // Each output sums N state terms; each state carries every earlier token's update.
-    be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T, 6), s.y, T, I);
+                nh, hd, G, N, c.ssm_chunk, s.ssm_state[size_t(l)], s.y);
+    // Each output sums N state terms; each state carries every earlier token's update; a
+    // prefill's chunked form (cpu, cuda) adds a chunk's terms, each with its summed decays.
+    const int chunk_terms = T > 1 ? 2 * std::min(c.ssm_chunk, T) : 0;
+    be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T + chunk_terms, 6), s.y, T, I);
     const int group = c.ssm_norm_per_group ? I / G : I;
     be.rmsnorm_gated(s.y, s.z, lw(kSsmNorm), T, I, group, c.norm_eps, s.yn);
     be.apply_tap(tap("ssm_norm", l, "rmsnorm_gated", I, group, 4), s.yn, T, I);
@@ -753,66 +872,22 @@ class Hybrid final : public Arch {
     be.apply_tap(tap("down", l, "matmul", D, F, 3), s.o, T, D);
   }
 
-  static RouterSpec router_spec(const ModelConfig& c) {
-    RouterSpec r;
-    r.n_experts = c.moe_experts;
-    r.top_k = c.moe_top_k;
-    if (granite(c)) {  // GraniteMoeHybridTopKGating: top-k of the logits, softmax over the k
-      r.scoring = RouterScoring::Softmax;
-      r.order = RouterOrder::TopKThenScore;
-    } else {  // NemotronHTopkRouter (DeepSeek-V3's noaux_tc)
-      r.scoring = RouterScoring::Sigmoid;
-      r.order = RouterOrder::ScoreThenTopK;
-      r.norm_topk_prob = c.moe_norm_topk;
-      r.norm_eps = 1e-20;
-      r.routed_scaling_factor = c.moe_scaling;
-      r.n_group = c.moe_n_group;
-      r.topk_group = c.moe_topk_group;
-    }
-    return r;
-  }
-
-  // o [T, D] = shared expert(xn) + sum over the token's k experts of weight * expert(xn), the
-  // experts in ascending index order (HF's index_add over the experts hit). Routing runs on
-  // the host from the router's logits (route(), backend/moe_routing.h); each token goes
-  // through its experts one row at a time.
+  // o [T, D] = shared expert(xn) + the routed sum: Backend::moe, the op every MoE family
+  // calls (experts in ascending index per token, HF's index_add over the experts hit).
+  // Granite's experts are the loader's views into its 3-D stacks (TensorSpec::hf_stack,
+  // gguf_stack).
   static void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap) {
     const ModelConfig& c = m.config;
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
     const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
     be.matmul(s.xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
     be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
-    std::vector<double> logits(size_t(T) * E), xrow(static_cast<size_t>(D)), erow(xrow);
-    std::vector<double> acc(size_t(T) * D, 0.0), bias(static_cast<size_t>(E));
-    be.read(s.router, 0, int64_t(T) * E, logits.data());
-    const bool nemotron = !granite(c);
-    if (nemotron) row_to_f64(lw(kRouterBias).dtype, lw(kRouterBias).data, bias.data(), E);
-    const RouterSpec spec = router_spec(c);
-    for (int t = 0; t < T; ++t) {
-      Route r = route(spec, logits.data() + size_t(t) * E, nemotron ? bias.data() : nullptr);
-      tap.route(l, t, r.ids, r.margin, E, router_score_name(spec));
-      std::vector<size_t> order(r.ids.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::sort(order.begin(), order.end(),
-                [&](size_t a, size_t b) { return r.ids[a] < r.ids[b]; });
-      be.read(s.xn, int64_t(t) * D, D, xrow.data());
-      be.write(s.xt, 0, D, xrow.data());
-      for (size_t i : order) {
-        const int e = r.ids[i];
-        if (granite(c)) {
-          be.matmul(s.xt, lw(kExpert0 + 3 * e), nullptr, 1, s.e_gate);
-          be.matmul(s.xt, lw(kExpert0 + 3 * e + 1), nullptr, 1, s.e_up);
-          be.swiglu(s.e_gate, s.e_up, Fe, s.e_act);
-        } else {
-          be.matmul(s.xt, lw(kExpert0 + 3 * e + 1), nullptr, 1, s.e_up);
-          be.relu2(s.e_up, Fe, s.e_act);
-        }
-        be.matmul(s.e_act, lw(kExpert0 + 3 * e + 2), nullptr, 1, s.e_out);
-        be.read(s.e_out, 0, D, erow.data());
-        for (int d = 0; d < D; ++d) acc[size_t(t) * D + d] += r.weights[i] * erow[size_t(d)];
-      }
-    }
-    be.write(s.moe, 0, int64_t(T) * D, acc.data());
+    const Backend::MoeExperts& ex = s.experts(m, l);
+    std::vector<Route> routes;
+    be.moe(s.router, s.xn, ex, T, s.moe, tap.wants_routes() ? &routes : nullptr);
+    for (int t = 0; t < int(routes.size()); ++t)
+      tap.route(l, t, routes[size_t(t)].ids, routes[size_t(t)].margin, E,
+                router_score_name(ex.spec));
     be.apply_tap(tap("moe", l, "moe", D, int64_t(c.moe_top_k) * Fe, 4), s.moe, T, D);
     mlp(m, be, s, l, T, tap, /*shared=*/true);  // s.o
     be.add(s.o, s.moe, int64_t(T) * D);
@@ -1015,6 +1090,134 @@ class Hybrid final : public Arch {
     if (!(c.ssm_dt_min <= c.ssm_dt_max)) j.fail("time_step_limit: min exceeds max");
   }
 };
+
+// Each preset is the official config.json's keys read by parse_hf, so a preset holds what
+// loading that file gives. Sources, read 2026-12 (the Hub is not reachable from the machine
+// these were written on: each is the file as quoted verbatim elsewhere, named per preset).
+std::vector<SynthPreset> Hybrid::presets() const {
+  std::vector<SynthPreset> p;
+  auto add = [&](const char* name, const char* hf_id, const char* cls, const char* source,
+                 const char* arch, nlohmann::json keys, std::vector<std::string> specials,
+                 int bos, int eos) {
+    SynthPreset s;
+    s.name = name, s.hf_id = hf_id, s.hf_class = cls, s.source = source;
+    s.config.arch = arch;
+    const JsonConfig j(keys.dump(), std::string("synth preset ") + name);
+    parse_hf(j, s.config);
+    s.specials = std::move(specials), s.bos = bos, s.eos = eos, s.add_bos = false;
+    p.push_back(std::move(s));
+  };
+  // Granite 4.0-H: attention at layers 5, 15, 25 and 35 of 40, the rest Mamba2.
+  nlohmann::json granite40 = nlohmann::json::array();
+  for (int l = 0; l < 40; ++l) granite40.push_back(l % 10 == 5 ? "attention" : "mamba");
+  // <|end_of_text|> 100257 is BOS and EOS, <|pad|> 100256; Granite adds no BOS.
+  const std::vector<std::string> granite_specials = {"<|end_of_text|>", "<|pad|>"};
+  const nlohmann::json granite_common = {
+      {"hidden_act", "silu"},       {"rms_norm_eps", 1e-5},        {"vocab_size", 100352},
+      {"tie_word_embeddings", true}, {"position_embedding_type", "nope"},
+      {"rope_theta", 10000},        {"mamba_expand", 2},           {"mamba_n_groups", 1},
+      {"mamba_d_state", 128},       {"mamba_d_conv", 4},           {"mamba_conv_bias", true},
+      {"mamba_proj_bias", false},   {"attention_bias", false},     {"embedding_multiplier", 12}};
+  auto granite_keys = [&](nlohmann::json own) {
+    nlohmann::json k = granite_common;
+    k.update(own);
+    return k;
+  };
+  add("granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-tiny", "GraniteMoeHybridForCausalLM",
+      "huggingface.co/ibm-granite/granite-4.0-h-tiny config.json as quoted in public code "
+      "(dimensions, layer_types and mamba_* keys verbatim; hidden 1536, 40 layers, 64 experts "
+      "top-6 of 512, shared 1024, embedding_multiplier 12, logits_scaling 6, rms_norm_eps "
+      "1e-5); attention_multiplier 0.0078125 (= 1 / head_dim 128) and residual_multiplier "
+      "0.22 are the Granite 4.0 values, not found quoted for this file",
+      "granitemoehybrid",
+      granite_keys({{"hidden_size", 1536}, {"num_hidden_layers", 40},
+                    {"num_attention_heads", 12}, {"num_key_value_heads", 4},
+                    {"max_position_embeddings", 131072}, {"shared_intermediate_size", 1024},
+                    {"intermediate_size", 512}, {"num_local_experts", 64},
+                    {"num_experts_per_tok", 6}, {"mamba_n_heads", 48}, {"mamba_d_head", 64},
+                    {"mamba_chunk_size", 256}, {"layer_types", granite40},
+                    {"attention_multiplier", 0.0078125}, {"residual_multiplier", 0.22},
+                    {"logits_scaling", 6}}),
+      granite_specials, 0, 0);
+  add("granite-4.0-h-1b", "ibm-granite/granite-4.0-h-1b", "GraniteMoeHybridForCausalLM",
+      "huggingface.co/ibm-granite/granite-4.0-h-1b config.json as quoted in public code "
+      "(dimensions, layer_types and mamba_* keys verbatim: hidden 1536, 40 layers, dense, "
+      "shared 4096); the four multipliers were not found quoted for this file and are "
+      "granite-4.0-h-tiny's (they change no shape or byte count)",
+      "granitemoehybrid",
+      granite_keys({{"hidden_size", 1536}, {"num_hidden_layers", 40},
+                    {"num_attention_heads", 12}, {"num_key_value_heads", 4},
+                    {"max_position_embeddings", 131072}, {"shared_intermediate_size", 4096},
+                    {"intermediate_size", 4096}, {"num_local_experts", 0},
+                    {"num_experts_per_tok", 0}, {"mamba_n_heads", 48}, {"mamba_d_head", 64},
+                    {"mamba_chunk_size", 256}, {"layer_types", granite40},
+                    {"attention_multiplier", 0.0078125}, {"residual_multiplier", 0.22},
+                    {"logits_scaling", 6}}),
+      granite_specials, 0, 0);
+  nlohmann::json granite32 = nlohmann::json::array();
+  for (int l = 0; l < 32; ++l)
+    granite32.push_back(l == 10 || l == 13 || l == 17 || l == 27 ? "attention" : "mamba");
+  add("granite-4.0-h-350m", "ibm-granite/granite-4.0-h-350m", "GraniteMoeHybridForCausalLM",
+      "ibm-granite/granite-4.0-h-350m's config.json as an MLX conversion's test quotes it "
+      "(every key used here but mamba_chunk_size, which is at the class default 256)",
+      "granitemoehybrid",
+      granite_keys({{"hidden_size", 768}, {"num_hidden_layers", 32},
+                    {"num_attention_heads", 12}, {"num_key_value_heads", 4},
+                    {"max_position_embeddings", 32768}, {"shared_intermediate_size", 2048},
+                    {"intermediate_size", 2048}, {"num_local_experts", 0},
+                    {"num_experts_per_tok", 0}, {"mamba_n_heads", 48}, {"mamba_d_head", 32},
+                    {"layer_types", granite32}, {"attention_multiplier", 0.015625},
+                    {"residual_multiplier", 0.246}, {"logits_scaling", 3}}),
+      granite_specials, 0, 0);
+  // Nemotron 3 Nano: 23 Mamba2, 23 MoE and 6 attention blocks. <s> 1, </s> 2 (eos_token_id).
+  add("nemotron-3-nano-30b-a3b", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+      "NemotronHForCausalLM",
+      "huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json as quoted "
+      "verbatim in public code (every key used here)",
+      "nemotron_h",
+      {{"hidden_size", 2688},
+       {"hybrid_override_pattern", "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"},
+       {"num_attention_heads", 32}, {"num_key_value_heads", 2}, {"head_dim", 128},
+       {"intermediate_size", 1856}, {"layer_norm_epsilon", 1e-5}, {"vocab_size", 131072},
+       {"max_position_embeddings", 262144}, {"tie_word_embeddings", false},
+       {"mamba_num_heads", 64}, {"mamba_head_dim", 64}, {"n_groups", 8},
+       {"ssm_state_size", 128}, {"conv_kernel", 4}, {"chunk_size", 128},
+       {"use_conv_bias", true}, {"time_step_min", 0.001}, {"mamba_hidden_act", "silu"},
+       {"mlp_hidden_act", "relu2"}, {"n_routed_experts", 128}, {"num_experts_per_tok", 6},
+       {"moe_intermediate_size", 1856}, {"moe_shared_expert_intermediate_size", 3712},
+       {"n_shared_experts", 1}, {"norm_topk_prob", true}, {"routed_scaling_factor", 2.5},
+       {"n_group", 1}, {"topk_group", 1}, {"attention_bias", false}, {"mlp_bias", false},
+       {"use_bias", false}},
+      {"<unk>", "<s>", "</s>"}, 1, 2);
+  // Ours: small shapes that cover each family's blocks (Granite's MoE with its shared MLP and
+  // RoPE; every Nemotron-H block type), for tests.
+  add("tiny-granite-h", "none (arbiter test shape)", "GraniteMoeHybridForCausalLM",
+      "arbiter: a 4-layer Granite 4.0-H MoE hybrid small enough for unit tests",
+      "granitemoehybrid",
+      {{"hidden_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
+       {"num_key_value_heads", 2}, {"vocab_size", 512}, {"max_position_embeddings", 2048},
+       {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", false},
+       {"layer_types", {"mamba", "attention", "mamba", "mamba"}},
+       {"position_embedding_type", "rope"}, {"rope_theta", 10000},
+       {"shared_intermediate_size", 64}, {"intermediate_size", 32},
+       {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"embedding_multiplier", 8},
+       {"residual_multiplier", 0.5}, {"attention_multiplier", 0.125}, {"logits_scaling", 2},
+       {"mamba_expand", 2}, {"mamba_n_heads", 8}, {"mamba_d_head", 16}, {"mamba_n_groups", 2},
+       {"mamba_d_state", 16}, {"mamba_d_conv", 4}, {"mamba_chunk_size", 16}},
+      granite_specials, 0, 0);
+  add("tiny-nemotron-h", "none (arbiter test shape)", "NemotronHForCausalLM",
+      "arbiter: a 4-layer Nemotron-H (Mamba2, MoE, attention, MLP) for unit tests",
+      "nemotron_h",
+      {{"hidden_size", 64}, {"hybrid_override_pattern", "ME*-"}, {"num_attention_heads", 4},
+       {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 128},
+       {"layer_norm_epsilon", 1e-5}, {"vocab_size", 512}, {"max_position_embeddings", 2048},
+       {"mamba_num_heads", 8}, {"mamba_head_dim", 16}, {"n_groups", 2},
+       {"ssm_state_size", 16}, {"conv_kernel", 4}, {"chunk_size", 16},
+       {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
+       {"moe_shared_expert_intermediate_size", 48}, {"routed_scaling_factor", 2.0}},
+      {"<unk>", "<s>", "</s>"}, 1, 2);
+  return p;
+}
 
 }  // namespace
 

@@ -2,7 +2,6 @@
 #include "model/archs/moe_ffn.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "backend/moe_routing.h"
 #include "model/model.h"
@@ -12,8 +11,6 @@ namespace arbiter {
 namespace {
 
 enum MoeSlot { kRouter, kSharedGateVec, kSharedGate, kSharedUp, kSharedDown, kExperts };
-
-int ffn_width(const ModelConfig& c) { return std::max(c.d_ff_expert, c.d_ff_shared); }
 
 }  // namespace
 
@@ -63,17 +60,17 @@ void moe_tensors(const ModelConfig& c, const MoeNames& n, int l, int first_slot,
 }
 
 MoeScratch::MoeScratch(Backend& be_, const ModelConfig& c, int T) : be(be_) {
+  const int64_t Fs = std::max(c.d_ff_shared, 1);
   router = be.alloc(int64_t(T) * c.router.n_experts);
-  x = be.alloc(int64_t(T) * c.d_model);
   y = be.alloc(int64_t(T) * c.d_model);
-  gate = be.alloc(int64_t(T) * ffn_width(c));
-  up = be.alloc(int64_t(T) * ffn_width(c));
-  act = be.alloc(int64_t(T) * ffn_width(c));
+  gate = be.alloc(T * Fs);
+  up = be.alloc(T * Fs);
+  act = be.alloc(T * Fs);
   shared_gate = be.alloc(T);
 }
 
 MoeScratch::~MoeScratch() {
-  for (Buffer* b : {&router, &x, &y, &gate, &up, &act, &shared_gate}) be.free(*b);
+  for (Buffer* b : {&router, &y, &gate, &up, &act, &shared_gate}) be.free(*b);
 }
 
 std::vector<std::string> moe_stages() { return {"router", "moe", "shared_expert"}; }
@@ -88,44 +85,23 @@ void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& x
 
   be.matmul(xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
   be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
-  std::vector<double> logits(size_t(T) * E), x(size_t(T) * D);
-  be.read(s.router, 0, int64_t(T) * E, logits.data());
-  be.read(xn, 0, int64_t(T) * D, x.data());
+  // Routing, the selected experts and their weighted sum: Backend::moe (backend.h). The
+  // expert list is built at the layer's first forward (a decode step would otherwise
+  // rebuild 3E pointers per layer).
+  if (s.experts.empty()) s.experts.resize(size_t(c.n_layer));
+  Backend::MoeExperts& ex = s.experts[size_t(l)];
+  if (ex.up.empty()) {
+    ex.spec = rs;
+    for (int e = 0; e < E; ++e) {
+      ex.gate.push_back(&lw(kExperts + 3 * e));
+      ex.up.push_back(&lw(kExperts + 3 * e + 1));
+      ex.down.push_back(&lw(kExperts + 3 * e + 2));
+    }
+  }
   std::vector<Route> routes;
-  for (int t = 0; t < T; ++t) {
-    routes.push_back(route(rs, &logits[size_t(t) * E]));
-    tap.route(l, t, routes.back().ids, routes.back().margin, E, router_score_name(rs));
-  }
-
-  // Each expert on the rows routed to it (rows in token order), its output weighted and
-  // summed per token in f64 on the host, in expert order (HF's index_add_ order).
-  std::vector<double> sum(size_t(T) * D, 0.0), rows, y;
-  for (int e = 0; e < E; ++e) {
-    std::vector<int> tok;
-    std::vector<double> wt;
-    for (int t = 0; t < T; ++t)
-      for (int i = 0; i < k; ++i)
-        if (routes[size_t(t)].ids[size_t(i)] == e) {
-          tok.push_back(t);
-          wt.push_back(routes[size_t(t)].weights[size_t(i)]);
-        }
-    if (tok.empty()) continue;
-    const int n = int(tok.size());
-    rows.resize(size_t(n) * D);
-    for (int r = 0; r < n; ++r)
-      std::copy_n(&x[size_t(tok[size_t(r)]) * D], D, &rows[size_t(r) * D]);
-    be.write(s.x, 0, int64_t(n) * D, rows.data());
-    be.matmul(s.x, lw(kExperts + 3 * e), nullptr, n, s.gate);  // [n, Fe]
-    be.matmul(s.x, lw(kExperts + 3 * e + 1), nullptr, n, s.up);
-    be.swiglu(s.gate, s.up, int64_t(n) * Fe, s.act);
-    be.matmul(s.act, lw(kExperts + 3 * e + 2), nullptr, n, s.y);  // [n, D]
-    y.resize(size_t(n) * D);
-    be.read(s.y, 0, int64_t(n) * D, y.data());
-    for (int r = 0; r < n; ++r)
-      for (int d = 0; d < D; ++d)
-        sum[size_t(tok[size_t(r)]) * D + d] += wt[size_t(r)] * y[size_t(r) * D + d];
-  }
-  be.write(out, 0, int64_t(T) * D, sum.data());
+  be.moe(s.router, xn, ex, T, out, tap.wants_routes() ? &routes : nullptr);
+  for (int t = 0; t < int(routes.size()); ++t)
+    tap.route(l, t, routes[size_t(t)].ids, routes[size_t(t)].margin, E, router_score_name(rs));
   // Terms per element: up to k experts' down projections of Fe each.
   be.apply_tap(tap("moe", l, "moe", D, int64_t(k) * Fe, 4), out, T, D);
   if (Fs == 0) return;
@@ -137,18 +113,9 @@ void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& x
   be.swiglu(s.gate, s.up, int64_t(T) * Fs, s.act);
   be.matmul(s.act, lw(kSharedDown), nullptr, T, s.y);              // [T, D]
   be.matmul(xn, lw(kSharedGateVec), nullptr, T, s.shared_gate);  // [T, 1]
-  std::vector<double> g(static_cast<size_t>(T));
-  be.read(s.shared_gate, 0, T, g.data());
-  y.resize(size_t(T) * D);
-  be.read(s.y, 0, int64_t(T) * D, y.data());
-  for (int t = 0; t < T; ++t)
-    for (int d = 0; d < D; ++d) y[size_t(t) * D + d] *= 1.0 / (1.0 + std::exp(-g[size_t(t)]));
-  be.write(s.y, 0, int64_t(T) * D, y.data());
+  be.sigmoid_gate(s.y, s.shared_gate, T, D);
   be.apply_tap(tap("shared_expert", l, "moe", D, Fs, 4), s.y, T, D);
-  be.read(out, 0, int64_t(T) * D, sum.data());
-  be.read(s.y, 0, int64_t(T) * D, y.data());
-  for (size_t i = 0; i < sum.size(); ++i) sum[i] += y[i];
-  be.write(out, 0, int64_t(T) * D, sum.data());
+  be.add(out, s.y, int64_t(T) * D);
 }
 
 }  // namespace arbiter

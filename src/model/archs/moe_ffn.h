@@ -3,9 +3,10 @@
 //   out = sum over the k routed experts e of w_e * down_e(silu(gate_e(xn)) * up_e(xn))
 //         [+ sigmoid(xn @ shared_gate^T) * shared(xn)]           (Qwen2-MoE's shared expert)
 // with the router's logits = xn @ W_router^T and the routing of backend/moe_routing.h.
-// Each expert runs on the rows routed to it only, so a tier reads only the selected experts'
-// weights. The routing itself is on the host in f64 from the router's logits as the tier
-// stored them (ref: f64, the oracle; cpu: f32 widened).
+// The routing, the experts and their weighted sum are Backend::moe (backend.h), the op the
+// hybrids' MoE layers call too: ref and cpu route on the host in f64 from the router's logits
+// as the tier stored them and run each expert on the rows routed to it only; cuda keeps it
+// all on the device. The shared expert's gate is Backend::sigmoid_gate.
 // Stages: "router" (logits [T, E]), "moe" (the routed experts' weighted sum [T, D]) and
 // "shared_expert" (the gated shared expert [T, D]).
 #pragma once
@@ -40,10 +41,11 @@ struct MoeScratch {
   MoeScratch(Backend& be, const ModelConfig& c, int T);
   ~MoeScratch();
   Backend& be;
-  Buffer router;       // [T, E]
-  Buffer x, y;         // [T, D]: an expert's gathered input rows, and its output
-  Buffer gate, up, act;  // [T, max(F_expert, F_shared)]
-  Buffer shared_gate;  // [T, 1]
+  Buffer router;         // [T, E]
+  Buffer y;              // [T, D]: the shared expert's output
+  Buffer gate, up, act;  // [T, F_shared] (1 column without a shared expert)
+  Buffer shared_gate;    // [T, 1]
+  std::vector<Backend::MoeExperts> experts;  // [L]: each MoE layer's, built at its first use
 };
 
 /// out[T, D] = the block applied to xn[T, D] at layer l (weights at slots from first_slot).

@@ -68,10 +68,16 @@ void check_int(CompareResult& res, const char* field, const char* what, int64_t 
   check_str(res, field, what, a < 0 ? "" : std::to_string(a), b < 0 ? "" : std::to_string(b));
 }
 
-void check_identity(const Trace& R, const Trace& C, CompareResult& res) {
+void check_identity(const Trace& R, const Trace& C, bool other_weights, CompareResult& res) {
   const TraceHeader &a = R.header, &b = C.header;
-  check_str(res, "model", "sha256", a.model_sha256, b.model_sha256);
-  check_str(res, "tokenizer", "sha256", a.tokenizer_sha256, b.tokenizer_sha256);
+  if (other_weights) {
+    res.notes.push_back("different checkpoints of one model (quantization vs parent): model " +
+                        a.model_path + " vs " + b.model_path +
+                        "; only their tokens must match, position by position");
+  } else {
+    check_str(res, "model", "sha256", a.model_sha256, b.model_sha256);
+    check_str(res, "tokenizer", "sha256", a.tokenizer_sha256, b.tokenizer_sha256);
+  }
   check_str(res, "tokenizer", "bos", a.tokenizer_bos, b.tokenizer_bos);
   check_str(res, "corpus", "sha256", a.corpus_sha256, b.corpus_sha256);
   check_str(res, "shape", "name", a.shape_name, b.shape_name);
@@ -281,7 +287,7 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
   }
 
   // ---- identity and row matching ----
-  check_identity(R, C, res);
+  check_identity(R, C, opt.other_weights, res);
   std::unordered_map<int64_t, size_t> cand_at;
   for (size_t j = 0; j < C.rows.size(); ++j)
     cand_at[(int64_t(C.rows[j].chunk) << 32) | C.rows[j].pos] = j;

@@ -46,6 +46,9 @@ struct CompareOptions {
   std::string ref_label, cand_label;             // names in the report (default: trace paths)
   double kl_kappa = kDefaultKlKappa;             // drift gate: budget = kl_kappa * u^2
   double route_decided = kRouteDecided;          // a routing flip is decided: ref margin >= this
+  // ref and cand are different checkpoints of one model (a quantization and its parent): their
+  // model and tokenizer files may differ (noted, not a mismatch); the tokens may not.
+  bool other_weights = false;
 };
 
 /// Mean of per-position values with two standard errors: iid (sd/sqrt(n)) and chunk

@@ -226,6 +226,12 @@ std::string format_explain(const CompareResult& r) {
   } else {
     s += "drift gate: n/a (" + r.drift_note + ")\n";
   }
+  if (r.routes.compared)
+    s += strformat("routing flips: a (position, layer) pair flips when the two sides' expert sets differ; "
+                   "decided when the reference's %s margin (k-th minus (k+1)-th score) >= %g, else "
+                   "near-tie: %lld of %lld pairs flip, %lld decided + %lld near-tie (reported, not a gate)\n",
+                   r.routes.score.c_str(), r.routes.threshold, (long long)r.routes.flips,
+                   (long long)r.routes.pairs, (long long)r.routes.decided, (long long)r.routes.near_tie);
   return s;
 }
 

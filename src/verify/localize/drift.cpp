@@ -208,7 +208,7 @@ DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_l
 
 DriftReport drift_run(Session& a, Session& b, const std::vector<int32_t>& tokens, int width,
                       std::vector<double>* a_last, std::vector<double>* b_last,
-                      const std::string& progress_tag) {
+                      const std::string& progress_tag, double route_decided) {
   auto tag = [&](const char* what) { return progress_tag.empty() ? "" : progress_tag + " " + what; };
   Capture ca = capture_forwards(a, tokens, width, tag("a"));
   if (a_last) *a_last = a.logits(a.last_T() - 1);
@@ -217,7 +217,8 @@ DriftReport drift_run(Session& a, Session& b, const std::vector<int32_t>& tokens
   Capture cl = replay_forwards(b, ca, tag("replay"));
   Backend &ba = a.backend(), &bb = b.backend();
   DriftReport r =
-      drift_compare(ca, cb, cl, coarser(roundoff_of(ba.compute()), roundoff_of(bb.compute())));
+      drift_compare(ca, cb, cl, coarser(roundoff_of(ba.compute()), roundoff_of(bb.compute())),
+                    route_decided);
   r.b_providers = bb.stats().summary();
   r.a_device = ba.device_name(), r.b_device = bb.device_name();
   r.a_compute = dtype_name(ba.compute()), r.b_compute = dtype_name(bb.compute());

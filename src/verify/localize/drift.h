@@ -116,7 +116,7 @@ DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_l
 /// capture and the replay report progress on stderr ("[TAG a]", "[TAG b]", "[TAG replay]").
 DriftReport drift_run(Session& a, Session& b, const std::vector<int32_t>& tokens, int width,
                       std::vector<double>* a_last = nullptr, std::vector<double>* b_last = nullptr,
-                      const std::string& progress_tag = "");
+                      const std::string& progress_tag = "", double route_decided = kRouteDecided);
 
 /// How the accumulated error grows through the layers (docs/localize.md, "jump rule"). The
 /// error entering layer l is the accumulated rel_l2 of the last stage before it (embed for

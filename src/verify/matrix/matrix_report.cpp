@@ -10,9 +10,10 @@ namespace arbiter::verify {
 
 namespace report {
 
-const Side& Reporter::side(size_t m, size_t s, const std::string& arm, bool aa) const {
+const Side& Reporter::side(size_t m, size_t s, const std::string& arm, bool aa, bool parent) const {
   for (const auto& t : traces_)
-    if (t.model == m && t.shape == s && t.arm == arm && t.aa == aa) return sides_.at(t.file);
+    if (t.model == m && t.shape == s && t.arm == arm && t.aa == aa && t.parent == parent)
+      return sides_.at(t.file);
   throw Error("[matrix] internal: no trace for arm " + arm);
 }
 
@@ -35,6 +36,7 @@ void Reporter::load_sides() {
   for (const auto& t : traces_) {
     Side sd;
     sd.path = tdir_ + "/" + t.file;
+    if (!t.logits.empty() && fs::exists(tdir_ + "/" + t.logits)) sd.logits = tdir_ + "/" + t.logits;
     if (fs::exists(sd.path)) {
       try {
         sd.trace = read_trace(sd.path);
@@ -87,14 +89,15 @@ void Reporter::update_store() {
 }
 
 MatrixComparison Reporter::judge(size_t m, size_t s, const std::string& ref,
-                                 const std::string& cand, bool aa) {
+                                 const std::string& cand, bool aa, bool quantization) {
   MatrixComparison c;
   c.model = m;
   c.shape = s;
   c.ref_arm = ref;
   c.cand_arm = cand;
   c.aa = aa;
-  const Side& a = side(m, s, ref, false);
+  c.counted = !quantization;
+  const Side& a = side(m, s, ref, false, quantization);
   const Side& b = side(m, s, cand, aa);
   // The worse side decides: a broken trace over a missing one over a skipped GPU arm.
   auto rank = [](State st) {
@@ -105,7 +108,7 @@ MatrixComparison Reporter::judge(size_t m, size_t s, const std::string& ref,
     c.state = worst.state;
     c.why = worst.why;
     c.verdict = worst.verdict;
-    if (c.state == State::Skipped) {
+    if (c.state == State::Skipped && !quantization) {
       c.counted = require_cuda();
       if (c.counted) {
         c.verdict = Verdict::Fail;
@@ -121,6 +124,10 @@ MatrixComparison Reporter::judge(size_t m, size_t s, const std::string& ref,
   if (spec_.kl_kappa > 0) opt.kl_kappa = spec_.kl_kappa;
   opt.ref_label = fs::path(a.path).filename().string();
   opt.cand_label = fs::path(b.path).filename().string();
+  if (quantization) {
+    opt.other_weights = true;
+    if (!a.logits.empty() && !b.logits.empty()) opt.ref_logits = a.logits, opt.cand_logits = b.logits;
+  }
   try {
     c.result = compare_traces(a.trace, b.trace, opt);
     c.verdict = c.result.verdict;
@@ -170,6 +177,8 @@ void Reporter::compare_all() {
         res_.comparisons.push_back(judge(m, s, a, a, true));
         res_.comparisons.back().aa = true;
       }
+      if (!spec_.parents[m].empty())
+        res_.quantization.push_back(judge(m, s, spec_.reference, spec_.reference, false, true));
     }
   bool any_candidate = false;
   for (const auto& c : res_.comparisons) {
@@ -284,6 +293,7 @@ void Reporter::write_files() {
   section_details(d);
   section_sweep_ranks(d);
   section_controls(d);
+  section_quantization(d);
   matrix_gate_section(spec_, gates_, d);
   section_like_for_like(d);
   section_environment(d);
@@ -366,6 +376,17 @@ void Reporter::write_files() {
     if (c.state == State::Compared) e["result"] = to_json(c.result);
     j["comparisons"].push_back(e);
   }
+  j["quantization"] = nlohmann::json::array();
+  for (const auto& c : res_.quantization) {
+    nlohmann::json e = {{"model", matrix_model_name(spec_.models[c.model])},
+                        {"parent", spec_.parents[c.model]},
+                        {"shape", spec_.shapes[c.shape].shape.name},
+                        {"arm", c.ref_arm},
+                        {"state", states[int(c.state)]}};
+    if (!c.why.empty()) e["why"] = c.why;
+    if (c.state == State::Compared) e["result"] = to_json(c.result);
+    j["quantization"].push_back(e);
+  }
   if (spec_.has_gate) j["gates"] = matrix_gate_json(spec_, gates_);
   j["problems"] = res_.problems;
   write_file_atomic(res_.results_json, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
@@ -412,6 +433,16 @@ std::string format_matrix_summary(const MatrixSpec& spec, const MatrixResults& r
                    ok ? std::to_string(c.result.decided_disagree).c_str() : "-",
                    ok ? num(c.result.top1_logit_abs_delta.p99).c_str() : "-", v.c_str(),
                    c.noise && !c.candidate ? " (noise floor)" : "");
+  }
+  for (const auto& c : r.quantization) {
+    s += "quantization error " + matrix_model_name(spec.models[c.model]) + " " +
+         spec.shapes[c.shape].shape.name + " vs parent " + spec.parents[c.model] + ": ";
+    if (c.state == State::Compared && c.result.llama)
+      s += strformat("mean KLD %.4g ± %.2g, same top p %.2f ± %.2f %% (measured, not judged)\n",
+                     c.result.llama->kld.value, c.result.llama->kld.unc,
+                     100 * c.result.llama->same_top.value, 100 * c.result.llama->same_top.unc);
+    else
+      s += (c.state == State::Compared ? c.result.llama_note : c.why) + "\n";
   }
   for (const auto& p : r.problems) s += "PROBLEM " + p + "\n";
   return s;

@@ -33,6 +33,10 @@ struct MatrixComparison {
 
 struct MatrixResults {
   std::vector<MatrixComparison> comparisons;
+  /// Per model with a [parents] entry and shape: the reference arm on the parent (ref side)
+  /// against the reference arm on the quantized weights (cand side): the quantization error,
+  /// measured with llama-perplexity's KLD statistics and never counted in the verdict.
+  std::vector<MatrixComparison> quantization;
   Verdict worst = Verdict::Pass;
   std::string answer;                 // the headline, one paragraph (Markdown inline)
   std::vector<std::string> problems;  // store problems; traces in DIR/traces not in the spec

@@ -73,6 +73,7 @@ struct Side {
   std::string why;
   Trace trace;
   std::string path;
+  std::string logits;  // its full-logits file, when the spec keeps one and it exists
 };
 
 inline std::string extra(const TraceHeader& h, const std::string& key) {
@@ -99,7 +100,7 @@ class Reporter {
   void update_store();
   void compare_all();
   MatrixComparison judge(size_t m, size_t s, const std::string& ref, const std::string& cand,
-                         bool aa);
+                         bool aa, bool quantization = false);
   void headline();
   void group_skips();
   void write_files();
@@ -110,12 +111,13 @@ class Reporter {
   void section_results(Doc& d);
   void section_sweep_ranks(Doc& d);
   void section_controls(Doc& d);
+  void section_quantization(Doc& d);
   void section_like_for_like(Doc& d);
   void section_plots(Doc& d);
   std::string floor_cell(const MatrixComparison& c) const;
   std::string verdict_cell(const MatrixComparison& c) const;
   std::string label(const MatrixComparison& c) const;
-  const Side& side(size_t m, size_t s, const std::string& arm, bool aa) const;
+  const Side& side(size_t m, size_t s, const std::string& arm, bool aa, bool parent = false) const;
 
   const MatrixSpec& spec_;
   std::string dir_, tdir_;

@@ -109,7 +109,8 @@ void run_in_process(const MatrixSpec& spec, const MatrixTrace& t, const Model& m
   ro.topk = spec.topk;
   ro.corpus_path = spec.corpus;
   ro.out_path = out;
-  ro.model_path = spec.models[t.model];
+  ro.model_path = matrix_trace_model(spec, t);
+  if (!t.logits.empty()) ro.full_logits_path = opt.out_dir + "/" + kMatrixTraceDir + "/" + t.logits;
   ro.env = opt.env;
   // One line per trace with its rate (and periodic lines on long traces), tagged with the file.
   ro.progress = opt.progress;
@@ -205,12 +206,19 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
   std::map<std::string, std::string> gpu_skip;  // arm -> why it cannot run here
   size_t done = 0;
   for (size_t m = 0; m < spec.models.size(); ++m) {
-    std::unique_ptr<Model> model;
-    std::string load_error;
-    try {
-      model = load_model(spec.models[m]);
-    } catch (const Error& e) {
-      load_error = e.what();
+    // The model, and its parent when it has one: each loaded once, or why it cannot be.
+    struct Loaded {
+      std::unique_ptr<Model> model;
+      std::string error;
+    };
+    std::map<std::string, Loaded> loaded;
+    for (const std::string& p : {spec.models[m], spec.parents[m]}) {
+      if (p.empty()) continue;
+      try {
+        loaded[p].model = load_model(p);
+      } catch (const Error& e) {
+        loaded[p].error = e.what();
+      }
     }
     for (const MatrixTrace& t : traces) {
       if (t.model != m) continue;
@@ -218,7 +226,10 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
       MatrixTraceRun r;
       r.trace = t;
       const std::string path = tdir + "/" + t.file;
+      const std::string logits = t.logits.empty() ? "" : tdir + "/" + t.logits;
       const MatrixArm& arm = spec.arm(t.arm);
+      const Model* model = loaded[matrix_trace_model(spec, t)].model.get();
+      const std::string& load_error = loaded[matrix_trace_model(spec, t)].error;
       auto log = [&](const char* what, const std::string& why) {
         if (opt.progress)
           progress_note("matrix", strformat("%zu/%zu %s: %s%s%s", done, traces.size(), t.file.c_str(), what,
@@ -237,6 +248,8 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
         } catch (const Error& e) {
           r.reason = e.what();
         }
+        if (r.reason.empty() && !logits.empty() && !fs::exists(logits))
+          r.reason = "its full-logits file " + t.logits + " is missing";
         if (r.reason.empty()) {
           r.status = MatrixTraceStatus::Kept;
           log("kept", "");
@@ -245,6 +258,7 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
         }
         log("redo", r.reason);
         fs::remove(path);
+        if (!logits.empty()) fs::remove(logits);
       }
       if (arm.is_gpu() && !gpu_skip.count(arm.name)) {
         DeviceSpec ds;
@@ -272,7 +286,7 @@ std::vector<MatrixTraceRun> matrix_run_traces(const MatrixSpec& spec, const Matr
           auto heartbeat = [&](double secs) {
             if (opt.progress) progress_note("matrix", strformat("%s: child trace running, %.0f s", t.file.c_str(), secs));
           };
-          std::string err = run_child(opt.self_exe, matrix_trace_args(spec, t), arm.env, path, heartbeat);
+          std::string err = run_child(opt.self_exe, matrix_trace_args(spec, t, tdir), arm.env, path, heartbeat);
           if (!err.empty()) throw Error("[matrix] " + t.file + ": arbiter trace failed: " + err);
         }
         r.status = MatrixTraceStatus::Ran;
@@ -311,14 +325,16 @@ std::vector<MatrixPlanLine> matrix_plan(const MatrixSpec& spec, const MatrixRunO
     std::string path = tdir + "/" + t.file;
     if (!all && fs::exists(path)) {
       try {
-        if (matrix_trace_mismatch(spec, t, read_trace(path).header, "", "").empty()) continue;
+        if (matrix_trace_mismatch(spec, t, read_trace(path).header, "", "").empty() &&
+            (t.logits.empty() || fs::exists(tdir + "/" + t.logits)))
+          continue;
       } catch (const Error&) {
       }
     }
     std::string cmd = "cd " + shell_quote(opt.cwd) + " && ";
     for (const auto& [k, v] : spec.arm(t.arm).env) cmd += k + "=" + shell_quote(v) + " ";
     cmd += shell_quote(opt.self_exe);
-    for (const auto& a : matrix_trace_args(spec, t)) cmd.append(" ").append(shell_quote(a));
+    for (const auto& a : matrix_trace_args(spec, t, tdir)) cmd.append(" ").append(shell_quote(a));
     cmd += " -o " + shell_quote(path);
     lines.push_back({t, "", 0, cmd});
   }

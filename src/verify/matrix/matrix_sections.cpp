@@ -423,6 +423,60 @@ void Reporter::section_controls(Doc& d) {
   d.table(rows, "noise-table");
 }
 
+void Reporter::section_quantization(Doc& d) {
+  if (res_.quantization.empty()) return;
+  d.heading(2, "Quantization error", "quantization");
+  d.para(
+      "Two questions, kept apart. **Kernel error** is what the results above judge: every arm "
+      "against the reference `" + spec_.reference + "` on the same quantized weights, whose "
+      "oracle is their exact dequantization. **Quantization error** is this table: the reference "
+      "on the quantized weights against the same reference on the unquantized parent "
+      "(`[parents]`), with the statistics `llama-perplexity --kl-divergence` reports, from full "
+      "logits: KLD(parent ‖ quantized) per position, Δp = p(target) quantized − parent, the "
+      "share of positions whose top token agrees. It is measured, not judged: it does not change "
+      "the verdict.");
+  auto at = [](const std::vector<std::pair<double, double>>& p, double f) {
+    for (const auto& [frac, v] : p)
+      if (frac == f) return v;
+    return std::nan("");
+  };
+  auto pm = [](const ValueUnc& x, double scale, const char* fmt) {
+    return strformat(fmt, scale * x.value) + " ± " + strformat(fmt, scale * x.unc);
+  };
+  std::vector<std::vector<std::string>> rows = {
+      {"model", "parent", "shape", "rows", "mean KLD", "KLD 99% / 99.9% / max", "same top p",
+       "mean Δp", "RMS Δp", "Δp 1% / 99%", "PPL(Q)/PPL(parent)", "parent-decided flips"}};
+  std::vector<std::string> notes;
+  for (const auto& c : res_.quantization) {
+    std::vector<std::string> r = {matrix_model_name(spec_.models[c.model]),
+                                  md_code(spec_.parents[c.model]),
+                                  spec_.shapes[c.shape].shape.name};
+    if (c.state != State::Compared || !c.result.llama) {
+      const std::string why = c.state != State::Compared ? c.why : c.result.llama_note;
+      notes.push_back(r[0] + " " + r[2] + ": " + md_code(why));
+      r.insert(r.end(), {"–", "–", "–", "–", "–", "–", "–", "–", "–"});
+    } else {
+      const LlamaKldStats& k = *c.result.llama;
+      const auto& kp = k.kld_percentiles;
+      r.insert(r.end(),
+               {std::to_string(k.count), pm(k.kld, 1, "%.4g"),
+                num(at(kp, 0.99)) + " / " + num(at(kp, 0.999)) + " / " + num(at(kp, 1.0)),
+                pm(k.same_top, 100, "%.2f") + " %", pm(k.dp, 100, "%.3f") + " %",
+                pm(k.rms_dp, 100, "%.3f") + " %",
+                num(100 * at(k.dp_percentiles, 0.01), "%.3f") + " / " +
+                    num(100 * at(k.dp_percentiles, 0.99), "%.3f") + " %",
+                pm(k.ppl_ratio, 1, "%.5f")});
+    }
+    r.push_back(c.state == State::Compared
+                    ? strformat("%lld / %lld", (long long)c.result.decided_disagree,
+                                (long long)c.result.decided)
+                    : "–");
+    rows.push_back(std::move(r));
+  }
+  d.table(rows, "quantization-table");
+  if (!notes.empty()) d.list(notes);
+}
+
 void Reporter::section_like_for_like(Doc& d) {
   d.heading(2, "Not like-for-like", "like-for-like");
   d.para(

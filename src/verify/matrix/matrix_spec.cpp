@@ -329,6 +329,20 @@ MatrixSpec parse_matrix_spec_text(const std::string& text, const std::string& pa
     if (!model_names.insert(matrix_model_name(m)).second)
       top.fail("models", "two models share the name '" + matrix_model_name(m) +
                              "' (trace files are named after it)");
+  spec.parents.assign(spec.models.size(), "");
+  if (const toml::table* t = top.table("parents", false)) {
+    for (const auto& [k, v] : *t) {
+      const std::string model(k.str()), key = "parents.\"" + model + "\"";
+      auto it = std::find(spec.models.begin(), spec.models.end(), model);
+      if (it == spec.models.end())
+        top.fail_at(v.source(), key, "not one of the spec's models (written as in `models`)");
+      const auto* p = v.as_string();
+      if (!p) top.fail_at(v.source(), key, std::string("expected a string, got ") + type_name(v));
+      if (p->get().empty() || p->get() == model)
+        top.fail_at(v.source(), key, "the parent must be another checkpoint");
+      spec.parents[size_t(it - spec.models.begin())] = p->get();
+    }
+  }
   spec.topk = int(top.integer("topk", 8, 2, 1000));
   spec.allow_long_context = top.boolean("allow_long_context", false);
   if (const toml::node* n = top.node("decided", false)) {
@@ -437,8 +451,8 @@ MatrixSpec parse_matrix_spec_text(const std::string& text, const std::string& pa
       arms_t.fail(a.name, "defined but not used as reference, candidate or control");
   if (const toml::table* gt = top.table("gate", false)) read_gate(spec, Table(path, *gt, "gate"));
   top.finish(
-      "question, corpus, models, shapes, chunks, topk, decided, sweep, allow_long_context, "
-      "reference, candidates, arms, controls, gate");
+      "question, corpus, models, parents, shapes, chunks, topk, decided, sweep, "
+      "allow_long_context, reference, candidates, arms, controls, gate");
   return spec;
 }
 
@@ -466,16 +480,27 @@ std::vector<MatrixTrace> matrix_traces(const MatrixSpec& spec) {
   const std::vector<std::string> order = matrix_arm_order(spec);
   std::vector<MatrixTrace> out;
   for (size_t m = 0; m < spec.models.size(); ++m)
-    for (size_t s = 0; s < spec.shapes.size(); ++s)
-      for (const auto& a : order)
-        for (bool aa : {false, true}) {
-          if (aa && std::find(spec.aa.begin(), spec.aa.end(), a) == spec.aa.end()) continue;
-          MatrixTrace t{m, s, a, aa, ""};
-          t.file = matrix_model_name(spec.models[m]) + "." + spec.shapes[s].shape.name + "." + a +
-                   (aa ? ".aa" : "") + ".tsv";
-          out.push_back(t);
-        }
+    for (size_t s = 0; s < spec.shapes.size(); ++s) {
+      const std::string stem = matrix_model_name(spec.models[m]) + "." + spec.shapes[s].shape.name + ".";
+      const bool quantized = !spec.parents[m].empty();
+      auto add = [&](const std::string& arm, bool aa, bool parent) {
+        MatrixTrace t{m, s, arm, aa, parent, "", ""};
+        const std::string base = stem + arm + (aa ? ".aa" : "") + (parent ? ".parent" : "");
+        t.file = base + ".tsv";
+        if (quantized && arm == spec.reference && !aa) t.logits = t.file + ".logits";  // the store's name
+        out.push_back(t);
+      };
+      for (const auto& a : order) {
+        add(a, false, false);
+        if (std::find(spec.aa.begin(), spec.aa.end(), a) != spec.aa.end()) add(a, true, false);
+        if (quantized && a == spec.reference) add(a, false, true);
+      }
+    }
   return out;
+}
+
+const std::string& matrix_trace_model(const MatrixSpec& spec, const MatrixTrace& t) {
+  return t.parent ? spec.parents[t.model] : spec.models[t.model];
 }
 
 std::string matrix_trace_mismatch(const MatrixSpec& spec, const MatrixTrace& t,
@@ -486,8 +511,8 @@ std::string matrix_trace_mismatch(const MatrixSpec& spec, const MatrixTrace& t,
   auto differs = [](const std::string& what, const std::string& got, const std::string& want) {
     return what + " is '" + got + "', the spec asks for '" + want + "'";
   };
-  if (h.model_path != spec.models[t.model])
-    return differs("model", h.model_path, spec.models[t.model]);
+  if (h.model_path != matrix_trace_model(spec, t))
+    return differs("model", h.model_path, matrix_trace_model(spec, t));
   if (!model_sha256.empty() && h.model_sha256 != model_sha256)
     return differs("model sha256", h.model_sha256, model_sha256);
   if (h.corpus_path != spec.corpus) return differs("corpus", h.corpus_path, spec.corpus);
@@ -524,10 +549,11 @@ std::string matrix_trace_mismatch(const MatrixSpec& spec, const MatrixTrace& t,
   return "";
 }
 
-std::vector<std::string> matrix_trace_args(const MatrixSpec& spec, const MatrixTrace& t) {
+std::vector<std::string> matrix_trace_args(const MatrixSpec& spec, const MatrixTrace& t,
+                                           const std::string& tdir) {
   const MatrixArm& arm = spec.arm(t.arm);
   const MatrixShape& ms = spec.shapes[t.shape];
-  std::vector<std::string> a = {"trace",     "-m",      spec.models[t.model], "--corpus",
+  std::vector<std::string> a = {"trace",     "-m",      matrix_trace_model(spec, t), "--corpus",
                                 spec.corpus, "--shape", ms.shape.name};
   if (ms.capped()) a.insert(a.end(), {"--chunks", std::to_string(ms.shape.max_chunks)});
   if (arm.is_endpoint()) {  // -m names the API's model; the checkpoint is the tokenizer
@@ -544,6 +570,7 @@ std::vector<std::string> matrix_trace_args(const MatrixSpec& spec, const MatrixT
   if (arm.inject != "none") a.insert(a.end(), {"--inject", arm.inject});
   if (!arm.mix.empty()) a.insert(a.end(), {"--mix", arm.mix});
   if (spec.allow_long_context) a.push_back("--allow-long-context");
+  if (!t.logits.empty()) a.insert(a.end(), {"--full-logits", tdir + "/" + t.logits});
   a.push_back("--quiet");
   return a;
 }

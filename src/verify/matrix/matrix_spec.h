@@ -71,6 +71,10 @@ struct MatrixSpec {
   std::string question;
   std::string corpus;
   std::vector<std::string> models;  // paths as written (relative to the working directory)
+  /// [parents]: per model, the unquantized checkpoint it was quantized from ("" = none, same
+  /// order as models). The reference arm also traces the parent, and the report measures the
+  /// quantization error (quantized reference vs parent reference) apart from kernel error.
+  std::vector<std::string> parents;
   std::vector<MatrixShape> shapes;
   int topk = 8;
   double decided = 2.0;
@@ -101,9 +105,15 @@ std::string matrix_model_name(const std::string& model_path);
 struct MatrixTrace {
   size_t model = 0, shape = 0;  // indices into spec.models / spec.shapes
   std::string arm;
-  bool aa = false;   // the A/A rerun of arm
-  std::string file;  // file name inside DIR/traces
+  bool aa = false;      // the A/A rerun of arm
+  bool parent = false;  // the reference arm on the model's [parents] checkpoint
+  std::string file;     // file name inside DIR/traces
+  std::string logits;   // its full-logits file inside DIR/traces ("" = none): the traces of a
+                        // model with a parent keep them for llama-perplexity's KLD statistics
 };
+
+/// The checkpoint trace t runs: the model, or its parent for a parent trace.
+const std::string& matrix_trace_model(const MatrixSpec& spec, const MatrixTrace& t);
 
 /// The arms that produce traces, reference first, then candidates, noise-floor arms and A/A
 /// arms in spec order, each once.
@@ -120,7 +130,9 @@ std::string matrix_trace_mismatch(const MatrixSpec& spec, const MatrixTrace& t,
                                   const TraceHeader& h, const std::string& model_sha256,
                                   const std::string& corpus_sha256);
 
-/// The `arbiter trace` arguments (no binary, no env, no -o) that produce trace t.
-std::vector<std::string> matrix_trace_args(const MatrixSpec& spec, const MatrixTrace& t);
+/// The `arbiter trace` arguments (no binary, no env, no -o) that produce trace t into the
+/// traces directory tdir (which names its full-logits file, if it has one).
+std::vector<std::string> matrix_trace_args(const MatrixSpec& spec, const MatrixTrace& t,
+                                           const std::string& tdir);
 
 }  // namespace arbiter::verify

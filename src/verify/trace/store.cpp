@@ -446,6 +446,7 @@ std::string format_store_comparison(const StoreComparison& c) {
                    num(r.kl.mean, "%.3g").c_str(), verdict_name(p.verdict),
                    r.forced ? " (forced)" : "");
     if (!p.error.empty()) s += "    " + p.error + "\n";
+    if (r.routes.recorded) s += format_route_flips(r.routes, "    ");
     if (p.verdict == Verdict::Incomparable)
       for (const auto& why : r.reasons) s += "    " + why + "\n";
   }

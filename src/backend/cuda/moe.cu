@@ -1,0 +1,442 @@
+// Mixture-of-experts kernels of the CUDA tier (Backend::moe, sigmoid_gate): the router on the
+// device, the selected experts read through per-layer device tables of weight pointers, so a
+// decode step learns nothing on the host and stays graph-capturable.
+//
+//   route:    a warp per token; scores in f64 as route() (backend/moe_routing.cpp) computes
+//             them, so the device picks what the host oracle would pick from the same stored
+//             logits (only the order of the softmax's sum differs: ~1e-16 relative).
+//   decode:   T == 1. A warp per output row: gate/up rows of the slot's expert (its id read
+//             from the router's output), then the down rows, summed over the slots.
+//   prefill:  T > 1. A counting sort of the (token, slot) pairs by expert (one block), then a
+//             tiled GEMM over the groups (tiles of kMoeTileRows rows of one expert), gate/up
+//             and down, then the weighted sum per token. Grids are sized for the worst
+//             grouping; a tile past the groups returns at once, so the host never waits for
+//             the group sizes.
+// Every projection is rounded to the compute type where matmul would round it, the
+// activation as swiglu/relu2 compute it, each expert's output too; the k weighted outputs
+// are summed in f32 in ascending expert id (fmaf, as in both paths), so a result depends on
+// neither the schedule nor the path's tiling beyond the dot products' order.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "backend/cuda/device_common.cuh"
+
+namespace arbiter::cuda {
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+// The ordering key of every top-k: NaN ranks with -inf (route()'s `ranked`).
+__device__ __forceinline__ double rank_key(double v) { return isnan(v) ? -INFINITY : v; }
+
+// (key, index) pairs: a larger key wins, ties go to the lower index.
+__device__ __forceinline__ bool better(double k1, int i1, double k2, int i2) {
+  return k1 > k2 || (k1 == k2 && i1 < i2);
+}
+
+__device__ __forceinline__ double warp_max_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+// --- routing -------------------------------------------------------------------------------
+template <class T>
+__global__ void moe_route_kernel(MoeRouteArgs a) {
+  __shared__ double score[kMoeMaxExperts], sel[kMoeMaxExperts];
+  __shared__ unsigned char taken[kMoeMaxExperts];
+  __shared__ int pick[kMoeMaxTopK + 1];
+  __shared__ double gscore[kMoeMaxGroups];
+  __shared__ unsigned char keep[kMoeMaxGroups];
+  griddep_wait();
+  griddep_launch();
+  const int t = blockIdx.x, lane = threadIdx.x, E = a.E, k = a.k;
+  const T* lg = static_cast<const T*>(a.logits) + int64_t(t) * E;
+  for (int e = lane; e < E; e += 32) {
+    score[e] = double(to_f(lg[e]));
+    taken[e] = 0;
+  }
+  __syncwarp();
+  if (!a.topk_first) {
+    if (a.sigmoid) {
+      for (int e = lane; e < E; e += 32) score[e] = 1.0 / (1.0 + exp(-score[e]));
+    } else {  // softmax in f64, max-subtracted (route()'s softmax)
+      double mx = -INFINITY;
+      for (int e = lane; e < E; e += 32) mx = fmax(mx, score[e]);
+      mx = warp_max_d(mx);
+      double sum = 0;
+      for (int e = lane; e < E; e += 32) sum += (score[e] = exp(score[e] - mx));
+      sum = warp_sum_d(sum);
+      for (int e = lane; e < E; e += 32) score[e] /= sum;
+    }
+  }
+  __syncwarp();
+  for (int e = lane; e < E; e += 32) sel[e] = a.bias ? score[e] + double(a.bias[e]) : score[e];
+  __syncwarp();
+  if (a.n_group > 1) {
+    // A group scores the sum of its two best selection scores; experts outside the
+    // topk_group best groups compete with 0.0 (HF get_topk_indices' masked_fill).
+    const int G = a.n_group, per = E / G;
+    if (lane < G) {
+      int b1 = -1, b2 = -1;
+      for (int i = lane * per; i < (lane + 1) * per; ++i) {
+        const double v = rank_key(sel[i]);
+        if (b1 < 0 || v > rank_key(sel[b1])) b2 = b1, b1 = i;
+        else if (b2 < 0 || v > rank_key(sel[b2])) b2 = i;
+      }
+      gscore[lane] = sel[b1] + sel[b2];
+      keep[lane] = 0;
+    }
+    __syncwarp();
+    if (lane == 0)
+      for (int r = 0; r < a.topk_group; ++r) {
+        int best = -1;
+        for (int g = 0; g < G; ++g)
+          if (!keep[g] && (best < 0 || rank_key(gscore[g]) > rank_key(gscore[best]))) best = g;
+        keep[best] = 1;
+      }
+    __syncwarp();
+    for (int e = lane; e < E; e += 32)
+      if (!keep[e / per]) sel[e] = 0.0;
+    __syncwarp();
+  }
+  // k picks (and the (k+1)-th for the margin), each a warp argmax over the experts left.
+  const int n_pick = k < E ? k + 1 : k;
+  for (int r = 0; r < n_pick; ++r) {
+    double bk = -INFINITY;
+    int bi = INT_MAX;
+    for (int e = lane; e < E; e += 32)
+      if (!taken[e] && better(rank_key(sel[e]), e, bk, bi)) bk = rank_key(sel[e]), bi = e;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const double k2 = __shfl_xor_sync(kFull, bk, o);
+      const int i2 = __shfl_xor_sync(kFull, bi, o);
+      if (better(k2, i2, bk, bi)) bk = k2, bi = i2;
+    }
+    if (lane == 0) {
+      pick[r] = bi;
+      taken[bi] = 1;
+    }
+    __syncwarp();
+  }
+  if (lane != 0) return;
+  // Weights in selection order, each sum in that order, as route() takes them.
+  double w[kMoeMaxTopK];
+  for (int i = 0; i < k; ++i) w[i] = score[pick[i]];
+  if (a.topk_first) {  // Granite: softmax over the k selected logits
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < k; ++i) mx = mx < w[i] ? w[i] : mx;
+    for (int i = 0; i < k; ++i) sum += (w[i] = exp(w[i] - mx));
+    for (int i = 0; i < k; ++i) w[i] /= sum;
+  }
+  if (a.norm) {
+    double sum = 0;
+    for (int i = 0; i < k; ++i) sum += w[i];
+    for (int i = 0; i < k; ++i) w[i] /= sum + a.norm_eps;
+  }
+  for (int i = 0; i < k; ++i) {
+    a.ids[int64_t(t) * k + i] = pick[i];
+    a.weights[int64_t(t) * k + i] = float(w[i] * a.scale);
+  }
+  a.margin[t] = k < E ? sel[pick[k - 1]] - sel[pick[k]] : INFINITY;
+}
+
+// --- shared pieces of the expert kernels ----------------------------------------------------
+template <class T>
+__device__ __forceinline__ bool aligned16(const T* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+// dot(w[0, K), x[0, K)) over a warp, f32: 16-byte chunks per lane when both rows allow them.
+// Every lane returns the sum.
+template <class T>
+__device__ __forceinline__ float warp_dot(const T* w, const T* x, int K) {
+  constexpr int V = Vec16<T>::N;
+  const int lane = threadIdx.x % 32;
+  float acc = 0.f;
+  if (K % V == 0 && aligned16(w) && aligned16(x)) {
+    for (int c = lane * V; c < K; c += 32 * V) {
+      float wf[V], xf[V];
+      load16(w + c, wf);
+      load16(x + c, xf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc = fmaf(wf[i], xf[i], acc);
+    }
+  } else {
+    for (int c = lane; c < K; c += 32) acc = fmaf(to_f(w[c]), to_f(x[c]), acc);
+  }
+  return warp_sum(acc);
+}
+
+// The activation of rounded projections, as swiglu_kernel / relu2_kernel compute it.
+template <class T, bool kRelu2>
+__device__ __forceinline__ T expert_act(float gate_acc, float up_acc) {
+  const float u = to_f(from_f<T>(up_acc));
+  if (kRelu2) {
+    const float v = fmaxf(u, 0.f);
+    return from_f<T>(v * v);
+  }
+  const float g = to_f(from_f<T>(gate_acc));
+  return from_f<T>(g / (1.0f + expf(-g)) * u);
+}
+
+// --- decode (T == 1) ------------------------------------------------------------------------
+constexpr int kDecodeWarps = 4;
+
+// act[slot, f] for slot = blockIdx.y, f a warp's row.
+template <class T, bool kRelu2>
+__global__ void moe_gateup_gemv(MoeTables w, const T* x, const int* ids, T* act) {
+  griddep_wait();  // the router's ids
+  griddep_launch();
+  const int slot = blockIdx.y, f = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
+  if (f >= w.F) return;
+  const int e = ids[slot];
+  const T* up = static_cast<const T*>(w.up[e]) + int64_t(f) * w.ld_in;
+  const float u = warp_dot(up, x, w.D);
+  float g = 0.f;
+  if (!kRelu2) g = warp_dot(static_cast<const T*>(w.gate[e]) + int64_t(f) * w.ld_in, x, w.D);
+  if (threadIdx.x % 32 == 0) act[int64_t(slot) * w.F + f] = expert_act<T, kRelu2>(g, u);
+}
+
+// out[d] = sum over the slots in ascending expert id of weight * T(act[slot] . down_e[d]).
+template <class T>
+__global__ void moe_down_gemv(MoeTables w, const T* act, const int* ids, const float* weights,
+                              T* out) {
+  griddep_wait();
+  griddep_launch();
+  const int d = blockIdx.x * kDecodeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (d >= w.D) return;
+  const int my_id = lane < w.k ? ids[lane] : INT_MAX;
+  int rank = 0;  // the slot's place in ascending expert id (a token's experts are distinct)
+  for (int j = 0; j < w.k; ++j) rank += ids[j] < my_id;
+  float acc = 0.f;
+  for (int r = 0; r < w.k; ++r) {
+    const int slot = __ffs(__ballot_sync(kFull, lane < w.k && rank == r)) - 1;
+    const int e = __shfl_sync(kFull, my_id, slot);
+    const float y = warp_dot(static_cast<const T*>(w.down[e]) + int64_t(d) * w.ld_down,
+                             act + int64_t(slot) * w.F, w.F);
+    acc = fmaf(weights[slot], to_f(from_f<T>(y)), acc);
+  }
+  if (lane == 0) out[d] = from_f<T>(acc);
+}
+
+// --- prefill (T > 1) ------------------------------------------------------------------------
+constexpr int kSortThreads = 512;
+
+// One block: counts per expert (shared atomics: the counts do not depend on their order),
+// group and tile starts, then each expert's pairs placed in token order by one thread.
+__global__ void moe_sort_kernel(const int* ids, int n, int k, int E, MoeSortBufs b) {
+  __shared__ int count[kMoeMaxExperts], start[kMoeMaxExperts];
+  griddep_wait();
+  griddep_launch();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&count[ids[i]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int off = 0, tile = 0;
+    for (int e = 0; e < E; ++e) {
+      start[e] = b.offsets[e] = off;
+      b.tiles[e] = tile;
+      off += count[e];
+      tile += (count[e] + kMoeTileRows - 1) / kMoeTileRows;
+    }
+    b.offsets[E] = off;
+    b.tiles[E] = tile;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int pos = start[e];
+    for (int i = 0; i < n && pos < start[e] + count[e]; ++i)
+      if (ids[i] == e) {
+        b.tok_of[pos] = i / k;
+        b.row_of[i] = pos++;
+      }
+  }
+}
+
+constexpr int kTileN = 64, kTileK = 32, kGemmThreads = 256;
+enum GemmMode { kGateUp = 0, kUpRelu2 = 1, kDown = 2 };
+
+// One tile of kMoeTileRows sorted rows of one expert by kTileN output columns: a thread
+// computes 2 rows x 4 columns (and the gate's too), each output one f32 fma chain over K.
+template <class T, int kMode>
+__global__ void moe_group_gemm(MoeTables w, const T* in, MoeSortBufs b, T* outp) {
+  __shared__ float as[kMoeTileRows][kTileK + 1];
+  __shared__ float bs[kMode == kGateUp ? 2 : 1][kTileN][kTileK + 1];
+  griddep_wait();
+  griddep_launch();
+  const int tile = blockIdx.x, E = w.E;
+  if (tile >= b.tiles[E]) return;
+  int lo = 0, hi = E - 1;  // the last expert whose tiles start at or before this one
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (b.tiles[mid] <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  const int e = lo;
+  const int row0 = b.offsets[e] + (tile - b.tiles[e]) * kMoeTileRows;
+  const int rows = min(kMoeTileRows, b.offsets[e + 1] - row0);
+  const int K = kMode == kDown ? w.F : w.D, N = kMode == kDown ? w.D : w.F;
+  const int64_t ld = kMode == kDown ? w.ld_down : w.ld_in;
+  const T* w0 = static_cast<const T*>(kMode == kDown ? w.down[e] : w.up[e]);
+  const T* w1 = kMode == kGateUp ? static_cast<const T*>(w.gate[e]) : nullptr;
+  const int n0 = blockIdx.y * kTileN, tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  constexpr int kG = kMode == kGateUp ? 1 : 0;  // the gate's weight tile (only in kGateUp)
+  float acc[2][2][4] = {};  // [up or down, gate][row][col]
+  for (int k0 = 0; k0 < K; k0 += kTileK) {
+    for (int i = threadIdx.x; i < kMoeTileRows * kTileK; i += kGemmThreads) {
+      const int r = i / kTileK, c = i % kTileK;
+      float v = 0.f;
+      if (r < rows && k0 + c < K) {
+        const int src = kMode == kDown ? row0 + r : b.tok_of[row0 + r];
+        v = to_f(in[int64_t(src) * K + k0 + c]);
+      }
+      as[r][c] = v;
+    }
+    for (int i = threadIdx.x; i < kTileN * kTileK; i += kGemmThreads) {
+      const int n = i / kTileK, c = i % kTileK;
+      const bool in_range = n0 + n < N && k0 + c < K;
+      const int64_t at = int64_t(n0 + n) * ld + k0 + c;
+      bs[0][n][c] = in_range ? to_f(w0[at]) : 0.f;
+      if (kMode == kGateUp) bs[kG][n][c] = in_range ? to_f(w1[at]) : 0.f;
+    }
+    __syncthreads();
+    for (int c = 0; c < kTileK; ++c) {
+      const float a0 = as[ty * 2][c], a1 = as[ty * 2 + 1][c];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float b0 = bs[0][tx * 4 + j][c];
+        acc[0][0][j] = fmaf(a0, b0, acc[0][0][j]);
+        acc[0][1][j] = fmaf(a1, b0, acc[0][1][j]);
+        if (kMode == kGateUp) {
+          const float b1 = bs[kG][tx * 4 + j][c];
+          acc[1][0][j] = fmaf(a0, b1, acc[1][0][j]);
+          acc[1][1][j] = fmaf(a1, b1, acc[1][1][j]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = ty * 2 + i, n = n0 + tx * 4 + j;
+      if (r >= rows || n >= N) continue;
+      T v;
+      if (kMode == kDown) v = from_f<T>(acc[0][i][j]);
+      else v = expert_act<T, kMode == kUpRelu2>(acc[1][i][j], acc[0][i][j]);
+      outp[int64_t(row0 + r) * N + n] = v;
+    }
+}
+
+// out[t, d] = sum over t's slots in ascending expert id of weight * y[its sorted row, d].
+template <class T>
+__global__ void moe_combine_kernel(const T* y, const int* ids, const float* weights,
+                                   const int* row_of, int k, int D, T* out) {
+  __shared__ int order[kMoeMaxTopK];
+  griddep_wait();
+  griddep_launch();
+  const int t = blockIdx.x;
+  const int* tok_ids = ids + int64_t(t) * k;
+  if (threadIdx.x < k) {
+    int rank = 0;
+    for (int j = 0; j < k; ++j) rank += tok_ids[j] < tok_ids[threadIdx.x];
+    order[rank] = threadIdx.x;
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc = 0.f;
+    for (int r = 0; r < k; ++r) {
+      const int slot = order[r];
+      const int64_t row = row_of[int64_t(t) * k + slot];
+      acc = fmaf(weights[int64_t(t) * k + slot], to_f(y[row * D + d]), acc);
+    }
+    out[int64_t(t) * D + d] = from_f<T>(acc);
+  }
+}
+
+template <class T>
+__global__ void sigmoid_gate_kernel(T* y, const T* g, int T_, int D) {
+  griddep_wait();
+  griddep_launch();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(T_) * D;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float gv = to_f(g[i / D]);
+    y[i] = from_f<T>(to_f(y[i]) * (1.0f / (1.0f + expf(-gv))));
+  }
+}
+
+}  // namespace
+
+void launch_moe_route(DType ct, const MoeRouteArgs& a, cudaStream_t s) {
+  if (a.T == 0) return;
+  ARB_DISPATCH_CTYPE(ct, T, launch_decode_k(moe_route_kernel<T>, dim3(a.T), dim3(32), 0, s, a));
+  ARB_LAUNCHED("moe_route_kernel", s);
+}
+
+void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* ids,
+                       const float* weights, void* act, void* out, cudaStream_t s) {
+  const dim3 block(32 * kDecodeWarps);
+  const dim3 gu((w.F + kDecodeWarps - 1) / kDecodeWarps, w.k), dn((w.D + kDecodeWarps - 1) /
+                                                                  kDecodeWarps);
+  ARB_DISPATCH_CTYPE(ct, T, {
+    if (w.relu2)
+      launch_decode_k(moe_gateup_gemv<T, true>, gu, block, 0, s, w, static_cast<const T*>(x),
+                      ids, static_cast<T*>(act));
+    else
+      launch_decode_k(moe_gateup_gemv<T, false>, gu, block, 0, s, w, static_cast<const T*>(x),
+                      ids, static_cast<T*>(act));
+    ARB_LAUNCHED("moe_gateup_gemv", s);
+    launch_decode_k(moe_down_gemv<T>, dn, block, 0, s, w, static_cast<const T*>(act), ids,
+                    weights, static_cast<T*>(out));
+  });
+  ARB_LAUNCHED("moe_down_gemv", s);
+}
+
+void launch_moe_prefill(DType ct, const MoeTables& w, const void* x, int T_, const int* ids,
+                        const float* weights, const MoeSortBufs& sb, void* act, void* y,
+                        void* out, cudaStream_t s) {
+  if (T_ == 0) return;
+  const int n = T_ * w.k;
+  launch_k(moe_sort_kernel, dim3(1), dim3(kSortThreads), 0, s, ids, n, w.k, w.E, sb);
+  ARB_LAUNCHED("moe_sort_kernel", s);
+  // Tiles of all groups together: sum of ceil(count_e / rows) <= n / rows + min(E, n).
+  const int max_tiles = (n + kMoeTileRows - 1) / kMoeTileRows + (w.E < n ? w.E : n);
+  const dim3 block(kGemmThreads);
+  const dim3 g_in(max_tiles, (w.F + kTileN - 1) / kTileN), g_dn(max_tiles, (w.D + kTileN - 1) /
+                                                                           kTileN);
+  ARB_DISPATCH_CTYPE(ct, T, {
+    const T* xp = static_cast<const T*>(x);
+    if (w.relu2)
+      launch_k(moe_group_gemm<T, kUpRelu2>, g_in, block, 0, s, w, xp, sb, static_cast<T*>(act));
+    else
+      launch_k(moe_group_gemm<T, kGateUp>, g_in, block, 0, s, w, xp, sb, static_cast<T*>(act));
+    ARB_LAUNCHED("moe_group_gemm (gate/up)", s);
+    launch_k(moe_group_gemm<T, kDown>, g_dn, block, 0, s, w, static_cast<const T*>(act), sb,
+             static_cast<T*>(y));
+    ARB_LAUNCHED("moe_group_gemm (down)", s);
+    launch_k(moe_combine_kernel<T>, dim3(T_), dim3(256), 0, s, static_cast<const T*>(y), ids,
+             weights, static_cast<const int*>(sb.row_of), w.k, w.D, static_cast<T*>(out));
+  });
+  ARB_LAUNCHED("moe_combine_kernel", s);
+}
+
+void launch_sigmoid_gate(DType ct, void* y, const void* g, int T_, int D, cudaStream_t s) {
+  const int64_t n = int64_t(T_) * D;
+  if (n == 0) return;
+  const int blocks = int(std::min<int64_t>((n + 255) / 256, 4096));
+  ARB_DISPATCH_CTYPE(ct, T, launch_k(sigmoid_gate_kernel<T>, dim3(blocks), dim3(256), 0, s,
+                                     static_cast<T*>(y), static_cast<const T*>(g), T_, D));
+  ARB_LAUNCHED("sigmoid_gate_kernel", s);
+}
+
+}  // namespace arbiter::cuda
