@@ -55,8 +55,11 @@ class Arch {
   /// HF `architectures[0]` classes it reads, each with the config name it gives (an HF
   /// `model_type` equal to a config name selects it too).
   virtual std::vector<std::pair<std::string, std::string>> hf_classes() const = 0;
-  /// GGUF `general.architecture` values it reads (each is also the config name).
+  /// GGUF `general.architecture` values it reads. parse_gguf gets the value as c.arch and may
+  /// turn it into the HF config name (llama.cpp's "qwen3moe" is "qwen3_moe").
   virtual std::vector<std::string> gguf_names() const = 0;
+  /// The GGUF `general.architecture` (and metadata key prefix) of config c.
+  virtual std::string gguf_arch(const ModelConfig& c) const { return c.arch; }
 
   /// config.json -> config (c.arch is set): dimensions, defaults as transformers applies
   /// them, refusals of what the forward does not compute. Errors name the file and key.

@@ -14,6 +14,7 @@
 // llama2.c counts 260,032 trainable parameters). Tensors the forward pass does not read
 // (GGUF rope_freqs, HF rotary_emb.inv_freq buffers) are not parameters.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -60,7 +61,25 @@ class Binder {
     out.name = name;
     return out;
   }
+  /// One expert's rows of a 3-D stack [E, R, C] (StackSlice), as a view of its storage.
+  Tensor require_slice(const StackSlice& st, const std::vector<int64_t>& shape) {
+    ARB_ASSERT(shape.size() == 2 && st.row0 + shape[0] <= st.rows &&
+               (st.experts == 0 ? st.expert == 0 : st.expert < st.experts));
+    // experts == 0: a 2-D [R, C] matrix whose rows hold several (Granite's shared input_linear).
+    const Tensor t = require(st.name, st.experts > 0
+                                          ? std::vector<int64_t>{st.experts, st.rows, shape[1]}
+                                          : std::vector<int64_t>{st.rows, shape[1]});
+    Tensor out;
+    out.name = st.name + (st.experts > 0 ? "[" + std::to_string(st.expert) + "]" : "");
+    if (st.row0 > 0 || shape[0] < st.rows)
+      out.name += "[" + std::to_string(st.row0) + ":" + std::to_string(st.row0 + shape[0]) + "]";
+    out.dtype = t.dtype;
+    out.shape = shape;
+    out.data = t.row(st.expert * st.rows + st.row0);
+    return out;
+  }
   bool has(const std::string& name) const { return lookup_(name) != nullptr; }
+  const std::string& path() const { return path_; }
   void mark_used(const std::string& name) {
     used_.insert(name);
     if (const Tensor* t = lookup_(name)) used_.insert(t->name);  // stored under an alias
@@ -81,11 +100,32 @@ class Binder {
   std::set<std::string> used_;
 };
 
+// A GGUF tensor stored in llama.cpp's own shape or as a function of the HF values, as the
+// spec's view: the same elements under the HF shape, and inverted values in f64 (derived).
+Tensor gguf_form(const std::string& path, Tensor t, const TensorSpec& s,
+                 std::vector<std::vector<double>>& derived) {
+  t.shape = s.shape;
+  if (s.gguf_value == TensorSpec::GgufValue::Same) return t;
+  // NegExp: the file holds A = -exp(A_log) (llama.cpp's Mamba2 converter); A_log = log(-A).
+  std::vector<double>& v = derived.emplace_back(size_t(t.numel()));
+  row_to_f64(t.dtype, t.data, v.data(), t.numel());
+  for (double& x : v) {
+    if (!(x < 0))
+      throw Error("[loader] " + path + ": tensor '" + t.name + "' holds " + std::to_string(x) +
+                  " (expected A = -exp(A_log) < 0)");
+    x = std::log(-x);
+  }
+  t.dtype = DType::F64;
+  t.data = v.data();
+  return t;
+}
+
 // Binds every tensor of the architecture's list. A spec with tie_to (lm_head) may alias the
 // global it names: HF ties when tie_word_embeddings says so (transformers ties lm_head to the
 // embedding whatever a stored lm_head.weight holds); GGUF ties when the file stores no such
 // tensor, and calls a stored exact copy tied too.
-void bind(const Arch& arch, ModelConfig& c, Format fmt, Binder& b, Weights& w) {
+void bind(const Arch& arch, ModelConfig& c, Format fmt, Binder& b, Weights& w,
+          std::vector<std::vector<double>>& derived) {
   w.specs = arch.tensors(c);
   w.resize(arch.global_slots(), c.n_layer, arch.layer_slots_for(c));
   auto name_of = [&](const TensorSpec& s) { return fmt == Format::Hf ? s.hf : s.gguf; };
@@ -99,6 +139,23 @@ void bind(const Arch& arch, ModelConfig& c, Format fmt, Binder& b, Weights& w) {
   };
   for (const TensorSpec& s : w.specs) {
     const std::string name = name_of(s);
+    if (fmt == Format::Gguf && !s.gguf_stack.empty()) {
+      slot(s) = b.require_slice(s.gguf_stack, s.shape);
+      continue;
+    }
+    // HF: the per-expert tensor, else the stack (when both are absent, the error names the
+    // per-expert one, or the stack where the family stores only stacks).
+    if (fmt == Format::Hf && !s.hf_stack.empty() &&
+        (s.hf.empty() || (!b.has(s.hf) && b.has(s.hf_stack.name)))) {
+      slot(s) = b.require_slice(s.hf_stack, s.shape);
+      continue;
+    }
+    if (fmt == Format::Gguf &&
+        (!s.gguf_shape.empty() || s.gguf_value != TensorSpec::GgufValue::Same)) {
+      const Tensor t = b.require(name, s.gguf_shape.empty() ? s.shape : s.gguf_shape);
+      slot(s) = gguf_form(b.path(), t, s, derived);
+      continue;
+    }
     if (!s.tie_to) {
       // A tied HF checkpoint may keep only lm_head.weight (no alias in __metadata__ either).
       const TensorSpec* tier = tied_to_me(s);
@@ -176,7 +233,7 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
 
   validate_config(c, {path, true, g.tensors().size()});
   Binder b(path, [&g](const std::string& n) { return g.tensor(n); });
-  bind(*m->arch, c, Format::Gguf, b, m->weights);
+  bind(*m->arch, c, Format::Gguf, b, m->weights, m->derived);
   std::vector<std::string> all;
   for (const Tensor& t : g.tensors()) all.push_back(t.name);
   b.refuse_unused(all, [](const std::string& n) { return n == "rope_freqs.weight"; });
@@ -270,7 +327,7 @@ std::unique_ptr<Model> load_hf(const std::string& path) {
                   " and config.json has no MLX 'quantization' block");
   validate_config(m->config, {cfg_path, false, st.tensors().size() + st.int_tensors().size()});
   Binder b(path, lookup);
-  bind(*m->arch, m->config, Format::Hf, b, m->weights);
+  bind(*m->arch, m->config, Format::Hf, b, m->weights, m->derived);
   std::vector<std::string> all;
   for (const auto& [n, t] : st.tensors()) all.push_back(n);
   for (const auto& [n, t] : st.int_tensors()) all.push_back(n);
@@ -303,7 +360,7 @@ std::unique_ptr<Model> load_hf_in_memory(HfInMemory src) {
     auto it = src.tensors.find(name);
     return it == src.tensors.end() ? nullptr : &it->second;
   });
-  bind(*m->arch, m->config, Format::Hf, b, m->weights);
+  bind(*m->arch, m->config, Format::Hf, b, m->weights, m->derived);
   std::vector<std::string> all;
   for (const auto& [n, t] : src.tensors) all.push_back(n);
   b.refuse_unused(all, [](const std::string&) { return false; });

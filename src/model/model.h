@@ -28,6 +28,9 @@ struct Model {
   // Weights made at load rather than mapped (MLX's packed tensors repacked into blocks,
   // model/mlx.h); the views in `weights` point into it.
   std::shared_ptr<const void> repacked;
+  // Values a GGUF stores transformed, inverted at load (TensorSpec::gguf_value: Mamba2's
+  // A_log = log(-A)); the views in `weights` point into them.
+  std::vector<std::vector<double>> derived;
   // EOS ids that stop generation (config/generation_config may list several).
   std::vector<int32_t> eos_ids;
 };

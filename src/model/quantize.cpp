@@ -79,6 +79,9 @@ DType quant_tensor_type(QuantRecipe r, const std::string& name, int n_dims, int6
   // writes them F32, and its graph refuses bf16 norms).
   if (n_dims < 2) return DType::F32;
   if (!ends_with(name, "weight") || name.find("_norm.weight") != std::string::npos) return stored;
+  // llama-quant.cpp keeps the MoE router and Mamba's conv kernel as they are.
+  if (name.find("ffn_gate_inp.weight") != std::string::npos || name.find("ssm_conv1d") != std::string::npos)
+    return stored;
   DType t = info(r).base;
   const bool output = name == "output.weight" || (c.tied && name == "token_embd.weight");
   if (output) {

@@ -399,21 +399,60 @@ std::function<int64_t(int64_t)> rope_adjacent_rows(int64_t head_dim) {
   };
 }
 
+// Spec s's seeded values: keyed by its HF name, or, stored only inside an HF stack (Granite's
+// experts), by the stack's name at the slice's rows, so that the stack written whole holds
+// the values a fill of the stack itself would.
+Fill spec_fill(const TensorSpec& s, uint64_t seed, DType dt, int n_threads,
+               std::function<int64_t(int64_t)> src_row = nullptr, double offset = 0) {
+  const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
+  const bool ones = s.kind == TensorKind::Norm;
+  if (!s.hf.empty() || s.hf_stack.empty())
+    return seeded_fill(s.hf, seed, ones, dt, n_threads, cols, std::move(src_row), offset);
+  const int64_t base = s.hf_stack.expert * s.hf_stack.rows + s.hf_stack.row0;
+  return seeded_fill(s.hf_stack.name, seed, ones, dt, n_threads, cols,
+                     [base, src_row](int64_t r) { return base + (src_row ? src_row(r) : r); }, offset);
+}
+
+// The fills of consecutive parts (a 3-D stack's slices) as one tensor's fill.
+Fill concat_fills(std::vector<std::pair<int64_t, Fill>> parts, DType dt) {
+  if (parts.size() == 1) return std::move(parts[0].second);
+  return [parts = std::move(parts), dt](int64_t begin, int64_t n, void* dst) {
+    int64_t at = 0;  // first element of the current part
+    for (const auto& [len, fill] : parts) {
+      const int64_t lo = std::max(begin, at), hi = std::min(begin + n, at + len);
+      if (lo < hi) fill(lo - at, hi - lo, static_cast<char*>(dst) + dtype_bytes(dt, lo - begin));
+      at += len;
+    }
+  };
+}
+
+// An HF checkpoint's tensor (hf_plan): its spec's seeded fill, or its stack's slices in order.
+Fill hf_fill(const GgufTensorPlan& t, const SynthOptions& o, int n_threads) {
+  std::vector<std::pair<int64_t, Fill>> parts;
+  for (const TensorSpec* s : t.parts) parts.emplace_back(numel(s->shape), spec_fill(*s, o.seed, o.dtype, n_threads));
+  return concat_fills(std::move(parts), o.dtype);
+}
+
 // A tensor's stored type: the checkpoint's, except 1-D tensors (norm weights) in a GGUF,
 // which are F32 as llama.cpp's converter writes them (llama.cpp refuses bf16 ones).
 DType stored_dtype(const TensorSpec& t, const SynthOptions& o) {
   return o.format == SynthFormat::Gguf && t.shape.size() == 1 ? DType::F32 : o.dtype;
 }
 
+// general.architecture, context_length and the family's metadata of c.
+void add_gguf_config(const ModelConfig& c, GgufWriter& g) {
+  const Arch& arch = arch_of(c.arch);
+  g.add_string("general.architecture", arch.gguf_arch(c));
+  g.add_u32("general.alignment", 32);
+  g.add_u32(arch.gguf_arch(c) + ".context_length", uint32_t(c.max_pos));
+  arch.gguf_metadata(c, g);
+}
+
 void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const ModelConfig& c,
                            const SynthOptions& o, int n_threads, Progress& meter) {
   GgufWriter g;
-  const std::string a = c.arch + ".";
-  g.add_string("general.architecture", c.arch);
+  add_gguf_config(c, g);
   g.add_string("general.name", "arbiter synth " + p.name + " (random weights, speed only)");
-  g.add_u32("general.alignment", 32);
-  g.add_u32(a + "context_length", uint32_t(c.max_pos));
-  arch_of(c.arch).gguf_metadata(c, g);
 
   const SynthVocab sv = synth_vocab(p, c);
   const int64_t n_special = int64_t(p.specials.size());
@@ -435,17 +474,31 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   // its RoPE for the architecture rotates those.
   const bool adjacent = arch_of(c.arch).gguf_rope_layout(c.arch) == RopeLayout::Adjacent;
   int64_t bytes = 0;
-  for (const TensorSpec& t : tensor_list(c)) {
+  const std::vector<TensorSpec> list = tensor_list(c);
+  for (const GgufTensorPlan& t : gguf_plan(list)) {
     GgufTensorEntry e;
-    e.name = t.gguf;
-    e.dtype = stored_dtype(t, o);
+    e.name = t.name;
+    e.dtype = stored_dtype(*t.parts[0], o);
     e.shape = t.shape;
-    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    ARB_ASSERT(t.gguf_offset == 0 || t.kind == TensorKind::Norm);  // only ones are offset
-    e.fill = metered(seeded_fill(t.hf, o.seed, t.kind == TensorKind::Norm, e.dtype, n_threads, cols,
-                                 adjacent && t.rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
-                                 t.gguf_offset),
-                     e.dtype, meter, bytes);
+    std::vector<std::pair<int64_t, Fill>> parts;
+    for (const TensorSpec* s : t.parts) {
+      ARB_ASSERT(s->gguf_offset == 0 || s->kind == TensorKind::Norm);  // only ones are offset
+      Fill fill = spec_fill(*s, o.seed, e.dtype, n_threads,
+                            adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
+                            s->gguf_offset);
+      if (s->gguf_value == TensorSpec::GgufValue::NegExp) {
+        // The HF values' -exp (Mamba2's A from A_log), as llama.cpp's converter stores them;
+        // such tensors are 1-D in HF, so stored f32.
+        ARB_ASSERT(e.dtype == DType::F32);
+        fill = [fill = std::move(fill)](int64_t begin, int64_t n, void* dst) {
+          fill(begin, n, dst);
+          float* f = static_cast<float*>(dst);
+          for (int64_t i = 0; i < n; ++i) f[i] = float(-std::exp(double(f[i])));
+        };
+      }
+      parts.emplace_back(numel(s->shape), std::move(fill));
+    }
+    e.fill = metered(concat_fills(std::move(parts), e.dtype), e.dtype, meter, bytes);
     g.add_tensor(std::move(e));
   }
   g.write(path);
@@ -454,6 +507,50 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
 void write_text(const std::string& path, const std::string& text) { write_file_atomic(path, text, "[synth]"); }
 
 }  // namespace
+
+void add_model_gguf(const Model& m, GgufWriter& g) {
+  const ModelConfig& c = m.config;
+  add_gguf_config(c, g);
+  // An HF model's rows and values become llama.cpp's; a GGUF model's already are (but its
+  // transformed values were inverted at load).
+  const bool hf = m.format == "hf";
+  const bool adjacent = hf && m.arch->gguf_rope_layout(c.arch) == RopeLayout::Adjacent;
+  // The specs as bound, less a tied lm_head (GGUF ties by leaving output.weight out).
+  std::vector<TensorSpec> list;
+  for (const TensorSpec& s : m.weights.specs)
+    if (!(s.tie_to && c.tied_embeddings)) list.push_back(s);
+  for (const GgufTensorPlan& t : gguf_plan(list)) {
+    GgufTensorEntry e;
+    e.name = t.name;
+    e.dtype = DType::F32;
+    e.shape = t.shape;
+    std::vector<std::pair<int64_t, Fill>> parts;
+    for (const TensorSpec* s : t.parts) {
+      const Tensor& w = m.weights.at(*s);
+      const auto src_row = adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr;
+      const double offset = hf ? s->gguf_offset : 0;
+      const bool neg_exp = s->gguf_value == TensorSpec::GgufValue::NegExp;
+      // Element i of the written tensor: HF row src_row(i / cols), column i % cols, plus the
+      // offset, or -exp of it (llama.cpp's A = -exp(A_log)), rounded once to f32.
+      parts.emplace_back(w.numel(), [w, src_row, offset, neg_exp](int64_t begin, int64_t n, void* dst) {
+        const int64_t cols = w.cols();
+        std::vector<double> row(static_cast<size_t>(cols));
+        float* out = static_cast<float*>(dst);
+        for (int64_t i = begin; i < begin + n;) {
+          const int64_t r = i / cols, c0 = i % cols, len = std::min(begin + n - i, cols - c0);
+          row_to_f64(w.dtype, w.row(src_row ? src_row(r) : r), row.data(), cols);
+          for (int64_t k = 0; k < len; ++k) {
+            const double v = row[size_t(c0 + k)] + offset;
+            out[i - begin + k] = float(neg_exp ? -std::exp(v) : v);
+          }
+          i += len;
+        }
+      });
+    }
+    e.fill = concat_fills(std::move(parts), DType::F32);
+    g.add_tensor(std::move(e));
+  }
+}
 
 // ---------------------------------------------------------------------------------------
 
@@ -540,9 +637,6 @@ SynthResult synth_plan(const SynthOptions& opt) {
   }
   // MoE presets route every layer, so fewer (or more) layers keep that.
   if (!r.config.layer_moe.empty()) r.config.layer_moe.assign(size_t(r.config.n_layer), true);
-  ARB_CHECK(opt.format == SynthFormat::Hf || r.config.router.n_experts == 0,
-            "[synth] %s: a mixture-of-experts preset is written as an HF checkpoint only "
-            "(arbiter does not read MoE GGUF files yet)", p.name.c_str());
   for (const TensorSpec& t : tensor_list(r.config)) {
     r.n_params += numel(t.shape);
     r.weight_bytes += dtype_bytes(stored_dtype(t, opt), numel(t.shape));
@@ -565,7 +659,9 @@ std::unique_ptr<Model> synth_model(const SynthOptions& opt) {
   // from a file mapping (the cpu tier's huge-page copy is its own, docs/performance.md).
   const size_t align = 64;
   size_t total = 0;
-  for (const TensorSpec& t : list) total += (dtype_bytes(opt.dtype, numel(t.shape)) + align - 1) / align * align;
+  const std::vector<GgufTensorPlan> tensors = hf_plan(list);
+  for (const GgufTensorPlan& t : tensors)
+    total += (dtype_bytes(opt.dtype, numel(t.shape)) + align - 1) / align * align;
   std::shared_ptr<char[]> storage;
   try {
     storage.reset(new char[std::max<size_t>(total, 1)]);
@@ -586,18 +682,17 @@ std::unique_ptr<Model> synth_model(const SynthOptions& opt) {
   const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
   int64_t bytes = 0;
   size_t off = 0;
-  for (const TensorSpec& t : list) {
+  for (const GgufTensorPlan& t : tensors) {
     Tensor x;
-    x.name = t.hf;
+    x.name = t.name;
     x.dtype = opt.dtype;
     x.shape = t.shape;
     char* dst = storage.get() + off;
     x.data = dst;
     // The writer's fill, called as the safetensors writer calls it: the same bytes.
-    metered(seeded_fill(t.hf, opt.seed, t.kind == TensorKind::Norm, opt.dtype, n_threads, 1), opt.dtype, meter,
-            bytes)(0, numel(t.shape), dst);
+    metered(hf_fill(t, opt, n_threads), opt.dtype, meter, bytes)(0, numel(t.shape), dst);
     off += (x.nbytes() + align - 1) / align * align;
-    src.tensors.emplace(t.hf, std::move(x));
+    src.tensors.emplace(t.name, std::move(x));
   }
   meter.finish();
   src.storage = std::shared_ptr<const void>(storage, storage.get());
@@ -654,17 +749,17 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
   if (ec) throw Error("[synth] " + tmp.string() + ": cannot create (" + ec.message() + ")");
   try {
     std::vector<SafetensorsEntry> entries;
-    std::vector<TensorSpec> list = tensor_list(c);
+    const std::vector<TensorSpec> list = tensor_list(c);
+    std::vector<GgufTensorPlan> tensors = hf_plan(list);
     int64_t bytes = 0;
-    std::sort(list.begin(), list.end(),
-              [](const TensorSpec& a, const TensorSpec& b) { return a.hf < b.hf; });
-    for (const TensorSpec& t : list) {
+    std::sort(tensors.begin(), tensors.end(),
+              [](const GgufTensorPlan& a, const GgufTensorPlan& b) { return a.name < b.name; });
+    for (const GgufTensorPlan& t : tensors) {
       SafetensorsEntry e;
-      e.name = t.hf;
+      e.name = t.name;
       e.dtype = opt.dtype;
       e.shape = t.shape;
-      e.fill = metered(seeded_fill(t.hf, opt.seed, t.kind == TensorKind::Norm, opt.dtype, n_threads, 1), opt.dtype,
-                       meter, bytes);
+      e.fill = metered(hf_fill(t, opt, n_threads), opt.dtype, meter, bytes);
       entries.push_back(std::move(e));
     }
     say(strformat("writing model.safetensors (%zu tensors, %.2f GB)", entries.size(), r.weight_bytes / 1e9));

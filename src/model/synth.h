@@ -19,6 +19,7 @@
 
 namespace arbiter {
 
+class GgufWriter;
 struct Model;
 
 struct SynthPreset {
@@ -94,5 +95,11 @@ void synth_normals(uint64_t key, int64_t begin, int64_t n, double std, float* ou
 
 /// The byte-level (GPT-2) alphabet: byte b as the UTF-8 of its printable stand-in.
 std::string byte_level_char(uint8_t b);
+
+/// A loaded model's config and weights as GGUF metadata and f32 tensors, laid out as
+/// llama.cpp's converter writes them (names, 3-D expert stacks, its reshapes, A = -exp(A_log),
+/// permuted Q/K rows, gemma's 1 + w): loading the file gives the same model. The caller adds
+/// the tokenizer metadata and writes.
+void add_model_gguf(const Model& m, GgufWriter& g);
 
 }  // namespace arbiter

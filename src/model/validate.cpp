@@ -35,7 +35,7 @@ std::string key_name(Key k, const ModelConfig& c, bool gguf) {
   if (!gguf) return n.hf;
   // A GGUF's vocabulary size is the length of its token list (or the embedding's rows).
   if (k == Key::Vocab) return "tokenizer.ggml.tokens (vocabulary size)";
-  return c.arch + "." + n.gguf;
+  return arch_of(c.arch).gguf_arch(c) + "." + n.gguf;  // llama.cpp's prefix ("qwen3moe.")
 }
 
 [[noreturn]] void refuse(const ConfigSource& src, const ModelConfig& c, Key k, const std::string& what) {

@@ -462,6 +462,21 @@ TEST(SynthGguf, SameWeightsAndLogitsAsTheHfCheckpoint) {
   expect_gguf_matches_hf("qwen3-0.6b", 1, DType::BF16, 0.0);
 }
 
+// An MoE preset: its experts go into one ffn_{gate,up,down}_exps stack per layer, filled
+// from the per-expert HF tensors' seeded values, and load back as the same model.
+TEST(SynthGguf, MoeExpertStacksHoldTheHfExperts) {
+  expect_gguf_matches_hf("tiny-moe", 0, DType::BF16, 0.0);
+  const std::string root = temp_dir("synth-gguf-moe");
+  SynthOptions g = opts("tiny-moe", root + "/m.gguf", 7, 0, DType::BF16);
+  g.format = SynthFormat::Gguf;
+  synth_checkpoint(g);
+  GgufFile f(root + "/m.gguf");
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen3moe");
+  ASSERT_NE(f.tensor("blk.1.ffn_up_exps.weight"), nullptr);
+  EXPECT_EQ(f.tensor("blk.1.ffn_up_exps.weight")->shape, (std::vector<int64_t>{4, 32, 64}));
+  EXPECT_EQ(f.tensor("blk.1.ffn_up.0.weight"), nullptr);
+}
+
 // gemma presets: the official config values re-read from the written config.json, and
 // gemma-3-1b's published parameter count (999,885,952; summed by hand from the shapes: embed
 // 262144 x 1152, per layer 2,949,120 attention + 512 q/k norm + 23,887,872 MLP + 4 x 1152

@@ -1,6 +1,7 @@
 // The hybrid family: Mamba2/attention hybrids. GraniteMoeHybridForCausalLM (granite-4.0-h)
 // and NemotronHForCausalLM (Nemotron-H, Nemotron 3). Semantics from transformers v5.17's
-// modeling_granitemoehybrid.py and modeling_nemotron_h.py (its mixer is Zamba2MambaMixer's).
+// modeling_granitemoehybrid.py and modeling_nemotron_h.py (its mixer is Zamba2MambaMixer's);
+// GGUF as llama.cpp's converter writes them (granitehybrid, nemotron_h, nemotron_h_moe).
 //
 // Granite, per layer (pre-norm, both sublayers scaled by residual_multiplier):
 //   x += m * mixer(input_layernorm(x)),  mixer = Mamba2 or attention (layer_types)
@@ -23,6 +24,8 @@
 
 #include "backend/moe_routing.h"
 #include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_write.h"
 #include "io/json_config.h"
 #include "model/archs/decoder_state.h"
 #include "model/model.h"
@@ -39,20 +42,24 @@ enum Layer {
   kInProj, kConvW, kConvB, kALog, kD, kDtBias, kSsmNorm, kOutProj,  // Mamba2 mixer
   kWq, kWk, kWv, kWo,                                       // attention
   kFfnNorm,                                                 // Granite post_attention_layernorm
-  kMlpIn, kMlpOut,                                          // Granite shared_mlp (gate; up stacked)
+  kMlpGate, kMlpUp, kMlpOut,  // Granite shared_mlp: input_linear's gate and up rows, output_linear
   kUp, kDown,                                               // Nemotron-H relu2 MLP
   kRouter, kRouterBias,                                     // MoE router (+ Nemotron-H bias)
-  kExpIn, kExpOut,                                          // Granite experts [E, 2F, D], [E, D, F]
   kShUp, kShDown,                                           // Nemotron-H shared expert
-  kExpert0,  // Nemotron-H expert e: up at kExpert0 + 2e, down at kExpert0 + 2e + 1
-  kMaxExperts = 512,  // Nemotron-H's per-expert tensors each take a slot
-  kLayerSlots = kExpert0 + 2 * kMaxExperts
+  // Expert e: gate (Granite) at kExpert0 + 3e, up at + 1, down at + 2; Granite's are views
+  // into its 3-D input_linear / output_linear (TensorSpec::hf_stack), GGUF's into _exps.
+  kExpert0,
+  kMaxExperts = 512,
+  kLayerSlots = kExpert0 + 3 * kMaxExperts
 };
 
 bool granite(const ModelConfig& c) { return c.arch == "granitemoehybrid"; }
 
-// Rows [r0, r0 + n) of a matrix as a matrix of their own (in_proj's z / xBC / dt parts,
-// input_linear's gate / up halves): a view into the same storage.
+// NemotronHConfig's time_step_min: Zamba2MambaMixer.torch_forward clamps dt from below at it.
+constexpr double kNemotronDtMin = 0.001;
+
+// Rows [r0, r0 + n) of a matrix as a matrix of their own (in_proj's z / xBC / dt parts): a
+// view into the same storage.
 Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
   Tensor t;
   t.name = W.name + part;
@@ -135,7 +142,6 @@ class HybridState final : public DecoderState {
 
  private:
   std::vector<Backend::MoeExperts> experts_;  // [L], filled on first use
-  std::vector<std::vector<Tensor>> slices_;   // [L]: Granite's per-expert views (experts_ points in)
   static std::vector<bool> kv_layers(const ModelConfig& c) {
     std::vector<bool> kv(static_cast<size_t>(c.n_layer));
     for (int l = 0; l < c.n_layer; ++l) kv[size_t(l)] = c.layer_blocks[size_t(l)] == '*';
@@ -145,30 +151,24 @@ class HybridState final : public DecoderState {
 
 const Backend::MoeExperts& HybridState::experts(const Model& m, int l) {
   const ModelConfig& c = m.config;
-  if (experts_.empty()) experts_.resize(size_t(c.n_layer)), slices_.resize(size_t(c.n_layer));
+  if (experts_.empty()) experts_.resize(size_t(c.n_layer));
   Backend::MoeExperts& ex = experts_[size_t(l)];
   if (!ex.up.empty()) return ex;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
-  const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
+  const int E = c.moe_experts;
   ex.spec = router_spec(c);
-  if (granite(c)) {  // [E, 2F, D] (gate rows, then up rows: HF chunk(2)) and [E, D, F]
-    const Tensor &in = lw(kExpIn), &out = lw(kExpOut);
-    std::vector<Tensor>& v = slices_[size_t(l)];
-    v.reserve(size_t(3) * E);  // no reallocation: ex points into it
+  if (granite(c)) {  // views into [E, 2F, D] (gate rows, then up rows) and [E, D, F]
     for (int e = 0; e < E; ++e) {
-      v.push_back(row_slice(in, int64_t(e) * 2 * Fe, Fe, "[gate]"));
-      v.push_back(row_slice(in, int64_t(e) * 2 * Fe + Fe, Fe, "[up]"));
-      v.push_back(row_slice(out, int64_t(e) * D, D, "[expert]"));
-      ex.gate.push_back(&v[v.size() - 3]);
-      ex.up.push_back(&v[v.size() - 2]);
-      ex.down.push_back(&v.back());
+      ex.gate.push_back(&lw(kExpert0 + 3 * e));
+      ex.up.push_back(&lw(kExpert0 + 3 * e + 1));
+      ex.down.push_back(&lw(kExpert0 + 3 * e + 2));
     }
   } else {  // Nemotron-H: relu2 experts, a selection bias
     ex.bias = &lw(kRouterBias);
     ex.relu2 = true;
     for (int e = 0; e < E; ++e) {
-      ex.up.push_back(&lw(kExpert0 + 2 * e));
-      ex.down.push_back(&lw(kExpert0 + 2 * e + 1));
+      ex.up.push_back(&lw(kExpert0 + 3 * e + 1));
+      ex.down.push_back(&lw(kExpert0 + 3 * e + 2));
     }
   }
   return ex;
@@ -181,8 +181,13 @@ class Hybrid final : public Arch {
     return {{"GraniteMoeHybridForCausalLM", "granitemoehybrid"},
             {"NemotronHForCausalLM", "nemotron_h"}};
   }
-  // llama.cpp's granitehybrid / nemotron_h GGUF files: not read yet.
-  std::vector<std::string> gguf_names() const override { return {}; }
+  // llama.cpp's names; Nemotron-H with experts is nemotron_h_moe.
+  std::vector<std::string> gguf_names() const override {
+    return {"granitehybrid", "nemotron_h", "nemotron_h_moe"};
+  }
+  std::string gguf_arch(const ModelConfig& c) const override {
+    return granite(c) ? "granitehybrid" : c.moe_experts > 0 ? "nemotron_h_moe" : "nemotron_h";
+  }
   int global_slots() const override { return kGlobalSlots; }
   int layer_slots() const override { return kLayerSlots; }
   std::vector<std::string> stages() const override {
@@ -209,98 +214,304 @@ class Hybrid final : public Arch {
     if (c.use_rope) read_hf_rope(j, c.rope);
   }
 
-  void parse_gguf(const GgufFile&, ModelConfig& c) const override {
-    throw Error("[loader] " + c.arch + ": GGUF files of the hybrid family are not supported yet");
+  // The keys llama.cpp reads (src/models/granite-hybrid.cpp, nemotron-h.cpp). A layer's kind
+  // comes from the per-layer arrays: head_count_kv > 0 is attention; otherwise Granite's is
+  // Mamba2, and Nemotron-H's is Mamba2 when feed_forward_length is 0 too, else its MLP ('-')
+  // or, with experts (nemotron_h_moe), its MoE ('E'). The converter writes a dense MLP layer
+  // of an MoE Nemotron-H with feed_forward_length 0 (its _mlp_layers are the 'E' ones), which
+  // llama.cpp then takes for Mamba2 and fails to load; here its ffn_up tensor makes it '-'.
+  // What GGUF cannot say takes the HF default of the class: Granite's gated norm over the full
+  // width (llama.cpp normalises per group, which differs when the group count is above 1),
+  // dt's clamp (Granite: none; Nemotron-H: from below at time_step_min 0.001; llama.cpp
+  // clamps nowhere), the chunk sizes (256 and 128: the cpu and cuda prefill's rounding).
+  void parse_gguf(const GgufFile& g, ModelConfig& c) const override {
+    const std::string gname = c.arch, p = gname + ".", path = g.path();
+    const bool gr = gname == "granitehybrid";
+    c.arch = gr ? "granitemoehybrid" : "nemotron_h";
+    auto fail = [&](const std::string& key, const std::string& why) {
+      throw Error("[loader] " + path + ": " + p + key + " " + why);
+    };
+    auto positive = [&](const std::string& key, int64_t dflt = -1) {
+      const int64_t v = dflt >= 0 ? g.get_int(p + key, dflt) : g.get_int(p + key);
+      if (v <= 0 || v > std::numeric_limits<int>::max())
+        fail(key, "is " + std::to_string(v) + " (expected a positive int)");
+      return int(v);
+    };
+    auto scale = [&](const std::string& key) {  // llama.cpp: absent or 0 means none
+      const double v = g.get_float(p + key, 0.0);
+      if (!std::isfinite(v)) fail(key, "is not finite");
+      return v == 0 ? 1.0 : v;
+    };
+    c.d_model = positive("embedding_length");
+    c.n_layer = positive("block_count");
+    c.max_pos = positive("context_length");
+    c.n_head = positive("attention.head_count");
+    c.head_dim = positive("attention.key_length", c.d_model / c.n_head);
+    if (positive("attention.value_length", c.head_dim) != c.head_dim)
+      fail("attention.value_length", "differs from key_length (unsupported)");
+    c.norm_eps = g.has(p + "attention.layer_norm_rms_epsilon")
+                     ? g.get_float(p + "attention.layer_norm_rms_epsilon")
+                     : g.get_float(p + "attention.layer_norm_epsilon");
+    if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
+      fail("attention.layer_norm_rms_epsilon", "must be positive and finite");
+    c.tied_embeddings = g.tensor("output.weight") == nullptr;
+    // Per-layer values: an array of block_count entries, or one value for every layer.
+    auto per_layer = [&](const std::string& key) {
+      const GgufValue* v = g.find(p + key);
+      const bool arr = v && (v->kind == GgufValue::Kind::ArrU64 || v->kind == GgufValue::Kind::ArrI64);
+      std::vector<int64_t> out(size_t(c.n_layer), v && !arr ? g.get_int(p + key) : 0);
+      if (arr) out = g.get_int_array(p + key);
+      if (int(out.size()) != c.n_layer)
+        fail(key, strformat("has %zu entries (expected block_count %d)", out.size(), c.n_layer));
+      for (int64_t x : out)
+        if (x < 0 || x > std::numeric_limits<int>::max()) fail(key, "has an entry out of range");
+      return out;
+    };
+    const std::vector<int64_t> kv = per_layer("attention.head_count_kv");
+    const std::vector<int64_t> ff = gr ? std::vector<int64_t>(size_t(c.n_layer), 0)
+                                       : per_layer("feed_forward_length");
+    const int experts = int(g.get_int(p + "expert_count", 0));
+    if (experts < 0 || experts > kMaxExperts)
+      fail("expert_count", strformat("%d is outside [0, %d]", experts, kMaxExperts));
+    if (!gr && (experts > 0) != (gname == "nemotron_h_moe"))
+      fail("expert_count", std::to_string(experts) + " does not fit the architecture " + gname);
+    c.layer_blocks.clear();
+    c.n_head_kv = 0;
+    for (int l = 0; l < c.n_layer; ++l) {
+      const int64_t k = kv[size_t(l)], f = ff[size_t(l)];
+      if (k > 0 && f > 0)
+        fail("feed_forward_length", strformat("and head_count_kv are both set for layer %d", l));
+      if (k > 0 && c.n_head_kv > 0 && k != c.n_head_kv)
+        fail("attention.head_count_kv", "differs between layers (unsupported)");
+      if (k > 0) c.n_head_kv = int(k);
+      if (f > 0 && c.d_ff > 0 && f != c.d_ff)
+        fail("feed_forward_length", "differs between layers (unsupported)");
+      if (f > 0) c.d_ff = int(f);  // an MoE file's: the experts' width (replaced below)
+      const std::string blk = "blk." + std::to_string(l) + ".";
+      if (k == 0 && g.tensor(blk + "attn_q.weight") != nullptr)
+        fail("attention.head_count_kv", strformat("is 0 for layer %d, which holds attention "
+                                                  "tensors (a converter that took it for Mamba2?)", l));
+      const bool mlp = !gr && k == 0 && f == 0 && g.tensor(blk + "ffn_up.weight") != nullptr;
+      c.layer_blocks += k > 0 ? '*' : mlp ? '-' : f == 0 ? 'M' : experts > 0 ? 'E' : '-';
+    }
+    // The dense MLP's width: feed_forward_length, or in an MoE file its ffn_up's rows.
+    if (!gr && experts > 0)
+      for (int l = 0; l < c.n_layer; ++l)
+        if (c.layer_blocks[size_t(l)] == '-')
+          c.d_ff = int(g.tensor("blk." + std::to_string(l) + ".ffn_up.weight")->shape[0]);
+    if (c.n_head_kv == 0) c.n_head_kv = c.n_head;  // no attention layer: unused
+    if (c.n_head % c.n_head_kv != 0)
+      fail("attention.head_count_kv", strformat("%d does not divide head_count %d", c.n_head_kv,
+                                                c.n_head));
+    const bool has_mamba = c.layer_blocks.find('M') != std::string::npos;
+    if (has_mamba) {
+      // Each SSM size within 2^24, so that the tensors' shapes (products of two or three of
+      // them) cannot overflow before the file's own shapes are checked against them.
+      for (const char* key : {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
+                              "ssm.time_step_rank", "ssm.inner_size"})
+        if (positive(key) > (1 << 24)) fail(key, "exceeds 2^24");
+      c.ssm_conv = positive("ssm.conv_kernel");
+      c.ssm_state = positive("ssm.state_size");
+      c.ssm_groups = positive("ssm.group_count");
+      c.ssm_heads = positive("ssm.time_step_rank");
+      const int inner = positive("ssm.inner_size");
+      if (inner % c.ssm_heads != 0)
+        fail("ssm.time_step_rank", strformat("%d does not divide ssm.inner_size %d", c.ssm_heads, inner));
+      c.ssm_head_dim = inner / c.ssm_heads;
+      if (c.ssm_heads % c.ssm_groups != 0)
+        fail("ssm.group_count", strformat("%d does not divide the %d Mamba heads", c.ssm_groups,
+                                          c.ssm_heads));
+      const int first = int(c.layer_blocks.find('M'));
+      c.ssm_conv_bias = g.tensor("blk." + std::to_string(first) + ".ssm_conv1d.bias") != nullptr;
+    } else {
+      c.ssm_conv = 4, c.ssm_state = 1, c.ssm_groups = 1, c.ssm_heads = 1, c.ssm_head_dim = 1;
+    }
+    c.ssm_chunk = gr ? 256 : 128;  // HF's defaults (mamba_chunk_size, chunk_size)
+    c.ssm_dt_min = gr ? 0 : kNemotronDtMin;
+    c.ssm_dt_max = std::numeric_limits<double>::infinity();
+    c.ssm_norm_per_group = !gr;
+    if (gr) {
+      c.embed_mult = scale("embedding_scale");
+      c.residual_mult = scale("residual_scale");
+      c.logits_scaling = scale("logit_scale");
+      c.attn_scale = g.get_float(p + "attention.scale", 0.0);
+      if (c.attn_scale == 0) c.attn_scale = 1.0 / std::sqrt(double(c.head_dim));  // llama.cpp
+      // rope.scaling.finetuned is llama.cpp's switch for RoPE in granitehybrid (default on).
+      c.use_rope = g.get_bool(p + "rope.scaling.finetuned", true);
+      c.moe_experts = experts;
+      if (experts > 0) {
+        c.moe_ff = positive("feed_forward_length");
+        c.d_ff = positive("expert_shared_feed_forward_length");
+      } else {
+        c.d_ff = positive("feed_forward_length");
+      }
+    } else {
+      c.attn_scale = 1.0 / std::sqrt(double(c.head_dim));
+      c.use_rope = false;
+      c.moe_experts = experts;
+      if (experts > 0) {
+        c.moe_ff = positive("expert_feed_forward_length", c.d_ff > 0 ? c.d_ff : -1);
+        c.moe_shared_ff = positive("expert_shared_feed_forward_length");
+        c.moe_norm_topk = g.get_bool(p + "expert_weights_norm", false);
+        c.moe_scaling = scale("expert_weights_scale");
+        c.moe_n_group = positive("expert_group_count", 1);
+        c.moe_topk_group = positive("expert_group_used_count", 1);
+        if (g.get_int(p + "expert_shared_count", 1) != 1)
+          fail("expert_shared_count", "is not 1 (HF builds one shared expert)");
+        if (g.has(p + "moe_latent_size")) fail("moe_latent_size", "is not supported");
+        if (g.has(p + "expert_gating_func") && g.get_int(p + "expert_gating_func") != 2)
+          fail("expert_gating_func", "is not 2 (sigmoid), which Nemotron-H's router computes");
+      }
+    }
+    if (experts > 0) {
+      c.moe_top_k = positive("expert_used_count");
+      if (c.moe_top_k > experts)
+        fail("expert_used_count", strformat("%d is larger than %sexpert_count %d", c.moe_top_k,
+                                            p.c_str(), experts));
+      if (const char* why = router_spec_problem(router_spec(c)))
+        throw Error("[loader] " + path + ": MoE routing (" + p + "expert_*): " + why);
+    }
+    c.rope.dims = c.head_dim;
+    c.rope.layout = RopeLayout::Half;  // llama.cpp's NEOX RoPE for granitehybrid: no permutation
+    if (c.use_rope) read_gguf_rope(g, gname, c.rope);
   }
 
+  // HF names from transformers' modules; GGUF names and shapes as llama.cpp's converter writes
+  // them (conversion/mamba.py, granite.py, nemotron.py; gguf-py tensor_mapping.py): conv1d
+  // [C, 1, K] as [C, K], A and D as [nh, 1], the gated norm as [G, I / G], A = -exp(A_log),
+  // Granite's input_linear split into gate and up (ffn_gate/ffn_up, the shared expert's
+  // _shexp when there are experts, the experts' ffn_{gate,up}_exps).
   std::vector<TensorSpec> tensors(const ModelConfig& c) const override {
     const bool g = granite(c);
     const int64_t D = c.d_model, Dh = c.head_dim, V = c.vocab, F = c.d_ff;
     const int64_t Hq = int64_t(c.n_head) * Dh, Hk = int64_t(c.n_head_kv) * Dh;
-    const int64_t nh = c.ssm_heads, I = nh * c.ssm_head_dim;
-    const int64_t C = I + 2 * int64_t(c.ssm_groups) * c.ssm_state;
+    const int64_t nh = c.ssm_heads, I = nh * c.ssm_head_dim, G = c.ssm_groups;
+    const int64_t C = I + 2 * G * c.ssm_state;
     const std::string root = g ? "model." : "backbone.";
     std::vector<TensorSpec> t;
-    auto global = [&](const char* role, int slot, const std::string& hf, std::vector<int64_t> shape,
-                      TensorKind kind, const char* family) {
+    auto global = [&](const char* role, int slot, const std::string& hf, const char* gguf,
+                      std::vector<int64_t> shape, TensorKind kind, const char* family) {
       TensorSpec s;
-      s.role = role, s.slot = slot, s.hf = hf, s.shape = std::move(shape);
+      s.role = role, s.slot = slot, s.hf = hf, s.gguf = gguf, s.shape = std::move(shape);
       s.kind = kind, s.family = family;
       t.push_back(std::move(s));
       return &t.back();
     };
-    global("embed", kEmbed, root + (g ? "embed_tokens.weight" : "embeddings.weight"), {V, D},
-           TensorKind::Matrix, "embed");
-    global("out_norm", kOutNorm, root + (g ? "norm.weight" : "norm_f.weight"), {D},
-           TensorKind::Norm, "norm");
-    global("lm_head", kLmHead, "lm_head.weight", {V, D}, TensorKind::Matrix, "logits")->tie_to =
-        "embed";
+    global("embed", kEmbed, root + (g ? "embed_tokens.weight" : "embeddings.weight"),
+           "token_embd.weight", {V, D}, TensorKind::Matrix, "embed");
+    global("out_norm", kOutNorm, root + (g ? "norm.weight" : "norm_f.weight"),
+           "output_norm.weight", {D}, TensorKind::Norm, "norm");
+    global("lm_head", kLmHead, "lm_head.weight", "output.weight", {V, D}, TensorKind::Matrix,
+           "logits")
+        ->tie_to = "embed";
     for (int l = 0; l < c.n_layer; ++l) {
       const char b = c.layer_blocks[size_t(l)];
       const std::string hf = root + "layers." + std::to_string(l) + ".";
-      auto layer = [&](const char* role, int slot, const std::string& name,
-                       std::vector<int64_t> shape, TensorKind kind, const char* family) {
+      const std::string gg = "blk." + std::to_string(l) + ".";
+      auto layer = [&](const std::string& role, int slot, const std::string& name,
+                       const std::string& gguf, std::vector<int64_t> shape, TensorKind kind,
+                       const char* family) -> TensorSpec& {
         TensorSpec s;
-        s.role = role, s.slot = slot, s.layer = l, s.hf = hf + name, s.shape = std::move(shape);
+        s.role = role, s.slot = slot, s.layer = l, s.hf = name.empty() ? "" : hf + name;
+        s.gguf = gguf.empty() ? "" : gg + gguf, s.shape = std::move(shape);
         s.kind = kind, s.family = family;
         t.push_back(std::move(s));
+        return t.back();
       };
-      layer("norm", kNorm, g ? "input_layernorm.weight" : "norm.weight", {D}, TensorKind::Norm,
-            "norm");
+      layer("norm", kNorm, g ? "input_layernorm.weight" : "norm.weight", "attn_norm.weight", {D},
+            TensorKind::Norm, "norm");
       const std::string mixer = g ? (b == 'M' ? "mamba." : "self_attn.") : "mixer.";
       if (b == 'M') {
-        layer("ssm_in", kInProj, mixer + "in_proj.weight", {I + C + nh, D}, TensorKind::Matrix,
-              "ssm");
-        layer("ssm_conv1d", kConvW, mixer + "conv1d.weight", {C, 1, c.ssm_conv},
-              TensorKind::Bias, "ssm");
+        layer("ssm_in", kInProj, mixer + "in_proj.weight", "ssm_in.weight", {I + C + nh, D},
+              TensorKind::Matrix, "ssm");
+        layer("ssm_conv1d", kConvW, mixer + "conv1d.weight", "ssm_conv1d.weight",
+              {C, 1, c.ssm_conv}, TensorKind::Bias, "ssm")
+            .gguf_shape = {C, c.ssm_conv};
         if (c.ssm_conv_bias)
-          layer("ssm_conv1d_b", kConvB, mixer + "conv1d.bias", {C}, TensorKind::Bias, "ssm");
-        layer("ssm_a_log", kALog, mixer + "A_log", {nh}, TensorKind::Bias, "ssm");
-        layer("ssm_d", kD, mixer + "D", {nh}, TensorKind::Norm, "ssm");
-        layer("ssm_dt_bias", kDtBias, mixer + "dt_bias", {nh}, TensorKind::Bias, "ssm");
-        layer("ssm_norm", kSsmNorm, mixer + "norm.weight", {I}, TensorKind::Norm, "norm");
-        layer("ssm_out", kOutProj, mixer + "out_proj.weight", {D, I}, TensorKind::Matrix, "ssm");
+          layer("ssm_conv1d_b", kConvB, mixer + "conv1d.bias", "ssm_conv1d.bias", {C},
+                TensorKind::Bias, "ssm");
+        TensorSpec& a = layer("ssm_a_log", kALog, mixer + "A_log", "ssm_a", {nh}, TensorKind::Bias,
+                              "ssm");
+        a.gguf_shape = {nh, 1};
+        a.gguf_value = TensorSpec::GgufValue::NegExp;
+        layer("ssm_d", kD, mixer + "D", "ssm_d", {nh}, TensorKind::Norm, "ssm").gguf_shape = {nh, 1};
+        layer("ssm_dt_bias", kDtBias, mixer + "dt_bias", "ssm_dt.bias", {nh}, TensorKind::Bias,
+              "ssm");
+        layer("ssm_norm", kSsmNorm, mixer + "norm.weight", "ssm_norm.weight", {I},
+              TensorKind::Norm, "norm")
+            .gguf_shape = {G, I / G};
+        layer("ssm_out", kOutProj, mixer + "out_proj.weight", "ssm_out.weight", {D, I},
+              TensorKind::Matrix, "ssm");
       } else if (b == '*') {
-        layer("wq", kWq, mixer + "q_proj.weight", {Hq, D}, TensorKind::Matrix, "attn");
-        layer("wk", kWk, mixer + "k_proj.weight", {Hk, D}, TensorKind::Matrix, "attn");
-        layer("wv", kWv, mixer + "v_proj.weight", {Hk, D}, TensorKind::Matrix, "attn");
-        layer("wo", kWo, mixer + "o_proj.weight", {D, Hq}, TensorKind::Matrix, "attn");
+        layer("wq", kWq, mixer + "q_proj.weight", "attn_q.weight", {Hq, D}, TensorKind::Matrix,
+              "attn");
+        layer("wk", kWk, mixer + "k_proj.weight", "attn_k.weight", {Hk, D}, TensorKind::Matrix,
+              "attn");
+        layer("wv", kWv, mixer + "v_proj.weight", "attn_v.weight", {Hk, D}, TensorKind::Matrix,
+              "attn");
+        layer("wo", kWo, mixer + "o_proj.weight", "attn_output.weight", {D, Hq},
+              TensorKind::Matrix, "attn");
       } else if (b == '-') {
-        layer("w_up", kUp, "mixer.up_proj.weight", {F, D}, TensorKind::Matrix, "mlp");
-        layer("w_down", kDown, "mixer.down_proj.weight", {D, F}, TensorKind::Matrix, "mlp");
+        layer("w_up", kUp, "mixer.up_proj.weight", "ffn_up.weight", {F, D}, TensorKind::Matrix,
+              "mlp");
+        layer("w_down", kDown, "mixer.down_proj.weight", "ffn_down.weight", {D, F},
+              TensorKind::Matrix, "mlp");
       } else if (b == 'E') {
         const int64_t E = c.moe_experts, Fe = c.moe_ff, Fs = c.moe_shared_ff;
-        layer("router", kRouter, "mixer.gate.weight", {E, D}, TensorKind::Matrix, "mlp");
-        layer("router_bias", kRouterBias, "mixer.gate.e_score_correction_bias", {E},
-              TensorKind::Bias, "mlp");
+        layer("router", kRouter, "mixer.gate.weight", "ffn_gate_inp.weight", {E, D},
+              TensorKind::Matrix, "mlp");
+        layer("router_bias", kRouterBias, "mixer.gate.e_score_correction_bias",
+              "exp_probs_b.bias", {E}, TensorKind::Bias, "mlp");
         for (int e = 0; e < E; ++e) {
           const std::string x = "mixer.experts." + std::to_string(e) + ".";
           const std::string n = std::to_string(e);
-          layer(("expert_up." + n).c_str(), kExpert0 + 2 * e, x + "up_proj.weight", {Fe, D},
-                TensorKind::Matrix, "mlp");
-          layer(("expert_down." + n).c_str(), kExpert0 + 2 * e + 1, x + "down_proj.weight",
-                {D, Fe}, TensorKind::Matrix, "mlp");
+          layer("expert_up." + n, kExpert0 + 3 * e + 1, x + "up_proj.weight", "", {Fe, D},
+                TensorKind::Matrix, "mlp")
+              .gguf_stack = {gg + "ffn_up_exps.weight", E, Fe, e, 0};
+          layer("expert_down." + n, kExpert0 + 3 * e + 2, x + "down_proj.weight", "", {D, Fe},
+                TensorKind::Matrix, "mlp")
+              .gguf_stack = {gg + "ffn_down_exps.weight", E, D, e, 0};
         }
-        layer("shared_up", kShUp, "mixer.shared_experts.up_proj.weight", {Fs, D},
-              TensorKind::Matrix, "mlp");
-        layer("shared_down", kShDown, "mixer.shared_experts.down_proj.weight", {D, Fs},
-              TensorKind::Matrix, "mlp");
+        layer("shared_up", kShUp, "mixer.shared_experts.up_proj.weight", "ffn_up_shexp.weight",
+              {Fs, D}, TensorKind::Matrix, "mlp");
+        layer("shared_down", kShDown, "mixer.shared_experts.down_proj.weight",
+              "ffn_down_shexp.weight", {D, Fs}, TensorKind::Matrix, "mlp");
       }
       if (g) {
-        layer("ffn_norm", kFfnNorm, "post_attention_layernorm.weight", {D}, TensorKind::Norm,
-              "norm");
-        layer("mlp_in", kMlpIn, "shared_mlp.input_linear.weight", {2 * F, D}, TensorKind::Matrix,
-              "mlp");
-        layer("mlp_out", kMlpOut, "shared_mlp.output_linear.weight", {D, F}, TensorKind::Matrix,
-              "mlp");
-        if (c.moe_experts > 0) {
+        const bool moe = c.moe_experts > 0;
+        layer("ffn_norm", kFfnNorm, "post_attention_layernorm.weight", "ffn_norm.weight", {D},
+              TensorKind::Norm, "norm");
+        // shared_mlp.input_linear [2F, D]: HF's chunk(2), gate rows first, then up.
+        const std::string in = hf + "shared_mlp.input_linear.weight";
+        layer("mlp_gate", kMlpGate, "", moe ? "ffn_gate_shexp.weight" : "ffn_gate.weight", {F, D},
+              TensorKind::Matrix, "mlp")
+            .hf_stack = {in, 0, 2 * F, 0, 0};
+        layer("mlp_up", kMlpUp, "", moe ? "ffn_up_shexp.weight" : "ffn_up.weight", {F, D},
+              TensorKind::Matrix, "mlp")
+            .hf_stack = {in, 0, 2 * F, 0, F};
+        layer("mlp_out", kMlpOut, "shared_mlp.output_linear.weight",
+              moe ? "ffn_down_shexp.weight" : "ffn_down.weight", {D, F}, TensorKind::Matrix, "mlp");
+        if (moe) {
           const int64_t E = c.moe_experts, Fe = c.moe_ff;
-          layer("router", kRouter, "block_sparse_moe.router.layer.weight", {E, D},
-                TensorKind::Matrix, "mlp");
-          layer("experts_in", kExpIn, "block_sparse_moe.input_linear.weight", {E, 2 * Fe, D},
-                TensorKind::Matrix, "mlp");
-          layer("experts_out", kExpOut, "block_sparse_moe.output_linear.weight", {E, D, Fe},
-                TensorKind::Matrix, "mlp");
+          layer("router", kRouter, "block_sparse_moe.router.layer.weight", "ffn_gate_inp.weight",
+                {E, D}, TensorKind::Matrix, "mlp");
+          const std::string ein = hf + "block_sparse_moe.input_linear.weight";
+          const std::string eout = hf + "block_sparse_moe.output_linear.weight";
+          for (int e = 0; e < E; ++e) {
+            const std::string n = std::to_string(e);
+            TensorSpec& wg = layer("expert_gate." + n, kExpert0 + 3 * e, "", "", {Fe, D},
+                                   TensorKind::Matrix, "mlp");
+            wg.hf_stack = {ein, E, 2 * Fe, e, 0};
+            wg.gguf_stack = {gg + "ffn_gate_exps.weight", E, Fe, e, 0};
+            TensorSpec& wu = layer("expert_up." + n, kExpert0 + 3 * e + 1, "", "", {Fe, D},
+                                   TensorKind::Matrix, "mlp");
+            wu.hf_stack = {ein, E, 2 * Fe, e, Fe};
+            wu.gguf_stack = {gg + "ffn_up_exps.weight", E, Fe, e, 0};
+            TensorSpec& wd = layer("expert_down." + n, kExpert0 + 3 * e + 2, "", "", {D, Fe},
+                                   TensorKind::Matrix, "mlp");
+            wd.hf_stack = {eout, E, D, e, 0};
+            wd.gguf_stack = {gg + "ffn_down_exps.weight", E, D, e, 0};
+          }
         }
       }
     }
@@ -441,9 +652,64 @@ class Hybrid final : public Arch {
     j["use_conv_bias"] = c.ssm_conv_bias;
     j["time_step_min"] = c.ssm_dt_min;
   }
-  // llama.cpp's granitehybrid / nemotron_h GGUF layout is the GGUF reader's to define first.
-  void gguf_metadata(const ModelConfig& c, GgufWriter&) const override {
-    throw Error("[synth] " + c.arch + ": GGUF output of the hybrid family is not supported yet");
+  // What llama.cpp's converter writes (GraniteHybridModel / NemotronHModel
+  // .set_gguf_parameters), an MoE Nemotron-H's dense MLP layers included (feed_forward_length
+  // 0 there, as the converter writes them; parse_gguf reads them back). What GGUF cannot hold
+  // is refused: a head_dim other than hidden_size / heads for Granite (the converter drops
+  // head_dim), a dt clamp other than the class's default.
+  void gguf_metadata(const ModelConfig& c, GgufWriter& g) const override {
+    const bool gr = granite(c);
+    const std::string p = gguf_arch(c) + ".";
+    auto refuse = [&](const std::string& what) {
+      throw Error("[gguf] " + c.arch + ": " + what + " has no GGUF form llama.cpp reads");
+    };
+    if (gr && c.head_dim * c.n_head != c.d_model) refuse("head_dim != hidden_size / heads");
+    if (gr && (c.ssm_dt_min != 0 || std::isfinite(c.ssm_dt_max))) refuse("time_step_limit");
+    if (!gr && (c.ssm_dt_min != kNemotronDtMin || std::isfinite(c.ssm_dt_max)))
+      refuse("time_step_min other than 0.001");
+    std::vector<int32_t> kv, ff;
+    for (char b : c.layer_blocks) {
+      kv.push_back(b == '*' ? c.n_head_kv : 0);
+      ff.push_back(b == '-' && c.moe_experts == 0 ? c.d_ff : b == 'E' ? c.moe_ff : 0);
+    }
+    g.add_u32(p + "embedding_length", uint32_t(c.d_model));
+    g.add_u32(p + "block_count", uint32_t(c.n_layer));
+    g.add_u32(p + "attention.head_count", uint32_t(c.n_head));
+    g.add_i32_array(p + "attention.head_count_kv", kv);
+    g.add_f32(p + "attention.layer_norm_rms_epsilon", float(c.norm_eps));
+    g.add_u32(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
+    g.add_u32(p + "ssm.state_size", uint32_t(c.ssm_state));
+    g.add_u32(p + "ssm.group_count", uint32_t(c.ssm_groups));
+    g.add_u32(p + "ssm.inner_size", uint32_t(c.ssm_heads * c.ssm_head_dim));
+    g.add_u32(p + "ssm.time_step_rank", uint32_t(c.ssm_heads));
+    if (gr) {
+      g.add_u32(p + "feed_forward_length", uint32_t(c.moe_experts > 0 ? c.moe_ff : c.d_ff));
+      if (c.moe_experts > 0) {
+        g.add_u32(p + "expert_shared_feed_forward_length", uint32_t(c.d_ff));
+        g.add_u32(p + "expert_count", uint32_t(c.moe_experts));
+        g.add_u32(p + "expert_used_count", uint32_t(c.moe_top_k));
+      }
+      g.add_f32(p + "attention.scale", float(c.attn_scale));
+      g.add_f32(p + "embedding_scale", float(c.embed_mult));
+      g.add_f32(p + "residual_scale", float(c.residual_mult));
+      g.add_f32(p + "logit_scale", float(c.logits_scaling));
+      g.add_bool(p + "rope.scaling.finetuned", c.use_rope);
+      if (c.use_rope) write_gguf_rope(c.rope, gguf_arch(c), g);
+      return;
+    }
+    g.add_u32(p + "attention.key_length", uint32_t(c.head_dim));
+    g.add_u32(p + "attention.value_length", uint32_t(c.head_dim));
+    g.add_i32_array(p + "feed_forward_length", ff);
+    if (c.moe_experts == 0) return;
+    g.add_u32(p + "expert_count", uint32_t(c.moe_experts));
+    g.add_u32(p + "expert_used_count", uint32_t(c.moe_top_k));
+    g.add_u32(p + "expert_feed_forward_length", uint32_t(c.moe_ff));
+    g.add_u32(p + "expert_shared_feed_forward_length", uint32_t(c.moe_shared_ff));
+    g.add_u32(p + "expert_shared_count", 1);
+    g.add_bool(p + "expert_weights_norm", c.moe_norm_topk);
+    g.add_f32(p + "expert_weights_scale", float(c.moe_scaling));
+    g.add_u32(p + "expert_group_count", uint32_t(c.moe_n_group));
+    g.add_u32(p + "expert_group_used_count", uint32_t(c.moe_topk_group));
   }
   RopeLayout gguf_rope_layout(const std::string&) const override { return RopeLayout::Half; }
 
@@ -589,11 +855,9 @@ class Hybrid final : public Arch {
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
     const int D = c.d_model, F = shared && !granite(c) ? c.moe_shared_ff : c.d_ff;
     if (granite(c)) {
-      const Tensor& in = lw(kMlpIn);  // HF chunk(2): gate rows first, then up
-      const Tensor wg = row_slice(in, 0, F, "[gate]"), wu = row_slice(in, F, F, "[up]");
-      be.matmul(s.xn, wg, nullptr, T, s.gate);
+      be.matmul(s.xn, lw(kMlpGate), nullptr, T, s.gate);
       be.apply_tap(tap("gate", l, "matmul", F, D, 3), s.gate, T, F);
-      be.matmul(s.xn, wu, nullptr, T, s.up);
+      be.matmul(s.xn, lw(kMlpUp), nullptr, T, s.up);
       be.apply_tap(tap("up", l, "matmul", F, D, 3), s.up, T, F);
       be.swiglu(s.gate, s.up, int64_t(T) * F, s.act);
       be.apply_tap(tap("act", l, "swiglu", F, 1, 3), s.act, T, F);
@@ -608,11 +872,10 @@ class Hybrid final : public Arch {
     be.apply_tap(tap("down", l, "matmul", D, F, 3), s.o, T, D);
   }
 
-
   // o [T, D] = shared expert(xn) + the routed sum: Backend::moe, the op every MoE family
   // calls (experts in ascending index per token, HF's index_add over the experts hit).
-  // Granite's experts are row slices of its 3-D stacks: [E, 2F, D] (gate rows, then up rows,
-  // HF chunk(2)) and [E, D, F].
+  // Granite's experts are the loader's views into its 3-D stacks (TensorSpec::hf_stack,
+  // gguf_stack).
   static void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap) {
     const ModelConfig& c = m.config;
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
@@ -763,7 +1026,8 @@ class Hybrid final : public Arch {
     c.ssm_conv_bias = j.flag(j.has("mamba_conv_bias") ? "mamba_conv_bias" : "use_conv_bias", true);
     // Zamba2MambaMixer.torch_forward clamps dt from below at time_step_min and ignores
     // time_step_limit.
-    c.ssm_dt_min = j.number(j.has("mamba_dt_min") ? "mamba_dt_min" : "time_step_min", 0.001);
+    c.ssm_dt_min =
+        j.number(j.has("mamba_dt_min") ? "mamba_dt_min" : "time_step_min", kNemotronDtMin);
     c.ssm_dt_max = std::numeric_limits<double>::infinity();
     c.ssm_norm_per_group = true;  // Zamba2RMSNormGated, group_size = I / n_groups
   }

@@ -1,7 +1,8 @@
 // The llama family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
 // Qwen3ForCausalLM, and their GGUF forms; and their mixture-of-experts members
-// MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (HF files only), whose
-// attention is the same and whose sparse layers' FFN is moe_ffn.h's block. One decoder
+// MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (GGUF: llama with
+// llama.expert_count > 0, qwen2moe, qwen3moe), whose attention is the same and whose sparse
+// layers' FFN is moe_ffn.h's block. One decoder
 // block, pre-norm:
 //   x += o_proj(attention(rope(q), rope(k), v)),  q/k/v = proj(rmsnorm(x))
 //   x += down(silu(gate(xn)) * up(xn)),           xn = rmsnorm(x)   (dense layers)
@@ -48,7 +49,24 @@ class Llama final : public Arch {
             {"Qwen3MoeForCausalLM", "qwen3_moe"}};
   }
   std::vector<std::string> gguf_names() const override {
-    return {"llama", "mistral", "qwen2", "qwen3"};
+    return {"llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe"};
+  }
+  // llama.cpp writes Mixtral as "llama" (with llama.expert_count) and drops the Qwen MoE
+  // names' underscore.
+  std::string gguf_arch(const ModelConfig& c) const override {
+    if (c.arch == "mixtral") return "llama";
+    if (c.arch == "qwen2_moe") return "qwen2moe";
+    if (c.arch == "qwen3_moe") return "qwen3moe";
+    return c.arch;
+  }
+  // transformers 5.17 loads Mixtral's fused form with the router renamed
+  // (conversion_mapping.py: .block_sparse_moe.gate -> .mlp.gate).
+  std::vector<std::string> hf_stored_names(const ModelConfig& c,
+                                           const std::string& hf) const override {
+    const std::string from = ".block_sparse_moe.gate.";
+    const size_t at = hf.find(from);
+    if (c.arch != "mixtral" || at == std::string::npos) return {hf};
+    return {hf, hf.substr(0, at) + ".mlp.gate." + hf.substr(at + from.size())};
   }
   int global_slots() const override { return kGlobalSlots; }
   int layer_slots() const override { return kLayerSlots; }
@@ -151,6 +169,12 @@ class Llama final : public Arch {
     if (c.arch == "qwen3" && !c.qk_norm)
       throw Error("[loader] " + path + ": qwen3 model without blk.0.attn_q_norm.weight");
     c.tied_embeddings = g.tensor("output.weight") == nullptr;
+    const int64_t experts = g.get_int(p + "expert_count", 0);
+    const bool moe_name = c.arch == "qwen2moe" || c.arch == "qwen3moe";
+    if (experts > 0 && !moe_name && c.arch != "llama")
+      throw Error("[loader] " + path + ": " + p + "expert_count is " + std::to_string(experts) +
+                  " but llama.cpp reads experts for " + c.arch + " never (refusing it)");
+    if (experts > 0 || moe_name) parse_gguf_moe(g, p, c);
   }
 
   std::vector<TensorSpec> tensors(const ModelConfig& c) const override {
@@ -351,7 +375,8 @@ class Llama final : public Arch {
   // llama.cpp's converters permute Q/K rows of llama-family models so that its "normal" RoPE
   // rotates adjacent pairs; qwen2/qwen3 use NEOX RoPE on unpermuted rows.
   RopeLayout gguf_rope_layout(const std::string& name) const override {
-    return name == "llama" || name == "mistral" ? RopeLayout::Adjacent : RopeLayout::Half;
+    return name == "llama" || name == "mistral" || name == "mixtral" ? RopeLayout::Adjacent
+                                                                      : RopeLayout::Half;
   }
 
   nlohmann::ordered_json describe(const ModelConfig& c) const override {
@@ -404,7 +429,7 @@ class Llama final : public Arch {
   }
 
   void gguf_metadata(const ModelConfig& c, GgufWriter& g) const override {
-    const std::string a = c.arch + ".";
+    const std::string a = gguf_arch(c) + ".";
     g.add_u32(a + "embedding_length", uint32_t(c.d_model));
     g.add_u32(a + "block_count", uint32_t(c.n_layer));
     g.add_u32(a + "feed_forward_length", uint32_t(c.d_ff));
@@ -414,12 +439,94 @@ class Llama final : public Arch {
     g.add_u32(a + "attention.value_length", uint32_t(c.head_dim));
     g.add_f32(a + "attention.layer_norm_rms_epsilon", float(c.norm_eps));
     if (c.sliding_window > 0) g.add_u32(a + "attention.sliding_window", uint32_t(c.sliding_window));
-    write_gguf_rope(c.rope, c.arch, g);
+    write_gguf_rope(c.rope, gguf_arch(c), g);
+    if (c.router.n_experts == 0) return;
+    // What llama.cpp's converter writes (TextModel / Qwen2MoeModel.set_gguf_parameters); the
+    // routing each graph hard-codes is checked, so that llama.cpp reads the file as c.
+    const RouterSpec& r = c.router;
+    if (r.norm_topk_prob != (c.arch != "qwen2_moe"))
+      throw Error("[synth] " + c.arch + ": norm_topk_prob " + (r.norm_topk_prob ? "true" : "false") +
+                  " has no GGUF form llama.cpp reads (its " + gguf_arch(c) + " graph " +
+                  (r.norm_topk_prob ? "never" : "always") + " renormalises)");
+    g.add_u32(a + "expert_count", uint32_t(r.n_experts));
+    g.add_u32(a + "expert_used_count", uint32_t(r.top_k));
+    if (c.arch != "mixtral") g.add_u32(a + "expert_feed_forward_length", uint32_t(c.d_ff_expert));
+    if (c.d_ff_shared > 0) g.add_u32(a + "expert_shared_feed_forward_length", uint32_t(c.d_ff_shared));
   }
 
  private:
   static bool is_moe(const ModelConfig& c, int l) {
     return !c.layer_moe.empty() && c.layer_moe[size_t(l)];
+  }
+
+  // llama.cpp's MoE keys (src/models/{llama,qwen2moe,qwen3moe}.cpp) -> the HF config name and
+  // router. Routing is fixed per graph there: softmax over every expert, top-k, the k weights
+  // renormalised for llama (Mixtral) and qwen3moe, not for qwen2moe; a key saying otherwise
+  // is refused. The experts' width: feed_forward_length for llama; for the Qwens
+  // expert_feed_forward_length (llama.cpp's default feed_forward_length / expert_used_count),
+  // the shared expert's expert_shared_feed_forward_length (default feed_forward_length).
+  // Dense layers are the ones without ffn_gate_inp (llama.cpp's llama graph; its Qwen MoE
+  // graphs have none, but the converter writes Qwen's mlp_only_layers / decoder_sparse_step
+  // layers so).
+  static void parse_gguf_moe(const GgufFile& g, const std::string& p, ModelConfig& c) {
+    const std::string& path = g.path();
+    const std::string gname = c.arch;
+    auto refuse = [&](const std::string& key, const std::string& why) {
+      throw Error("[loader] " + path + ": " + p + key + " " + why);
+    };
+    RouterSpec& r = c.router;
+    r.n_experts = gguf_positive(g, p + "expert_count");
+    r.top_k = gguf_positive(g, p + "expert_used_count");
+    if (r.top_k > r.n_experts)
+      refuse("expert_used_count", strformat("%d is larger than %sexpert_count %d", r.top_k,
+                                             p.c_str(), r.n_experts));
+    r.scoring = RouterScoring::Softmax;
+    r.order = RouterOrder::ScoreThenTopK;
+    r.norm_topk_prob = gname != "qwen2moe";
+    if (g.has(p + "expert_weights_norm") && g.get_bool(p + "expert_weights_norm") != r.norm_topk_prob)
+      refuse("expert_weights_norm", "differs from what llama.cpp's " + gname + " graph computes");
+    if (g.has(p + "expert_gating_func") && g.get_int(p + "expert_gating_func") != 1)
+      refuse("expert_gating_func", "is not 1 (softmax), the only gating llama.cpp's " + gname +
+                                       " graph computes");
+    if (g.has(p + "expert_weights_scale")) {
+      const double w = g.get_float(p + "expert_weights_scale");
+      if (w != 0 && w != 1) refuse("expert_weights_scale", "is not supported (expected 0 or 1)");
+    }
+    for (const char* key : {"expert_shared_count", "expert_group_count", "expert_group_used_count"})
+      if (g.has(p + key)) refuse(key, "is not read by llama.cpp for " + gname + " (refusing it)");
+    if (gname == "llama") {
+      c.arch = "mixtral";
+      c.d_ff_expert = c.d_ff;
+      if (g.has(p + "expert_feed_forward_length") &&
+          g.get_int(p + "expert_feed_forward_length") != c.d_ff)
+        refuse("expert_feed_forward_length", "differs from feed_forward_length, which llama.cpp "
+                                             "reads for llama's experts");
+    } else {
+      c.arch = gname == "qwen3moe" ? "qwen3_moe" : "qwen2_moe";
+      c.d_ff_expert = g.has(p + "expert_feed_forward_length")
+                          ? gguf_positive(g, p + "expert_feed_forward_length")
+                          : std::max(1, c.d_ff / r.top_k);
+    }
+    if (gname == "qwen2moe")
+      c.d_ff_shared = g.has(p + "expert_shared_feed_forward_length")
+                          ? gguf_positive(g, p + "expert_shared_feed_forward_length")
+                          : c.d_ff;
+    else if (g.has(p + "expert_shared_feed_forward_length"))
+      refuse("expert_shared_feed_forward_length", "is not read by llama.cpp for " + gname +
+                                                      " (refusing it)");
+    // The routers' rows bound the expert count by the file (a hostile count would size a
+    // tensor list of that length before any shape check).
+    c.layer_moe.assign(size_t(c.n_layer), false);
+    for (int l = 0; l < c.n_layer; ++l) {
+      const std::string router = "blk." + std::to_string(l) + ".ffn_gate_inp.weight";
+      const Tensor* t = g.tensor(router);
+      c.layer_moe[size_t(l)] = t != nullptr;
+      if (t && t->shape[0] != r.n_experts)
+        refuse("expert_count", strformat("is %d but %s has %lld rows", r.n_experts, router.c_str(),
+                                         (long long)t->shape[0]));
+    }
+    if (const char* problem = router_spec_problem(r))
+      throw Error("[loader] " + path + ": router: " + problem);
   }
 
   static double attended(const ModelConfig& c, double ctx) {
@@ -536,7 +643,7 @@ ModelConfig preset_config(const char* arch, int L, int D, int H, int Hkv, int Dh
 
 // Every number below is the value in that model's official config.json on the Hugging Face
 // Hub (repository named in hf_id), read 2026-11; docs/performance.md repeats the table. tiny
-// is ours: a 2-layer llama for fast tests.
+// and tiny-moe are ours: a 2-layer llama and qwen3_moe for fast tests.
 std::vector<SynthPreset> Llama::presets() const {
   std::vector<SynthPreset> p;
   auto add = [&](const char* name, const char* hf_id, const char* cls, const char* source,
@@ -599,6 +706,18 @@ std::vector<SynthPreset> Llama::presets() const {
   add("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "MixtralForCausalLM",
       "huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json (transformers 4.36)", mixtral,
       {"<s>", "</s>"}, 0, 1, true);
+  // 4 experts of 32, top-2 renormalised, every layer sparse (synth's GGUF expert stacks).
+  ModelConfig tiny_moe =
+      preset_config("qwen3_moe", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-6, 1000000.0, false);
+  tiny_moe.qk_norm = true;
+  tiny_moe.router.n_experts = 4;
+  tiny_moe.router.top_k = 2;
+  tiny_moe.router.norm_topk_prob = true;
+  tiny_moe.d_ff_expert = 32;
+  tiny_moe.layer_moe.assign(2, true);
+  add("tiny-moe", "none (arbiter test shape)", "Qwen3MoeForCausalLM",
+      "arbiter: a 2-layer qwen3_moe small enough for unit tests", tiny_moe, qwen_specials, -1, 2,
+      false);
   add("tiny", "none (arbiter test shape)", "LlamaForCausalLM",
       "arbiter: a 2-layer llama small enough for unit tests",
       preset_config("llama", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-5, 10000.0, false),

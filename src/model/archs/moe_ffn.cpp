@@ -39,16 +39,23 @@ void moe_tensors(const ModelConfig& c, const MoeNames& n, int l, int first_slot,
     add("shared_down", kSharedDown, "shared_expert.down_proj.weight", "ffn_down_shexp.weight",
         {D, Fs});
   }
-  // HF checkpoints (and the Hub's) store one module per expert; GGUF's per-expert names are
-  // the old llama.cpp form (blk.N.ffn_gate.E.weight): arbiter reads MoE from HF files only.
+  // Each expert's three matrices. HF: one module per expert (the Hub's checkpoints, and what
+  // transformers 5 saves), or transformers 5's fused stacks mlp.experts.gate_up_proj
+  // [E, 2 Fe, D] (gate rows, then up: conversion_mapping.py's MergeModulelist + Concatenate(dim=1))
+  // and mlp.experts.down_proj [E, D, Fe]. GGUF: llama.cpp's ffn_{gate,up}_exps [E, Fe, D] and
+  // ffn_down_exps [E, D, Fe], one tensor per layer.
+  const std::string fused = "model.layers." + std::to_string(l) + ".mlp.experts.";
   for (int e = 0; e < E; ++e) {
     const std::string x = "experts." + std::to_string(e) + ".", xs = std::to_string(e);
-    add("expert" + xs + "_gate", kExperts + 3 * e, x + n.gate + ".weight",
-        "ffn_gate." + xs + ".weight", {Fe, D});
-    add("expert" + xs + "_up", kExperts + 3 * e + 1, x + n.up + ".weight",
-        "ffn_up." + xs + ".weight", {Fe, D});
-    add("expert" + xs + "_down", kExperts + 3 * e + 2, x + n.down + ".weight",
-        "ffn_down." + xs + ".weight", {D, Fe});
+    add("expert" + xs + "_gate", kExperts + 3 * e, x + n.gate + ".weight", "", {Fe, D});
+    t.back().hf_stack = {fused + "gate_up_proj", E, 2 * Fe, e, 0};
+    t.back().gguf_stack = {gg + "ffn_gate_exps.weight", E, Fe, e, 0};
+    add("expert" + xs + "_up", kExperts + 3 * e + 1, x + n.up + ".weight", "", {Fe, D});
+    t.back().hf_stack = {fused + "gate_up_proj", E, 2 * Fe, e, Fe};
+    t.back().gguf_stack = {gg + "ffn_up_exps.weight", E, Fe, e, 0};
+    add("expert" + xs + "_down", kExperts + 3 * e + 2, x + n.down + ".weight", "", {D, Fe});
+    t.back().hf_stack = {fused + "down_proj", E, D, e, 0};
+    t.back().gguf_stack = {gg + "ffn_down_exps.weight", E, D, e, 0};
   }
 }
 

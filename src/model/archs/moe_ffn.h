@@ -1,5 +1,5 @@
 // The mixture-of-experts feed-forward block, usable by any family whose layers are pre-norm
-// decoders (llama.cpp's qwen2_moe, qwen3_moe, mixtral today):
+// decoders (the llama family's qwen2_moe, qwen3_moe and mixtral today):
 //   out = sum over the k routed experts e of w_e * down_e(silu(gate_e(xn)) * up_e(xn))
 //         [+ sigmoid(xn @ shared_gate^T) * shared(xn)]           (Qwen2-MoE's shared expert)
 // with the router's logits = xn @ W_router^T and the routing of backend/moe_routing.h.
@@ -31,7 +31,8 @@ struct MoeNames {
 /// Per-layer tensor slots of a MoE layer, from the family's first free slot: router, shared
 /// expert gate vector, shared gate/up/down, then gate/up/down of each expert.
 int moe_layer_slots(const ModelConfig& c);
-/// Appends layer l's MoE tensors (slots from first_slot) to t.
+/// Appends layer l's MoE tensors (slots from first_slot) to t: the experts' matrices as
+/// views into 3-D stacks in GGUF files and in HF files that fuse them (TensorSpec::hf_stack).
 void moe_tensors(const ModelConfig& c, const MoeNames& names, int l, int first_slot,
                  std::vector<TensorSpec>& t);
 

@@ -4,7 +4,7 @@
 
 namespace arbiter {
 
-const Arch& llama_family();  // llama.cpp: llama, mistral, qwen2, qwen3
+const Arch& llama_family();  // llama.cpp: llama, mistral, qwen2, qwen3 and their MoE members
 const Arch& gemma_family();  // gemma.cpp: gemma2, gemma3
 const Arch& hybrid_family();  // hybrid.cpp: granitemoehybrid, nemotron_h
 
