@@ -19,6 +19,7 @@
 #include "io/io_test_util.h"
 #include "model/model_test_util.h"
 #include "io/sha256.h"
+#include "model/arch.h"
 #include "model/model.h"
 
 using namespace arbiter;
@@ -401,6 +402,47 @@ TEST(LoaderGguf, Llama3RopeFreqsRecognised) {
   bad.add_f32("rope_freqs.weight", {uint64_t(d.Dh / 2)}, rf);
   std::string e = error_of(write_gguf(bad));
   EXPECT_NE(e.find("rope_freqs.weight"), std::string::npos) << e;
+}
+
+// gemma3's optional keys as llama.cpp's gemma3 loader reads them: the sliding period
+// `attention.sliding_window_pattern` (default 6) or a per-layer bool array, and the local
+// layers' RoPE base `rope.freq_base_swa` (default 10000).
+TEST(LoaderGguf, Gemma3SlidingPatternAndLocalRopeBase) {
+  if (test::stories260k_gguf().empty()) GTEST_SKIP() << "stories260K.gguf (tokenizer source) not found";
+  Dims d;
+  d.L = 6;
+  auto config_of = [](const GgufBuilder& b) {
+    GgufFile g(write_gguf(b));
+    ModelConfig c;
+    c.arch = "gemma3";
+    arch_of("gemma3").parse_gguf(g, c);
+    return c;
+  };
+  GgufBuilder base = make_gguf("gemma3", d, false, false, true, true);
+  base.kv_u32("gemma3.attention.sliding_window", 4);
+  ModelConfig c = config_of(base);
+  EXPECT_EQ(c.layer_sliding, (std::vector<bool>{true, true, true, true, true, false}));
+  EXPECT_EQ(c.rope_local.theta, 10000.0);
+  GgufBuilder two = base;
+  two.kv_u32("gemma3.attention.sliding_window_pattern", 2);
+  two.kv_f32("gemma3.rope.freq_base_swa", 20000.f);
+  c = config_of(two);
+  EXPECT_EQ(c.layer_sliding, (std::vector<bool>{true, false, true, false, true, false}));
+  EXPECT_EQ(c.rope_local.theta, 20000.0);
+  auto bools = [](std::vector<uint8_t> v) {  // a GGUF array of BOOL (type 7)
+    std::string b;
+    test::put<uint32_t>(b, 7);
+    test::put<uint64_t>(b, v.size());
+    for (uint8_t x : v) test::put<uint8_t>(b, x);
+    return b;
+  };
+  GgufBuilder arr = base;
+  arr.kv_raw("gemma3.attention.sliding_window_pattern", 9, bools({0, 1, 1, 0, 1, 1}));
+  EXPECT_EQ(config_of(arr).layer_sliding, (std::vector<bool>{false, true, true, false, true, true}));
+  GgufBuilder short_arr = base;
+  short_arr.kv_raw("gemma3.attention.sliding_window_pattern", 9, bools({1, 0, 1}));
+  const std::string e = error_of(write_gguf(short_arr));
+  EXPECT_NE(e.find("gemma3.attention.sliding_window_pattern holds 3 layers, the model has 6"), std::string::npos) << e;
 }
 
 TEST(LoaderGguf, Refusals) {

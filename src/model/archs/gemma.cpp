@@ -196,20 +196,32 @@ class Gemma final : public Arch {
                   "attn_logit_softcapping is not read by llama.cpp for gemma3 (refusing it)");
     // Sliding layers: gemma2 every even layer, window 4096 by default; gemma3 every layer but
     // each 6th, when the window key is there and positive (else every layer is full).
-    const int pattern = g3 ? 6 : 2;
+    // gemma3 may state the period (llama.cpp: sliding_window_pattern, default 6) or a per-layer
+    // bool array (as llama.cpp's converter writes it for its newer gemmas).
     c.sliding_window = g3 ? int(g.get_int(p + "attention.sliding_window", 0))
                           : positive(p + "attention.sliding_window", 4096);
     if (c.sliding_window < 0)
       throw Error("[loader] " + path + ": " + p + "attention.sliding_window is negative");
     c.layer_sliding.assign(size_t(c.n_layer), false);
-    if (c.sliding_window > 0)
+    const std::string pattern_key = p + "attention.sliding_window_pattern";
+    const GgufValue* pv = g3 ? g.find(pattern_key) : nullptr;
+    if (c.sliding_window > 0 && pv && pv->kind == GgufValue::Kind::ArrBool) {
+      if (pv->au.size() != size_t(c.n_layer))
+        throw Error(strformat("[loader] %s: %s holds %zu layers, the model has %d", path.c_str(),
+                              pattern_key.c_str(), pv->au.size(), c.n_layer));
+      for (int l = 0; l < c.n_layer; ++l) c.layer_sliding[size_t(l)] = pv->au[size_t(l)] != 0;
+    } else if (c.sliding_window > 0) {
+      const int pattern = g3 ? (pv ? positive(pattern_key, -1) : 6) : 2;
       for (int l = 0; l < c.n_layer; ++l) c.layer_sliding[size_t(l)] = l % pattern < pattern - 1;
+    }
     c.rope.dims = c.head_dim;
     c.rope.layout = RopeLayout::Half;  // llama.cpp's NEOX RoPE: no row permutation for gemma
     read_gguf_rope(g, c.arch, c.rope);
     c.rope_local = c.rope;
-    if (g3) {  // llama.cpp's fixed local RoPE: base 10000, unscaled
-      c.rope_local.theta = 10000.0;
+    if (g3) {  // llama.cpp's local RoPE: rope.freq_base_swa (default 10000), unscaled
+      c.rope_local.theta = g.get_float(p + "rope.freq_base_swa", 10000.0);
+      if (!(c.rope_local.theta > 0) || !std::isfinite(c.rope_local.theta))
+        throw Error("[loader] " + path + ": " + p + "rope.freq_base_swa must be positive and finite");
       c.rope_local.scaling = RopeScaling{};
     }
   }
