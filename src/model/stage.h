@@ -27,7 +27,7 @@ struct StagePoint {
   const char* name = "";      // "attn_norm": what --inject op= names
   int layer = -1;             // -1 outside the blocks
   const char* op = "";        // the op computing it: "rmsnorm", "matmul", ...
-  int rows = 0, cols = 0;     // its shape in this forward ([T, ...])
+  int rows = 0, cols = 0;     // its shape in this forward ([T, ...]; a state's own shape)
   int64_t reduction = 1;      // n: terms summed per output element
   int roundings = 3;          // m: storage roundings feeding one output element
   const AttentionGeometry* attention = nullptr;  // attention stages only
@@ -69,17 +69,14 @@ class Stages {
   const StageTap* operator()(const char* name, int layer, const char* op, int cols,
                              int64_t reduction, int roundings,
                              const AttentionGeometry* attention = nullptr) const {
-    if (!hook_) return nullptr;
-    StagePoint p;
-    p.name = name;
-    p.layer = layer;
-    p.op = op;
-    p.rows = T_;
-    p.cols = cols;
-    p.reduction = reduction;
-    p.roundings = roundings;
-    p.attention = attention;
-    return hook_->at(p, pos0_);
+    return point(name, layer, op, T_, cols, reduction, roundings, attention);
+  }
+  /// A recurrent state the forward leaves for the next one ([rows, cols] whatever the
+  /// forward's width), tapped after its last write: a replay's overwrite is then what the
+  /// next forward reads, so the stage's local error is this forward's update alone.
+  const StageTap* state(const char* name, int layer, const char* op, int rows, int cols,
+                        int64_t reduction, int roundings) const {
+    return point(name, layer, op, rows, cols, reduction, roundings, nullptr);
   }
 
   /// Whether someone asked for the routing decisions (a tier keeps them on its device
@@ -96,6 +93,22 @@ class Stages {
   }
 
  private:
+  const StageTap* point(const char* name, int layer, const char* op, int rows, int cols,
+                        int64_t reduction, int roundings,
+                        const AttentionGeometry* attention) const {
+    if (!hook_) return nullptr;
+    StagePoint p;
+    p.name = name;
+    p.layer = layer;
+    p.op = op;
+    p.rows = rows;
+    p.cols = cols;
+    p.reduction = reduction;
+    p.roundings = roundings;
+    p.attention = attention;
+    return hook_->at(p, pos0_);
+  }
+
   StageHook* hook_;
   RouteLog* routes_;
   int pos0_, T_;

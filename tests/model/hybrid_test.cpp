@@ -361,8 +361,17 @@ TEST(Hybrid, DriftCpuAgainstRefFlagsNothing) {
       for (const StageRecord& r : ca[0].stages)
         EXPECT_NE(std::find(declared.begin(), declared.end(), r.name), declared.end()) << r.name;
       const int mixer = int(m->config.layer_blocks.find('M'));
-      for (const char* stage : {"ssm_conv", "ssm_scan", "ssm_norm", "ssm_out"})
+      for (const char* stage :
+           {"ssm_conv", "ssm_conv_state", "ssm_scan", "ssm_state", "ssm_norm", "ssm_out"})
         EXPECT_NE(ca[0].find(stage, mixer), nullptr) << dir << " " << stage;
+      // The states are one shape whatever the forward's width: [K-1, conv_dim], [nh, hd * N].
+      const ModelConfig& c = m->config;
+      const StageRecord& conv = ca[0].at("ssm_conv_state", mixer);
+      EXPECT_EQ(conv.rows, c.ssm_conv - 1) << dir;
+      EXPECT_EQ(conv.cols, c.ssm_heads * c.ssm_head_dim + 2 * c.ssm_groups * c.ssm_state) << dir;
+      const StageRecord& ssm = ca[0].at("ssm_state", mixer);
+      EXPECT_EQ(ssm.rows, c.ssm_heads) << dir;
+      EXPECT_EQ(ssm.cols, c.ssm_head_dim * c.ssm_state) << dir;
       const Roundoff u = coarser(roundoff_of(a->compute()), roundoff_of(b->compute()));
       const verify::DriftReport r = verify::drift_compare(ca, cb, cl, u);
       EXPECT_EQ(r.n_flagged, 0) << dir << " width " << w;
@@ -371,7 +380,8 @@ TEST(Hybrid, DriftCpuAgainstRefFlagsNothing) {
 }
 
 // A fault inside the mixer is named by drift at its stage and layer, on the prefill and the
-// step path alike.
+// step path alike. A fault on a recurrent state is named at the state stage, not at the next
+// forward's conv or scan: the replay hands that forward a's state.
 TEST(Hybrid, DriftNamesAFaultInsideTheMixer) {
   struct FaultCase {
     const char* dir;
@@ -383,6 +393,9 @@ TEST(Hybrid, DriftNamesAFaultInsideTheMixer) {
       {"tests/fixtures/models/tiny-nemotron-h", "op=ssm_scan,layer=0,scale=1.01", "ssm_scan", 0},
       {kGranite, "op=ssm_conv,layer=2,noise=0.001", "ssm_conv", 2},
       {kGranite, "op=ssm_norm,layer=0,scale=0.99", "ssm_norm", 0},
+      {kGranite, "op=ssm_state,layer=2,scale=1.001", "ssm_state", 2},
+      {"tests/fixtures/models/tiny-nemotron-h", "op=ssm_conv_state,layer=0,noise=0.001",
+       "ssm_conv_state", 0},
   };
   for (const FaultCase& fc : kFaults)
     for (int w : {16, 1}) {

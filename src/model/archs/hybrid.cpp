@@ -194,7 +194,9 @@ class Hybrid final : public Arch {
     return {"embed",   "attn_norm", "ssm_z",  "ssm_xbc",   "ssm_dt",  "ssm_conv", "ssm_scan",
             "ssm_norm", "ssm_out",  "q",      "k",         "v",       "q_rope",   "k_rope",
             "attn",    "o",         "attn_res", "ffn_norm", "gate",   "up",       "act",
-            "down",    "router",    "moe",    "ffn_out",   "ffn_res", "final_norm", "logits"};
+            "down",    "router",    "moe",    "ffn_out",   "ffn_res", "final_norm", "logits",
+            // Last: all_stage_names' order seeds --inject noise; the earlier names keep theirs.
+            "ssm_conv_state", "ssm_state"};
   }
 
   void parse_hf(const JsonConfig& j, ModelConfig& c) const override {
@@ -803,12 +805,19 @@ class Hybrid final : public Arch {
     const Tensor* conv_b = c.ssm_conv_bias ? &lw(kConvB) : nullptr;
     be.ssm_conv(s.xbc, lw(kConvW), conv_b, T, C, K, s.conv_state[size_t(l)], s.xbc_act);
     be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), s.xbc_act, T, C);
+    // The conv state keeps the last K-1 input rows: a copy of xBC, one rounding to its type.
+    be.apply_tap(tap.state("ssm_conv_state", l, "ssm_conv", K - 1, C, 1, 1),
+                 s.conv_state[size_t(l)], K - 1, C);
     be.ssm_scan(s.xbc_act, s.dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T,
                 nh, hd, G, N, c.ssm_chunk, s.ssm_state[size_t(l)], s.y);
     // Each output sums N state terms; each state carries every earlier token's update; a
     // prefill's chunked form (cpu, cuda) adds a chunk's terms, each with its summed decays.
     const int chunk_terms = T > 1 ? 2 * std::min(c.ssm_chunk, T) : 0;
     be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T + chunk_terms, 6), s.y, T, I);
+    // The state [nh, hd * N], one row per head: each element sums every token's decayed
+    // update so far (plus the chunked form's terms), without the output's sum over N.
+    be.apply_tap(tap.state("ssm_state", l, "ssm_scan", nh, hd * N, pos0 + T + chunk_terms, 6),
+                 s.ssm_state[size_t(l)], nh, hd * N);
     const int group = c.ssm_norm_per_group ? I / G : I;
     be.rmsnorm_gated(s.y, s.z, lw(kSsmNorm), T, I, group, c.norm_eps, s.yn);
     be.apply_tap(tap("ssm_norm", l, "rmsnorm_gated", I, group, 4), s.yn, T, I);
