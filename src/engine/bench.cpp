@@ -416,9 +416,12 @@ std::string bench_report_text(const BenchReport& r) {
   const BenchOptions& o = r.opt;
   std::ostringstream s;
   std::string types;  // each storage type's share of the bytes, when there are several
-  for (const auto& [type, bytes] : r.weight_types)
-    if (r.weight_types.size() > 1)
-      types += strformat("%s%s %.1f%%", types.empty() ? " (" : ", ", type.c_str(), 100.0 * bytes / r.weight_bytes);
+  for (const auto& [type, bytes] : r.weight_types) {
+    if (r.weight_types.size() < 2) break;
+    const double pct = 100.0 * double(bytes) / double(r.weight_bytes);  // norms: a sliver, not "0.0%"
+    types += strformat("%s%s %s", types.empty() ? " (" : ", ", type.c_str(),
+                       pct < 0.05 ? "<0.1%" : strformat("%.1f%%", pct).c_str());
+  }
   if (!types.empty()) types += ")";
   s << strformat("model   %s (%s, %s, %.3f G params, %.3f GB of weights in %s%s)\n", r.model_path.c_str(),
                  r.arch.c_str(), r.format.c_str(), r.n_params / 1e9, r.weight_bytes / 1e9, r.weight_dtype.c_str(),
