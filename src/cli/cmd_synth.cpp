@@ -15,11 +15,12 @@ static int cmd_synth(int argc, char** argv) {
   a.parse(argc, argv);
   if (a.flag("help") || a.flag("list")) {
     std::fprintf(stderr,
-                 "usage: arbiter synth --preset NAME --dtype bf16|f16|f32 [--seed N] [--layers N] "
+                 "usage: arbiter synth --preset NAME --dtype bf16|f16|f32|RECIPE [--seed N] [--layers N] "
                  "[--format hf|gguf] -o DIR|FILE.gguf [--force] [-t THREADS] [--quiet]\n"
                  "Writes an HF checkpoint directory (or, with --format gguf or -o X.gguf, one GGUF file with\n"
                  "the same weights) with the preset's shapes and seeded random weights: for speed\n"
-                 "measurements only, never for correctness.\npresets:\n");
+                 "measurements only, never for correctness. RECIPE (GGUF only): q8_0, q4_0, q6_k, q4_k_m,\n"
+                 "q5_k_m or mxfp4, the f32 weights encoded as `arbiter quantize --type` does.\npresets:\n");
     for (const SynthPreset& p : synth_presets()) {
       const ModelConfig& c = p.config;
       std::fprintf(stderr, "  %-24s %-44s L %d, D %d, H %d/%d, Dh %d, F %d, V %d%s\n", p.name.c_str(),
@@ -31,7 +32,9 @@ static int cmd_synth(int argc, char** argv) {
   ARB_CHECK(a.positional().empty(), "[cli] synth: unexpected argument '%s'", a.positional()[0].c_str());
   SynthOptions o;
   o.preset = a.str("preset");
-  o.dtype = dtype_from_name(a.str("dtype", "bf16"));
+  const std::string dtype = a.str("dtype", "bf16");
+  o.quant = find_quant_recipe(dtype);
+  o.dtype = o.quant ? DType::F32 : dtype_from_name(dtype);  // a recipe encodes f32 values
   const int64_t seed = a.integer("seed", 0);
   ARB_CHECK(seed >= 0, "[cli] synth: --seed must be >= 0");
   o.seed = uint64_t(seed);
@@ -51,7 +54,7 @@ static int cmd_synth(int argc, char** argv) {
   SynthResult r = synth_checkpoint(o);
   std::fprintf(stderr, "[synth] wrote %s: %s shape, %lld params, %.3f GB of %s weights (random: speed only)\n",
                o.out_dir.c_str(), o.preset.c_str(), (long long)r.n_params, r.weight_bytes / 1e9,
-               dtype_name(o.dtype));
+               o.quant ? quant_recipe_name(*o.quant) : dtype_name(o.dtype));
   std::printf("%s\n", o.out_dir.c_str());
   return 0;
 }

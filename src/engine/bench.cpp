@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -142,10 +143,12 @@ std::string host_cpu_name() {
   return "unknown";
 }
 
-uint64_t model_weight_bytes(const Model& m) {
-  uint64_t n = 0;
-  m.weights.for_each_distinct([&](const TensorSpec&, const Tensor& t) { n += t.nbytes(); });
-  return n;
+std::vector<std::pair<std::string, uint64_t>> model_weight_types(const Model& m) {
+  std::map<std::string, uint64_t> by;
+  m.weights.for_each_distinct([&](const TensorSpec&, const Tensor& t) { by[dtype_name(t.dtype)] += t.nbytes(); });
+  std::vector<std::pair<std::string, uint64_t>> out(by.begin(), by.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
 }
 
 // Deterministic token ids in [0, V) for prompts (their values do not change the work).
@@ -212,7 +215,8 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   r.d_model = c.d_model;
   r.vocab = c.vocab;
   r.n_params = m.n_params;
-  r.weight_bytes = model_weight_bytes(m);
+  r.weight_types = model_weight_types(m);
+  for (const auto& [type, bytes] : r.weight_types) r.weight_bytes += bytes;
   r.device = be.device_name();
   r.compute = dtype_name(be.compute());
   r.threads = resolve_threads(opt.threads);
@@ -411,8 +415,17 @@ nlohmann::ordered_json stat_json(const BenchStat& s) {
 std::string bench_report_text(const BenchReport& r) {
   const BenchOptions& o = r.opt;
   std::ostringstream s;
-  s << strformat("model   %s (%s, %s, %.3f G params, %.3f GB of weights in %s)\n", r.model_path.c_str(),
-                 r.arch.c_str(), r.format.c_str(), r.n_params / 1e9, r.weight_bytes / 1e9, r.weight_dtype.c_str());
+  std::string types;  // each storage type's share of the bytes, when there are several
+  for (const auto& [type, bytes] : r.weight_types) {
+    if (r.weight_types.size() < 2) break;
+    const double pct = 100.0 * double(bytes) / double(r.weight_bytes);  // norms: a sliver, not "0.0%"
+    types += strformat("%s%s %s", types.empty() ? " (" : ", ", type.c_str(),
+                       pct < 0.05 ? "<0.1%" : strformat("%.1f%%", pct).c_str());
+  }
+  if (!types.empty()) types += ")";
+  s << strformat("model   %s (%s, %s, %.3f G params, %.3f GB of weights in %s%s)\n", r.model_path.c_str(),
+                 r.arch.c_str(), r.format.c_str(), r.n_params / 1e9, r.weight_bytes / 1e9, r.weight_dtype.c_str(),
+                 types.c_str());
   s << strformat("device  %s (compute %s), %d probe threads; host %s, %d cores; build %s\n", r.device.c_str(),
                  r.compute.c_str(), r.threads, r.host_cpu.c_str(), r.host_cores, r.build.c_str());
   s << strformat("state   %.2f MB on the device for %d positions (KV caches and scratch)\n", r.state_bytes / 1e6,
@@ -488,6 +501,7 @@ std::string bench_report_json(const BenchReport& r) {
   j["build"] = r.build;
   j["model"] = {{"path", r.model_path}, {"arch", r.arch},           {"format", r.format},
                 {"weight_dtype", r.weight_dtype}, {"params", r.n_params}, {"weight_bytes", r.weight_bytes},
+                {"weight_type_bytes", json(std::map<std::string, uint64_t>(r.weight_types.begin(), r.weight_types.end()))},
                 {"n_layer", r.n_layer}, {"d_model", r.d_model},    {"vocab", r.vocab}};
   j["device"] = {{"name", r.device}, {"compute", r.compute}, {"threads", r.threads},
                  {"host_cpu", r.host_cpu}, {"host_cores", r.host_cores}};

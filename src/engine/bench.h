@@ -25,6 +25,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -77,6 +78,9 @@ struct BenchReport {
   int n_layer = 0, d_model = 0, vocab = 0;
   int64_t n_params = 0;
   uint64_t weight_bytes = 0;  // all tensor bytes the model holds (storage dtype)
+  /// weight_bytes by storage type, largest first (a quantized GGUF mixes its recipe's block
+  /// types with f32 norms): the text names each type's share.
+  std::vector<std::pair<std::string, uint64_t>> weight_types;
   int64_t state_bytes = 0;    // the session's KV caches and scratch on the tier
   int state_ctx = 0;          // the positions that state holds
   std::string device, compute;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -62,15 +63,49 @@ DType fallback(DType t, int64_t cols) {
 
 }  // namespace
 
-QuantRecipe quant_recipe_from_name(const std::string& name) {
+std::optional<QuantRecipe> find_quant_recipe(const std::string& name) {
   std::string up = name;
   for (char& c : up) c = char(std::toupper(static_cast<unsigned char>(c)));
   for (const RecipeInfo& i : kRecipes)
     if (up == i.name) return i.r;
+  return std::nullopt;
+}
+
+QuantRecipe quant_recipe_from_name(const std::string& name) {
+  if (const std::optional<QuantRecipe> r = find_quant_recipe(name)) return *r;
   throw Error("[quantize] unknown --type '" + name + "' (expected Q8_0, Q4_0, Q6_K, Q4_K_M, Q5_K_M or MXFP4)");
 }
 
 const char* quant_recipe_name(QuantRecipe r) { return info(r).name; }
+
+QuantCounters quant_counters(const std::vector<std::string>& names, int n_layer) {
+  QuantCounters c;
+  c.n_layer = n_layer;
+  c.tied = std::find(names.begin(), names.end(), "output.weight") == names.end();
+  for (const std::string& n : names)
+    if (n.find("attn_v.weight") != std::string::npos || n.find("attn_qkv.weight") != std::string::npos) ++c.n_attn_v;
+  return c;
+}
+
+void add_quant_file_type(QuantRecipe r, GgufWriter& w) {
+  w.add_u32("general.quantization_version", kQuantizationVersion);
+  w.add_u32("general.file_type", info(r).ftype);
+}
+
+void encode_f32(DType to, const float* x, int64_t n, void* dst) {
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  if (is_quantized(to)) {
+    quantize_blocks(to, x, n / block_elems(to), out);
+  } else if (to == DType::F32) {
+    std::memcpy(out, x, size_t(n) * 4);
+  } else {
+    ARB_ASSERT(to == DType::F16 || to == DType::BF16);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t u = to == DType::F16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+      std::memcpy(out + 2 * i, &u, 2);
+    }
+  }
+}
 
 DType quant_tensor_type(QuantRecipe r, const std::string& name, int n_dims, int64_t cols, DType stored,
                         QuantCounters& c) {
@@ -109,26 +144,24 @@ QuantizeStats quantize_gguf(const std::string& in_path, const std::string& out_p
   if (in_path == out_path || std::filesystem::equivalent(in_path, out_path, ec))
     throw Error("[quantize] " + out_path + ": the output is the input file (write elsewhere)");
   GgufFile in(in_path);
-  const RecipeInfo& ri = info(r);
 
-  QuantCounters c;
-  c.tied = in.tensor("output.weight") == nullptr;
+  std::vector<std::string> names;
   for (const Tensor& t : in.tensors()) {
     if (is_quantized(t.dtype) && t.shape.size() >= 2)
       throw Error("[quantize] " + in_path + ": tensor '" + t.name + "' is already " + dtype_name(t.dtype) +
                   " (quantize from an f32, f16 or bf16 file)");
-    if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("attn_qkv.weight") != std::string::npos)
-      ++c.n_attn_v;
+    names.push_back(t.name);
   }
   const std::string arch = in.find("general.architecture") ? in.find("general.architecture")->s : "";
-  if (const GgufValue* n = in.find(arch + ".block_count")) c.n_layer = int(n->u ? n->u : uint64_t(n->i));
+  int n_layer = 0;
+  if (const GgufValue* n = in.find(arch + ".block_count")) n_layer = int(n->u ? n->u : uint64_t(n->i));
+  QuantCounters c = quant_counters(names, n_layer);
 
   GgufWriter w;
   for (const auto& [key, v] : in.metadata())
     if (key != "general.file_type" && key != "general.quantization_version" && key != "general.alignment")
       w.add_value(key, v);
-  w.add_u32("general.quantization_version", kQuantizationVersion);
-  w.add_u32("general.file_type", ri.ftype);
+  add_quant_file_type(r, w);
 
   ThreadPool pool(threads);
   QuantizeStats st;
@@ -153,18 +186,7 @@ QuantizeStats quantize_gguf(const std::string& in_path, const std::string& out_p
         const int64_t first = begin + b0 * be;
         row_to_f32(t.dtype, static_cast<const uint8_t*>(t.data) + dtype_bytes(t.dtype, first), f.data(),
                    int64_t(f.size()));
-        uint8_t* out = static_cast<uint8_t*>(dst) + dtype_bytes(to, b0 * be);
-        if (is_quantized(to)) {
-          quantize_blocks(to, f.data(), b1 - b0, out);
-        } else {
-          for (size_t i = 0; i < f.size(); ++i) {
-            if (to == DType::F32) std::memcpy(out + 4 * i, &f[i], 4);
-            else {
-              const uint16_t u = to == DType::F16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
-              std::memcpy(out + 2 * i, &u, 2);
-            }
-          }
-        }
+        encode_f32(to, f.data(), int64_t(f.size()), static_cast<uint8_t*>(dst) + dtype_bytes(to, b0 * be));
       });
     };
     w.add_tensor(std::move(e));

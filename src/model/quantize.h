@@ -2,7 +2,9 @@
 // llama.cpp's mixture recipes (src/llama-quant.cpp llama_tensor_get_type, without an
 // imatrix); docs/quantization.md lists which tensors get which type.
 #pragma once
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -11,6 +13,9 @@ namespace arbiter {
 /// A recipe: Q8_0, Q4_0, Q6_K, Q4_K_M, Q5_K_M or MXFP4 (case-insensitive); throws otherwise.
 enum class QuantRecipe { Q8_0, Q4_0, Q6_K, Q4_K_M, Q5_K_M, MXFP4 };
 QuantRecipe quant_recipe_from_name(const std::string& name);
+/// The same lookup without throwing: nothing when name is no recipe (`synth --dtype` takes a
+/// recipe or a float dtype).
+std::optional<QuantRecipe> find_quant_recipe(const std::string& name);
 const char* quant_recipe_name(QuantRecipe r);
 
 /// The type `name` (a GGUF tensor of ne0 = cols values per row and n_dims dimensions) gets
@@ -21,8 +26,18 @@ struct QuantCounters {
   int i_attn_v = 0, n_attn_v = 0, i_ffn_down = 0, n_layer = 0;
   bool tied = false;
 };
+/// The counters before the first tensor of a file whose tensors are `names` (file order) and
+/// whose blocks number n_layer.
+QuantCounters quant_counters(const std::vector<std::string>& names, int n_layer);
 DType quant_tensor_type(QuantRecipe r, const std::string& name, int n_dims, int64_t cols, DType stored,
                         QuantCounters& c);
+
+class GgufWriter;
+/// general.quantization_version and general.file_type as llama-quantize writes them for r.
+void add_quant_file_type(QuantRecipe r, GgufWriter& w);
+
+/// n f32 values (whole blocks of `to`) encoded as `to`: a block format, F32, F16 or BF16.
+void encode_f32(DType to, const float* x, int64_t n, void* dst);
 
 struct QuantizeStats {
   int tensors = 0, quantized = 0;

@@ -144,19 +144,6 @@ int64_t numel(const std::vector<int64_t>& s) {
   return n;
 }
 
-// Writes n f32 values as dtype t.
-void store(DType t, const float* src, int64_t n, void* dst) {
-  if (t == DType::F32) {
-    std::memcpy(dst, src, size_t(n) * 4);
-  } else if (t == DType::BF16) {
-    auto* d = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
-  } else {
-    auto* d = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
-  }
-}
-
 // ---------------------------------------------------------------------------------------
 // Tokenizer: byte-level BPE with synthetic merges.
 
@@ -386,7 +373,7 @@ Fill seeded_fill(const std::string& hf_name, uint64_t seed, bool ones, DType dt,
       }
       for (auto& x : th) x.join();
     }
-    store(dt, f.data(), n, dst);
+    encode_f32(dt, f.data(), n, dst);
   };
 }
 
@@ -439,6 +426,21 @@ DType stored_dtype(const TensorSpec& t, const SynthOptions& o) {
   return o.format == SynthFormat::Gguf && t.shape.size() == 1 ? DType::F32 : o.dtype;
 }
 
+// The GGUF type of each tensor of plan, in file order: stored_dtype, or under a recipe what
+// `arbiter quantize` gives that tensor of the f32 file (its counters run in file order).
+std::vector<DType> gguf_types(const std::vector<GgufTensorPlan>& plan, const ModelConfig& c, const SynthOptions& o) {
+  std::vector<DType> out;
+  std::vector<std::string> names;
+  for (const GgufTensorPlan& t : plan) names.push_back(t.name);
+  QuantCounters qc = quant_counters(names, c.n_layer);
+  for (const GgufTensorPlan& t : plan) {
+    const DType stored = stored_dtype(*t.parts[0], o);
+    out.push_back(o.quant ? quant_tensor_type(*o.quant, t.name, int(t.shape.size()), t.shape.back(), stored, qc)
+                          : stored);
+  }
+  return out;
+}
+
 // general.architecture, context_length and the family's metadata of c.
 void add_gguf_config(const ModelConfig& c, GgufWriter& g) {
   const Arch& arch = arch_of(c.arch);
@@ -453,6 +455,7 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   GgufWriter g;
   add_gguf_config(c, g);
   g.add_string("general.name", "arbiter synth " + p.name + " (random weights, speed only)");
+  if (o.quant) add_quant_file_type(*o.quant, g);
 
   const SynthVocab sv = synth_vocab(p, c);
   const int64_t n_special = int64_t(p.specials.size());
@@ -475,21 +478,25 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
   const bool adjacent = arch_of(c.arch).gguf_rope_layout(c.arch) == RopeLayout::Adjacent;
   int64_t bytes = 0;
   const std::vector<TensorSpec> list = tensor_list(c);
-  for (const GgufTensorPlan& t : gguf_plan(list)) {
+  const std::vector<GgufTensorPlan> plan = gguf_plan(list);
+  const std::vector<DType> dtypes = gguf_types(plan, c, o);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const GgufTensorPlan& t = plan[k];
     GgufTensorEntry e;
     e.name = t.name;
-    e.dtype = stored_dtype(*t.parts[0], o);
+    e.dtype = dtypes[k];
     e.shape = t.shape;
+    const DType gen = stored_dtype(*t.parts[0], o);  // the values as generated
     std::vector<std::pair<int64_t, Fill>> parts;
     for (const TensorSpec* s : t.parts) {
       ARB_ASSERT(s->gguf_offset == 0 || s->kind == TensorKind::Norm);  // only ones are offset
-      Fill fill = spec_fill(*s, o.seed, e.dtype, n_threads,
+      Fill fill = spec_fill(*s, o.seed, gen, n_threads,
                             adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
                             s->gguf_offset);
       if (s->gguf_value == TensorSpec::GgufValue::NegExp) {
         // The HF values' -exp (Mamba2's A from A_log), as llama.cpp's converter stores them;
         // such tensors are 1-D in HF, so stored f32.
-        ARB_ASSERT(e.dtype == DType::F32);
+        ARB_ASSERT(gen == DType::F32);
         fill = [fill = std::move(fill)](int64_t begin, int64_t n, void* dst) {
           fill(begin, n, dst);
           float* f = static_cast<float*>(dst);
@@ -498,7 +505,17 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
       }
       parts.emplace_back(numel(s->shape), std::move(fill));
     }
-    e.fill = metered(concat_fills(std::move(parts), e.dtype), e.dtype, meter, bytes);
+    Fill fill = concat_fills(std::move(parts), gen);
+    if (e.dtype != gen) {
+      // The recipe's encoding of the f32 values, a writer's piece (whole blocks) at a time.
+      ARB_ASSERT(gen == DType::F32);
+      fill = [fill = std::move(fill), to = e.dtype](int64_t begin, int64_t n, void* dst) {
+        std::vector<float> x(static_cast<size_t>(n));
+        fill(begin, n, x.data());
+        encode_f32(to, x.data(), n, dst);
+      };
+    }
+    e.fill = metered(std::move(fill), e.dtype, meter, bytes);
     g.add_tensor(std::move(e));
   }
   g.write(path);
@@ -614,7 +631,15 @@ const SynthPreset& synth_preset(const std::string& name) {
 SynthResult synth_plan(const SynthOptions& opt) {
   const SynthPreset& p = synth_preset(opt.preset);
   ARB_CHECK(opt.dtype == DType::BF16 || opt.dtype == DType::F16 || opt.dtype == DType::F32,
-            "[synth] dtype %s not supported (expected bf16, f16 or f32)", dtype_name(opt.dtype));
+            "[synth] dtype %s not supported (expected bf16, f16, f32 or, for GGUF, a quantize recipe: "
+            "q8_0, q4_0, q6_k, q4_k_m, q5_k_m, mxfp4)", dtype_name(opt.dtype));
+  if (opt.quant) {
+    ARB_CHECK(opt.format == SynthFormat::Gguf,
+              "[synth] --dtype %s is a GGUF recipe: write it with --format gguf (for MLX's quantized layout, "
+              "synth an HF checkpoint and run `arbiter quantize --mlx`)",
+              quant_recipe_name(*opt.quant));
+    ARB_ASSERT(opt.dtype == DType::F32);  // the recipe encodes f32 values
+  }
   ARB_CHECK(opt.layers >= 0 && opt.layers <= 1000, "[synth] --layers %d outside [1, 1000]", opt.layers);
   SynthResult r;
   r.config = p.config;
@@ -637,10 +662,15 @@ SynthResult synth_plan(const SynthOptions& opt) {
   }
   // MoE presets route every layer, so fewer (or more) layers keep that.
   if (!r.config.layer_moe.empty()) r.config.layer_moe.assign(size_t(r.config.n_layer), true);
-  for (const TensorSpec& t : tensor_list(r.config)) {
-    r.n_params += numel(t.shape);
-    r.weight_bytes += dtype_bytes(stored_dtype(t, opt), numel(t.shape));
+  const std::vector<TensorSpec> list = tensor_list(r.config);
+  for (const TensorSpec& t : list) r.n_params += numel(t.shape);
+  if (!opt.quant) {
+    for (const TensorSpec& t : list) r.weight_bytes += dtype_bytes(stored_dtype(t, opt), numel(t.shape));
+    return r;
   }
+  const std::vector<GgufTensorPlan> plan = gguf_plan(list);
+  const std::vector<DType> types = gguf_types(plan, r.config, opt);
+  for (size_t k = 0; k < plan.size(); ++k) r.weight_bytes += dtype_bytes(types[k], numel(plan[k].shape));
   return r;
 }
 

@@ -11,11 +11,13 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/quantize.h"
 
 namespace arbiter {
 
@@ -46,6 +48,10 @@ struct SynthOptions {
   std::string preset;
   SynthFormat format = SynthFormat::Hf;  // Gguf: out_dir names the .gguf file to write
   DType dtype = DType::BF16;  // F32, F16 or BF16
+  /// GGUF only: the weights generated as f32 (dtype must be F32) and each tensor encoded as
+  /// `arbiter quantize --type` encodes it in an f32 GGUF (quant_tensor_type), tensor by tensor
+  /// with no f32 copy of the model on disk.
+  std::optional<QuantRecipe> quant;
   uint64_t seed = 0;
   int layers = 0;             // > 0 overrides the preset's layer count (quick tests)
   std::string out_dir;
@@ -71,6 +77,9 @@ std::string synth_config_json(const SynthOptions& opt);
 /// out_dir, renamed into place at the end; a GGUF file to a temporary file renamed onto
 /// out_dir. Refuses an existing non-empty out_dir (or existing file) unless force, an
 /// unsupported dtype, and a disk without room. Throws arbiter::Error.
+///
+/// With opt.quant the GGUF also carries general.file_type and general.quantization_version
+/// as llama-quantize writes them; an HF output with opt.quant is refused (synth_plan).
 ///
 /// GGUF layout (what src/model/loader.cpp reads): the family's GGUF tensor names, its
 /// `ARCH.*` hyperparameter keys (Arch::gguf_metadata), a gpt2-model tokenizer with the same

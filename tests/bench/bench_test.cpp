@@ -71,6 +71,38 @@ TEST(BenchWork, DecodeBytesPerTokenByHand) {
   EXPECT_DOUBLE_EQ(total - w, 5120.0);
 }
 
+// A quantized GGUF's decode step reads the blocks as stored (the cpu tier's kernels read them
+// packed): tiny (the elements above) written by synth --dtype q8_0 and q4_k_m. Q8_0 blocks are
+// 34 bytes per 32 values, Q5_0 22; the 1-D norms are f32 (2 x 128 + 64 = 320 values, 1,280 B).
+//   q8_0: matrices 2 x 49,152 + output 32,768 = 131,072 values = 4,096 blocks = 139,264 B,
+//     embedding row 2 blocks = 68 B: 140,612 B.
+//   q4_k_m (tiny's rows do not divide into 256: Q4_K falls back to Q5_0, Q6_K to Q8_0): Q8_0
+//     for the output 32,768, blk.1.attn_v 2,048 and blk.1.ffn_down 12,288 = 1,472 blocks =
+//     50,048 B; Q5_0 for the other 83,968 matrix values = 2,624 blocks = 57,728 B; the
+//     embedding row 2 Q5_0 blocks = 44 B: 109,100 B.
+// The report names the types by their share of the file's tensor bytes: q5_0 57,728 + the
+// whole embedding 1,024 blocks = 80,256 B, q8_0 50,048 B, f32 1,280 B, of 131,584 B.
+TEST(BenchWork, QuantizedDecodeBytesByHand) {
+  const std::string root = test::temp_dir("bench-quant");
+  for (const auto& [recipe, want] : {std::pair{QuantRecipe::Q8_0, 140612.0}, std::pair{QuantRecipe::Q4_K_M, 109100.0}}) {
+    SynthOptions o;
+    o.preset = "tiny";
+    o.format = SynthFormat::Gguf;
+    o.dtype = DType::F32;
+    o.quant = recipe;
+    o.progress = false;
+    o.out_dir = root + "/" + quant_recipe_name(recipe) + ".gguf";
+    synth_checkpoint(o);
+    auto m = load_model(o.out_dir);
+    double w = 0;
+    decode_bytes_per_token(*m, 10, 4, &w);
+    EXPECT_DOUBLE_EQ(w, want) << quant_recipe_name(recipe);
+  }
+  auto r = test::run_cli("bench -m " + root + "/Q4_K_M.gguf -p 4 -n 2 -r 1 --no-probes");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("0.000 GB of weights in q5_0 (q5_0 61.0%, q8_0 38.0%, f32 1.0%)"), std::string::npos) << r.out;
+}
+
 // A hybrid's decode step (tiny-granite-h, built in memory: layers M * M M, D 64, H 4, Hkv 2,
 // Dh 16, Mamba 8 heads x 16 (I 128), 2 groups x d_state 16 (C = I + 2 G N = 192), conv 4,
 // shared MLP 64, 4 experts of 32 top-2, V 512, untied), bf16 elements read:

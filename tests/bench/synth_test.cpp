@@ -20,6 +20,7 @@
 #include "io/gguf_write.h"
 #include "io/json_config.h"
 #include "model/model.h"
+#include "model/quantize.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
 #include "io/sha256.h"
@@ -388,9 +389,10 @@ TEST(SynthCheckpoint, Qwen25OneLayerHasBiases) {
 // --- GGUF: the same checkpoint in llama.cpp's format -----------------------------------------
 
 // Logits rows of `ids` in one forward on the cpu tier, one thread.
-std::vector<std::vector<double>> cpu_logits(const Model& m, const std::vector<int32_t>& ids) {
+std::vector<std::vector<double>> cpu_logits(const Model& m, const std::vector<int32_t>& ids,
+                                            const std::string& device = "cpu") {
   DeviceSpec spec;
-  spec.device = "cpu";
+  spec.device = device;
   spec.threads = 1;
   auto be = make_backend(spec);
   Session s(m, *be, 64, 16);
@@ -738,6 +740,81 @@ TEST(SynthModel, InMemoryIsTheSynthDirectoryBitForBit) {
   }
   EXPECT_NE(test::error_of([] { synth_model(opts("no-such-preset", "")); }).find("unknown preset"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace arbiter
+
+namespace arbiter {
+namespace {
+
+// synth --dtype RECIPE writes what `arbiter quantize --type RECIPE` makes of the f32 synth
+// GGUF (whose recipe quantize_test.cpp checks against llama.cpp's), tensor for tensor and byte
+// for byte, without the f32 file; it loads and runs with ref and cpu agreeing.
+TEST(SynthGguf, QuantizedIsQuantizeOfTheF32File) {
+  const std::string root = temp_dir("synth-quant");
+  SynthOptions f = opts("tiny", root + "/f32.gguf", 3, 0, DType::F32);
+  f.format = SynthFormat::Gguf;
+  f.progress = false;
+  synth_checkpoint(f);
+  // tiny's rows (64 and 192 values) do not divide into 256-value super-blocks, so Q4_K_M
+  // falls back as llama-quant.cpp does: Q4_K -> Q5_0 for every matrix, Q6_K -> Q8_0 for the
+  // untied output and layer 1's attn_v and ffn_down (use_more_bits(1, 2)).
+  struct Want {
+    QuantRecipe r;
+    DType matrix, singled_out;
+  };
+  for (const Want w : {Want{QuantRecipe::Q8_0, DType::Q8_0, DType::Q8_0},
+                       Want{QuantRecipe::Q4_K_M, DType::Q5_0, DType::Q8_0}}) {
+    const std::string name = quant_recipe_name(w.r);
+    SCOPED_TRACE(name);
+    SynthOptions q = f;
+    q.out_dir = root + "/" + name + ".gguf";
+    q.quant = w.r;
+    const SynthResult res = synth_checkpoint(q);
+    const std::string want_path = root + "/quantized-" + name + ".gguf";
+    quantize_gguf(f.out_dir, want_path, w.r, 2);
+    GgufFile got(q.out_dir), want(want_path);
+    EXPECT_EQ(got.find("general.file_type")->u, want.find("general.file_type")->u);
+    EXPECT_EQ(got.find("general.quantization_version")->u, 2u);
+    ASSERT_EQ(got.tensors().size(), want.tensors().size());
+    uint64_t bytes = 0;
+    for (const Tensor& t : got.tensors()) {
+      SCOPED_TRACE(t.name);
+      const Tensor* u = want.tensor(t.name);
+      ASSERT_NE(u, nullptr);
+      EXPECT_EQ(t.dtype, u->dtype);
+      EXPECT_EQ(t.shape, u->shape);
+      ASSERT_EQ(t.nbytes(), u->nbytes());
+      EXPECT_EQ(std::memcmp(t.data, u->data, t.nbytes()), 0);
+      const bool singled_out = t.name == "output.weight" || t.name == "blk.1.attn_v.weight" ||
+                               t.name == "blk.1.ffn_down.weight";
+      EXPECT_EQ(t.dtype, t.shape.size() == 1 ? DType::F32 : singled_out ? w.singled_out : w.matrix);
+      bytes += t.nbytes();
+    }
+    EXPECT_EQ(res.weight_bytes, bytes);
+    EXPECT_EQ(synth_plan(q).weight_bytes, bytes);
+
+    auto m = load_model(q.out_dir);
+    const std::vector<int32_t> ids = {3, 100, 57, 250, 9};
+    const auto r = cpu_logits(*m, ids, "ref"), c = cpu_logits(*m, ids);
+    // Kernel error only (the same quantized weights on both tiers): quantize_test.cpp's bound.
+    for (size_t t = 0; t < ids.size(); ++t) EXPECT_LT(test::rel_l2(c[t], r[t]), 1e-5) << "row " << t;
+  }
+}
+
+TEST(SynthGguf, QuantizedRefusals) {
+  const std::string dir = temp_dir("synth-quant-bad");
+  auto r = run_cli("synth --preset tiny --dtype q4_k_m -o " + dir + "/hf");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--format gguf"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("quantize --mlx"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  r = run_cli("synth --preset tiny --dtype q4_k -o " + dir + "/k.gguf");  // a block type, no recipe
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("q4_k_m"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/hf") || std::filesystem::exists(dir + "/k.gguf"));
 }
 
 }  // namespace
