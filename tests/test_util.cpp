@@ -4,12 +4,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -131,6 +134,23 @@ LlamaLayer llama_layer(const Model& m, int l) {
       {"w_up", &r.w_up},           {"w_down", &r.w_down}};
   for (const auto& [role, t] : roles) *t = weight(m, role, l);
   return r;
+}
+
+double max_reference_logit_error(const Model& m, Backend& be, const std::string& reference_json) {
+  const nlohmann::json ref = nlohmann::json::parse(read_file(reference_json));
+  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int> positions = ref["positions"].get<std::vector<int>>();
+  Session s(m, be, int(prompt.size()));
+  s.forward(prompt);
+  double worst = 0;
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const std::vector<double> want = ref["logits"][i].get<std::vector<double>>();
+    const std::vector<double> got = s.logits(positions[i]);
+    ARB_CHECK(got.size() == want.size(), "%s: position %d has %zu logits, the reference %zu",
+              reference_json.c_str(), positions[i], got.size(), want.size());
+    for (size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::fabs(got[v] - want[v]));
+  }
+  return worst;
 }
 
 double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {

@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 
 namespace arbiter {
+class Backend;
 class Session;
 struct Model;
 struct SamplerParams;
@@ -45,6 +46,11 @@ std::string error_of(F&& f) {
   return "(no error)";
 }
 void write_file(const std::string& path, const std::string& data);
+
+/// The largest |logit - HF float64| of m on be over a fixture's reference_logits.json (the
+/// forward of its prompt_ids, the logits rows at its positions); throws on a row whose size
+/// differs from the reference's.
+double max_reference_logit_error(const Model& m, Backend& be, const std::string& reference_json);
 
 /// n greedy ids after a prefill of prompt (s is reset first), each token read back with
 /// summarize's top-1 and fed as a host id; the session is left after the last forward.

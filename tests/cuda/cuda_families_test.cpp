@@ -21,8 +21,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "cuda/cuda_test_util.h"
 #include "engine/session.h"
@@ -48,21 +46,8 @@ class CudaFamilies : public ::testing::TestWithParam<const char*> {};
 TEST_P(CudaFamilies, F32LogitsMatchTransformersFloat64) {
   ARB_CUDA_OR_SKIP(cu, "f32");
   const std::string dir = fixture(GetParam());
-  std::ifstream f(dir + "/reference_logits.json");
-  ASSERT_TRUE(f.good()) << dir;
-  const nlohmann::json ref = nlohmann::json::parse(f);
   auto m = load_model(dir);
-  const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const std::vector<int> positions = ref["positions"].get<std::vector<int>>();
-  Session s(*m, *cu, int(prompt.size()));
-  s.forward(prompt);
-  double worst = 0;
-  for (size_t i = 0; i < positions.size(); ++i) {
-    const std::vector<double> want = ref["logits"][i].get<std::vector<double>>();
-    const std::vector<double> got = s.logits(positions[i]);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::fabs(got[v] - want[v]));
-  }
+  const double worst = test::max_reference_logit_error(*m, *cu, dir + "/reference_logits.json");
   std::printf("[ hf-ref   ] %-20s cuda f32 max |dlogit| = %.3g\n", GetParam(), worst);
   // The cpu tier's f32 bound (hf_reference_test.cpp): a few u per op through a few layers.
   EXPECT_LE(worst, 2e-4) << GetParam() << ": max |logit - HF float64|";

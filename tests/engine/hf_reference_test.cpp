@@ -87,21 +87,13 @@ TEST_P(HfReference, LogitsMatchTransformersFloat64) {
   EXPECT_EQ(std::vector<int32_t>(ours.begin(), ours.begin() + (prompt.size() - skip)),
             std::vector<int32_t>(prompt.begin() + skip, prompt.end()));
 
-  std::vector<int> positions = ref["positions"].get<std::vector<int>>();
+  const std::string ref_path = test::source_path(c.reference);
   for (const std::string tier : {"ref", "cpu"}) {
     SCOPED_TRACE(tier);
     DeviceSpec spec;
     spec.device = tier;
     auto be = make_backend(spec);
-    Session s(*m, *be, int(prompt.size()));
-    s.forward(prompt);
-    double worst = 0;
-    for (size_t i = 0; i < positions.size(); ++i) {
-      std::vector<double> want = ref["logits"][i].get<std::vector<double>>();
-      std::vector<double> got = s.logits(positions[i]);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::abs(got[v] - want[v]));
-    }
+    const double worst = test::max_reference_logit_error(*m, *be, ref_path);
     EXPECT_LE(worst, bound(c, tier)) << c.model_dir << ": max |logit - HF float64|";
     std::printf("[ hf-ref   ] %-36s %s max |dlogit| = %.3g\n", c.model_dir, tier.c_str(), worst);
   }

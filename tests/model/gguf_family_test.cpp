@@ -302,19 +302,8 @@ TEST(GgufLlamaCpp, ConverterFilesMatchTheFloat64Logits) {
     SCOPED_TRACE(f.gguf);
     auto m = load_model(test::source_path(f.gguf));
     EXPECT_EQ(m->config.arch, f.arch);
-    std::ifstream in(test::source_path(std::string(f.fixture) + "/reference_logits.json"));
-    const nlohmann::json ref = nlohmann::json::parse(in);
-    const std::vector<int32_t> prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-    const std::vector<int> positions = ref["positions"].get<std::vector<int>>();
-    Session s(*m, *be, int(prompt.size()));
-    s.forward(prompt);
-    double worst = 0;
-    for (size_t i = 0; i < positions.size(); ++i) {
-      const std::vector<double> want = ref["logits"][i].get<std::vector<double>>();
-      const std::vector<double> got = s.logits(positions[i]);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::abs(got[v] - want[v]));
-    }
+    const double worst = test::max_reference_logit_error(
+        *m, *be, test::source_path(std::string(f.fixture) + "/reference_logits.json"));
     std::printf("[ llama.cpp ] %-40s ref max |logit - HF float64| = %.3g\n", f.gguf, worst);
     EXPECT_LE(worst, f.bound);
   }
