@@ -8,7 +8,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::expect_clean([&] {
     verify::MatrixSpec s = verify::parse_matrix_spec_text(fuzz::bytes(data, size), "fuzz.toml");
     size_t n = 0;
-    for (const verify::MatrixTrace& t : verify::matrix_traces(s)) n += verify::matrix_trace_args(s, t).size();
+    for (const verify::MatrixTrace& t : verify::matrix_traces(s)) n += verify::matrix_trace_args(s, t, "traces").size();
     fuzz::sink(n);
   });
   return 0;
