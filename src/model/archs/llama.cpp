@@ -641,6 +641,15 @@ ModelConfig preset_config(const char* arch, int L, int D, int H, int Hkv, int Dh
   return c;
 }
 
+// An MoE preset's routing: E experts of width F, top-k renormalised, every layer sparse.
+void every_layer_sparse(ModelConfig& c, int E, int k, int F) {
+  c.router.n_experts = E;
+  c.router.top_k = k;
+  c.router.norm_topk_prob = true;
+  c.d_ff_expert = F;
+  c.layer_moe.assign(size_t(c.n_layer), true);
+}
+
 // Every number below is the value in that model's official config.json on the Hugging Face
 // Hub (repository named in hf_id), read 2026-11; docs/performance.md repeats the table. tiny
 // and tiny-moe are ours: a 2-layer llama and qwen3_moe for fast tests.
@@ -688,21 +697,13 @@ std::vector<SynthPreset> Llama::presets() const {
       preset_config("qwen3_moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 1e-6, 1000000.0,
                     false);
   qwen3_moe.qk_norm = true;
-  qwen3_moe.router.n_experts = 128;
-  qwen3_moe.router.top_k = 8;
-  qwen3_moe.router.norm_topk_prob = true;
-  qwen3_moe.d_ff_expert = 768;
-  qwen3_moe.layer_moe.assign(48, true);
+  every_layer_sparse(qwen3_moe, 128, 8, 768);
   add("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM",
       "huggingface.co/Qwen/Qwen3-30B-A3B config.json (transformers 4.51.0)", qwen3_moe,
       qwen_specials, -1, 2, false);
   ModelConfig mixtral =
       preset_config("mixtral", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1e-5, 1000000.0, false);
-  mixtral.router.n_experts = 8;
-  mixtral.router.top_k = 2;
-  mixtral.router.norm_topk_prob = true;
-  mixtral.d_ff_expert = 14336;
-  mixtral.layer_moe.assign(32, true);
+  every_layer_sparse(mixtral, 8, 2, 14336);
   add("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "MixtralForCausalLM",
       "huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json (transformers 4.36)", mixtral,
       {"<s>", "</s>"}, 0, 1, true);
@@ -710,11 +711,7 @@ std::vector<SynthPreset> Llama::presets() const {
   ModelConfig tiny_moe =
       preset_config("qwen3_moe", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-6, 1000000.0, false);
   tiny_moe.qk_norm = true;
-  tiny_moe.router.n_experts = 4;
-  tiny_moe.router.top_k = 2;
-  tiny_moe.router.norm_topk_prob = true;
-  tiny_moe.d_ff_expert = 32;
-  tiny_moe.layer_moe.assign(2, true);
+  every_layer_sparse(tiny_moe, 4, 2, 32);
   add("tiny-moe", "none (arbiter test shape)", "Qwen3MoeForCausalLM",
       "arbiter: a 2-layer qwen3_moe small enough for unit tests", tiny_moe, qwen_specials, -1, 2,
       false);
