@@ -76,6 +76,12 @@ struct LogitsSummary {
   int64_t n_nonfinite = 0;   // NaN/Inf count in the row
 };
 
+/// How an RMSNorm applies its weight: x / rms(x) * w (rmsnorm, HF LlamaRMSNorm) or
+/// x / rms(x) * (1 + w) (rmsnorm_1p, HF Gemma3RMSNorm).
+enum class NormWeight { Plain, OnePlus };
+/// The activation of a gated MLP: silu(gate) * up (swiglu) or gelu_tanh(gate) * up (geglu).
+enum class GluAct { SiLU, GeluTanh };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -244,6 +250,10 @@ class Backend {
   /// Applies a tap to out [rows, cols] through read()/write(): the host path of every tier.
   void apply_tap(const StageTap* tap, Buffer& out, int rows, int cols);
 
+  /// norm(x; w, eps) as nw says: rmsnorm() or rmsnorm_1p().
+  void norm(const Buffer& x, const Tensor& w, NormWeight nw, int R, int N, double eps,
+            Buffer& out);
+
   /// One output of rmsnorm_matmul: out[T, N] = xn @ W[N, K]^T (+ bias[N]), then tap.
   struct MatmulTarget {
     const Tensor* W = nullptr;
@@ -251,42 +261,56 @@ class Backend {
     Buffer* out = nullptr;
     const StageTap* tap = nullptr;
   };
-  /// xn[T, D] = rmsnorm(x; w, eps) (tap norm_tap), then outs[i].out = xn @ outs[i].W^T (+ bias)
+  /// xn[T, D] = norm(x; w, nw, eps) (tap norm_tap), then outs[i].out = xn @ outs[i].W^T (+ bias)
   /// for each i. Afterwards xn's contents are unspecified (a fused kernel never writes it).
-  virtual void rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps,
-                              Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
-                              int n_outs);
-  /// The stages of rmsnorm_swiglu: the norm, the two projections and their product.
-  struct SwigluTaps {
+  virtual void rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                              double eps, Buffer& xn, const StageTap* norm_tap,
+                              const MatmulTarget* outs, int n_outs);
+  /// The stages of rmsnorm_glu: the norm, the two projections and their product.
+  struct GluTaps {
     const StageTap *norm = nullptr, *gate = nullptr, *up = nullptr, *act = nullptr;
   };
-  /// xn = rmsnorm(x; w, eps); act[T, F] = silu(xn @ w_gate^T) * (xn @ w_up^T). Afterwards the
-  /// contents of xn, gate and up are unspecified.
-  virtual void rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps,
-                              Buffer& xn, const Tensor& w_gate, const Tensor& w_up, Buffer& gate,
-                              Buffer& up, Buffer& act, const SwigluTaps& taps);
-  /// tmp[T, N] = x @ W^T (tap product), then residual[T, N] += tmp (tap sum). Afterwards tmp's
+  /// xn = norm(x; w, nw, eps); act[T, F] = swiglu or geglu (as `act_fn` says) of
+  /// xn @ w_gate^T and xn @ w_up^T. Afterwards the contents of xn, gate and up are unspecified.
+  virtual void rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                           double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
+                           GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
+                           const GluTaps& taps);
+  /// tmp[T, N] = x @ W^T (tap product); tmp *= scale unless scale is 1 (Granite's
+  /// residual_multiplier: scale()); then residual[T, N] += tmp (tap sum). Afterwards tmp's
   /// contents are unspecified.
   virtual void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp,
-                          Buffer& residual, const StageTap* product, const StageTap* sum);
+                          Buffer& residual, double scale, const StageTap* product,
+                          const StageTap* sum);
+  /// y[T, D] = norm(y; w, nw, eps) (tap norm_tap), then residual[T, D] += y (tap sum): Gemma's
+  /// post-attention and post-feedforward norms. Afterwards y's contents are unspecified.
+  virtual void rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D, double eps,
+                           Buffer& residual, const StageTap* norm_tap, const StageTap* sum);
   /// The stages of qk_rope_attention, in order.
   struct AttentionTaps {
     const StageTap *q_norm = nullptr, *k_norm = nullptr, *q_rope = nullptr, *k_rope = nullptr,
                    *out = nullptr;
   };
-  /// q [T, H, Dh], k [T, Hkv, Dh]: per-head RMSNorm when q_norm/k_norm are given (qwen3),
-  /// RoPE at positions pos0 + t, then k and v stored at rows pos0.. of the layer's cache
-  /// (taps q_norm, k_norm, q_rope, k_rope).
+  /// q [T, H, Dh], k [T, Hkv, Dh]: per-head norm (as qk_nw says) when q_norm/k_norm are given
+  /// (qwen3, gemma3), RoPE at positions pos0 + t, then k and v stored at rows pos0.. of the
+  /// layer's cache (taps q_norm, k_norm, q_rope, k_rope).
   virtual void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                             const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                             int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
-                             const AttentionTaps& taps);
-  /// qk_rope_store, then attention of the roped q over the cache into out (see attention();
-  /// tap out).
+                             const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H,
+                             int Hkv, int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,
+                             Buffer& v_cache, const AttentionTaps& taps);
+  /// The score scaling of qk_rope_attention: scale 0 is attention()'s 1/sqrt(Dh); otherwise
+  /// scaled_attention() with this scale and softcap.
+  struct AttentionScores {
+    double scale = 0;
+    double softcap = 0;
+  };
+  /// qk_rope_store, then attention of the roped q over the cache into out (see attention()
+  /// and scaled_attention(); tap out).
   virtual void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                                 const Tensor* k_norm, double eps, int T, int H, int Hkv,
-                                 int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,
-                                 Buffer& v_cache, int window, Buffer& out,
+                                 const Tensor* k_norm, NormWeight qk_nw, double eps, int T,
+                                 int H, int Hkv, int Dh, int pos0, const RopeSpec& rope,
+                                 Buffer& k_cache, Buffer& v_cache, int window,
+                                 const AttentionScores& scores, Buffer& out,
                                  const AttentionTaps& taps);
 
   // --- greedy decode with the token kept on the tier (backend/fused_ops.cpp) -------------

@@ -39,10 +39,16 @@ void Backend::apply_tap(const StageTap* tap, Buffer& out, int rows, int cols) {
   }
 }
 
-void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps,
-                             Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
-                             int n_outs) {
-  rmsnorm(x, w, T, D, eps, xn);
+void Backend::norm(const Buffer& x, const Tensor& w, NormWeight nw, int R, int N, double eps,
+                   Buffer& out) {
+  if (nw == NormWeight::OnePlus) rmsnorm_1p(x, w, R, N, eps, out);
+  else rmsnorm(x, w, R, N, eps, out);
+}
+
+void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                             double eps, Buffer& xn, const StageTap* norm_tap,
+                             const MatmulTarget* outs, int n_outs) {
+  norm(x, w, nw, T, D, eps, xn);
   apply_tap(norm_tap, xn, T, D);
   for (int i = 0; i < n_outs; ++i) {
     const MatmulTarget& o = outs[i];
@@ -51,39 +57,50 @@ void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, dou
   }
 }
 
-void Backend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps,
-                             Buffer& xn, const Tensor& w_gate, const Tensor& w_up, Buffer& gate,
-                             Buffer& up, Buffer& act, const SwigluTaps& taps) {
+void Backend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                          double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
+                          GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
+                          const GluTaps& taps) {
   const int F = int(w_gate.rows());
-  rmsnorm(x, w, T, D, eps, xn);
+  norm(x, w, nw, T, D, eps, xn);
   apply_tap(taps.norm, xn, T, D);
   matmul(xn, w_gate, nullptr, T, gate);
   apply_tap(taps.gate, gate, T, F);
   matmul(xn, w_up, nullptr, T, up);
   apply_tap(taps.up, up, T, F);
-  swiglu(gate, up, int64_t(T) * F, act);
+  if (act_fn == GluAct::GeluTanh) geglu(gate, up, int64_t(T) * F, act);
+  else swiglu(gate, up, int64_t(T) * F, act);
   apply_tap(taps.act, act, T, F);
 }
 
 void Backend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
-                         const StageTap* product, const StageTap* sum) {
+                         double scale, const StageTap* product, const StageTap* sum) {
   const int N = int(W.rows());
   matmul(x, W, nullptr, T, tmp);
   apply_tap(product, tmp, T, N);
+  if (scale != 1) this->scale(tmp, int64_t(T) * N, scale);
   add(residual, tmp, int64_t(T) * N);
   apply_tap(sum, residual, T, N);
 }
 
+void Backend::rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D, double eps,
+                          Buffer& residual, const StageTap* norm_tap, const StageTap* sum) {
+  norm(y, w, nw, T, D, eps, y);
+  apply_tap(norm_tap, y, T, D);
+  add(residual, y, int64_t(T) * D);
+  apply_tap(sum, residual, T, D);
+}
+
 void Backend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                            const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                            int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
-                            const AttentionTaps& taps) {
+                            const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H,
+                            int Hkv, int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,
+                            Buffer& v_cache, const AttentionTaps& taps) {
   if (q_norm) {
-    rmsnorm(q, *q_norm, T * H, Dh, eps, q);
+    norm(q, *q_norm, qk_nw, T * H, Dh, eps, q);
     apply_tap(taps.q_norm, q, T, H * Dh);
   }
   if (k_norm) {
-    rmsnorm(k, *k_norm, T * Hkv, Dh, eps, k);
+    norm(k, *k_norm, qk_nw, T * Hkv, Dh, eps, k);
     apply_tap(taps.k_norm, k, T, Hkv * Dh);
   }
   this->rope(q, T, H, Dh, pos0, rope);
@@ -94,12 +111,18 @@ void Backend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor*
 }
 
 void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                                const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                                int pos0, const RopeSpec& rope, Buffer& k_cache,
-                                Buffer& v_cache, int window, Buffer& out,
+                                const Tensor* k_norm, NormWeight qk_nw, double eps, int T,
+                                int H, int Hkv, int Dh, int pos0, const RopeSpec& rope,
+                                Buffer& k_cache, Buffer& v_cache, int window,
+                                const AttentionScores& scores, Buffer& out,
                                 const AttentionTaps& taps) {
-  qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope, k_cache, v_cache, taps);
-  attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
+  qk_rope_store(q, k, v, q_norm, k_norm, qk_nw, eps, T, H, Hkv, Dh, pos0, rope, k_cache, v_cache,
+                taps);
+  if (scores.scale == 0 && scores.softcap == 0)
+    attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
+  else
+    scaled_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, scores.scale,
+                     scores.softcap, out);
   apply_tap(taps.out, out, T, H * Dh);
 }
 

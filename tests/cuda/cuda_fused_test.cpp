@@ -78,7 +78,7 @@ TEST(CudaFused, DecodeEqualsOpByOpPath) {
                     a->stats().calls().count("qk_rope_attention"),
                 0u);
       EXPECT_GT(a->stats().calls().count("matmul_add"), 0u);
-      EXPECT_GT(a->stats().calls().count("rmsnorm_swiglu"), 0u);
+      EXPECT_GT(a->stats().calls().count("rmsnorm_glu"), 0u);
       CudaTuning t = cuda_tuning(*b);
       t.fused = false;
       t.pdl = false;

@@ -69,7 +69,7 @@ TEST(CudaTaps, FusedKernelsRecordTheirOpByOpBits) {
       // The fused kernels did run, taps and all.
       const std::set<std::string> pf = providers(*fused);
       EXPECT_TRUE(pf.count(std::string("rmsnorm_matmul=cuda.norm_gemv_") + dt));
-      EXPECT_TRUE(pf.count(std::string("rmsnorm_swiglu=cuda.norm_gemv_swiglu_") + dt));
+      EXPECT_TRUE(pf.count(std::string("rmsnorm_glu=cuda.norm_gemv_glu_") + dt));
       EXPECT_TRUE(pf.count(std::string("matmul_add=cuda.gemv_add_") + dt));
       // Heads of 32+ take the decode attention with q/k norm + RoPE inside; heads of 16 (the
       // llama and qwen2 here) the fused q/k norm + RoPE + KV store before the attention.

@@ -3,7 +3,8 @@
 // attention) bit for bit in q and k (roped in place), both caches and the output; with stage
 // taps on q_norm, k_norm, q_rope, k_rope and the output, whose records are the composition's
 // and whose overwrite of k_rope is what both store in the cache and attend to. The caches
-// hold random rows before the position and NaN after it; long caches split the keys.
+// hold random rows before the position and NaN after it; long caches split the keys. Gemma's
+// form too: (1 + w) q/k norms, the score scale given, a softcap (Gemma 2).
 #include <algorithm>
 
 #include "tier_util.h"
@@ -18,6 +19,8 @@ struct Case {
   int T, H, Hkv, Dh, pos, cap, window;
   bool qk_norm;
   RopeLayout layout;
+  NormWeight nw = NormWeight::Plain;
+  Backend::AttentionScores scores = {};
 };
 const Case kCases[] = {
     {1, 16, 8, 128, 700, 760, 0, true, RopeLayout::Half},       // qwen3-0.6B, several splits
@@ -26,7 +29,10 @@ const Case kCases[] = {
     {1, 8, 8, 64, 0, 64, 0, false, RopeLayout::Adjacent},       // first token
     {1, 16, 2, 256, 200, 300, 0, true, RopeLayout::Half},       // group of 8 at Dh 256
     {1, 8, 4, 16, 30, 40, 0, false, RopeLayout::Half},          // TinyStories-656K heads
-    {3, 4, 2, 32, 10, 20, 0, true, RopeLayout::Half}};          // T > 1: the composition
+    {3, 4, 2, 32, 10, 20, 0, true, RopeLayout::Half},           // T > 1: the composition
+    // gemma3-1b's heads, sliding layer
+    {1, 4, 1, 256, 600, 700, 512, true, RopeLayout::Half, NormWeight::OnePlus, {0.0625, 0}},
+    {1, 8, 4, 16, 30, 40, 0, false, RopeLayout::Half, NormWeight::Plain, {0.25, 50}}};  // gemma2
 
 struct Outcome {
   std::vector<std::vector<double>> bufs;  // q, k, k cache, v cache, out
@@ -51,11 +57,11 @@ Outcome run(Backend& be, bool composed, const Case& c, const std::vector<double>
   const Tensor* qnp = c.qk_norm ? &qn.t : nullptr;
   const Tensor* knp = c.qk_norm ? &kn.t : nullptr;
   if (composed)
-    be.Backend::qk_rope_attention(qb.b, kb.b, vb.b, qnp, knp, 1e-6, c.T, c.H, c.Hkv, c.Dh, c.pos,
-                                  rope, kcb.b, vcb.b, c.window, ob.b, t);
+    be.Backend::qk_rope_attention(qb.b, kb.b, vb.b, qnp, knp, c.nw, 1e-6, c.T, c.H, c.Hkv, c.Dh,
+                                  c.pos, rope, kcb.b, vcb.b, c.window, c.scores, ob.b, t);
   else
-    be.qk_rope_attention(qb.b, kb.b, vb.b, qnp, knp, 1e-6, c.T, c.H, c.Hkv, c.Dh, c.pos, rope,
-                         kcb.b, vcb.b, c.window, ob.b, t);
+    be.qk_rope_attention(qb.b, kb.b, vb.b, qnp, knp, c.nw, 1e-6, c.T, c.H, c.Hkv, c.Dh, c.pos,
+                         rope, kcb.b, vcb.b, c.window, c.scores, ob.b, t);
   Outcome r;
   r.bufs = {qb.read(), kb.read(), kcb.read(), vcb.read(), ob.read()};
   if (taps) r.records = taps->records;
@@ -86,9 +92,11 @@ TEST_P(QkRopeAttention, MatchesRefAndItsComposition) {
     }
     auto qn = make_tensor("q_norm", {c.Dh}, values(c.Dh, seed + 5, 0.3, DType::F32), DType::F32);
     auto kn = make_tensor("k_norm", {c.Dh}, values(c.Dh, seed + 6, 0.3, DType::F32), DType::F32);
-    const std::string what = strformat("T=%d H=%d Hkv=%d Dh=%d pos=%d cap=%d window=%d%s", c.T,
+    std::string what = strformat("T=%d H=%d Hkv=%d Dh=%d pos=%d cap=%d window=%d%s", c.T,
                                        c.H, c.Hkv, c.Dh, c.pos, c.cap, c.window,
                                        c.qk_norm ? " qk_norm" : "");
+    if (c.nw == NormWeight::OnePlus || c.scores.scale != 0)
+      what += strformat(" gemma scale %g softcap %g", c.scores.scale, c.scores.softcap);
     const Outcome fused = run(*be, false, c, q, k, v, kc, vc, *qn, *kn, nullptr);
     const Outcome composed = run(*be, true, c, q, k, v, kc, vc, *qn, *kn, nullptr);
     for (int j = 0; j < 5; ++j)

@@ -3,7 +3,8 @@
 // each matmul) bit for bit, as the fused kernels promise; and with stage taps, whose records
 // must be the composition's intermediates and whose overwrite of the normalised x must feed
 // the products exactly as in the composition. Shapes: the q/k/v form (rows of 1,024, 1,000
-// and 504 elements, segments of odd lengths), logits rows, a tiny model's, and T > 1.
+// and 504 elements, segments of odd lengths), logits rows, a tiny model's, and T > 1; the
+// Plain norm and gemma's (1 + w) (gemma3-1b's q/k/v rows of 1,152).
 #include <cmath>
 
 #include "tier_util.h"
@@ -17,11 +18,14 @@ struct Case {
   int T, K;
   std::vector<int> rows;  // one to three outputs
   bool logits;
+  NormWeight nw = NormWeight::Plain;
 };
 const std::vector<Case> kCases = {{1, 1024, {1001, 37, 3000}, false}, {1, 1000, {1001, 37, 3000}, false},
                                   {1, 504, {512, 64, 64}, false},    {1, 64, {64, 32, 32}, false},
                                   {1, 256, {20000}, true},           {1, 512, {9000}, true},
-                                  {3, 64, {128, 64, 64}, false}};
+                                  {3, 64, {128, 64, 64}, false},
+                                  {1, 1152, {1024, 256, 256}, false, NormWeight::OnePlus},
+                                  {2, 64, {128, 64, 64}, false, NormWeight::OnePlus}};
 
 struct Outcome {
   std::vector<std::vector<double>> outs;
@@ -42,9 +46,10 @@ Outcome run(Backend& be, bool composed, const Case& c, const HostTensor& norm,
     tg.push_back({&W[i]->t, nullptr, &out[i]->b, taps ? (*taps)[i + 1] : nullptr});
   const StageTap* nt = taps ? (*taps)[0] : nullptr;
   if (composed)
-    be.Backend::rmsnorm_matmul(xb.b, norm.t, c.T, c.K, 1e-6, xn.b, nt, tg.data(), int(tg.size()));
+    be.Backend::rmsnorm_matmul(xb.b, norm.t, c.nw, c.T, c.K, 1e-6, xn.b, nt, tg.data(),
+                               int(tg.size()));
   else
-    be.rmsnorm_matmul(xb.b, norm.t, c.T, c.K, 1e-6, xn.b, nt, tg.data(), int(tg.size()));
+    be.rmsnorm_matmul(xb.b, norm.t, c.nw, c.T, c.K, 1e-6, xn.b, nt, tg.data(), int(tg.size()));
   Outcome r;
   for (auto& o : out) r.outs.push_back(o->read());
   if (taps) r.records = taps->records;
@@ -61,9 +66,12 @@ TEST_P(RmsnormMatmul, MatchesRefAndItsComposition) {
   uint64_t seed = 1300;
   for (const Case& c : kCases) {
     ++seed;
-    std::vector<double> nv = values(c.K, seed, 0.1, DType::F32);
+    std::vector<double> nv = values(c.K, seed, 0.1, DType::F32);  // the weights applied
     for (double& w : nv) w += 1.0;
-    auto norm = make_tensor("norm", {c.K}, nv, DType::F32);
+    std::vector<double> stored = nv;  // rmsnorm_1p adds the 1 itself
+    if (c.nw == NormWeight::OnePlus)
+      for (double& w : stored) w -= 1.0;
+    auto norm = make_tensor("norm", {c.K}, stored, DType::F32);
     std::vector<std::unique_ptr<HostTensor>> W;
     std::vector<std::vector<double>> w;
     for (size_t i = 0; i < c.rows.size(); ++i) {
@@ -78,8 +86,9 @@ TEST_P(RmsnormMatmul, MatchesRefAndItsComposition) {
       const double r = 1 / std::sqrt(ss / c.K + 1e-6);
       for (int k = 0; k < c.K; ++k) xn[size_t(t * c.K + k)] *= r * nv[size_t(k)];
     }
-    const std::string what = strformat("T=%d K=%d outputs %zu%s", c.T, c.K, c.rows.size(),
-                                       c.logits ? " logits" : "");
+    const std::string what = strformat("T=%d K=%d outputs %zu%s%s", c.T, c.K, c.rows.size(),
+                                       c.logits ? " logits" : "",
+                                       c.nw == NormWeight::OnePlus ? " 1+w" : "");
     const Outcome want = run(*ref, false, c, *norm, W, x, nullptr);
     const Outcome fused = run(*be, false, c, *norm, W, x, nullptr);
     const Outcome composed = run(*be, true, c, *norm, W, x, nullptr);

@@ -101,7 +101,7 @@ CudaBackend::CudaBackend(int device, DType ct) : device_(device), ct_(ct) {
   prov_gemv_ = "cuda.gemv_" + dt;
   prov_gemm_ = "cublaslt.gemm_" + dt;
   prov_norm_gemv_ = "cuda.norm_gemv_" + dt;
-  prov_norm_swiglu_ = "cuda.norm_gemv_swiglu_" + dt;
+  prov_norm_glu_ = "cuda.norm_gemv_glu_" + dt;
   prov_gemv_add_ = "cuda.gemv_add_" + dt;
 }
 

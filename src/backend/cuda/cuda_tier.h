@@ -81,21 +81,25 @@ class CudaBackend final : public Backend {
   // fused.cpp: one kernel each for T == 1, with the stage taps inside; otherwise the default
   // composition. Each fused kernel computes the bits of the op-by-op path (same reduction
   // orders, same roundings), so a decode does not depend on whether a stage is tapped.
-  void rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
-                      const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) override;
-  void rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
-                      const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
-                      Buffer& act, const SwigluTaps& taps) override;
+  void rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
+                      Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
+                      int n_outs) override;
+  void rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
+                   Buffer& xn, const Tensor& w_gate, const Tensor& w_up, GluAct act_fn,
+                   Buffer& gate, Buffer& up, Buffer& act, const GluTaps& taps) override;
   void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
-                  const StageTap* product, const StageTap* sum) override;
+                  double scale, const StageTap* product, const StageTap* sum) override;
+  void rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D, double eps,
+                   Buffer& residual, const StageTap* norm_tap, const StageTap* sum) override;
   void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                     const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh, int pos0,
-                     const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
+                     const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H, int Hkv,
+                     int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
                      const AttentionTaps& taps) override;
   void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                         const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                         int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
-                         int window, Buffer& out, const AttentionTaps& taps) override;
+                         const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H,
+                         int Hkv, int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,
+                         Buffer& v_cache, int window, const AttentionScores& scores,
+                         Buffer& out, const AttentionTaps& taps) override;
 
   // Greedy decode with the token kept on the device (cuda_backend.cpp).
   void pick_greedy(const Buffer& logits, int row, int V) override;
@@ -112,7 +116,7 @@ class CudaBackend final : public Backend {
  private:
   static constexpr size_t kLtWorkspace = size_t(32) << 20;
   static constexpr int kMaxSplitKeys = 1 << 20;  // keeps the kernel's split count in int range
-  static constexpr int64_t kTagNormSwiglu = 21;  // rmsnorm_swiglu's signature tag
+  static constexpr int64_t kTagNormGlu = 21;  // rmsnorm_glu's signature tag
   static constexpr int kPickSlots = 64;
 
   struct GemmPlan {
@@ -181,8 +185,9 @@ class CudaBackend final : public Backend {
                                Buffer& out, int cap, int pos0, const cuda::QkRopeArgs* qk);
   /// qk_rope_store's arguments (device norm weights and RoPE table looked up and checked).
   cuda::QkRopeArgs qk_args(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                           const Tensor* k_norm, double eps, int H, int Hkv, int Dh, int pos0,
-                           const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache);
+                           const Tensor* k_norm, NormWeight qk_nw, double eps, int H, int Hkv,
+                           int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,
+                           Buffer& v_cache);
   static void append_qk_sig(std::vector<int64_t>& sig, const cuda::QkRopeArgs& a);
   /// Device copies of the stage taps of one fused launch, each for an output of n elements.
   void stage_taps(std::initializer_list<std::pair<const StageTap*, int64_t>> taps, bool& tapped,
@@ -200,7 +205,7 @@ class CudaBackend final : public Backend {
   DType ct_;
   std::string name_;
   // provider names of --stats, built once (ops run ~170 times per decode step)
-  std::string prov_gemv_, prov_gemm_, prov_norm_gemv_, prov_norm_swiglu_, prov_gemv_add_;
+  std::string prov_gemv_, prov_gemm_, prov_norm_gemv_, prov_norm_glu_, prov_gemv_add_;
   int sm_count_ = 1, sm_ = 1;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

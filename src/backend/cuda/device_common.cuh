@@ -143,6 +143,15 @@ __device__ __forceinline__ void load_chunks(const T* p, int n, int lane, uint4 (
     v[j] = k >= n ? make_uint4(0, 0, 0, 0) : kStream ? ldg_stream(q) : __ldg(q);
   }
 }
+/// The gated activations of swiglu/geglu and the fused gate/up GEMV (one definition, so the
+/// fused and the op-by-op paths compile the same arithmetic): silu(g) * u, and HF
+/// gelu_pytorch_tanh(g) * u = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u.
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float gelu_tanh_mul(float g, float u) {
+  const float c = 0.7978845608028654f;  // sqrt(2/pi) rounded to f32
+  return 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
+}
+
 /// Sum of squares of a row held in chunks, in the canonical order; the same in every lane.
 template <class T, int NCH>
 __device__ __forceinline__ float chunks_sumsq(const uint4 (&v)[NCH]) {

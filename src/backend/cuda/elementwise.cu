@@ -169,8 +169,7 @@ __global__ void swiglu_kernel(const T* gate, const T* up, int64_t n, T* out) {
   griddep_launch();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = to_f(gate[i]);
-    out[i] = from_f<T>(g / (1.0f + expf(-g)) * to_f(up[i]));
+    out[i] = from_f<T>(silu_mul(to_f(gate[i]), to_f(up[i])));
   }
 }
 
@@ -183,17 +182,14 @@ __global__ void add_kernel(T* x, const T* y, int64_t n) {
     x[i] = from_f<T>(to_f(x[i]) + to_f(y[i]));
 }
 
-// HF gelu_pytorch_tanh: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), times up.
+// HF gelu_pytorch_tanh times up (device_common.cuh gelu_tanh_mul).
 template <class T>
 __global__ void geglu_kernel(const T* gate, const T* up, int64_t n, T* out) {
   griddep_wait();
   griddep_launch();
-  const float c = 0.7978845608028654f;  // sqrt(2/pi) rounded to f32
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = to_f(gate[i]);
-    out[i] = from_f<T>(0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g))) * to_f(up[i]));
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_f<T>(gelu_tanh_mul(to_f(gate[i]), to_f(up[i])));
 }
 
 template <class T>
@@ -241,7 +237,9 @@ __global__ void bias_out_kernel(const float* acc, const float* bias, int T_, int
 // same order, as the fused norm + GEMV of gemv.cu and the fused q/k norm below, so the
 // op-by-op path (taken when a stage hook reads intermediates) gives the same bits.
 // Each lane reads all its chunks before the shuffles and writes only its own: out may alias x.
-template <class T, int NCH>
+// ADD (rmsnorm_add): out is the residual, and each normalised element, rounded to T, is added
+// to it as add_kernel adds.
+template <class T, int NCH, bool ADD = false>
 __global__ void rmsnorm_vec_kernel(const T* x, const float* w, int R, int N, float eps, T* out) {
   constexpr int V = Vec16<T>::N;
   griddep_wait();
@@ -261,7 +259,16 @@ __global__ void rmsnorm_vec_kernel(const T* x, const float* w, int R, int N, flo
     load_f32s<V>(w + k, wv);
 #pragma unroll
     for (int i = 0; i < V; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, wv[i]);
-    *reinterpret_cast<uint4*>(out + int64_t(row) * N + k) = v[j];
+    uint4* o = reinterpret_cast<uint4*>(out + int64_t(row) * N + k);
+    if constexpr (ADD) {
+      uint4 r = *o;
+      T* re = reinterpret_cast<T*>(&r);
+#pragma unroll
+      for (int i = 0; i < V; ++i) re[i] = from_f<T>(to_f(re[i]) + to_f(e[i]));
+      *o = r;
+    } else {
+      *o = v[j];
+    }
   }
 }
 
@@ -358,6 +365,27 @@ void launch_embed(DType ct, const void* table, int64_t ld, int64_t D, const int3
                                      static_cast<const E*>(table), ld, D, ids, T,
                                      static_cast<E*>(out)));
   ARB_LAUNCHED("embed_kernel", s);
+}
+
+bool rmsnorm_add_fusable(DType ct, int N) { return vec_nch(ct, N) != 0; }
+
+void launch_rmsnorm_add(DType ct, const void* y, const float* w, int R, int N, float eps,
+                        void* residual, cudaStream_t s) {
+  const int rows_per_block = kThreads / 32;
+  const dim3 g((R + rows_per_block - 1) / rows_per_block), b(kThreads);
+  ARB_CHECK(rmsnorm_add_fusable(ct, N), "[cuda] rmsnorm_add: rows of %d elements", N);
+  ARB_DISPATCH_CTYPE(ct, T, {
+    const T* yp = static_cast<const T*>(y);
+    T* rp = static_cast<T*>(residual);
+    switch (vec_nch(ct, N)) {
+      case 1: launch_k(rmsnorm_vec_kernel<T, 1, true>, g, b, 0, s, yp, w, R, N, eps, rp); break;
+      case 4: launch_k(rmsnorm_vec_kernel<T, 4, true>, g, b, 0, s, yp, w, R, N, eps, rp); break;
+      case 8: launch_k(rmsnorm_vec_kernel<T, 8, true>, g, b, 0, s, yp, w, R, N, eps, rp); break;
+      case 12: launch_k(rmsnorm_vec_kernel<T, 12, true>, g, b, 0, s, yp, w, R, N, eps, rp); break;
+      default: launch_k(rmsnorm_vec_kernel<T, 16, true>, g, b, 0, s, yp, w, R, N, eps, rp); break;
+    }
+  });
+  ARB_LAUNCHED("rmsnorm_add_kernel", s);
 }
 
 void launch_rmsnorm(DType ct, const void* x, const float* w, int R, int N, float eps, void* out,

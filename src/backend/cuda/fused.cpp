@@ -14,8 +14,9 @@ namespace arbiter {
 
 using cuda::PosRef;
 
-void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
-                    const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) {
+void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                                 double eps, Buffer& xn, const StageTap* norm_tap,
+                                 const MatmulTarget* outs, int n_outs) {
   bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
               cuda::gemv_fusable(ct_, D);
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
@@ -24,20 +25,18 @@ void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D,
     fuse = mats[i]->cols == D &&
            (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == ct_);
   }
-  if (!fuse) return Backend::rmsnorm_matmul(x, w, T, D, eps, xn, norm_tap, outs, n_outs);
+  if (!fuse) return Backend::rmsnorm_matmul(x, w, nw, T, D, eps, xn, norm_tap, outs, n_outs);
   stats_.record("rmsnorm_matmul", prov_norm_gemv_);
   check_act(x, D, "rmsnorm_matmul x");
-  const cuda::DevVec& nv = weights_->vector(w);
-  ARB_CHECK(nv.n == D, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
-            w.name.c_str(), (long long)nv.n, D);
+  const float* norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
   cuda::GemvArgs a;
   a.x = x.ptr;
-  a.norm_w = nv.ptr;
+  a.norm_w = norm_w;
   a.eps = float(eps);
   a.K = D;
   a.n_seg = n_outs;
   a.N = 0;
-  std::vector<int64_t> sig = {20, int64_t(x.ptr), int64_t(nv.ptr), D, n_outs};
+  std::vector<int64_t> sig = {20, int64_t(x.ptr), int64_t(norm_w), D, n_outs};
   for (int i = 0; i < n_outs; ++i) {
     const cuda::DevMat& m = *mats[i];
     const float* bp = nullptr;
@@ -64,25 +63,25 @@ void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D,
   for (int i = 0; i < n_outs; ++i) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
 }
 
-void CudaBackend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
-                    const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
-                    Buffer& act, const SwigluTaps& taps) {
+void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                              double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
+                              GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
+                              const GluTaps& taps) {
   bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
   const cuda::DevMat* gm = fuse ? &weights_->matrix(w_gate) : nullptr;
   const cuda::DevMat* um = fuse ? &weights_->matrix(w_up) : nullptr;
   fuse = fuse && gm->cols == D && um->cols == D && gm->rows == um->rows && gm->ld == um->ld;
   if (!fuse)
-    return Backend::rmsnorm_swiglu(x, w, T, D, eps, xn, w_gate, w_up, gate, up, act, taps);
-  stats_.record("rmsnorm_swiglu", prov_norm_swiglu_);
+    return Backend::rmsnorm_glu(x, w, nw, T, D, eps, xn, w_gate, w_up, act_fn, gate, up, act,
+                                taps);
+  stats_.record("rmsnorm_glu", prov_norm_glu_);
   const cuda::DevMat &g = *gm, &u = *um;
-  const cuda::DevVec& nv = weights_->vector(w);
-  ARB_CHECK(nv.n == D, "[cuda] rmsnorm: weight '%s' has %lld elements, rows have %d",
-            w.name.c_str(), (long long)nv.n, D);
-  check_act(x, D, "rmsnorm_swiglu x");
-  check_act(act, g.rows, "rmsnorm_swiglu act");
+  const float* norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
+  check_act(x, D, "rmsnorm_glu x");
+  check_act(act, g.rows, "rmsnorm_glu act");
   cuda::GemvArgs a;
   a.x = x.ptr;
-  a.norm_w = nv.ptr;
+  a.norm_w = norm_w;
   a.eps = float(eps);
   a.K = D;
   a.N = int(g.rows);
@@ -90,24 +89,26 @@ void CudaBackend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D,
   a.seg[0] = cuda::GemvSeg{g.ptr, g.ld, nullptr, nullptr, int(g.rows), 0};
   a.seg[1] = cuda::GemvSeg{u.ptr, u.ld, nullptr, nullptr, int(u.rows), 0};
   a.res = act.ptr;
+  a.gelu = act_fn == GluAct::GeluTanh;
   const bool tapped = taps.norm || taps.gate || taps.up;
   if (tapped)
     stage_taps({{taps.norm, D}, {taps.gate, g.rows}, {taps.up, g.rows}}, a.tapped, a.taps);
   const int64_t ebits = cuda::sig_bits(eps);
-  submit({kTagNormSwiglu, int64_t(x.ptr), int64_t(nv.ptr), D, int64_t(g.ptr), int64_t(u.ptr),
-          g.ld, g.rows, int64_t(act.ptr), ebits},
+  submit({kTagNormGlu, int64_t(x.ptr), int64_t(norm_w), D, int64_t(g.ptr), int64_t(u.ptr), g.ld,
+          g.rows, int64_t(act.ptr), ebits, a.gelu},
          false, 0, [=, this](const cuda::StepCtx&) {
-           cuda::launch_gemv_fused(ct_, cuda::kGemvNormSwiglu, a, sm_, stream_);
+           cuda::launch_gemv_fused(ct_, cuda::kGemvNormGlu, a, sm_, stream_);
          });
   if (tapped) collect_taps();
   apply_tap(taps.act, act, T, int(g.rows));
 }
 
-void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
-                const StageTap* product, const StageTap* sum) {
+void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp,
+                             Buffer& residual, double scale, const StageTap* product,
+                             const StageTap* sum) {
   const cuda::DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &weights_->matrix(W) : nullptr;
   if (!mp || !cuda::gemv_fusable(ct_, int(mp->cols)))
-    return Backend::matmul_add(x, W, T, tmp, residual, product, sum);
+    return Backend::matmul_add(x, W, T, tmp, residual, scale, product, sum);
   stats_.record("matmul_add", prov_gemv_add_);
   const cuda::DevMat& m = *mp;
   check_act(x, m.cols, "matmul_add x");
@@ -119,13 +120,14 @@ void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tm
   a.n_seg = 1;
   a.seg[0] = cuda::GemvSeg{m.ptr, m.ld, nullptr, nullptr, int(m.rows), 0};
   a.res = residual.ptr;
+  a.res_scale = float(scale);
   // The next kernel loads its weights during this one unless the launch before is the
   // gate/up GEMV (this is the down projection): then those loads would compete with the
   // gate/up rows still streaming after its wait (gemv.cu).
-  a.launch_early = graph_->last_tag() != kTagNormSwiglu;
+  a.launch_early = graph_->last_tag() != kTagNormGlu;
   if (product) stage_taps({{product, m.rows}}, a.tapped, a.taps);
   submit({22, int64_t(x.ptr), int64_t(m.ptr), m.ld, m.rows, m.cols, int64_t(residual.ptr),
-          a.launch_early},
+          a.launch_early, cuda::sig_bits(a.res_scale)},
          false, 0, [=, this](const cuda::StepCtx&) {
            cuda::launch_gemv_fused(ct_, cuda::kGemvAdd, a, sm_, stream_);
          });
@@ -133,16 +135,35 @@ void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tm
   apply_tap(sum, residual, T, int(m.rows));
 }
 
+void CudaBackend::rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D,
+                              double eps, Buffer& residual, const StageTap* norm_tap,
+                              const StageTap* sum) {
+  if (norm_tap || !tuning_.fused || !cuda::rmsnorm_add_fusable(ct_, D))
+    return Backend::rmsnorm_add(y, w, nw, T, D, eps, residual, norm_tap, sum);
+  stats_.record("rmsnorm_add", "cuda.rmsnorm_add");
+  check_act(y, int64_t(T) * D, "rmsnorm_add y");
+  check_act(residual, int64_t(T) * D, "rmsnorm_add residual");
+  const float* wp = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
+  const void* yp = y.ptr;
+  void* rp = residual.ptr;
+  const float e = float(eps);
+  submit({25, int64_t(yp), int64_t(wp), T, D, cuda::sig_bits(eps), int64_t(rp)}, false, 0,
+         [=, this](const cuda::StepCtx&) {
+           cuda::launch_rmsnorm_add(ct_, yp, wp, T, D, e, rp, stream_);
+         });
+  apply_tap(sum, residual, T, D);
+}
+
 void CudaBackend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                   const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh, int pos0,
-                   const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
-                   const AttentionTaps& taps) {
+                                const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H,
+                                int Hkv, int Dh, int pos0, const RopeSpec& rope,
+                                Buffer& k_cache, Buffer& v_cache, const AttentionTaps& taps) {
   if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache))
-    return Backend::qk_rope_store(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
+    return Backend::qk_rope_store(q, k, v, q_norm, k_norm, qk_nw, eps, T, H, Hkv, Dh, pos0, rope,
                                   k_cache, v_cache, taps);
   stats_.record("qk_rope_store", "cuda.qk_rope_store");
   cuda::QkRopeArgs a =
-      qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
+      qk_args(q, k, v, q_norm, k_norm, qk_nw, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
   const bool tapped = stage_qk_taps(taps, H, Hkv, Dh, a);
   std::vector<int64_t> sig = {23};
   append_qk_sig(sig, a);
@@ -155,20 +176,25 @@ void CudaBackend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Ten
 }
 
 void CudaBackend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                       const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                       int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
-                       int window, Buffer& out, const AttentionTaps& taps) {
+                                    const Tensor* k_norm, NormWeight qk_nw, double eps, int T,
+                                    int H, int Hkv, int Dh, int pos0, const RopeSpec& rope,
+                                    Buffer& k_cache, Buffer& v_cache, int window,
+                                    const AttentionScores& scores, Buffer& out,
+                                    const AttentionTaps& taps) {
+  // The tuned decode kernel takes no softcap (Gemma 2: attend() runs the flash kernel).
   if (!qk_fusable(T, Hkv, Dh, pos0, rope, k_cache, v_cache) || !tuning_.attn_direct ||
-      !cuda::attention_decode_fits(H, Hkv, Dh))
-    return Backend::qk_rope_attention(q, k, v, q_norm, k_norm, eps, T, H, Hkv, Dh, pos0, rope,
-                                      k_cache, v_cache, window, out, taps);
+      !cuda::attention_decode_fits(H, Hkv, Dh) || scores.softcap != 0)
+    return Backend::qk_rope_attention(q, k, v, q_norm, k_norm, qk_nw, eps, T, H, Hkv, Dh, pos0,
+                                      rope, k_cache, v_cache, window, scores, out, taps);
   stats_.record("qk_rope_attention", "cuda.qk_rope_attn_decode");
   const int cap = check_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, out);
   cuda::QkRopeArgs a =
-      qk_args(q, k, v, q_norm, k_norm, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
+      qk_args(q, k, v, q_norm, k_norm, qk_nw, eps, H, Hkv, Dh, pos0, rope, k_cache, v_cache);
   const bool tapped = stage_qk_taps(taps, H, Hkv, Dh, a);
-  submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window,
-                          float(1.0 / std::sqrt(double(Dh))), 0.f, out, cap, pos0, &a);
+  // attention()'s scale and scaled_attention()'s, as attend() takes them.
+  const float scale = scores.scale == 0 ? float(1.0 / std::sqrt(double(Dh))) : float(scores.scale);
+  submit_decode_attention(q, k_cache, v_cache, H, Hkv, Dh, window, scale, 0.f, out, cap, pos0,
+                          &a);
   if (tapped) collect_taps();
   apply_tap(taps.out, out, T, H * Dh);
 }
@@ -229,8 +255,9 @@ void CudaBackend::submit_decode_attention(const Buffer& q, const Buffer& k_cache
 
 /// qk_rope_store's arguments (device norm weights and RoPE table looked up and checked).
 cuda::QkRopeArgs CudaBackend::qk_args(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                         const Tensor* k_norm, double eps, int H, int Hkv, int Dh, int pos0,
-                         const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache) {
+                                      const Tensor* k_norm, NormWeight qk_nw, double eps, int H,
+                                      int Hkv, int Dh, int pos0, const RopeSpec& rope,
+                                      Buffer& k_cache, Buffer& v_cache) {
   const int kv_dim = Hkv * Dh;
   check_act(q, int64_t(H) * Dh, "qk_rope_store q");
   check_act(k, kv_dim, "qk_rope_store k");
@@ -244,18 +271,9 @@ cuda::QkRopeArgs CudaBackend::qk_args(Buffer& q, Buffer& k, const Buffer& v, con
   a.v = v.ptr;
   a.k_cache = k_cache.ptr;
   a.v_cache = v_cache.ptr;
-  if (q_norm) {
-    const cuda::DevVec& n = weights_->vector(*q_norm);
-    ARB_CHECK(n.n == Dh, "[cuda] q norm '%s' has %lld elements, heads have %d",
-              q_norm->name.c_str(), (long long)n.n, Dh);
-    a.qn = n.ptr;
-  }
-  if (k_norm) {
-    const cuda::DevVec& n = weights_->vector(*k_norm);
-    ARB_CHECK(n.n == Dh, "[cuda] k norm '%s' has %lld elements, heads have %d",
-              k_norm->name.c_str(), (long long)n.n, Dh);
-    a.kn = n.ptr;
-  }
+  const bool one_plus = qk_nw == NormWeight::OnePlus;
+  if (q_norm) a.qn = vec(*q_norm, Dh, "q norm", one_plus);
+  if (k_norm) a.kn = vec(*k_norm, Dh, "k norm", one_plus);
   a.eps = float(eps);
   a.H = H;
   a.Hkv = Hkv;

@@ -98,7 +98,7 @@ constexpr int warps_per_block() { return ROWS > 1 ? 4 : kWarpsPerBlock; }
 template <int NCH, int MODE, int ROWS>
 constexpr int max_regs() {
   if (ROWS > 1) return MODE == kGemvNorm ? 88 : 128;
-  if (NCH <= 4) return MODE == kGemvNormSwiglu ? 80 : 64;
+  if (NCH <= 4) return MODE == kGemvNormGlu ? 80 : 64;
   return 255;
 }
 // TAP: the variant that applies a.taps (kernels.h) at the stages inside the fused forms; only
@@ -106,12 +106,12 @@ constexpr int max_regs() {
 template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>
 __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     __maxnreg__((max_regs<NCH, MODE, ROWS>())) gemv_reg_kernel(GemvArgs a) {
-  static_assert(ROWS == 1 || MODE == kGemvNorm || MODE == kGemvNormSwiglu,
+  static_assert(ROWS == 1 || MODE == kGemvNorm || MODE == kGemvNormGlu,
                 "several rows per warp: the norm forms only");
   static_assert(!TAP || MODE != kGemvPlain, "no stage inside the plain form");
   constexpr int WPB = warps_per_block<ROWS>();
   constexpr bool kSmemX = MODE == kGemvAdd && NCH >= 8;
-  constexpr bool kNorm = MODE == kGemvNorm || MODE == kGemvNormSwiglu;
+  constexpr bool kNorm = MODE == kGemvNorm || MODE == kGemvNormGlu;
   constexpr bool kXnShared = MODE == kGemvNorm && ROWS > 1;  // the dots read xn below
   const bool early = kSmemX && a.launch_early;
   if (early) griddep_launch();
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     rr = r;
     while (si + 1 < a.n_seg && rr >= a.seg[si].rows) rr -= a.seg[si++].rows;
   };
-  constexpr int kUp = MODE == kGemvNormSwiglu ? ROWS : 0;
+  constexpr int kUp = MODE == kGemvNormGlu ? ROWS : 0;
   uint4 w[ROWS][NCH], w2[kUp ? kUp : 1][NCH];  // w2: the up rows (SwiGLU)
   int si[ROWS], rr[ROWS];
   auto load_rows = [&] {
@@ -210,8 +210,9 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
       if (row + r * stride >= a.N) break;
       const GemvSeg& g = a.seg[si[r]];
       const float acc = dot_chunks<T, NCH>(w[r], x_at);
-      if constexpr (MODE == kGemvNormSwiglu) {
-        // act = silu(gate) * up with gate and up rounded to T first, as the op-by-op path does.
+      if constexpr (MODE == kGemvNormGlu) {
+        // act = silu(gate) * up (or GeGLU's gelu_tanh) with gate and up rounded to T first, as
+        // the op-by-op path does.
         const float gu = dot_chunks<T, NCH>(w2[r], x_at);
         if (lane == 0) {
           T g = from_f<T>(acc), u = from_f<T>(gu);
@@ -220,13 +221,14 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
             u = tap_value(a.taps[2], rr[r], u, true);
           }
           const float gt = to_f(g), up = to_f(u);
-          static_cast<T*>(a.res)[rr[r]] = from_f<T>(gt / (1.0f + expf(-gt)) * up);
+          static_cast<T*>(a.res)[rr[r]] = from_f<T>(a.gelu ? gelu_tanh_mul(gt, up) : silu_mul(gt, up));
         }
       } else if constexpr (MODE == kGemvAdd) {
         if (lane == 0) {
           T* res = static_cast<T*>(a.res);
           T p = from_f<T>(acc);
           if constexpr (TAP) p = tap_value(a.taps[0], rr[r], p, true);
+          if (a.res_scale != 1.f) p = from_f<T>(to_f(p) * a.res_scale);  // scale()'s rounding
           res[rr[r]] = from_f<T>(to_f(first ? res0 : res[rr[r]]) + to_f(p));
         }
       } else if (lane == 0) {
@@ -356,7 +358,7 @@ template <class T, bool TAP>
 void gemv_reg_forms(const GemvArgs& a, int mode, int nch, int sm_count, cudaStream_t s) {
   switch (mode) {
     case kGemvNorm: gemv_norm_form<T, kGemvNorm, TAP>(a, nch, sm_count, s); break;
-    case kGemvNormSwiglu: gemv_norm_form<T, kGemvNormSwiglu, TAP>(a, nch, sm_count, s); break;
+    case kGemvNormGlu: gemv_norm_form<T, kGemvNormGlu, TAP>(a, nch, sm_count, s); break;
     default: gemv_reg_mode<T, kGemvAdd, TAP>(a, nch, sm_count, s); break;
   }
 }

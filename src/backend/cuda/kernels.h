@@ -192,23 +192,28 @@ struct GemvSeg {
 /// Fused GEMV forms (launch_gemv_fused's mode):
 ///   kGemvPlain       seg[i].out = W_i @ x (rows of the segments stacked)
 ///   kGemvNorm        seg[i].out = W_i @ rmsnorm(x; norm_w, eps) (xn rounded to the compute type)
-///   kGemvNormSwiglu  res = silu(W_0 @ xn) * (W_1 @ xn), xn = rmsnorm(x); N rows of each
+///   kGemvNormGlu  res = silu(W_0 @ xn) * (W_1 @ xn), xn = rmsnorm(x); N rows of each
 ///   kGemvAdd         res += W_0 @ x (the product rounded, then the add rounded)
-enum GemvMode : int { kGemvPlain = 0, kGemvNorm = 1, kGemvNormSwiglu = 2, kGemvAdd = 3 };
+enum GemvMode : int { kGemvPlain = 0, kGemvNorm = 1, kGemvNormGlu = 2, kGemvAdd = 3 };
 struct GemvArgs {
   const void* x = nullptr;
   const float* norm_w = nullptr;
   float eps = 0.f;
   int K = 0;
-  int N = 0;  // rows (sum over segments; kGemvNormSwiglu: rows of one matrix)
+  int N = 0;  // rows (sum over segments; kGemvNormGlu: rows of one matrix)
   int n_seg = 1;
   GemvSeg seg[3];
   void* res = nullptr;
   /// kGemvAdd with x in shared memory (rows of 8+ chunks): let the next kernel in at the start
   /// (launch_dependents before the wait) instead of after the wait (gemv.cu says when).
   bool launch_early = false;
-  /// The stages inside the fused forms, when `tapped`: kGemvNorm and kGemvNormSwiglu
-  /// taps[0] on the normalised x [K]; kGemvNormSwiglu taps[1], taps[2] on gate and up [N];
+  /// kGemvNormGlu: gelu_tanh(gate) * up (GeGLU) instead of silu(gate) * up.
+  bool gelu = false;
+  /// kGemvAdd: the product times res_scale (rounded, as scale() rounds it) before the add,
+  /// unless it is 1 (Granite's residual_multiplier).
+  float res_scale = 1.f;
+  /// The stages inside the fused forms, when `tapped`: kGemvNorm and kGemvNormGlu
+  /// taps[0] on the normalised x [K]; kGemvNormGlu taps[1], taps[2] on gate and up [N];
   /// kGemvAdd taps[0] on the product [N] before the add. Null entries are left alone.
   bool tapped = false;
   Tap taps[3];
@@ -216,6 +221,12 @@ struct GemvArgs {
 /// Whether the register GEMV (and so the fused forms) takes rows of K elements.
 bool gemv_fusable(DType ct, int K);
 void launch_gemv_fused(DType ct, int mode, const GemvArgs& a, int sm_count, cudaStream_t s);
+
+/// residual[R, N] += rmsnorm(y; w) (w: f32, 1 + the weight for gemma): rmsnorm() then add()
+/// in one launch, with the same sum of squares and roundings as those two kernels.
+bool rmsnorm_add_fusable(DType ct, int N);
+void launch_rmsnorm_add(DType ct, const void* y, const float* w, int R, int N, float eps,
+                        void* residual, cudaStream_t s);
 
 /// Decode-step (T == 1) q/k RMSNorm (when qn/kn are non-null), RoPE of q [H, Dh] and
 /// k [Hkv, Dh] in place, and the store of k and v [Hkv * Dh] at row pos of the caches: the

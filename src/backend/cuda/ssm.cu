@@ -226,11 +226,16 @@ __global__ void ssm_chunk_out_kernel(const T* xbc, const T* dt_raw, const float*
 }
 
 // --- rmsnorm_gated --------------------------------------------------------------------------
-// A block per (row, group): v = y silu(z) in f32, the sum of squares through a warp tree and
-// shared memory (as rmsnorm_block_kernel), then out = v / rms(v) * w, v recomputed (same bits).
+// A block of kGatedThreads per (row, group): v = y silu(z) in f32, the sum of squares through a
+// warp tree and shared memory (as rmsnorm_block_kernel), then out = v / rms(v) * w, v
+// recomputed (same bits). A decode step has one row and one group of thousands of columns
+// (granite-4.0-h-1b: 3,072): 1,024 threads keep their few loads in flight together, where 256
+// took 13.5 us (ncu, H200, docs/evidence/h200/profile-s20.txt).
+constexpr int kGatedThreads = 1024;
 template <class T>
-__global__ void rmsnorm_gated_kernel(const T* y, const T* z, const float* w, int W, int group,
-                                     float eps, T* out) {
+__global__ void __launch_bounds__(kGatedThreads)
+    rmsnorm_gated_kernel(const T* y, const T* z, const float* w, int W, int group, float eps,
+                         T* out) {
   griddep_wait();
   griddep_launch();
   __shared__ float red[32];
@@ -240,6 +245,7 @@ __global__ void rmsnorm_gated_kernel(const T* y, const T* z, const float* w, int
   const int64_t o = int64_t(r) * W + g0;
   auto gated = [&](int i) { return to_f(y[o + i]) * silu(to_f(z[o + i])); };
   float ss = 0.f;
+#pragma unroll 4
   for (int i = threadIdx.x; i < group; i += blockDim.x) {
     const float v = gated(i);
     ss += v * v;
@@ -313,7 +319,7 @@ void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s) {
 void launch_rmsnorm_gated(DType ct, const void* y, const void* z, const float* w, int R, int W,
                           int group, float eps, void* out, cudaStream_t s) {
   ARB_DISPATCH_CTYPE(ct, E,
-                     launch_k(rmsnorm_gated_kernel<E>, dim3(R * (W / group)), dim3(kThreads), 0,
+                     launch_k(rmsnorm_gated_kernel<E>, dim3(R * (W / group)), dim3(kGatedThreads), 0,
                               s, static_cast<const E*>(y), static_cast<const E*>(z), w, W, group,
                               eps, static_cast<E*>(out)));
   ARB_LAUNCHED("rmsnorm_gated_kernel", s);

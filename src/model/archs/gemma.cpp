@@ -310,10 +310,7 @@ class Gemma final : public Arch {
     const double eps = c.norm_eps;
     const Stages tap(a.hook, pos0, T);
     // HF stores w and the op adds 1; a GGUF stores 1 + w (gguf_names()).
-    auto norm = [&](const Buffer& x, const Tensor& wt, int R, int N, Buffer& out) {
-      if (c.norms_hold_one) be.rmsnorm(x, wt, R, N, eps, out);
-      else be.rmsnorm_1p(x, wt, R, N, eps, out);
-    };
+    const NormWeight nw = c.norms_hold_one ? NormWeight::Plain : NormWeight::OnePlus;
 
     const Tensor& embed = w.global(kEmbed);
     if (a.ids) be.embed(embed, a.ids, T, s.x);  // x [T, D]
@@ -328,58 +325,50 @@ class Gemma final : public Arch {
       const RopeSpec& rope = sliding ? c.rope_local : c.rope;
       const AttentionGeometry geo{"q_rope", "k_rope", "v", H, Hkv, Dh, window, c.attn_scale};
 
-      // attention block
-      norm(s.x, lw(kAttnNorm), T, D, s.xn);  // xn [T, D]
-      be.apply_tap(tap("attn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
-      be.matmul(s.xn, lw(kWq), nullptr, T, s.q);  // q [T, H*Dh]
-      be.apply_tap(tap("q", l, "matmul", q_dim, D, 3), s.q, T, q_dim);
-      be.matmul(s.xn, lw(kWk), nullptr, T, s.k);  // k [T, Hkv*Dh]
-      be.apply_tap(tap("k", l, "matmul", kv_dim, D, 3), s.k, T, kv_dim);
-      be.matmul(s.xn, lw(kWv), nullptr, T, s.v);  // v [T, Hkv*Dh]
-      be.apply_tap(tap("v", l, "matmul", kv_dim, D, 3), s.v, T, kv_dim);
+      // attention block: x += post_attn_norm(o_proj(attn(q, k, v))), q/k/v of norm(x)
+      const Backend::MatmulTarget qkv[3] = {
+          {&lw(kWq), nullptr, &s.q, tap("q", l, "matmul", q_dim, D, 3)},     // q [T, H*Dh]
+          {&lw(kWk), nullptr, &s.k, tap("k", l, "matmul", kv_dim, D, 3)},    // k [T, Hkv*Dh]
+          {&lw(kWv), nullptr, &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};  // v [T, Hkv*Dh]
+      be.rmsnorm_matmul(s.x, lw(kAttnNorm), nw, T, D, eps, s.xn,
+                        tap("attn_norm", l, "rmsnorm", D, D, 3), qkv, 3);
+      Backend::AttentionTaps at;
       if (c.qk_norm) {  // gemma3: (1 + w) RMSNorm over each head before RoPE
-        norm(s.q, lw(kQNorm), T * H, Dh, s.q);
-        be.apply_tap(tap("q_norm", l, "rmsnorm", q_dim, Dh, 3), s.q, T, q_dim);
-        norm(s.k, lw(kKNorm), T * Hkv, Dh, s.k);
-        be.apply_tap(tap("k_norm", l, "rmsnorm", kv_dim, Dh, 3), s.k, T, kv_dim);
+        at.q_norm = tap("q_norm", l, "rmsnorm", q_dim, Dh, 3);
+        at.k_norm = tap("k_norm", l, "rmsnorm", kv_dim, Dh, 3);
       }
-      be.rope(s.q, T, H, Dh, pos0, rope);
-      be.apply_tap(tap("q_rope", l, "rope", q_dim, 2, 3), s.q, T, q_dim);
-      be.rope(s.k, T, Hkv, Dh, pos0, rope);
-      be.apply_tap(tap("k_rope", l, "rope", kv_dim, 2, 3), s.k, T, kv_dim);
-      be.kv_store(s.k, s.v, s.k_cache[size_t(l)], s.v_cache[size_t(l)], T, pos0, kv_dim);
-      be.scaled_attention(s.q, s.k_cache[size_t(l)], s.v_cache[size_t(l)], T, pos0, H, Hkv, Dh,
-                          window, c.attn_scale, c.attn_softcap, s.att);  // att [T, H*Dh]
-      be.apply_tap(tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo), s.att, T,
-                   q_dim);
+      at.q_rope = tap("q_rope", l, "rope", q_dim, 2, 3);
+      at.k_rope = tap("k_rope", l, "rope", kv_dim, 2, 3);
+      at.out = tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo);
+      be.qk_rope_attention(s.q, s.k, s.v, c.qk_norm ? &lw(kQNorm) : nullptr,
+                           c.qk_norm ? &lw(kKNorm) : nullptr, nw, eps, T, H, Hkv, Dh, pos0, rope,
+                           s.k_cache[size_t(l)], s.v_cache[size_t(l)], window,
+                           {c.attn_scale, c.attn_softcap}, s.att, at);  // att [T, H*Dh]
       be.matmul(s.att, lw(kWo), nullptr, T, s.o);  // o [T, D]
       be.apply_tap(tap("o", l, "matmul", D, q_dim, 3), s.o, T, D);
-      norm(s.o, lw(kPostAttnNorm), T, D, s.o);
-      be.apply_tap(tap("post_attn_norm", l, "rmsnorm", D, D, 3), s.o, T, D);
-      be.add(s.x, s.o, int64_t(T) * D);
-      be.apply_tap(tap("attn_res", l, "add", D, 1, 3), s.x, T, D);
+      be.rmsnorm_add(s.o, lw(kPostAttnNorm), nw, T, D, eps, s.x,
+                     tap("post_attn_norm", l, "rmsnorm", D, D, 3),
+                     tap("attn_res", l, "add", D, 1, 3));
 
-      // feed-forward block
-      norm(s.x, lw(kFfnNorm), T, D, s.xn);
-      be.apply_tap(tap("ffn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
-      be.matmul(s.xn, lw(kGate), nullptr, T, s.gate);  // [T, F]
-      be.apply_tap(tap("gate", l, "matmul", F, D, 3), s.gate, T, F);
-      be.matmul(s.xn, lw(kUp), nullptr, T, s.up);
-      be.apply_tap(tap("up", l, "matmul", F, D, 3), s.up, T, F);
-      be.geglu(s.gate, s.up, int64_t(T) * F, s.act);
-      be.apply_tap(tap("act", l, "geglu", F, 1, 3), s.act, T, F);
+      // feed-forward block: x += post_ffn_norm(down(gelu_tanh(gate(xn)) * up(xn))), xn = norm(x)
+      Backend::GluTaps ft;
+      ft.norm = tap("ffn_norm", l, "rmsnorm", D, D, 3);
+      ft.gate = tap("gate", l, "matmul", F, D, 3);  // [T, F]
+      ft.up = tap("up", l, "matmul", F, D, 3);
+      ft.act = tap("act", l, "geglu", F, 1, 3);
+      be.rmsnorm_glu(s.x, lw(kFfnNorm), nw, T, D, eps, s.xn, lw(kGate), lw(kUp), GluAct::GeluTanh,
+                     s.gate, s.up, s.act, ft);
       be.matmul(s.act, lw(kDown), nullptr, T, s.down);  // [T, D]
       be.apply_tap(tap("down", l, "matmul", D, F, 3), s.down, T, D);
-      norm(s.down, lw(kPostFfnNorm), T, D, s.down);
-      be.apply_tap(tap("post_ffn_norm", l, "rmsnorm", D, D, 3), s.down, T, D);
-      be.add(s.x, s.down, int64_t(T) * D);
-      be.apply_tap(tap("ffn_res", l, "add", D, 1, 3), s.x, T, D);
+      be.rmsnorm_add(s.down, lw(kPostFfnNorm), nw, T, D, eps, s.x,
+                     tap("post_ffn_norm", l, "rmsnorm", D, D, 3),
+                     tap("ffn_res", l, "add", D, 1, 3));
     }
     if (!a.logits) return;
-    norm(s.x, w.global(kOutNorm), T, D, s.xn);
-    be.apply_tap(tap("final_norm", -1, "rmsnorm", D, D, 3), s.xn, T, D);
-    be.matmul(s.xn, w.global(kLmHead), nullptr, T, s.logits);  // [T, V]
-    be.apply_tap(tap("logits", -1, "matmul", c.vocab, D, 3), s.logits, T, c.vocab);
+    const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
+                                        tap("logits", -1, "matmul", c.vocab, D, 3)};  // [T, V]
+    be.rmsnorm_matmul(s.x, w.global(kOutNorm), nw, T, D, eps, s.xn,
+                      tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);
     if (c.final_softcap > 0) {
       be.softcap(s.logits, int64_t(T) * c.vocab, c.final_softcap);
       be.apply_tap(tap("logits_softcap", -1, "softcap", c.vocab, 1, 3), s.logits, T, c.vocab);

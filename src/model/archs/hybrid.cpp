@@ -554,25 +554,24 @@ class Hybrid final : public Arch {
     for (int l = 0; l < c.n_layer; ++l) {
       const char b = c.layer_blocks[size_t(l)];
       const bool ffn_block = b == '-' || b == 'E';  // Nemotron-H's MLP and MoE blocks
-      be.rmsnorm(s.x, w.layer(l, kNorm), T, D, c.norm_eps, s.xn);
-      be.apply_tap(tap(ffn_block ? "ffn_norm" : "attn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
-      if (b == 'M') mamba(m, be, s, l, T, pos0, tap);
-      else if (b == '*') attention(m, be, s, l, T, pos0, tap);
-      else if (b == '-') mlp(m, be, s, l, T, tap);  // result in s.o
-      else moe(m, be, s, l, T, tap);
-      residual(be, c, s.x, s.o, T, ffn_block ? "ffn_res" : "attn_res", l, tap);
+      // Each block: x += residual_multiplier * block(rmsnorm(x)), the norm and the residual
+      // add fused into the block's first and last matmuls (Backend's fused ops).
+      const Block in{w.layer(l, kNorm), ffn_block ? "ffn_norm" : "attn_norm",
+                     ffn_block ? "ffn_res" : "attn_res"};
+      if (b == 'M') mamba(m, be, s, l, T, pos0, in, tap);
+      else if (b == '*') attention(m, be, s, l, T, pos0, in, tap);
+      else if (b == '-') mlp(m, be, s, l, T, in, tap);
+      else moe(m, be, s, l, T, in, tap);
       if (!granite(c)) continue;
-      be.rmsnorm(s.x, w.layer(l, kFfnNorm), T, D, c.norm_eps, s.xn);
-      be.apply_tap(tap("ffn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
-      if (c.moe_experts > 0) moe(m, be, s, l, T, tap);
-      else mlp(m, be, s, l, T, tap);
-      residual(be, c, s.x, s.o, T, "ffn_res", l, tap);
+      const Block ffn{w.layer(l, kFfnNorm), "ffn_norm", "ffn_res"};
+      if (c.moe_experts > 0) moe(m, be, s, l, T, ffn, tap);
+      else mlp(m, be, s, l, T, ffn, tap);
     }
     s.ssm_pos = pos0 + T;
     if (!a.logits) return;
-    be.rmsnorm(s.x, w.global(kOutNorm), T, D, c.norm_eps, s.xn);
-    be.apply_tap(tap("final_norm", -1, "rmsnorm", D, D, 3), s.xn, T, D);
-    be.matmul(s.xn, w.global(kLmHead), nullptr, T, s.logits);  // [T, V]
+    const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits, nullptr};
+    be.rmsnorm_matmul(s.x, w.global(kOutNorm), NormWeight::Plain, T, D, c.norm_eps, s.xn,
+                      tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [T, V]
     if (c.logits_scaling != 1) be.scale(s.logits, int64_t(T) * c.vocab, 1.0 / c.logits_scaling);
     be.apply_tap(tap("logits", -1, "matmul", c.vocab, D, c.logits_scaling != 1 ? 4 : 3),
                  s.logits, T, c.vocab);
@@ -786,22 +785,29 @@ class Hybrid final : public Arch {
   }
 
  private:
-  // o [T, D] = out_proj(rmsnorm_gated(scan(conv(xBC)), z)), xn [T, D] the normed input.
+  // A block's norm weight and the names of its norm and residual stages.
+  struct Block {
+    const Tensor& w;
+    const char* norm;
+    const char* res;
+  };
+  // x += residual_multiplier * out_proj(rmsnorm_gated(scan(conv(xBC)), z)), z/xBC/dt of
+  // rmsnorm(x).
   static void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0,
-                    const Stages& tap) {
+                    const Block& in, const Stages& tap) {
     const ModelConfig& c = m.config;
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
     const int D = c.d_model, nh = c.ssm_heads, hd = c.ssm_head_dim, N = c.ssm_state;
     const int G = c.ssm_groups, I = nh * hd, C = I + 2 * G * N, K = c.ssm_conv;
-    const Tensor& in = lw(kInProj);
-    const Tensor wz = row_slice(in, 0, I, "[z]"), wxbc = row_slice(in, I, C, "[xBC]");
-    const Tensor wdt = row_slice(in, I + C, nh, "[dt]");
-    be.matmul(s.xn, wz, nullptr, T, s.z);  // z [T, I]
-    be.apply_tap(tap("ssm_z", l, "matmul", I, D, 3), s.z, T, I);
-    be.matmul(s.xn, wxbc, nullptr, T, s.xbc);  // xBC [T, C]
-    be.apply_tap(tap("ssm_xbc", l, "matmul", C, D, 3), s.xbc, T, C);
-    be.matmul(s.xn, wdt, nullptr, T, s.dt);  // dt [T, nh]
-    be.apply_tap(tap("ssm_dt", l, "matmul", nh, D, 3), s.dt, T, nh);
+    const Tensor& in_proj = lw(kInProj);
+    const Tensor wz = row_slice(in_proj, 0, I, "[z]"), wxbc = row_slice(in_proj, I, C, "[xBC]");
+    const Tensor wdt = row_slice(in_proj, I + C, nh, "[dt]");
+    const StageTap* norm = tap(in.norm, l, "rmsnorm", D, D, 3);
+    const Backend::MatmulTarget proj[3] = {
+        {&wz, nullptr, &s.z, tap("ssm_z", l, "matmul", I, D, 3)},          // z [T, I]
+        {&wxbc, nullptr, &s.xbc, tap("ssm_xbc", l, "matmul", C, D, 3)},  // xBC [T, C]
+        {&wdt, nullptr, &s.dt, tap("ssm_dt", l, "matmul", nh, D, 3)}};   // dt [T, nh]
+    be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, proj, 3);
     const Tensor* conv_b = c.ssm_conv_bias ? &lw(kConvB) : nullptr;
     be.ssm_conv(s.xbc, lw(kConvW), conv_b, T, C, K, s.conv_state[size_t(l)], s.xbc_act);
     be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), s.xbc_act, T, C);
@@ -821,13 +827,14 @@ class Hybrid final : public Arch {
     const int group = c.ssm_norm_per_group ? I / G : I;
     be.rmsnorm_gated(s.y, s.z, lw(kSsmNorm), T, I, group, c.norm_eps, s.yn);
     be.apply_tap(tap("ssm_norm", l, "rmsnorm_gated", I, group, 4), s.yn, T, I);
-    be.matmul(s.yn, lw(kOutProj), nullptr, T, s.o);
-    be.apply_tap(tap("ssm_out", l, "matmul", D, I, 3), s.o, T, D);
+    const StageTap* out = tap("ssm_out", l, "matmul", D, I, 3);
+    be.matmul_add(s.yn, lw(kOutProj), T, s.o, s.x, c.residual_mult, out, residual_tap(c, in, l, tap));
   }
 
-  // o [T, D] = o_proj(attention(q, k, v)), RoPE'd when the config says so.
+  // x += residual_multiplier * o_proj(attention(q, k, v)), q/k/v of rmsnorm(x), RoPE'd when
+  // the config says so.
   static void attention(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0,
-                        const Stages& tap) {
+                        const Block& in, const Stages& tap) {
     const ModelConfig& c = m.config;
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
     const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim;
@@ -835,34 +842,66 @@ class Hybrid final : public Arch {
     const char* q_stage = c.use_rope ? "q_rope" : "q";
     const char* k_stage = c.use_rope ? "k_rope" : "k";
     const AttentionGeometry geo{q_stage, k_stage, "v", H, Hkv, Dh, 0, c.attn_scale};
-    be.matmul(s.xn, lw(kWq), nullptr, T, s.q);
-    be.apply_tap(tap("q", l, "matmul", q_dim, D, 3), s.q, T, q_dim);
-    be.matmul(s.xn, lw(kWk), nullptr, T, s.k);
-    be.apply_tap(tap("k", l, "matmul", kv_dim, D, 3), s.k, T, kv_dim);
-    be.matmul(s.xn, lw(kWv), nullptr, T, s.v);
-    be.apply_tap(tap("v", l, "matmul", kv_dim, D, 3), s.v, T, kv_dim);
+    const StageTap* norm = tap(in.norm, l, "rmsnorm", D, D, 3);
+    const Backend::MatmulTarget qkv[3] = {
+        {&lw(kWq), nullptr, &s.q, tap("q", l, "matmul", q_dim, D, 3)},
+        {&lw(kWk), nullptr, &s.k, tap("k", l, "matmul", kv_dim, D, 3)},
+        {&lw(kWv), nullptr, &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};
+    be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, qkv, 3);
+    Buffer &kc = s.k_cache[size_t(l)], &vc = s.v_cache[size_t(l)];
     if (c.use_rope) {
-      be.rope(s.q, T, H, Dh, pos0, c.rope);
-      be.apply_tap(tap("q_rope", l, "rope", q_dim, 2, 3), s.q, T, q_dim);
-      be.rope(s.k, T, Hkv, Dh, pos0, c.rope);
-      be.apply_tap(tap("k_rope", l, "rope", kv_dim, 2, 3), s.k, T, kv_dim);
+      Backend::AttentionTaps at;
+      at.q_rope = tap("q_rope", l, "rope", q_dim, 2, 3);
+      at.k_rope = tap("k_rope", l, "rope", kv_dim, 2, 3);
+      at.out = tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo);
+      be.qk_rope_attention(s.q, s.k, s.v, nullptr, nullptr, NormWeight::Plain, c.norm_eps, T, H,
+                           Hkv, Dh, pos0, c.rope, kc, vc, 0, {c.attn_scale, 0}, s.att, at);
+    } else {
+      be.kv_store(s.k, s.v, kc, vc, T, pos0, kv_dim);
+      be.scaled_attention(s.q, kc, vc, T, pos0, H, Hkv, Dh, 0, c.attn_scale, 0, s.att);
+      be.apply_tap(tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo), s.att,
+                   T, q_dim);
     }
-    be.kv_store(s.k, s.v, s.k_cache[size_t(l)], s.v_cache[size_t(l)], T, pos0, kv_dim);
-    be.scaled_attention(s.q, s.k_cache[size_t(l)], s.v_cache[size_t(l)], T, pos0, H, Hkv, Dh, 0,
-                        c.attn_scale, 0, s.att);
-    be.apply_tap(tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo), s.att, T,
-                 q_dim);
-    be.matmul(s.att, lw(kWo), nullptr, T, s.o);
-    be.apply_tap(tap("o", l, "matmul", D, q_dim, 3), s.o, T, D);
+    const StageTap* o = tap("o", l, "matmul", D, q_dim, 3);
+    be.matmul_add(s.att, lw(kWo), T, s.o, s.x, c.residual_mult, o, residual_tap(c, in, l, tap));
   }
 
-  // o [T, D]: Granite's shared SwiGLU MLP or Nemotron-H's relu2 MLP of xn (the MoE block's
-  // shared expert when `shared`).
-  static void mlp(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap,
-                  bool shared = false) {
+  // x += residual_multiplier * mlp(rmsnorm(x)): Granite's shared SwiGLU MLP or Nemotron-H's
+  // relu2 MLP as a block of its own (no experts).
+  static void mlp(const Model& m, Backend& be, HybridState& s, int l, int T, const Block& in,
+                  const Stages& tap) {
     const ModelConfig& c = m.config;
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
-    const int D = c.d_model, F = shared && !granite(c) ? c.moe_shared_ff : c.d_ff;
+    const int D = c.d_model, F = c.d_ff;
+    const StageTap* norm = tap(in.norm, l, "rmsnorm", D, D, 3);
+    const Tensor* down = nullptr;
+    if (granite(c)) {
+      Backend::GluTaps ft;
+      ft.norm = norm;
+      ft.gate = tap("gate", l, "matmul", F, D, 3);
+      ft.up = tap("up", l, "matmul", F, D, 3);
+      ft.act = tap("act", l, "swiglu", F, 1, 3);
+      be.rmsnorm_glu(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, lw(kMlpGate),
+                     lw(kMlpUp), GluAct::SiLU, s.gate, s.up, s.act, ft);
+      down = &lw(kMlpOut);
+    } else {
+      const Backend::MatmulTarget up = {&lw(kUp), nullptr, &s.up, tap("up", l, "matmul", F, D, 3)};
+      be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, &up, 1);
+      be.relu2(s.up, int64_t(T) * F, s.act);
+      be.apply_tap(tap("act", l, "relu2", F, 1, 3), s.act, T, F);
+      down = &lw(kDown);
+    }
+    const StageTap* product = tap("down", l, "matmul", D, F, 3);
+    be.matmul_add(s.act, *down, T, s.o, s.x, c.residual_mult, product, residual_tap(c, in, l, tap));
+  }
+
+  // o [T, D]: the MoE block's shared expert of xn (Granite's shared SwiGLU MLP, Nemotron-H's
+  // relu2 one).
+  static void shared_expert(const Model& m, Backend& be, HybridState& s, int l, int T,
+                            const Stages& tap) {
+    const ModelConfig& c = m.config;
+    auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+    const int D = c.d_model, F = granite(c) ? c.d_ff : c.moe_shared_ff;
     if (granite(c)) {
       be.matmul(s.xn, lw(kMlpGate), nullptr, T, s.gate);
       be.apply_tap(tap("gate", l, "matmul", F, D, 3), s.gate, T, F);
@@ -872,23 +911,27 @@ class Hybrid final : public Arch {
       be.apply_tap(tap("act", l, "swiglu", F, 1, 3), s.act, T, F);
       be.matmul(s.act, lw(kMlpOut), nullptr, T, s.o);
     } else {
-      be.matmul(s.xn, lw(shared ? kShUp : kUp), nullptr, T, s.up);
+      be.matmul(s.xn, lw(kShUp), nullptr, T, s.up);
       be.apply_tap(tap("up", l, "matmul", F, D, 3), s.up, T, F);
       be.relu2(s.up, int64_t(T) * F, s.act);
       be.apply_tap(tap("act", l, "relu2", F, 1, 3), s.act, T, F);
-      be.matmul(s.act, lw(shared ? kShDown : kDown), nullptr, T, s.o);
+      be.matmul(s.act, lw(kShDown), nullptr, T, s.o);
     }
     be.apply_tap(tap("down", l, "matmul", D, F, 3), s.o, T, D);
   }
 
-  // o [T, D] = shared expert(xn) + the routed sum: Backend::moe, the op every MoE family
-  // calls (experts in ascending index per token, HF's index_add over the experts hit).
+  // x += residual_multiplier * (shared expert(xn) + the routed sum), xn = rmsnorm(x); the
+  // routed sum is Backend::moe, the op every MoE family calls (experts in ascending index per token, HF's index_add over the experts hit).
   // Granite's experts are the loader's views into its 3-D stacks (TensorSpec::hf_stack,
   // gguf_stack).
-  static void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap) {
+  static void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Block& in,
+                  const Stages& tap) {
     const ModelConfig& c = m.config;
     auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
     const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
+    // The router, the experts and the shared expert all read xn: the norm stays on its own.
+    be.rmsnorm(s.x, in.w, T, D, c.norm_eps, s.xn);
+    be.apply_tap(tap(in.norm, l, "rmsnorm", D, D, 3), s.xn, T, D);
     be.matmul(s.xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
     be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
     const Backend::MoeExperts& ex = s.experts(m, l);
@@ -898,19 +941,18 @@ class Hybrid final : public Arch {
       tap.route(l, t, routes[size_t(t)].ids, routes[size_t(t)].margin, E,
                 router_score_name(ex.spec));
     be.apply_tap(tap("moe", l, "moe", D, int64_t(c.moe_top_k) * Fe, 4), s.moe, T, D);
-    mlp(m, be, s, l, T, tap, /*shared=*/true);  // s.o
+    shared_expert(m, be, s, l, T, tap);  // s.o
     be.add(s.o, s.moe, int64_t(T) * D);
     be.apply_tap(tap("ffn_out", l, "add", D, 1, 3), s.o, T, D);
+    if (c.residual_mult != 1) be.scale(s.o, int64_t(T) * D, c.residual_mult);
+    be.add(s.x, s.o, int64_t(T) * D);
+    be.apply_tap(residual_tap(c, in, l, tap), s.x, T, D);
   }
 
-  // x += residual_multiplier * o (Granite; Nemotron-H adds o as it is).
-  static void residual(Backend& be, const ModelConfig& c, Buffer& x, Buffer& o, int T,
-                       const char* stage, int l, const Stages& tap) {
-    const int64_t n = int64_t(T) * c.d_model;
-    if (c.residual_mult != 1) be.scale(o, n, c.residual_mult);
-    be.add(x, o, n);
-    be.apply_tap(tap(stage, l, "add", c.d_model, 1, c.residual_mult != 1 ? 4 : 3), x, T,
-                 c.d_model);
+  // The stage of x += residual_multiplier * o (Granite; Nemotron-H adds o as it is).
+  static const StageTap* residual_tap(const ModelConfig& c, const Block& in, int l,
+                                      const Stages& tap) {
+    return tap(in.res, l, "add", c.d_model, 1, c.residual_mult != 1 ? 4 : 3);
   }
 
   // "mamba"/"attention" (the Hub's configs) or "linear_attention"/"full_attention"

@@ -284,7 +284,7 @@ class Llama final : public Arch {
           {&lw(kWq), &lw(kBq), &s.q, tap("q", l, "matmul", q_dim, D, 3)},  // q [T, H*Dh]
           {&lw(kWk), &lw(kBk), &s.k, tap("k", l, "matmul", kv_dim, D, 3)},  // k [T, Hkv*Dh]
           {&lw(kWv), &lw(kBv), &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};  // v [T, Hkv*Dh]
-      be.rmsnorm_matmul(s.x, lw(kAttnNorm), T, D, eps, s.xn, norm, qkv, 3);
+      be.rmsnorm_matmul(s.x, lw(kAttnNorm), NormWeight::Plain, T, D, eps, s.xn, norm, qkv, 3);
       Backend::AttentionTaps at;
       if (c.qk_norm) {  // qwen3: RMSNorm over each head before RoPE (HF Qwen3Attention)
         at.q_norm = tap("q_norm", l, "rmsnorm", q_dim, Dh, 3);
@@ -295,12 +295,12 @@ class Llama final : public Arch {
       // q, k, v, out; scores over Dh, weighted sum over the cache rows
       at.out = tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo);
       be.qk_rope_attention(s.q, s.k, s.v, c.qk_norm ? &lw(kQNorm) : nullptr,
-                           c.qk_norm ? &lw(kKNorm) : nullptr, eps, T, H, Hkv, Dh, pos0, c.rope,
-                           s.k_cache[size_t(l)], s.v_cache[size_t(l)], c.sliding_window, s.att,
-                           at);
+                           c.qk_norm ? &lw(kKNorm) : nullptr, NormWeight::Plain, eps, T, H, Hkv,
+                           Dh, pos0, c.rope, s.k_cache[size_t(l)], s.v_cache[size_t(l)],
+                           c.sliding_window, {}, s.att, at);
       const StageTap* o = tap("o", l, "matmul", D, q_dim, 3);  // o [T, D]
       const StageTap* attn_res = tap("attn_res", l, "add", D, 1, 3);
-      be.matmul_add(s.att, lw(kWo), T, s.o, s.x, o, attn_res);
+      be.matmul_add(s.att, lw(kWo), T, s.o, s.x, 1, o, attn_res);
 
       if (is_moe(c, l)) {  // x += moe(xn), xn = rmsnorm(x)
         be.rmsnorm(s.x, lw(kFfnNorm), T, D, eps, s.xn);
@@ -311,22 +311,23 @@ class Llama final : public Arch {
         continue;
       }
       // feed-forward block: x += down(silu(gate(xn)) * up(xn)), xn = rmsnorm(x)
-      Backend::SwigluTaps ft;
+      Backend::GluTaps ft;
       ft.norm = tap("ffn_norm", l, "rmsnorm", D, D, 3);
       ft.gate = tap("gate", l, "matmul", F, D, 3);  // [T, F]
       ft.up = tap("up", l, "matmul", F, D, 3);
       ft.act = tap("act", l, "swiglu", F, 1, 3);
-      be.rmsnorm_swiglu(s.x, lw(kFfnNorm), T, D, eps, s.xn, lw(kGate), lw(kUp), s.gate, s.up,
-                        s.act, ft);
+      be.rmsnorm_glu(s.x, lw(kFfnNorm), NormWeight::Plain, T, D, eps, s.xn, lw(kGate), lw(kUp),
+                     GluAct::SiLU, s.gate, s.up, s.act, ft);
       const StageTap* down = tap("down", l, "matmul", D, F, 3);  // [T, D]
       const StageTap* ffn_res = tap("ffn_res", l, "add", D, 1, 3);
-      be.matmul_add(s.act, lw(kDown), T, s.down, s.x, down, ffn_res);
+      be.matmul_add(s.act, lw(kDown), T, s.down, s.x, 1, down, ffn_res);
     }
     if (!a.logits) return;
     const StageTap* final_norm = tap("final_norm", -1, "rmsnorm", D, D, 3);
     const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
                                         tap("logits", -1, "matmul", c.vocab, D, 3)};
-    be.rmsnorm_matmul(s.x, w.global(kOutNorm), T, D, eps, s.xn, final_norm, &head, 1);  // [T, V]
+    be.rmsnorm_matmul(s.x, w.global(kOutNorm), NormWeight::Plain, T, D, eps, s.xn, final_norm,
+                      &head, 1);  // [T, V]
   }
 
   std::vector<SynthPreset> presets() const override;
