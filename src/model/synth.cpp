@@ -16,11 +16,11 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "core/progress.h"
+#include "core/thread_pool.h"
 #include "io/gguf_write.h"
 #include "io/safetensors_write.h"
 #include "model/arch.h"
@@ -31,101 +31,6 @@ namespace arbiter {
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---------------------------------------------------------------------------------------
-// Deterministic random numbers.
-
-uint64_t mix64(uint64_t x) {  // SplitMix64's finalizer (Steele, Lea, Flood 2014)
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-constexpr double kLn2 = 0.6931471805599453094;
-constexpr double kHalfPi = 1.5707963267948966192;
-
-// 1 / n! as a compile-time constant (each step an IEEE division, the same everywhere).
-constexpr double inv_fact(int n) {
-  double r = 1.0;
-  for (int i = 2; i <= n; ++i) r /= i;
-  return r;
-}
-
-// log(x) for x in (0, 1]: x = m 2^e with m in [1/sqrt2, sqrt2), log m = 2 atanh(t),
-// t = (m - 1) / (m + 1), |t| <= 0.172; the atanh series to t^23 is below 1e-17.
-double det_log(double x) {
-  int e = 0;
-  double m = std::frexp(x, &e);  // exact
-  if (m < 0.70710678118654752) {
-    m *= 2;  // exact
-    e -= 1;
-  }
-  const double t = (m - 1) / (m + 1);
-  const double t2 = t * t;
-  constexpr double kInvOdd[12] = {1.0,      1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,  1.0 / 11,
-                                  1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19, 1.0 / 21, 1.0 / 23};
-  double p = kInvOdd[11];
-  for (int k = 10; k >= 0; --k) p = std::fma(p, t2, kInvOdd[k]);
-  return std::fma(2 * t, p, double(e) * kLn2);
-}
-
-// Taylor coefficients (-1)^k / (2k+1)! and (-1)^k / (2k)!, k = 0..11, fixed at compile time.
-struct SinCosCoeffs {
-  double s[12], c[12];
-};
-constexpr SinCosCoeffs make_sincos_coeffs() {
-  SinCosCoeffs t{};
-  for (int k = 0; k < 12; ++k) {
-    const double sgn = (k % 2) ? -1.0 : 1.0;
-    t.s[k] = sgn * inv_fact(2 * k + 1);
-    t.c[k] = sgn * inv_fact(2 * k);
-  }
-  return t;
-}
-constexpr SinCosCoeffs kSinCos = make_sincos_coeffs();
-
-// sin and cos of a in [0, pi/2) by Taylor series (terms to a^23 / 23!, error < 1e-17).
-void det_sincos(double a, double& s, double& c) {
-  const double a2 = a * a;
-  double ps = kSinCos.s[11], pc = kSinCos.c[11];
-  for (int k = 10; k >= 0; --k) {
-    ps = std::fma(ps, a2, kSinCos.s[k]);
-    pc = std::fma(pc, a2, kSinCos.c[k]);
-  }
-  s = a * ps;
-  c = pc;
-}
-
-// Two N(0, 1) values from one 64-bit draw (Box-Muller).
-void box_muller(uint64_t r, double& z0, double& z1) {
-  const uint32_t hi = uint32_t(r >> 32), lo = uint32_t(r);
-  const double u1 = (double(hi) + 1.0) * 0x1p-32;  // (0, 1]: log is finite
-  const double rad = std::sqrt(-2.0 * det_log(u1));
-  // The angle 2 pi u2: top two bits pick the quadrant, the other 30 the angle inside it.
-  const double a = double(lo & 0x3fffffffu) * 0x1p-30 * kHalfPi;
-  double s, c;
-  det_sincos(a, s, c);
-  switch (lo >> 30) {
-    case 0: z0 = c; z1 = s; break;
-    case 1: z0 = -s; z1 = c; break;
-    case 2: z0 = -c; z1 = -s; break;
-    default: z0 = s; z1 = -c; break;
-  }
-  z0 *= rad;
-  z1 *= rad;
-}
 
 // ---------------------------------------------------------------------------------------
 // Tensors.
@@ -330,48 +235,44 @@ std::string readme(const SynthPreset& p, const ModelConfig& c, const SynthOption
 
 using Fill = std::function<void(int64_t begin, int64_t n, void* dst)>;
 
-// The bytes of one tensor in dtype dt: norms are ones, everything else N(0, 0.02) from
-// the stream keyed by the tensor's HF name and the seed. Row r of the written tensor is row
-// src_row(r) of the HF tensor (rows of `cols` elements); no src_row means the same row. Each
-// element depends only on (key, HF index), so threads and formats cannot change a value.
-// fill, counting the bytes it produces into meter (fills run one after another, in write
-// order). A writer's piece (8M elements) can take seconds on a busy host, so it is filled in
-// slices of 1M elements, each a valid fill call (increasing begin), to keep the meter live.
-Fill metered(Fill fill, DType dt, Progress& meter, int64_t& bytes) {
-  return [fill = std::move(fill), dt, &meter, &bytes](int64_t begin, int64_t n, void* dst) {
-    constexpr int64_t kSlice = int64_t(1) << 20;
+// fill, run on pool and counting the bytes it produces into meter (fills run one after
+// another, in write order). A range is cut into chunks of 16K elements (whole blocks of every
+// block type; a writer's pieces start on block boundaries), each a valid fill call, claimed by
+// the pool's threads: each value depends only on its index, so the split cannot change a byte.
+// The meter moves every 16M elements, so a large tensor (an embedding of 1.2 GB) stays live.
+Fill metered(Fill fill, DType dt, ThreadPool& pool, Progress& meter, int64_t& bytes) {
+  return [fill = std::move(fill), dt, &pool, &meter, &bytes](int64_t begin, int64_t n, void* dst) {
+    constexpr int64_t kChunk = int64_t(1) << 14, kSlice = int64_t(1) << 24;
     for (int64_t k = 0; k < n; k += kSlice) {
-      const int64_t m = std::min(kSlice, n - k);
-      fill(begin + k, m, static_cast<char*>(dst) + dtype_bytes(dt, k));
+      const int64_t m = std::min(kSlice, n - k), chunks = (m + kChunk - 1) / kChunk;
+      pool.parallel_for_dynamic(chunks, chunks, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const int64_t at = k + c * kChunk;
+          fill(begin + at, std::min(kChunk, k + m - at), static_cast<char*>(dst) + dtype_bytes(dt, at));
+        }
+      });
       bytes += int64_t(dtype_bytes(dt, m));
       meter.update(bytes);
     }
   };
 }
 
-// A norm's ones are stored plus `offset` (a GGUF's 1 + w for gemma: TensorSpec::gguf_offset).
-Fill seeded_fill(const std::string& hf_name, uint64_t seed, bool ones, DType dt, int n_threads, int64_t cols,
+// The bytes of elements [begin, begin + n) of one tensor in dtype dt: norms are ones (plus
+// `offset`, a GGUF's 1 + w for gemma: TensorSpec::gguf_offset), everything else N(0, 0.02)
+// from the stream keyed by the tensor's HF name and the seed. Row r of the written tensor is
+// row src_row(r) of the HF tensor (rows of `cols` elements); no src_row means the same row.
+// Each element depends only on (key, HF index), so threads and formats cannot change a value.
+Fill seeded_fill(const std::string& hf_name, uint64_t seed, bool ones, DType dt, int64_t cols,
                  std::function<int64_t(int64_t)> src_row = nullptr, double offset = 0) {
-  const uint64_t key = mix64(seed ^ mix64(fnv1a(hf_name)));
-  return [key, ones, dt, n_threads, cols, src_row, offset](int64_t begin, int64_t n, void* dst) {
-    std::vector<float> f(size_t(n), float(1.0 + offset));
-    if (!ones) {
-      auto gen = [&](int64_t b, int64_t m) {  // elements [begin + b, begin + b + m)
-        if (!src_row) return synth_normals(key, begin + b, m, 0.02, f.data() + b);
-        for (int64_t e = begin + b, end = e + m; e < end;) {
-          const int64_t row = e / cols, col = e % cols, len = std::min(end - e, cols - col);
-          synth_normals(key, src_row(row) * cols + col, len, 0.02, f.data() + (e - begin));
-          e += len;
-        }
-      };
-      const int64_t per = (n + n_threads - 1) / n_threads;
-      std::vector<std::thread> th;
-      for (int k = 0; k < n_threads; ++k) {
-        const int64_t b = k * per, m = std::min(per, n - b);
-        if (m <= 0) break;
-        th.emplace_back(gen, b, m);
-      }
-      for (auto& x : th) x.join();
+  const uint64_t key = synth_stream_key(hf_name, seed);
+  return [key, ones, dt, cols, src_row, offset](int64_t begin, int64_t n, void* dst) {
+    thread_local std::vector<float> f;  // metered's chunks: reused, never a fresh allocation
+    f.assign(size_t(n), float(1.0 + offset));
+    if (!ones && !src_row) synth_normals(key, begin, n, 0.02, f.data());
+    for (int64_t e = begin, end = begin + n; !ones && src_row && e < end;) {
+      const int64_t row = e / cols, col = e % cols, len = std::min(end - e, cols - col);
+      synth_normals(key, src_row(row) * cols + col, len, 0.02, f.data() + (e - begin));
+      e += len;
     }
     encode_f32(dt, f.data(), n, dst);
   };
@@ -389,14 +290,14 @@ std::function<int64_t(int64_t)> rope_adjacent_rows(int64_t head_dim) {
 // Spec s's seeded values: keyed by its HF name, or, stored only inside an HF stack (Granite's
 // experts), by the stack's name at the slice's rows, so that the stack written whole holds
 // the values a fill of the stack itself would.
-Fill spec_fill(const TensorSpec& s, uint64_t seed, DType dt, int n_threads,
-               std::function<int64_t(int64_t)> src_row = nullptr, double offset = 0) {
+Fill spec_fill(const TensorSpec& s, uint64_t seed, DType dt, std::function<int64_t(int64_t)> src_row = nullptr,
+               double offset = 0) {
   const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
   const bool ones = s.kind == TensorKind::Norm;
   if (!s.hf.empty() || s.hf_stack.empty())
-    return seeded_fill(s.hf, seed, ones, dt, n_threads, cols, std::move(src_row), offset);
+    return seeded_fill(s.hf, seed, ones, dt, cols, std::move(src_row), offset);
   const int64_t base = s.hf_stack.expert * s.hf_stack.rows + s.hf_stack.row0;
-  return seeded_fill(s.hf_stack.name, seed, ones, dt, n_threads, cols,
+  return seeded_fill(s.hf_stack.name, seed, ones, dt, cols,
                      [base, src_row](int64_t r) { return base + (src_row ? src_row(r) : r); }, offset);
 }
 
@@ -414,9 +315,9 @@ Fill concat_fills(std::vector<std::pair<int64_t, Fill>> parts, DType dt) {
 }
 
 // An HF checkpoint's tensor (hf_plan): its spec's seeded fill, or its stack's slices in order.
-Fill hf_fill(const GgufTensorPlan& t, const SynthOptions& o, int n_threads) {
+Fill hf_fill(const GgufTensorPlan& t, const SynthOptions& o) {
   std::vector<std::pair<int64_t, Fill>> parts;
-  for (const TensorSpec* s : t.parts) parts.emplace_back(numel(s->shape), spec_fill(*s, o.seed, o.dtype, n_threads));
+  for (const TensorSpec* s : t.parts) parts.emplace_back(numel(s->shape), spec_fill(*s, o.seed, o.dtype));
   return concat_fills(std::move(parts), o.dtype);
 }
 
@@ -451,7 +352,7 @@ void add_gguf_config(const ModelConfig& c, GgufWriter& g) {
 }
 
 void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const ModelConfig& c,
-                           const SynthOptions& o, int n_threads, Progress& meter) {
+                           const SynthOptions& o, ThreadPool& pool, Progress& meter) {
   GgufWriter g;
   add_gguf_config(c, g);
   g.add_string("general.name", "arbiter synth " + p.name + " (random weights, speed only)");
@@ -490,7 +391,7 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
     std::vector<std::pair<int64_t, Fill>> parts;
     for (const TensorSpec* s : t.parts) {
       ARB_ASSERT(s->gguf_offset == 0 || s->kind == TensorKind::Norm);  // only ones are offset
-      Fill fill = spec_fill(*s, o.seed, gen, n_threads,
+      Fill fill = spec_fill(*s, o.seed, gen,
                             adjacent && s->rope_rows ? rope_adjacent_rows(c.head_dim) : nullptr,
                             s->gguf_offset);
       if (s->gguf_value == TensorSpec::GgufValue::NegExp) {
@@ -507,7 +408,7 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
     }
     Fill fill = concat_fills(std::move(parts), gen);
     if (e.dtype != gen) {
-      // The recipe's encoding of the f32 values, a writer's piece (whole blocks) at a time.
+      // The recipe's encoding of the f32 values, a chunk (whole blocks) at a time.
       ARB_ASSERT(gen == DType::F32);
       fill = [fill = std::move(fill), to = e.dtype](int64_t begin, int64_t n, void* dst) {
         std::vector<float> x(static_cast<size_t>(n));
@@ -515,7 +416,7 @@ void write_gguf_checkpoint(const std::string& path, const SynthPreset& p, const 
         encode_f32(to, x.data(), n, dst);
       };
     }
-    e.fill = metered(std::move(fill), e.dtype, meter, bytes);
+    e.fill = metered(std::move(fill), e.dtype, pool, meter, bytes);
     g.add_tensor(std::move(e));
   }
   g.write(path);
@@ -590,23 +491,6 @@ std::string byte_level_char(uint8_t b) {
     s.push_back(char(0x80 | (cp & 0x3F)));
   }
   return s;
-}
-
-void synth_normals(uint64_t key, int64_t begin, int64_t n, double std, float* out) {
-  int64_t i = begin;
-  const int64_t end = begin + n;
-  while (i < end) {
-    double z0, z1;
-    box_muller(mix64(key + uint64_t(i / 2) * 0x9E3779B97F4A7C15ull), z0, z1);
-    if (i % 2 == 0) {
-      out[i - begin] = float(std * z0);
-      if (i + 1 < end) out[i + 1 - begin] = float(std * z1);
-      i += 2;
-    } else {
-      out[i - begin] = float(std * z1);
-      i += 1;
-    }
-  }
 }
 
 const std::vector<SynthPreset>& synth_presets() {
@@ -709,7 +593,7 @@ std::unique_ptr<Model> synth_model(const SynthOptions& opt) {
   if (opt.progress)
     progress_note("synth", strformat("building %s in memory (%zu tensors, %.2f GB)", p.name.c_str(), list.size(),
                                      r.weight_bytes / 1e9));
-  const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  ThreadPool pool(opt.threads);
   int64_t bytes = 0;
   size_t off = 0;
   for (const GgufTensorPlan& t : tensors) {
@@ -720,7 +604,7 @@ std::unique_ptr<Model> synth_model(const SynthOptions& opt) {
     char* dst = storage.get() + off;
     x.data = dst;
     // The writer's fill, called as the safetensors writer calls it: the same bytes.
-    metered(hf_fill(t, opt, n_threads), opt.dtype, meter, bytes)(0, numel(t.shape), dst);
+    metered(hf_fill(t, opt), opt.dtype, pool, meter, bytes)(0, numel(t.shape), dst);
     off += (x.nbytes() + align - 1) / align * align;
     src.tensors.emplace(t.name, std::move(x));
   }
@@ -760,12 +644,12 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
     if (opt.progress) progress_note("synth", s);
   };
   Progress meter("synth", int64_t(r.weight_bytes), "", Progress::Unit::Bytes, opt.progress);
-  const int n_threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  ThreadPool pool(opt.threads);
   if (opt.format == SynthFormat::Gguf) {
     if (fs::is_directory(out, ec))
       throw Error("[synth] " + out.string() + ": is a directory (a GGUF checkpoint is one file)");
     say(strformat("writing %s (GGUF, %.2f GB)", out.string().c_str(), r.weight_bytes / 1e9));
-    write_gguf_checkpoint(out.string(), p, c, opt, n_threads, meter);
+    write_gguf_checkpoint(out.string(), p, c, opt, pool, meter);
     meter.finish();
     return r;
   }
@@ -789,7 +673,7 @@ SynthResult synth_checkpoint(const SynthOptions& opt) {
       e.name = t.name;
       e.dtype = opt.dtype;
       e.shape = t.shape;
-      e.fill = metered(hf_fill(t, opt, n_threads), opt.dtype, meter, bytes);
+      e.fill = metered(hf_fill(t, opt), opt.dtype, pool, meter, bytes);
       entries.push_back(std::move(e));
     }
     say(strformat("writing model.safetensors (%zu tensors, %.2f GB)", entries.size(), r.weight_bytes / 1e9));

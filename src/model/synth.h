@@ -99,8 +99,12 @@ std::unique_ptr<Model> synth_model(const SynthOptions& opt);
 /// n standard-normal-ish values of stream `key` starting at element `begin`, times std.
 /// Deterministic on every machine: a counter-based SplitMix64 hash feeds Box-Muller whose
 /// log/sin/cos are evaluated here with IEEE +, *, /, sqrt and explicit fma only, so libm
-/// differences cannot change a byte. Element i depends only on (key, i).
+/// differences cannot change a byte. Element i depends only on (key, i), so any split of a
+/// range over calls or threads gives the same values (model/synth_normals.cpp).
 void synth_normals(uint64_t key, int64_t begin, int64_t n, double std, float* out);
+
+/// The stream key of the tensor named `name` under `seed`.
+uint64_t synth_stream_key(const std::string& name, uint64_t seed);
 
 /// The byte-level (GPT-2) alphabet: byte b as the UTF-8 of its printable stand-in.
 std::string byte_level_char(uint8_t b);

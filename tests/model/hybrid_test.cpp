@@ -1,4 +1,4 @@
-// The hybrid family (model/archs/hybrid.cpp): Mamba2/attention hybrids. HF's logits of the
+// The hybrid family (model/archs/hybrid.h): Mamba2/attention hybrids. HF's logits of the
 // fixtures are checked in tests/engine/hf_reference_test.cpp; here: a prefill of N tokens
 // equals N one-token steps (byte for byte on ref, within f32 rounding on cpu), a chunked
 // prefill continues the recurrent state, the state cannot rewind, greedy ids agree across
