@@ -3,7 +3,8 @@
 // KV cache lives on the device; only token ids and positions go up, and only summaries (or
 // logits asked for by read()) come back. Single-token steps run as CUDA graphs
 // (step_graph.h). Defined in cuda_backend.cpp (memory, the plain ops, summaries, the
-// factory) and fused.cpp (the fused decode ops and their stage taps).
+// factory), fused.cpp (the fused decode ops and their stage taps) and moe_backend.cpp (the
+// MoE ops).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -72,7 +73,7 @@ class CudaBackend final : public Backend {
   void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
                      double eps, Buffer& out) override;
 
-  // Mixture of experts (cuda_backend.cpp, kernels in moe.cu): the router, the experts and
+  // Mixture of experts (moe_backend.cpp, kernels in moe.cu): the router, the experts and
   // their sum on the device; the host learns the routing only when asked for it (routes).
   void moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T, Buffer& out,
            std::vector<Route>* routes) override;
