@@ -121,7 +121,7 @@ CudaBackend::~CudaBackend() {
     cublasLtMatrixLayoutDestroy(p.c);
   }
   for (cuda::DevBuf* b :
-       {&ids_, &part_, &acc_, &sum_out_, &sum_scratch_, &targets_, &tap_mem_, &scan_, &moe_ws_})
+       {&ids_, &part_, &acc_, &sum_out_, &sum_scratch_, &targets_, &tap_mem_, &scan_, &moe_ws_, &qw_})
     cudaFree(b->ptr);
   for (RopeTable& t : rope_tables_) cudaFree(t.cs.ptr);
   for (auto& l : moe_layers_) cudaFree(l.second.ptrs.ptr);
@@ -286,6 +286,7 @@ void CudaBackend::matmul(const Buffer& x, const Tensor& W, const Tensor* bias, i
     bp = bv.ptr;
   }
   const DType ot = out.dtype == DType::F32 ? DType::F32 : ct_;
+  if (m.packed()) return matmul_packed(x, m, bp, T, ot, out);
   const void* xp = x.ptr;
   const void* wp = m.ptr;
   const int64_t ld = m.ld;
@@ -761,9 +762,9 @@ cuda::SummaryOut CudaBackend::summarize_on_device(const Buffer& logits, int T, i
 /// The embedding gather of host ids, or (ids == nullptr, T == 1) of the latest pick, which
 /// pick_greedy left in the device token slot.
 void CudaBackend::embed_ids(const Tensor& table, const int32_t* ids, int T, Buffer& out) {
-  stats_.record("embed", "cuda.embed");
   flush();  // an embed starts a new forward
   const cuda::DevMat& m = weights_->matrix(table);
+  stats_.record("embed", m.packed() ? packed_provider("cuda.embed_", m.st) : "cuda.embed");
   check_act(out, int64_t(T) * m.cols, "embed out");
   for (int t = 0; ids && t < T; ++t)
     ARB_CHECK(ids[t] >= 0 && ids[t] < m.rows, "[cuda] embed: token id %d outside [0, %lld)",
@@ -780,6 +781,15 @@ void CudaBackend::embed_ids(const Tensor& table, const int32_t* ids, int T, Buff
   const void* tp = m.ptr;
   const int64_t ld = m.ld, D = m.cols;
   void* op = out.ptr;
+  if (m.packed()) {  // the gathered rows dequantized on the device
+    const DType qt = m.st;
+    submit({1, int64_t(tp), ld, D, T, int64_t(op), int(qt)}, false, 0,
+           [=, this](const cuda::StepCtx& c) {
+             cuda::launch_dequant_rows(ct_, qt, tp, ld, step ? c.ids_dev : eager_ids, 0, T,
+                                       int(D), op, D, stream_);
+           });
+    return;
+  }
   submit({1, int64_t(tp), ld, D, T, int64_t(op)}, false, 0, [=, this](const cuda::StepCtx& c) {
     cuda::launch_embed(ct_, tp, ld, D, step ? c.ids_dev : eager_ids, T, op, stream_);
   });
@@ -818,10 +828,13 @@ const float2* CudaBackend::rope_table(const RopeSpec& rope, int positions) {
 }
 
 /// cuBLASLt plan for out[T, N] = x[T, K] @ W[N, K]^T, in column-major terms
-/// D[N, T] = op(A = W stored K x N, ld)^T @ B (= x, K x T). Compute type CUBLAS_COMPUTE_32F
+/// D[N, T] = op(A = W stored K x N, ld)^T @ B (= x, K x T); out's rows ldc apart (0: N; a
+/// tile of a wider output's columns). Compute type CUBLAS_COMPUTE_32F
 /// (true f32 for f32 inputs: no TF32), f32 scale; split-K reductions only in f32.
-const CudaBackend::GemmPlan& CudaBackend::gemm_plan(int T, int N, int K, int64_t ld, DType out_t) {
-  const auto key = std::make_tuple(T, N, K, ld, int(out_t));
+const CudaBackend::GemmPlan& CudaBackend::gemm_plan(int T, int N, int K, int64_t ld, DType out_t,
+                                                    int64_t ldc) {
+  if (ldc == 0) ldc = N;
+  const auto key = std::make_tuple(T, N, K, ld, int(out_t), ldc);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   auto cuda_t = [](DType t) {
@@ -834,7 +847,7 @@ const CudaBackend::GemmPlan& CudaBackend::gemm_plan(int T, int N, int K, int64_t
   ARB_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   ARB_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, cuda_t(ct_), uint64_t(K), uint64_t(N), ld));
   ARB_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, cuda_t(ct_), uint64_t(K), uint64_t(T), K));
-  ARB_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, cuda_t(out_t), uint64_t(N), uint64_t(T), N));
+  ARB_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, cuda_t(out_t), uint64_t(N), uint64_t(T), ldc));
   cublasLtMatmulPreference_t pref = nullptr;
   ARB_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kLtWorkspace;

@@ -1,7 +1,8 @@
 // The CUDA tier's fused decode ops (cuda_tier.h): for T == 1 one kernel each, norm + GEMV,
 // norm + gate/up GEMV + SwiGLU, GEMV + residual add, q/k norm + RoPE + KV store (+ the decode
 // attention), with the stage taps applied inside the kernels (kernels.h Tap); otherwise the
-// Backend's default composition. Each computes the bits of the op-by-op path.
+// Backend's default composition (also for matrices kept packed in a block format: their
+// GEMV is gemv_quant.cu's). Each computes the bits of the op-by-op path.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,7 +22,7 @@ void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D,
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
   for (int i = 0; fuse && i < n_outs; ++i) {
     mats[i] = &weights_->matrix(*outs[i].W);
-    fuse = mats[i]->cols == D &&
+    fuse = mats[i]->cols == D && !mats[i]->packed() &&
            (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == ct_);
   }
   if (!fuse) return Backend::rmsnorm_matmul(x, w, T, D, eps, xn, norm_tap, outs, n_outs);
@@ -70,7 +71,8 @@ void CudaBackend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D,
   bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
   const cuda::DevMat* gm = fuse ? &weights_->matrix(w_gate) : nullptr;
   const cuda::DevMat* um = fuse ? &weights_->matrix(w_up) : nullptr;
-  fuse = fuse && gm->cols == D && um->cols == D && gm->rows == um->rows && gm->ld == um->ld;
+  fuse = fuse && !gm->packed() && !um->packed() && gm->cols == D && um->cols == D &&
+         gm->rows == um->rows && gm->ld == um->ld;
   if (!fuse)
     return Backend::rmsnorm_swiglu(x, w, T, D, eps, xn, w_gate, w_up, gate, up, act, taps);
   stats_.record("rmsnorm_swiglu", prov_norm_swiglu_);
@@ -106,7 +108,7 @@ void CudaBackend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D,
 void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
                 const StageTap* product, const StageTap* sum) {
   const cuda::DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &weights_->matrix(W) : nullptr;
-  if (!mp || !cuda::gemv_fusable(ct_, int(mp->cols)))
+  if (!mp || mp->packed() || !cuda::gemv_fusable(ct_, int(mp->cols)))
     return Backend::matmul_add(x, W, T, tmp, residual, product, sum);
   stats_.record("matmul_add", prov_gemv_add_);
   const cuda::DevMat& m = *mp;

@@ -179,6 +179,23 @@ void launch_sigmoid_gate(DType ct, void* y, const void* g, int T, int D, cudaStr
 void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
                  int K, DType ot, void* out, int sm_count, cudaStream_t s);
 
+// --- packed block formats (gemv_quant.cu) -------------------------------------------------
+/// Whether a matrix in block format t stays packed on the device (the ggml block formats,
+/// Q8_0 to MXFP4; MLX's blocks and F64 are widened at upload).
+bool packed_on_device(DType t);
+/// Whether the packed GEMV takes rows of K values of format qt (x and one piece per row and
+/// stage must fit shared memory); otherwise the rows are dequantized and multiplied densely.
+bool qgemv_fits(DType qt, int K);
+/// out[N] (f32 when ot is F32, else the compute type ct) = W[N, K] @ x[K] (+ bias[N], f32),
+/// W packed blocks of format qt, rb bytes from one row to the next (a multiple of 16). x in
+/// ct, never quantized: each weight is dequantized in registers, f32 accumulation.
+void launch_qgemv(DType ct, DType qt, const void* x, const void* W, int64_t rb, const float* bias,
+                  int N, int K, DType ot, void* out, int sm_count, cudaStream_t s);
+/// dst[r, :K] (ct, row stride ld elements) = the values of row (ids ? ids[r] : row0 + r) of
+/// the packed W, r < rows, each the exact value rounded once to ct (ids: device memory).
+void launch_dequant_rows(DType ct, DType qt, const void* W, int64_t rb, const int32_t* ids,
+                         int64_t row0, int rows, int K, void* dst, int64_t ld, cudaStream_t s);
+
 /// One matrix of a fused GEMV: rows [0, rows) of W (row stride ld) into out (f32 when
 /// out_f32, else the compute type), + bias (f32, may be null).
 struct GemvSeg {

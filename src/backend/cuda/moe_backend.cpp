@@ -1,6 +1,7 @@
 // The CUDA tier's mixture-of-experts ops (cuda_tier.h): Backend::moe (the router, the selected
 // experts and their weighted sum on the device, kernels in moe.cu) and sigmoid_gate, with the
-// per-layer device tables of expert weight pointers they read.
+// per-layer device tables of expert weight pointers they read (the experts in the compute
+// type: a matrix in a block format gets a widened copy, WeightCache::matrix(t, true)).
 #include <tuple>
 #include <vector>
 
@@ -16,8 +17,8 @@ const cuda::MoeTables& CudaBackend::moe_tables(const MoeExperts& ex, int D, int 
   // The host addresses may be reused by other tensors (a model or a test freed and another
   // mapped): the entry stands only while the weight cache still gives its first and last
   // experts' device copies and the shapes match.
-  const void* first = weights_->matrix(*ex.up[0]).ptr;
-  const void* last = weights_->matrix(*ex.down[size_t(E) - 1]).ptr;
+  const void* first = weights_->matrix(*ex.up[0], true).ptr;
+  const void* last = weights_->matrix(*ex.down[size_t(E) - 1], true).ptr;
   auto it = moe_layers_.find(key);
   if (it != moe_layers_.end()) {
     const cuda::MoeTables& t = it->second.tables;
@@ -35,8 +36,8 @@ const cuda::MoeTables& CudaBackend::moe_tables(const MoeExperts& ex, int D, int 
   t.D = D, t.F = F, t.E = E, t.k = ex.spec.top_k, t.relu2 = ex.relu2;
   std::vector<const void*> host(size_t(3) * E, nullptr);
   for (int e = 0; e < E; ++e) {
-    const cuda::DevMat& up = weights_->matrix(*ex.up[size_t(e)]);
-    const cuda::DevMat& down = weights_->matrix(*ex.down[size_t(e)]);
+    const cuda::DevMat& up = weights_->matrix(*ex.up[size_t(e)], true);
+    const cuda::DevMat& down = weights_->matrix(*ex.down[size_t(e)], true);
     if (e == 0) t.ld_in = up.ld, t.ld_down = down.ld;
     ARB_CHECK(up.ld == t.ld_in && down.ld == t.ld_down,
               "[cuda] moe: expert %d's rows are %lld/%lld apart, expert 0's %lld/%lld", e,
@@ -44,7 +45,7 @@ const cuda::MoeTables& CudaBackend::moe_tables(const MoeExperts& ex, int D, int 
     host[size_t(E) + e] = up.ptr;
     host[size_t(2) * E + e] = down.ptr;
     if (!ex.relu2) {
-      const cuda::DevMat& gate = weights_->matrix(*ex.gate[size_t(e)]);
+      const cuda::DevMat& gate = weights_->matrix(*ex.gate[size_t(e)], true);
       ARB_CHECK(gate.ld == t.ld_in, "[cuda] moe: expert %d's gate rows are %lld apart, up's %lld",
                 e, (long long)gate.ld, (long long)t.ld_in);
       host[size_t(e)] = gate.ptr;

@@ -1,0 +1,81 @@
+// The CUDA tier's matmul of matrices kept in ggml's block formats (cuda_tier.h; kernels in
+// gemv_quant.cu): the packed GEMV for a single token, else the matrix dequantized tile by tile
+// into the compute type (a workspace grown like the tier's other scratch: no allocation inside
+// a step, so it stays graph-capturable) and multiplied by cuBLASLt as a dense matrix is.
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_tier.h"
+#include "core/error.h"
+
+namespace arbiter {
+
+namespace {
+
+/// The dequantized tile's size: large enough that each GEMM is wide (a few thousand rows of
+/// a 1-4K row), small beside the packed weights (a 151,936-row lm_head is not widened whole).
+constexpr size_t kTileBytes = size_t(64) << 20;
+
+}  // namespace
+
+const std::string& CudaBackend::packed_provider(const char* prefix, DType qt) {
+  const auto key = std::make_pair(std::string(prefix), qt);
+  auto it = packed_providers_.find(key);
+  if (it == packed_providers_.end())
+    it = packed_providers_.emplace(key, std::string(prefix) + dtype_name(qt)).first;
+  return it->second;
+}
+
+void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const float* bp, int T,
+                                DType ot, Buffer& out) {
+  const int N = int(m.rows), K = int(m.cols);
+  const DType qt = m.st;
+  const void* xp = x.ptr;
+  const void* wp = m.ptr;
+  const int64_t rb = m.ld;
+  void* op = out.ptr;
+  if (T == 1 && tuning_.gemv && cuda::qgemv_fits(qt, K)) {
+    stats_.record("matmul", packed_provider("cuda.gemv_", qt));
+    submit({48, int64_t(xp), int64_t(wp), rb, int64_t(bp), N, K, int(ot), int64_t(op), int(qt)},
+           false, 0, [=, this](const cuda::StepCtx&) {
+             cuda::launch_qgemv(ct_, qt, xp, wp, rb, bp, N, K, ot, op, sm_, stream_);
+           });
+    return;
+  }
+  stats_.record("matmul", packed_provider(("cublaslt.gemm_" + std::string(dtype_name(ct_)) +
+                                           "_from_").c_str(), qt));
+  const size_t es = cuda::ctype_size(ct_);
+  const int64_t ldw = int64_t((size_t(K) * es + 15) / 16 * 16 / es);
+  const int tile = int(std::clamp<int64_t>(int64_t(kTileBytes / (size_t(ldw) * es)), 1, N));
+  ensure(qw_, size_t(tile) * size_t(ldw) * es);
+  // With a bias: the f32 product of every tile, then bias + one rounding (as matmul does).
+  const DType gemm_out = bp ? DType::F32 : ot;
+  void* gp = op;
+  if (bp) {
+    ensure(acc_, size_t(T) * N * sizeof(float));
+    gp = acc_.ptr;
+  }
+  void* ws = qw_.ptr;
+  const size_t gs = gemm_out == DType::F32 ? 4 : es;
+  for (int n0 = 0; n0 < N; n0 += tile) {
+    const int rows = std::min(tile, N - n0);
+    const GemmPlan* pp = &gemm_plan(T, rows, K, ldw, gemm_out, N);
+    void* gtile = static_cast<uint8_t*>(gp) + size_t(n0) * gs;
+    submit({49, int64_t(xp), int64_t(wp), rb, n0, rows, N, K, T, int(qt), int(gemm_out),
+            int64_t(gp), int64_t(ws)},
+           false, 0, [=, this](const cuda::StepCtx&) {
+             cuda::launch_dequant_rows(ct_, qt, wp, rb, nullptr, n0, rows, K, ws, ldw, stream_);
+             static const float alpha = 1.f, beta = 0.f;
+             ARB_CUBLAS(cublasLtMatmul(lt_, pp->op, &alpha, ws, pp->a, xp, pp->b, &beta, gtile,
+                                       pp->c, gtile, pp->c, &pp->algo, lt_ws_, kLtWorkspace,
+                                       stream_));
+           });
+  }
+  if (bp)
+    submit({50, int64_t(gp), int64_t(bp), T, N, int(ot), int64_t(op)}, false, 0,
+           [=, this](const cuda::StepCtx&) {
+             cuda::launch_bias_out(static_cast<const float*>(gp), bp, T, N, ot, op, stream_);
+           });
+}
+
+}  // namespace arbiter
