@@ -1,0 +1,192 @@
+// The CUDA tier on ggml's block formats kept packed on the device (gemv_quant.cu):
+//  - the packed GEMV's paths, which the op tests' small shapes (one piece per row) do not all
+//    reach: rows of several pieces in groups of 4 rows per warp, of 2 (long rows: x takes more
+//    shared memory), of 1, and rows too long for shared memory (dequantized, then cuBLASLt);
+//    every format, against ref within the op tests' bound (tests/ops/matmul_test.cpp);
+//  - a prefill whose matrix is dequantized in two tiles, with a bias;
+//  - a whole Q4_K_M model (synth tiny-qwen3-256: Q4_K and Q6_K matrices, a tied Q6_K
+//    embedding that is the lm_head too): cuda f32 greedy ids equal ref's, every matmul and
+//    embed served by the packed kernels, and its bf16 trace passes compare against ref's.
+// The per-type op cases (matmul, embed on every format) are tests/ops' (tier_util.cpp
+// weight_types). Without a GPU, the decoders the kernels share (quant_decode.cuh) are run as
+// host code against core/quant.cpp's dequantization, every value of every format bit for bit.
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#if ARBITER_HAVE_CUDA
+#include "backend/cuda/quant_decode.cuh"
+#endif
+#include "core/quant.h"
+#include "cuda/cuda_test_util.h"
+#include "engine/generate.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "model/quantize.h"
+
+namespace arbiter::test {
+namespace {
+
+const DType kPacked[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,   DType::Q5_1,
+                         DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,   DType::Q6_K,
+                         DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+
+#if ARBITER_HAVE_CUDA
+/// Every unit of a few rows of format F decoded (Fmt<Q>::unit) equals dequant_blocks in f64.
+template <DType Q>
+void check_decoder(uint64_t seed) {
+  using F = cuda::Fmt<Q>;
+  const int64_t K = 2048, rows = 3, nb = K / F::B;
+  auto t = make_tensor("W", {rows, K}, values(rows * K, seed, 0.05, DType::F32), Q);
+  const auto* bytes = static_cast<const uint8_t*>(t->t.data);
+  std::vector<double> want(size_t(rows * K));
+  dequant_blocks(Q, bytes, rows * nb, want.data());
+  float tab[16];
+  for (int i = 0; i < 16; ++i) tab[i] = float(F::kTable == 2 ? kMXFP4Values[i] : kIQ4NLValues[i]);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t gu = 0; gu < K / 32; ++gu) {
+      cuda::Unit u;
+      F::unit(bytes + (r * nb + gu / (F::B / 32)) * F::BB, int(gu % (F::B / 32)), u);
+      for (int j = 0; j < 32; ++j) {
+        const double got = cuda::unit_value<F>(u, j, tab), w = want[size_t(r * K + gu * 32 + j)];
+        if (got != w && bad++ < 3)
+          ADD_FAILURE() << dtype_name(Q) << " row " << r << " value " << gu * 32 + j << ": decoded "
+                        << got << ", dequant_blocks " << w;
+      }
+    }
+  EXPECT_EQ(bad, 0) << dtype_name(Q);
+}
+
+TEST(CudaQuant, DecodersEqualCoreDequantization) {
+  static_assert(sizeof(kPacked) / sizeof(kPacked[0]) == 13, "every packed format below");
+  check_decoder<DType::Q8_0>(1);
+  check_decoder<DType::Q4_0>(2);
+  check_decoder<DType::Q4_1>(3);
+  check_decoder<DType::Q5_0>(4);
+  check_decoder<DType::Q5_1>(5);
+  check_decoder<DType::Q2_K>(6);
+  check_decoder<DType::Q3_K>(7);
+  check_decoder<DType::Q4_K>(8);
+  check_decoder<DType::Q5_K>(9);
+  check_decoder<DType::Q6_K>(10);
+  check_decoder<DType::IQ4_NL>(11);
+  check_decoder<DType::IQ4_XS>(12);
+  check_decoder<DType::MXFP4>(13);
+}
+#endif
+
+struct Shape {
+  int T, N, K;
+  bool bias, logits;
+  const char* provider;  // the matmul provider's prefix (+ the format's name)
+};
+
+/// out = x @ W^T (+ bias) on `be`, W stored as st; checked against ref within the op tests'
+/// bound; the provider that served it must be `want_provider`.
+void check_matmul(Backend& be, const char* tier, DType compute, const Shape& s, DType st,
+                  uint64_t seed) {
+  const std::vector<double> w = values(int64_t(s.N) * s.K, seed, 0.05, DType::F32);
+  auto W = make_tensor("W", {s.N, s.K}, w, st);
+  auto b = s.bias ? make_tensor("b", {s.N}, values(s.N, seed + 7, 0.5, compute), DType::F32) : nullptr;
+  const std::vector<double> xv = values(int64_t(s.T) * s.K, seed + 3, 1.0, DType::BF16);
+  auto ref = make_ref_backend();
+  auto run = [&](Backend& t, bool poison) {
+    Buf x(t, xv), out(t, int64_t(s.T) * s.N, s.logits);
+    if (poison) out.poison();
+    t.matmul(x.b, W->t, b ? &b->t : nullptr, s.T, out.b);
+    return out.read();
+  };
+  be.stats().reset();
+  const std::vector<double> got = run(be, true), want = run(*ref, false);
+  const std::string prov = std::string(s.provider) + dtype_name(st);
+  EXPECT_EQ(be.stats().calls().at("matmul").count(prov), 1u) << tier << " " << dtype_name(st);
+  double bound = nmse_bound(s.logits ? DType::F32 : compute, compute, s.K, 2);
+  if (!reads_exactly(st, compute)) bound += operand_rounding_nmse(compute, xv, w, s.T, s.N, s.K);
+  OpTier t;
+  t.name = tier;
+  t.compute = compute;
+  t.cuda = true;
+  check_close("matmul.packed", t, strformat("T=%d N=%d K=%d %s", s.T, s.N, s.K, dtype_name(st)),
+              seed, got, want, bound);
+}
+
+TEST(CudaQuant, PackedGemvOverPiecesRowGroupsAndLongRows) {
+  for (const char* dt : {"f32", "bf16"}) {
+    ARB_CUDA_OR_SKIP(cu, dt);
+    const DType compute = dtype_from_name(dt);
+    const std::string gemm = std::string("cublaslt.gemm_") + dt + "_from_";
+    // K 4096: 4 row pieces (2 for Q6_K/Q3_K), 4 rows per warp, N not a multiple of 4.
+    // K 12288: x takes 54 KB of shared memory, 2 rows per warp. K 32768: 1 row per warp.
+    // K 49152: x does not fit shared memory: dequantized rows and cuBLASLt.
+    const Shape shapes[] = {{1, 37, 4096, true, false, "cuda.gemv_"},
+                            {1, 6, 12288, false, true, "cuda.gemv_"},
+                            {1, 3, 32768, false, false, "cuda.gemv_"},
+                            {1, 2, 49152, false, false, gemm.c_str()}};
+    uint64_t seed = 500;
+    for (DType st : kPacked)
+      for (const Shape& s : shapes) check_matmul(*cu, dt, compute, s, st, seed++);
+  }
+}
+
+TEST(CudaQuant, PrefillDequantizesTilesOfRows) {
+  ARB_CUDA_OR_SKIP(cu, "f32");
+  // f32 rows of 16,384 values: 1,024 rows per 64 MB tile, so 1,100 rows take two tiles (the
+  // second of 76 rows), each writing its columns of the [3, 1100] output, then the bias.
+  check_matmul(*cu, "f32", DType::F32, {3, 1100, 16384, true, false, "cublaslt.gemm_f32_from_"},
+               DType::Q8_0, 900);
+  check_matmul(*cu, "f32", DType::F32, {5, 300, 1024, false, true, "cublaslt.gemm_f32_from_"},
+               DType::Q4_K, 901);
+}
+
+std::vector<int32_t> greedy(const Model& m, Backend& be, const std::vector<int32_t>& prompt, int n) {
+  Session s(m, be, int(prompt.size()) + n);
+  Sampler sampler(SamplerParams{});
+  return generate(s, prompt, n, sampler, {}, nullptr).tokens;
+}
+
+TEST(CudaQuant, Q4KmModelGreedyEqualsRefAndBf16TracePasses) {
+  ARB_CUDA_OR_SKIP(cu, "f32");
+  const std::string dir = temp_dir("cuda-quant");
+  SynthOptions o;
+  o.preset = "tiny-qwen3-256";
+  o.format = SynthFormat::Gguf;
+  o.dtype = DType::F32;
+  o.quant = QuantRecipe::Q4_K_M;
+  o.progress = false;
+  o.out_dir = dir + "/q4_k_m.gguf";
+  synth_checkpoint(o);
+  auto m = load_model(o.out_dir);
+  // The recipe's types on this shape: Q4_K matrices, the tied embedding (= lm_head) Q6_K.
+  std::map<DType, int> types;
+  m->weights.for_each_distinct([&](const TensorSpec&, const Tensor& t) { ++types[t.dtype]; });
+  ASSERT_GT(types[DType::Q4_K], 0);
+  ASSERT_GT(types[DType::Q6_K], 0);
+
+  const std::vector<int32_t> prompt = {3, 100, 57, 250, 9, 31, 400};
+  auto ref = make_ref_backend();
+  cu->stats().reset();
+  const std::vector<int32_t> got = greedy(*m, *cu, prompt, 24);
+  EXPECT_EQ(got, greedy(*m, *ref, prompt, 24)) << "cuda f32 greedy ids differ from ref's";
+  const auto& calls = cu->stats().calls();
+  EXPECT_EQ(cu->stats().fallbacks(), 0);
+  for (const char* p : {"cuda.gemv_q4_k", "cuda.gemv_q6_k", "cublaslt.gemm_f32_from_q4_k"})
+    EXPECT_EQ(calls.at("matmul").count(p), 1u) << p;
+  EXPECT_EQ(calls.at("embed").count("cuda.embed_q6_k"), 1u);
+
+  const std::string corpus = source_path("models/corpus/stories.txt");
+  auto trace = [&](const std::string& dev, const std::string& out) {
+    auto r = run_cli("trace -m " + o.out_dir + " --corpus " + corpus +
+                     " --chunk 8 --chunks 16 --prefill 64 " + dev + " -o " + out + " --quiet");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  };
+  trace("--device ref", dir + "/ref.tsv");
+  trace("--device cuda --dtype bf16", dir + "/bf16.tsv");
+  auto c = run_cli("compare --json " + dir + "/ref.tsv " + dir + "/bf16.tsv");
+  const auto j = nlohmann::json::parse(c.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << c.out << c.err;
+  EXPECT_EQ(j["verdict"], "pass") << c.out;
+}
+
+}  // namespace
+}  // namespace arbiter::test
