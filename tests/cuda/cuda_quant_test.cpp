@@ -4,6 +4,7 @@
 //    shared memory), of 1, and rows too long for shared memory (dequantized, then cuBLASLt);
 //    every format, against ref within the op tests' bound (tests/ops/matmul_test.cpp);
 //  - a prefill whose matrix is dequantized in two tiles, with a bias;
+//  - the fused decode forms on packed rows, bit for bit their compositions;
 //  - a whole Q4_K_M model (synth tiny-qwen3-256: Q4_K and Q6_K matrices, a tied Q6_K
 //    embedding that is the lm_head too): cuda f32 greedy ids equal ref's, every matmul and
 //    embed served by the packed kernels, and its bf16 trace passes compare against ref's.
@@ -76,6 +77,15 @@ TEST(CudaQuant, DecodersEqualCoreDequantization) {
 }
 #endif
 
+/// Calls of op served by provider since the last stats reset (0 when the op never ran).
+int64_t served(const Backend& be, const std::string& op, const std::string& provider) {
+  const auto& calls = be.stats().calls();
+  const auto it = calls.find(op);
+  if (it == calls.end()) return 0;
+  const auto p = it->second.find(provider);
+  return p == it->second.end() ? 0 : p->second;
+}
+
 struct Shape {
   int T, N, K;
   bool bias, logits;
@@ -100,7 +110,7 @@ void check_matmul(Backend& be, const char* tier, DType compute, const Shape& s, 
   be.stats().reset();
   const std::vector<double> got = run(be, true), want = run(*ref, false);
   const std::string prov = std::string(s.provider) + dtype_name(st);
-  EXPECT_EQ(be.stats().calls().at("matmul").count(prov), 1u) << tier << " " << dtype_name(st);
+  EXPECT_EQ(served(be, "matmul", prov), 1) << tier << " " << dtype_name(st);
   double bound = nmse_bound(s.logits ? DType::F32 : compute, compute, s.K, 2);
   if (!reads_exactly(st, compute)) bound += operand_rounding_nmse(compute, xv, w, s.T, s.N, s.K);
   OpTier t;
@@ -139,6 +149,59 @@ TEST(CudaQuant, PrefillDequantizesTilesOfRows) {
                DType::Q4_K, 901);
 }
 
+// The fused decode forms on packed rows (quant_ops.cpp): norm + gate/up GEMV + SwiGLU and GEMV
+// + residual add, each the bits of its composition (rmsnorm, matmul, matmul, swiglu; matmul,
+// add) and served by its packed provider; a tapped gate runs the composition.
+TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
+  ARB_CUDA_OR_SKIP(cu, "bf16");
+  const int F = 768, D = 1024;
+  std::vector<double> nv = values(D, 1, 0.1, DType::F32);
+  for (double& w : nv) w += 1.0;
+  auto norm = make_tensor("norm", {D}, nv, DType::F32);
+  const std::vector<double> x = values(D, 2, 1.0, DType::BF16),
+                            resid = values(D, 3, 1.0, DType::BF16);
+  for (DType st : {DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+    SCOPED_TRACE(dtype_name(st));
+    auto g = make_tensor("gate", {F, D}, values(int64_t(F) * D, 4, 0.05, DType::F32), st);
+    auto u = make_tensor("up", {F, D}, values(int64_t(F) * D, 5, 0.05, DType::F32), st);
+    auto dn = make_tensor("down", {D, F}, values(int64_t(D) * F, 6, 0.05, DType::F32), st);
+    auto swiglu = [&](bool composed, TapSet* taps) {
+      Buf xb(*cu, x), xn(*cu, D), gb(*cu, F), ub(*cu, F), act(*cu, F);
+      act.poison();
+      Backend::SwigluTaps t;
+      if (taps) t = {(*taps)[0], (*taps)[1], (*taps)[2], (*taps)[3]};
+      if (composed)
+        cu->Backend::rmsnorm_swiglu(xb.b, norm->t, 1, D, 1e-6, xn.b, g->t, u->t, gb.b, ub.b, act.b, t);
+      else
+        cu->rmsnorm_swiglu(xb.b, norm->t, 1, D, 1e-6, xn.b, g->t, u->t, gb.b, ub.b, act.b, t);
+      return act.read();
+    };
+    const std::string name = dtype_name(st);
+    cu->stats().reset();
+    const std::vector<double> act = swiglu(false, nullptr);
+    EXPECT_EQ(served(*cu, "rmsnorm_swiglu", "cuda.gemv_swiglu_" + name), 1);
+    const OpTier tier{"cuda_bf16", DType::BF16, true, nullptr};
+    check_exact("rmsnorm_swiglu.packed", tier, name, 0, act, swiglu(true, nullptr));
+    TapSet taps(4);
+    cu->stats().reset();
+    check_exact("rmsnorm_swiglu.packed_tapped", tier, name, 0, swiglu(false, &taps), act);
+    EXPECT_EQ(served(*cu, "rmsnorm_swiglu", "cuda.gemv_swiglu_" + name), 0)
+        << "a tapped gate runs the composition";
+    EXPECT_EQ(taps.records[3], act) << "the act tap records the output";
+
+    auto madd = [&](bool composed) {
+      Buf a(*cu, act), tmp(*cu, D), res(*cu, resid);
+      if (composed) cu->Backend::matmul_add(a.b, dn->t, 1, tmp.b, res.b, nullptr, nullptr);
+      else cu->matmul_add(a.b, dn->t, 1, tmp.b, res.b, nullptr, nullptr);
+      return res.read();
+    };
+    cu->stats().reset();
+    const std::vector<double> sum = madd(false);
+    EXPECT_EQ(served(*cu, "matmul_add", "cuda.gemv_add_" + name), 1);
+    check_exact("matmul_add.packed", tier, name, 0, sum, madd(true));
+  }
+}
+
 std::vector<int32_t> greedy(const Model& m, Backend& be, const std::vector<int32_t>& prompt, int n) {
   Session s(m, be, int(prompt.size()) + n);
   Sampler sampler(SamplerParams{});
@@ -168,11 +231,12 @@ TEST(CudaQuant, Q4KmModelGreedyEqualsRefAndBf16TracePasses) {
   cu->stats().reset();
   const std::vector<int32_t> got = greedy(*m, *cu, prompt, 24);
   EXPECT_EQ(got, greedy(*m, *ref, prompt, 24)) << "cuda f32 greedy ids differ from ref's";
-  const auto& calls = cu->stats().calls();
   EXPECT_EQ(cu->stats().fallbacks(), 0);
   for (const char* p : {"cuda.gemv_q4_k", "cuda.gemv_q6_k", "cublaslt.gemm_f32_from_q4_k"})
-    EXPECT_EQ(calls.at("matmul").count(p), 1u) << p;
-  EXPECT_EQ(calls.at("embed").count("cuda.embed_q6_k"), 1u);
+    EXPECT_GT(served(*cu, "matmul", p), 0) << p;
+  EXPECT_GT(served(*cu, "matmul_add", "cuda.gemv_add_q4_k"), 0);
+  EXPECT_GT(served(*cu, "rmsnorm_swiglu", "cuda.gemv_swiglu_q4_k"), 0);
+  EXPECT_GT(served(*cu, "embed", "cuda.embed_q6_k"), 0);
 
   const std::string corpus = source_path("models/corpus/stories.txt");
   auto trace = [&](const std::string& dev, const std::string& out) {

@@ -176,6 +176,15 @@ class CudaBackend final : public Backend {
   /// qw_ and multiplied by cuBLASLt.
   void matmul_packed(const Buffer& x, const cuda::DevMat& m, const float* bias, int T, DType ot,
                      Buffer& out);
+  /// matmul_add (T == 1) as one packed GEMV with the add in its epilogue; false when it does
+  /// not apply (dense or too-long rows, a tapped product, T > 1): then the caller's path.
+  bool packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& residual,
+                         const StageTap* product, const StageTap* sum);
+  /// rmsnorm_swiglu (T == 1) as the rmsnorm op and one packed GEMV over the gate and up rows
+  /// with SwiGLU in its epilogue; false when it does not apply (tapped gate or up, ...).
+  bool packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps,
+                             Buffer& xn, const Tensor& w_gate, const Tensor& w_up, Buffer& act,
+                             const SwigluTaps& taps);
   /// `prefix` + the block format's name (a provider of --stats), built once per format.
   const std::string& packed_provider(const char* prefix, DType qt);
 

@@ -1,8 +1,9 @@
 // The CUDA tier's fused decode ops (cuda_tier.h): for T == 1 one kernel each, norm + GEMV,
 // norm + gate/up GEMV + SwiGLU, GEMV + residual add, q/k norm + RoPE + KV store (+ the decode
 // attention), with the stage taps applied inside the kernels (kernels.h Tap); otherwise the
-// Backend's default composition (also for matrices kept packed in a block format: their
-// GEMV is gemv_quant.cu's). Each computes the bits of the op-by-op path.
+// Backend's default composition. Matrices kept packed in a block format take quant_ops.cpp's
+// forms (GEMV + add, gate/up GEMV + SwiGLU) or the composition. Each computes the bits of the
+// op-by-op path.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -68,6 +69,7 @@ void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D,
 void CudaBackend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
                     const Tensor& w_gate, const Tensor& w_up, Buffer& gate, Buffer& up,
                     Buffer& act, const SwigluTaps& taps) {
+  if (packed_rmsnorm_swiglu(x, w, T, D, eps, xn, w_gate, w_up, act, taps)) return;
   bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
   const cuda::DevMat* gm = fuse ? &weights_->matrix(w_gate) : nullptr;
   const cuda::DevMat* um = fuse ? &weights_->matrix(w_up) : nullptr;
@@ -107,6 +109,7 @@ void CudaBackend::rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D,
 
 void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
                 const StageTap* product, const StageTap* sum) {
+  if (packed_matmul_add(x, W, T, residual, product, sum)) return;
   const cuda::DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &weights_->matrix(W) : nullptr;
   if (!mp || mp->packed() || !cuda::gemv_fusable(ct_, int(mp->cols)))
     return Backend::matmul_add(x, W, T, tmp, residual, product, sum);

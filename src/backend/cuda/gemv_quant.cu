@@ -75,7 +75,8 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // --- the decode GEMV ------------------------------------------------------------------------
-// A warp takes ROWS rows at a time and streams them in pieces of PB blocks (~0.5-1.7 KB a
+// A warp takes ROWS rows at a time (with SW, the SwiGLU form: ROWS gate rows and the same ROWS
+// up rows) and streams them in pieces of PB blocks (~0.5-1.7 KB a
 // row) by cp.async into its shared-memory ring of kQStages pieces, kQStages - 1 pieces ahead
 // of the one it computes (the first ones issued before griddepcontrol.wait, while the previous
 // kernel runs). x is widened once per block into shared memory in f32, 32 values per unit at
@@ -88,19 +89,34 @@ constexpr int kQStages = 3, kQWarps = 4;
 
 struct QGemvArgs {
   DType ct = DType::BF16;
+  int mode = kQGemvPlain;
   const void* x = nullptr;
   const uint8_t* W = nullptr;
-  int64_t rb = 0;  // bytes from one row to the next
+  const uint8_t* W2 = nullptr;  // kQGemvSwiglu: the up rows (W: the gate rows)
+  int64_t rb = 0;  // bytes from one row to the next (W and W2)
   const float* bias = nullptr;
-  void* out = nullptr;
+  void* out = nullptr;  // kQGemvAdd: the residual; kQGemvSwiglu: the activation
   int out_f32 = 0;
   int N = 0, K = 0;
 };
 
-template <DType Q, int ROWS>
+__device__ __forceinline__ float load_ct(DType ct, const void* p, int i) { return load_x(ct, p, i); }
+/// f rounded to the compute type (as a store and a load of it would give).
+__device__ __forceinline__ float round_ct(DType ct, float f) {
+  return ct == DType::F16 ? __half2float(__float2half_rn(f))
+         : ct == DType::BF16 ? __bfloat162float(__float2bfloat16_rn(f)) : f;
+}
+__device__ __forceinline__ void store_ct(DType ct, void* p, int i, float f) {
+  if (ct == DType::F16) static_cast<__half*>(p)[i] = __float2half_rn(f);
+  else if (ct == DType::BF16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(f);
+  else static_cast<float*>(p)[i] = f;
+}
+
+template <DType Q, int ROWS, bool SW>
 __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
   using F = Fmt<Q>;
   constexpr int UPB = F::B / 32, UPP = F::PB * UPB, PBYTES = F::PB * F::BB;
+  constexpr int LR = SW ? 2 * ROWS : ROWS;  // rows loaded per group
   static_assert(PBYTES % 16 == 0 && UPP % 32 == 0, "a piece: 16-byte multiple, 32-unit multiple");
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ float tab[16];
@@ -109,7 +125,7 @@ __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
   float* xs = reinterpret_cast<float*>(smem);  // unit u at xs + 36 u
   float* sxs = xs + nunits * 36;               // sum of x over half-unit h
   uint8_t* ring = smem + (size_t(nunits) * 38 * 4 + 15) / 16 * 16 +
-                  size_t(threadIdx.x / 32) * kQStages * ROWS * PBYTES;
+                  size_t(threadIdx.x / 32) * kQStages * LR * PBYTES;
   const int lane = threadIdx.x % 32;
   const int gstride = gridDim.x * kQWarps;
   // The issue cursor: row group ig, piece ip, ring slot islot.
@@ -117,12 +133,12 @@ __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
   auto issue = [&] {
     if (ig * ROWS < a.N) {
       const int chunks = (min(F::PB, nblocks - ip * F::PB) * F::BB + 15) / 16;
-      uint8_t* dst = ring + islot * ROWS * PBYTES;
+      uint8_t* dst = ring + islot * LR * PBYTES;
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        const int64_t row = int64_t(ig) * ROWS + r;
-        if (row >= a.N) break;
-        const uint8_t* src = a.W + row * a.rb + int64_t(ip) * PBYTES;
+      for (int r = 0; r < LR; ++r) {
+        const int64_t row = int64_t(ig) * ROWS + r % ROWS;
+        if (row >= a.N) continue;
+        const uint8_t* src = (r < ROWS ? a.W : a.W2) + row * a.rb + int64_t(ip) * PBYTES;
         for (int c = lane; c < chunks; c += 32) cp_async16(dst + r * PBYTES + 16 * c, src + 16 * c);
       }
       if (++ip == npieces) ip = 0, ig += gstride;
@@ -148,14 +164,14 @@ __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
   __syncthreads();
   int cslot = 0;
   for (int g = blockIdx.x * kQWarps + threadIdx.x / 32; g * ROWS < a.N; g += gstride) {
-    float acc[ROWS];
+    float acc[LR];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+    for (int r = 0; r < LR; ++r) acc[r] = 0.f;
     for (int p = 0; p < npieces; ++p) {
       issue();
       cp_async_wait<kQStages - 1>();
       __syncwarp();
-      const uint8_t* piece = ring + cslot * ROWS * PBYTES;
+      const uint8_t* piece = ring + cslot * LR * PBYTES;
 #pragma unroll
       for (int i = 0; i < UPP / 32; ++i) {
         const int u = lane + 32 * i, gu = p * UPP + u;
@@ -168,8 +184,8 @@ __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
         }
         const float sx0 = sxs[2 * gu], sx1 = sxs[2 * gu + 1];
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          if (g * ROWS + r >= a.N) break;
+        for (int r = 0; r < LR; ++r) {
+          if (g * ROWS + r % ROWS >= a.N) continue;
           Unit un;
           F::unit(piece + r * PBYTES + (u / UPB) * F::BB, u % UPB, un);
           acc[r] += unit_dot<Q>(un, x, sx0, sx1, tab);
@@ -181,19 +197,26 @@ __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const float v = warp_sum(acc[r]);
+      const float v2 = SW ? warp_sum(acc[SW ? r + ROWS : r]) : 0.f;
       const int row = g * ROWS + r;
       if (lane != 0 || row >= a.N) continue;
-      const float y = a.bias ? v + a.bias[row] : v;
-      if (a.out_f32) static_cast<float*>(a.out)[row] = y;
-      else if (a.ct == DType::F16) static_cast<__half*>(a.out)[row] = __float2half_rn(y);
-      else if (a.ct == DType::BF16) static_cast<__nv_bfloat16*>(a.out)[row] = __float2bfloat16_rn(y);
-      else static_cast<float*>(a.out)[row] = y;
+      if constexpr (SW) {
+        // act = silu(gate) * up, gate and up rounded first: matmul, matmul, swiglu's bits.
+        const float gt = round_ct(a.ct, v), up = round_ct(a.ct, v2);
+        store_ct(a.ct, a.out, row, gt / (1.0f + expf(-gt)) * up);
+      } else if (a.mode == kQGemvAdd) {  // res += product rounded: matmul then add's bits
+        store_ct(a.ct, a.out, row, load_ct(a.ct, a.out, row) + round_ct(a.ct, v));
+      } else {
+        const float y = a.bias ? v + a.bias[row] : v;
+        if (a.out_f32) static_cast<float*>(a.out)[row] = y;
+        else store_ct(a.ct, a.out, row, y);
+      }
     }
   }
   cp_async_wait<0>();
 }
 
-/// Dynamic shared memory of the GEMV for rows of K values.
+/// Dynamic shared memory of the GEMV for rows of K values, `rows` loaded per warp.
 template <DType Q>
 size_t qgemv_smem(int K, int rows) {
   return (size_t(K / 32) * 38 * 4 + 15) / 16 * 16 +
@@ -223,32 +246,41 @@ int resident_blocks(Kernel k, size_t smem) {
   return cache.emplace(key, std::max(n, 1)).first->second;
 }
 
-template <DType Q, int ROWS>
+template <DType Q, int ROWS, bool SW>
 void qgemv_launch(const QGemvArgs& a, int sm_count, cudaStream_t s) {
-  const size_t smem = qgemv_smem<Q>(a.K, ROWS);
+  const size_t smem = qgemv_smem<Q>(a.K, SW ? 2 * ROWS : ROWS);
   const int groups = (a.N + ROWS - 1) / ROWS;
-  const int blocks = std::max(1, std::min((groups + kQWarps - 1) / kQWarps,
-                                          resident_blocks(qgemv_kernel<Q, ROWS>, smem) * sm_count));
-  launch_decode_k(qgemv_kernel<Q, ROWS>, dim3(blocks), dim3(kQWarps * 32), smem, s, a);
+  const int blocks =
+      std::max(1, std::min((groups + kQWarps - 1) / kQWarps,
+                           resident_blocks(qgemv_kernel<Q, ROWS, SW>, smem) * sm_count));
+  launch_decode_k(qgemv_kernel<Q, ROWS, SW>, dim3(blocks), dim3(kQWarps * 32), smem, s, a);
 }
 
 /// Rows per warp: 4 (x read once for four rows) while three blocks fit an SM's shared memory,
-/// else 2, else 1; 0 when not even one row fits (the caller dequantizes instead).
+/// else 2, else 1; 0 when not even one row fits (the caller dequantizes instead). The SwiGLU
+/// form loads each row twice (gate and up).
 template <DType Q>
-int qgemv_rows(int K) {
-  if (qgemv_smem<Q>(K, 4) <= kQSmemMax / 3) return 4;
-  if (qgemv_smem<Q>(K, 2) <= kQSmemMax / 2) return 2;
-  return qgemv_smem<Q>(K, 1) <= kQSmemMax ? 1 : 0;
+int qgemv_rows(int K, bool sw) {
+  const int m = sw ? 2 : 1;
+  if (qgemv_smem<Q>(K, 4 * m) <= kQSmemMax / 3) return 4;
+  if (qgemv_smem<Q>(K, 2 * m) <= kQSmemMax / 2) return 2;
+  return qgemv_smem<Q>(K, m) <= kQSmemMax ? 1 : 0;
+}
+
+template <DType Q, bool SW>
+bool qgemv_rows_launch(const QGemvArgs& a, int sm_count, cudaStream_t s) {
+  switch (qgemv_rows<Q>(a.K, SW)) {
+    case 4: qgemv_launch<Q, 4, SW>(a, sm_count, s); return true;
+    case 2: qgemv_launch<Q, 2, SW>(a, sm_count, s); return true;
+    case 1: qgemv_launch<Q, 1, SW>(a, sm_count, s); return true;
+    default: return false;
+  }
 }
 
 template <DType Q>
 bool qgemv_typed(const QGemvArgs& a, int sm_count, cudaStream_t s) {
-  switch (qgemv_rows<Q>(a.K)) {
-    case 4: qgemv_launch<Q, 4>(a, sm_count, s); return true;
-    case 2: qgemv_launch<Q, 2>(a, sm_count, s); return true;
-    case 1: qgemv_launch<Q, 1>(a, sm_count, s); return true;
-    default: return false;
-  }
+  return a.mode == kQGemvSwiglu ? qgemv_rows_launch<Q, true>(a, sm_count, s)
+                                : qgemv_rows_launch<Q, false>(a, sm_count, s);
 }
 
 // --- dequantization into the compute type ---------------------------------------------------
@@ -321,8 +353,9 @@ auto dispatch_packed(DType qt, const Fn& f) {
 
 struct FitsFn {
   int K;
+  bool sw;
   template <DType Q>
-  bool run() const { return K % Fmt<Q>::B == 0 && qgemv_rows<Q>(K) > 0; }
+  bool run() const { return K % Fmt<Q>::B == 0 && qgemv_rows<Q>(K, sw) > 0; }
 };
 struct GemvFn {
   const QGemvArgs& a;
@@ -361,16 +394,19 @@ bool packed_on_device(DType t) {
   }
 }
 
-bool qgemv_fits(DType qt, int K) {
-  return dispatch_packed(qt, FitsFn{K});
+bool qgemv_fits(DType qt, int K, int mode) {
+  return dispatch_packed(qt, FitsFn{K, mode == kQGemvSwiglu});
 }
 
-void launch_qgemv(DType ct, DType qt, const void* x, const void* W, int64_t rb, const float* bias,
-                  int N, int K, DType ot, void* out, int sm_count, cudaStream_t s) {
+void launch_qgemv(DType ct, DType qt, int mode, const void* x, const void* W, const void* W2,
+                  int64_t rb, const float* bias, int N, int K, DType ot, void* out, int sm_count,
+                  cudaStream_t s) {
   QGemvArgs a;
   a.ct = ct;
+  a.mode = mode;
   a.x = x;
   a.W = static_cast<const uint8_t*>(W);
+  a.W2 = static_cast<const uint8_t*>(W2);
   a.rb = rb;
   a.bias = bias;
   a.out = out;

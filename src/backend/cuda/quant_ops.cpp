@@ -1,7 +1,8 @@
 // The CUDA tier's matmul of matrices kept in ggml's block formats (cuda_tier.h; kernels in
 // gemv_quant.cu): the packed GEMV for a single token, else the matrix dequantized tile by tile
 // into the compute type (a workspace grown like the tier's other scratch: no allocation inside
-// a step, so it stays graph-capturable) and multiplied by cuBLASLt as a dense matrix is.
+// a step, so it stays graph-capturable) and multiplied by cuBLASLt as a dense matrix is. And
+// the fused decode forms on packed rows: GEMV + residual add, gate/up GEMV + SwiGLU.
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
@@ -38,7 +39,8 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
     stats_.record("matmul", packed_provider("cuda.gemv_", qt));
     submit({48, int64_t(xp), int64_t(wp), rb, int64_t(bp), N, K, int(ot), int64_t(op), int(qt)},
            false, 0, [=, this](const cuda::StepCtx&) {
-             cuda::launch_qgemv(ct_, qt, xp, wp, rb, bp, N, K, ot, op, sm_, stream_);
+             cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, wp, nullptr, rb, bp, N, K, ot, op,
+                                sm_, stream_);
            });
     return;
   }
@@ -76,6 +78,61 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
            [=, this](const cuda::StepCtx&) {
              cuda::launch_bias_out(static_cast<const float*>(gp), bp, T, N, ot, op, stream_);
            });
+}
+
+bool CudaBackend::packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& residual,
+                                    const StageTap* product, const StageTap* sum) {
+  // A tapped product is a value the fused form never rounds out: the composition then.
+  if (T != 1 || !tuning_.gemv || !tuning_.fused || product) return false;
+  const cuda::DevMat& m = weights_->matrix(W);
+  if (!m.packed() || !cuda::qgemv_fits(m.st, int(m.cols), cuda::kQGemvAdd)) return false;
+  check_act(x, m.cols, "matmul_add x");
+  check_act(residual, m.rows, "matmul_add residual");
+  stats_.record("matmul_add", packed_provider("cuda.gemv_add_", m.st));
+  const DType qt = m.st;
+  const void* xp = x.ptr;
+  const void* wp = m.ptr;
+  const int64_t rb = m.ld;
+  const int N = int(m.rows), K = int(m.cols);
+  void* rp = residual.ptr;
+  submit({51, int64_t(xp), int64_t(wp), rb, N, K, int64_t(rp), int(qt)}, false, 0,
+         [=, this](const cuda::StepCtx&) {
+           cuda::launch_qgemv(ct_, qt, cuda::kQGemvAdd, xp, wp, nullptr, rb, nullptr, N, K, ct_,
+                              rp, sm_, stream_);
+         });
+  apply_tap(sum, residual, T, N);
+  return true;
+}
+
+bool CudaBackend::packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T, int D,
+                                        double eps, Buffer& xn, const Tensor& w_gate,
+                                        const Tensor& w_up, Buffer& act, const SwigluTaps& taps) {
+  // Tapped gate or up: values the fused form never rounds out: the composition then.
+  if (T != 1 || !tuning_.gemv || !tuning_.fused || taps.gate || taps.up) return false;
+  const cuda::DevMat& g = weights_->matrix(w_gate);
+  const cuda::DevMat& u = weights_->matrix(w_up);
+  if (!g.packed() || u.st != g.st || u.rows != g.rows || u.cols != D || g.cols != D ||
+      u.ld != g.ld || !cuda::qgemv_fits(g.st, D, cuda::kQGemvSwiglu))
+    return false;
+  check_act(act, g.rows, "rmsnorm_swiglu act");
+  stats_.record("rmsnorm_swiglu", packed_provider("cuda.gemv_swiglu_", g.st));
+  // The norm as its own op (the packed GEMV reads x from shared memory, widened once per
+  // block; normalising there too is a next step), then gate, up and SwiGLU in one launch.
+  rmsnorm(x, w, T, D, eps, xn);
+  apply_tap(taps.norm, xn, T, D);
+  const DType qt = g.st;
+  const void* xp = xn.ptr;
+  const void *gp = g.ptr, *up = u.ptr;
+  const int64_t rb = g.ld;
+  const int F = int(g.rows);
+  void* ap = act.ptr;
+  submit({52, int64_t(xp), int64_t(gp), int64_t(up), rb, F, D, int64_t(ap), int(qt)}, false, 0,
+         [=, this](const cuda::StepCtx&) {
+           cuda::launch_qgemv(ct_, qt, cuda::kQGemvSwiglu, xp, gp, up, rb, nullptr, F, D, ct_, ap,
+                              sm_, stream_);
+         });
+  apply_tap(taps.act, act, T, F);
+  return true;
 }
 
 }  // namespace arbiter
