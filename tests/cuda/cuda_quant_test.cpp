@@ -149,9 +149,10 @@ TEST(CudaQuant, PrefillDequantizesTilesOfRows) {
                DType::Q4_K, 901);
 }
 
-// The fused decode forms on packed rows (quant_ops.cpp): norm + gate/up GEMV + SwiGLU and GEMV
-// + residual add, each the bits of its composition (rmsnorm, matmul, matmul, swiglu; matmul,
-// add) and served by its packed provider; a tapped gate runs the composition.
+// The fused decode forms on packed rows (quant_ops.cpp): norm + gate/up GEMV + SwiGLU, GEMV +
+// residual add, norm + q/k/v (matrices of one format stacked in one launch), each the bits of
+// its composition (rmsnorm, matmul, matmul, swiglu; matmul, add; rmsnorm, matmuls) and served
+// by its packed provider; a tapped gate runs the composition.
 TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
   ARB_CUDA_OR_SKIP(cu, "bf16");
   const int F = 768, D = 1024;
@@ -200,6 +201,34 @@ TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
     EXPECT_EQ(served(*cu, "matmul_add", "cuda.gemv_add_" + name), 1);
     check_exact("matmul_add.packed", tier, name, 0, sum, madd(true));
   }
+  // norm + q/k/v: q and k (Q4_K) in one launch, v (Q6_K) in another, taps on the norm and v.
+  const int Nq = 512, Nkv = 256;
+  auto q = make_tensor("q", {Nq, D}, values(int64_t(Nq) * D, 7, 0.05, DType::F32), DType::Q4_K);
+  auto k = make_tensor("k", {Nkv, D}, values(int64_t(Nkv) * D, 8, 0.05, DType::F32), DType::Q4_K);
+  auto v = make_tensor("v", {Nkv, D}, values(int64_t(Nkv) * D, 9, 0.05, DType::F32), DType::Q6_K);
+  const OpTier tier{"cuda_bf16", DType::BF16, true, nullptr};
+  auto qkv = [&](bool composed, TapSet& taps) {
+    Buf xb(*cu, x), xn(*cu, D), qb(*cu, Nq), kb(*cu, Nkv), vb(*cu, Nkv);
+    for (Buf* b : {&qb, &kb, &vb}) b->poison();
+    const Backend::MatmulTarget outs[3] = {{&q->t, nullptr, &qb.b, nullptr},
+                                           {&k->t, nullptr, &kb.b, nullptr},
+                                           {&v->t, nullptr, &vb.b, taps[1]}};
+    if (composed) cu->Backend::rmsnorm_matmul(xb.b, norm->t, 1, D, 1e-6, xn.b, taps[0], outs, 3);
+    else cu->rmsnorm_matmul(xb.b, norm->t, 1, D, 1e-6, xn.b, taps[0], outs, 3);
+    std::vector<double> all = qb.read(), kv = kb.read(), vv = vb.read();
+    all.insert(all.end(), kv.begin(), kv.end());
+    all.insert(all.end(), vv.begin(), vv.end());
+    return all;
+  };
+  TapSet tf(2), tc(2);
+  cu->stats().reset();
+  const std::vector<double> fused = qkv(false, tf);
+  EXPECT_EQ(served(*cu, "rmsnorm_matmul", "cuda.gemv_q4_k"), 1) << "q and k in one launch";
+  EXPECT_EQ(served(*cu, "rmsnorm_matmul", "cuda.gemv_q6_k"), 1);
+  check_exact("rmsnorm_matmul.packed", tier, "q4_k q, k; q6_k v", 0, fused, qkv(true, tc));
+  for (size_t i = 0; i < 2; ++i)
+    check_exact("rmsnorm_matmul.packed_record", tier, "tap " + std::to_string(i), 0,
+                tf.records[i], tc.records[i]);
 }
 
 std::vector<int32_t> greedy(const Model& m, Backend& be, const std::vector<int32_t>& prompt, int n) {
@@ -232,8 +261,9 @@ TEST(CudaQuant, Q4KmModelGreedyEqualsRefAndBf16TracePasses) {
   const std::vector<int32_t> got = greedy(*m, *cu, prompt, 24);
   EXPECT_EQ(got, greedy(*m, *ref, prompt, 24)) << "cuda f32 greedy ids differ from ref's";
   EXPECT_EQ(cu->stats().fallbacks(), 0);
-  for (const char* p : {"cuda.gemv_q4_k", "cuda.gemv_q6_k", "cublaslt.gemm_f32_from_q4_k"})
-    EXPECT_GT(served(*cu, "matmul", p), 0) << p;
+  EXPECT_GT(served(*cu, "matmul", "cublaslt.gemm_f32_from_q4_k"), 0);  // the prompt
+  for (const char* p : {"cuda.gemv_q4_k", "cuda.gemv_q6_k"})  // q/k/v; v and the lm_head
+    EXPECT_GT(served(*cu, "rmsnorm_matmul", p), 0) << p;
   EXPECT_GT(served(*cu, "matmul_add", "cuda.gemv_add_q4_k"), 0);
   EXPECT_GT(served(*cu, "rmsnorm_swiglu", "cuda.gemv_swiglu_q4_k"), 0);
   EXPECT_GT(served(*cu, "embed", "cuda.embed_q6_k"), 0);

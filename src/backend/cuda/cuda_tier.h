@@ -176,6 +176,11 @@ class CudaBackend final : public Backend {
   /// qw_ and multiplied by cuBLASLt.
   void matmul_packed(const Buffer& x, const cuda::DevMat& m, const float* bias, int T, DType ot,
                      Buffer& out);
+  /// rmsnorm_matmul (T == 1) as the rmsnorm op and a packed GEMV per run of matrices of one
+  /// format (q, k, v stacked); false when it does not apply (a dense matrix, T > 1, ...).
+  bool packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps,
+                             Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
+                             int n_outs);
   /// matmul_add (T == 1) as one packed GEMV with the add in its epilogue; false when it does
   /// not apply (dense or too-long rows, a tapped product, T > 1): then the caller's path.
   bool packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& residual,

@@ -2,7 +2,7 @@
 // norm + gate/up GEMV + SwiGLU, GEMV + residual add, q/k norm + RoPE + KV store (+ the decode
 // attention), with the stage taps applied inside the kernels (kernels.h Tap); otherwise the
 // Backend's default composition. Matrices kept packed in a block format take quant_ops.cpp's
-// forms (GEMV + add, gate/up GEMV + SwiGLU) or the composition. Each computes the bits of the
+// forms (q/k/v stacked, GEMV + add, gate/up GEMV + SwiGLU) or the composition. Each computes the bits of the
 // op-by-op path.
 #include <algorithm>
 #include <cmath>
@@ -18,6 +18,7 @@ using cuda::PosRef;
 
 void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D, double eps, Buffer& xn,
                     const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) {
+  if (packed_rmsnorm_matmul(x, w, T, D, eps, xn, norm_tap, outs, n_outs)) return;
   bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
               cuda::gemv_fusable(ct_, D);
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes

@@ -91,14 +91,22 @@ struct QGemvArgs {
   DType ct = DType::BF16;
   int mode = kQGemvPlain;
   const void* x = nullptr;
-  const uint8_t* W = nullptr;
-  const uint8_t* W2 = nullptr;  // kQGemvSwiglu: the up rows (W: the gate rows)
-  int64_t rb = 0;  // bytes from one row to the next (W and W2)
-  const float* bias = nullptr;
-  void* out = nullptr;  // kQGemvAdd: the residual; kQGemvSwiglu: the activation
-  int out_f32 = 0;
-  int N = 0, K = 0;
+  /// The matrices, their rows stacked (kQGemvPlain: up to 3, e.g. q, k, v; else 1; seg[0].out
+  /// is the residual of kQGemvAdd, the activation of kQGemvSwiglu).
+  QGemvSeg seg[3];
+  int n_seg = 1;
+  const uint8_t* W2 = nullptr;  // kQGemvSwiglu: the up rows (seg[0].W: the gate rows)
+  int64_t rb = 0;  // bytes from one row to the next (every matrix)
+  int N = 0, K = 0;  // N: the rows of all segments
 };
+
+/// The segment of stacked row `row` and the row within it.
+__device__ __forceinline__ int locate(const QGemvArgs& a, int row, int& rr) {
+  int si = 0;
+  rr = row;
+  while (si + 1 < a.n_seg && rr >= a.seg[si].rows) rr -= a.seg[si++].rows;
+  return si;
+}
 
 __device__ __forceinline__ float load_ct(DType ct, const void* p, int i) { return load_x(ct, p, i); }
 /// f rounded to the compute type (as a store and a load of it would give).
@@ -136,9 +144,12 @@ __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
       uint8_t* dst = ring + islot * LR * PBYTES;
 #pragma unroll
       for (int r = 0; r < LR; ++r) {
-        const int64_t row = int64_t(ig) * ROWS + r % ROWS;
+        const int row = ig * ROWS + r % ROWS;
         if (row >= a.N) continue;
-        const uint8_t* src = (r < ROWS ? a.W : a.W2) + row * a.rb + int64_t(ip) * PBYTES;
+        int rr;
+        const int si = locate(a, row, rr);
+        const uint8_t* src = static_cast<const uint8_t*>(r < ROWS ? a.seg[si].W : a.W2) +
+                             int64_t(rr) * a.rb + int64_t(ip) * PBYTES;
         for (int c = lane; c < chunks; c += 32) cp_async16(dst + r * PBYTES + 16 * c, src + 16 * c);
       }
       if (++ip == npieces) ip = 0, ig += gstride;
@@ -198,18 +209,19 @@ __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
     for (int r = 0; r < ROWS; ++r) {
       const float v = warp_sum(acc[r]);
       const float v2 = SW ? warp_sum(acc[SW ? r + ROWS : r]) : 0.f;
-      const int row = g * ROWS + r;
-      if (lane != 0 || row >= a.N) continue;
+      if (lane != 0 || g * ROWS + r >= a.N) continue;
+      int row;
+      const QGemvSeg& sg = a.seg[locate(a, g * ROWS + r, row)];
       if constexpr (SW) {
         // act = silu(gate) * up, gate and up rounded first: matmul, matmul, swiglu's bits.
         const float gt = round_ct(a.ct, v), up = round_ct(a.ct, v2);
-        store_ct(a.ct, a.out, row, gt / (1.0f + expf(-gt)) * up);
+        store_ct(a.ct, sg.out, row, gt / (1.0f + expf(-gt)) * up);
       } else if (a.mode == kQGemvAdd) {  // res += product rounded: matmul then add's bits
-        store_ct(a.ct, a.out, row, load_ct(a.ct, a.out, row) + round_ct(a.ct, v));
+        store_ct(a.ct, sg.out, row, load_ct(a.ct, sg.out, row) + round_ct(a.ct, v));
       } else {
-        const float y = a.bias ? v + a.bias[row] : v;
-        if (a.out_f32) static_cast<float*>(a.out)[row] = y;
-        else store_ct(a.ct, a.out, row, y);
+        const float y = sg.bias ? v + sg.bias[row] : v;
+        if (sg.out_f32) static_cast<float*>(sg.out)[row] = y;
+        else store_ct(a.ct, sg.out, row, y);
       }
     }
   }
@@ -398,20 +410,22 @@ bool qgemv_fits(DType qt, int K, int mode) {
   return dispatch_packed(qt, FitsFn{K, mode == kQGemvSwiglu});
 }
 
-void launch_qgemv(DType ct, DType qt, int mode, const void* x, const void* W, const void* W2,
-                  int64_t rb, const float* bias, int N, int K, DType ot, void* out, int sm_count,
-                  cudaStream_t s) {
+void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* seg, int n_seg,
+                  const void* W2, int64_t rb, int K, int sm_count, cudaStream_t s) {
+  ARB_CHECK(n_seg >= 1 && n_seg <= 3 && (n_seg == 1 || mode == kQGemvPlain),
+            "[cuda] packed gemv: %d matrices in mode %d", n_seg, mode);
   QGemvArgs a;
   a.ct = ct;
   a.mode = mode;
   a.x = x;
-  a.W = static_cast<const uint8_t*>(W);
+  a.n_seg = n_seg;
+  a.N = 0;
+  for (int i = 0; i < n_seg; ++i) {
+    a.seg[i] = seg[i];
+    a.N += seg[i].rows;
+  }
   a.W2 = static_cast<const uint8_t*>(W2);
   a.rb = rb;
-  a.bias = bias;
-  a.out = out;
-  a.out_f32 = ot == DType::F32 ? 1 : 0;
-  a.N = N;
   a.K = K;
   const bool ok = dispatch_packed(qt, GemvFn{a, sm_count, s});
   ARB_CHECK(ok, "[cuda] packed gemv: %s rows of %d values do not fit shared memory",

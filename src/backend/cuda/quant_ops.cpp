@@ -2,8 +2,10 @@
 // gemv_quant.cu): the packed GEMV for a single token, else the matrix dequantized tile by tile
 // into the compute type (a workspace grown like the tier's other scratch: no allocation inside
 // a step, so it stays graph-capturable) and multiplied by cuBLASLt as a dense matrix is. And
-// the fused decode forms on packed rows: GEMV + residual add, gate/up GEMV + SwiGLU.
+// the fused decode forms on packed rows: the norm then q/k/v (matrices of one format in one
+// launch), GEMV + residual add, the norm then gate/up GEMV + SwiGLU.
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_tier.h"
@@ -37,10 +39,11 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
   void* op = out.ptr;
   if (T == 1 && tuning_.gemv && cuda::qgemv_fits(qt, K)) {
     stats_.record("matmul", packed_provider("cuda.gemv_", qt));
+    const cuda::QGemvSeg seg{wp, bp, op, N, ot == DType::F32 ? 1 : 0};
     submit({48, int64_t(xp), int64_t(wp), rb, int64_t(bp), N, K, int(ot), int64_t(op), int(qt)},
            false, 0, [=, this](const cuda::StepCtx&) {
-             cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, wp, nullptr, rb, bp, N, K, ot, op,
-                                sm_, stream_);
+             cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, &seg, 1, nullptr, rb, K, sm_,
+                                stream_);
            });
     return;
   }
@@ -80,6 +83,52 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
            });
 }
 
+bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, int T, int D,
+                                        double eps, Buffer& xn, const StageTap* norm_tap,
+                                        const MatmulTarget* outs, int n_outs) {
+  if (T != 1 || !tuning_.gemv || !tuning_.fused || n_outs < 1 || n_outs > 3) return false;
+  const cuda::DevMat* mats[3] = {};
+  for (int i = 0; i < n_outs; ++i) {
+    mats[i] = &weights_->matrix(*outs[i].W);
+    if (!mats[i]->packed() || mats[i]->cols != D || !cuda::qgemv_fits(mats[i]->st, D) ||
+        (outs[i].out->dtype != DType::F32 && outs[i].out->dtype != ct_))
+      return false;
+  }
+  // The composition's order: the norm (its own op), its tap, then the products; consecutive
+  // matrices of one format (q and k, often v too) share a launch.
+  rmsnorm(x, w, T, D, eps, xn);
+  apply_tap(norm_tap, xn, T, D);
+  const void* xp = xn.ptr;
+  for (int i = 0; i < n_outs;) {
+    const DType qt = mats[i]->st;
+    const int64_t rb = mats[i]->ld;
+    cuda::QGemvSeg seg[3];
+    int n = 0;
+    std::vector<int64_t> sig = {53, int64_t(xp), rb, D, int(qt)};
+    for (; i < n_outs && mats[i]->st == qt; ++i, ++n) {
+      const cuda::DevMat& m = *mats[i];
+      const float* bp = nullptr;
+      if (outs[i].bias && !outs[i].bias->empty()) {
+        const cuda::DevVec& bv = weights_->vector(*outs[i].bias);
+        ARB_CHECK(bv.n == m.rows, "[cuda] matmul: bias '%s' has %lld elements, output has %lld",
+                  outs[i].bias->name.c_str(), (long long)bv.n, (long long)m.rows);
+        bp = bv.ptr;
+      }
+      ARB_CHECK(outs[i].out->n >= m.rows, "[cuda] matmul: output holds %lld elements, needs %lld",
+                (long long)outs[i].out->n, (long long)m.rows);
+      const int f32 = outs[i].out->dtype == DType::F32 ? 1 : 0;
+      seg[n] = cuda::QGemvSeg{m.ptr, bp, outs[i].out->ptr, int(m.rows), f32};
+      sig.insert(sig.end(), {int64_t(m.ptr), int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
+    }
+    stats_.record("rmsnorm_matmul", packed_provider("cuda.gemv_", qt));
+    submit(std::move(sig), false, 0, [=, this](const cuda::StepCtx&) {
+      cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, seg, n, nullptr, rb, D, sm_, stream_);
+    });
+  }
+  for (int i = 0; i < n_outs; ++i) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
+  return true;
+}
+
 bool CudaBackend::packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& residual,
                                     const StageTap* product, const StageTap* sum) {
   // A tapped product is a value the fused form never rounds out: the composition then.
@@ -95,10 +144,10 @@ bool CudaBackend::packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buf
   const int64_t rb = m.ld;
   const int N = int(m.rows), K = int(m.cols);
   void* rp = residual.ptr;
+  const cuda::QGemvSeg seg{wp, nullptr, rp, N, 0};
   submit({51, int64_t(xp), int64_t(wp), rb, N, K, int64_t(rp), int(qt)}, false, 0,
          [=, this](const cuda::StepCtx&) {
-           cuda::launch_qgemv(ct_, qt, cuda::kQGemvAdd, xp, wp, nullptr, rb, nullptr, N, K, ct_,
-                              rp, sm_, stream_);
+           cuda::launch_qgemv(ct_, qt, cuda::kQGemvAdd, xp, &seg, 1, nullptr, rb, K, sm_, stream_);
          });
   apply_tap(sum, residual, T, N);
   return true;
@@ -126,10 +175,10 @@ bool CudaBackend::packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, int T,
   const int64_t rb = g.ld;
   const int F = int(g.rows);
   void* ap = act.ptr;
+  const cuda::QGemvSeg seg{gp, nullptr, ap, F, 0};
   submit({52, int64_t(xp), int64_t(gp), int64_t(up), rb, F, D, int64_t(ap), int(qt)}, false, 0,
          [=, this](const cuda::StepCtx&) {
-           cuda::launch_qgemv(ct_, qt, cuda::kQGemvSwiglu, xp, gp, up, rb, nullptr, F, D, ct_, ap,
-                              sm_, stream_);
+           cuda::launch_qgemv(ct_, qt, cuda::kQGemvSwiglu, xp, &seg, 1, up, rb, D, sm_, stream_);
          });
   apply_tap(taps.act, act, T, F);
   return true;
