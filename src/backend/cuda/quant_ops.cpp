@@ -51,7 +51,10 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
                                            "_from_").c_str(), qt));
   const size_t es = cuda::ctype_size(ct_);
   const int64_t ldw = int64_t((size_t(K) * es + 15) / 16 * 16 / es);
-  const int tile = int(std::clamp<int64_t>(int64_t(kTileBytes / (size_t(ldw) * es)), 1, N));
+  // Tiles of a multiple of 128 rows: each tile's output columns then start 256-byte aligned,
+  // as cuBLASLt's heuristic assumes of every pointer.
+  const int64_t fit = int64_t(kTileBytes / (size_t(ldw) * es)) / 128 * 128;
+  const int tile = int(std::min<int64_t>(N, std::max<int64_t>(fit, 128)));
   ensure(qw_, size_t(tile) * size_t(ldw) * es);
   // With a bias: the f32 product of every tile, then bias + one rounding (as matmul does).
   const DType gemm_out = bp ? DType::F32 : ot;
