@@ -133,17 +133,24 @@ bool reads_exactly(DType storage, DType compute) {
 }
 
 std::vector<DType> weight_types(const OpTier& t) {
-  if (!t.cuda)
-    return {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
-            DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
-            DType::IQ4_XS, DType::MXFP4,
-            // MLX's blocks: one affine width whose values straddle words (3), the common one
-            // (4) and both fp blocks. The other widths run the same code with another `bits`;
-            // each is checked by hand (tests/core/mlx_quant_test.cpp) and on every ISA
-            // (IsaTest.BlockGemvWithinDotBound), which keeps this list's cost down.
-            DType::MLX_Q3, DType::MLX_Q4, DType::MLX_MXFP8, DType::MLX_NVFP4};
-  std::vector<DType> out = {t.compute, DType::Q8_0};
+  // ggml's block formats: every tier reads them (cuda packed on the device, gemv_quant.cu).
+  const DType ggml[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,   DType::Q5_1,
+                        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,   DType::Q6_K,
+                        DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+  std::vector<DType> out;
+  if (!t.cuda) {
+    out = {DType::F32, DType::F16, DType::BF16};
+    out.insert(out.end(), std::begin(ggml), std::end(ggml));
+    // MLX's blocks: one affine width whose values straddle words (3), the common one (4) and
+    // both fp blocks. The other widths run the same code with another `bits`; each is checked
+    // by hand (tests/core/mlx_quant_test.cpp) and on every ISA (IsaTest.BlockGemvWithinDotBound),
+    // which keeps this list's cost down.
+    out.insert(out.end(), {DType::MLX_Q3, DType::MLX_Q4, DType::MLX_MXFP8, DType::MLX_NVFP4});
+    return out;
+  }
+  out = {t.compute};
   if (t.compute != DType::F32) out.push_back(DType::F32);
+  out.insert(out.end(), std::begin(ggml), std::end(ggml));
   return out;
 }
 

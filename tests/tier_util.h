@@ -79,8 +79,9 @@ struct HostTensor {
 std::unique_ptr<HostTensor> make_tensor(const std::string& name, std::vector<int64_t> shape,
                                         const std::vector<double>& vals, DType storage);
 /// The weight storage types a tier's cases run: on cpu every type (the block formats with a
-/// min are read rounded once), on cuda the compute type, Q8_0 and F32, which its upload rounds
-/// to the compute type (the other block formats are widened on the host, untested here).
+/// min are read rounded once), on cuda the compute type, F32 (which its upload rounds to the
+/// compute type) and ggml's block formats (kept packed on the device; MLX's blocks, widened at
+/// upload as f32 weights are, are not run here).
 std::vector<DType> weight_types(const OpTier& t);
 /// Whether a tier reads weights of `storage` exactly (else each weight is rounded once).
 bool reads_exactly(DType storage, DType compute);

@@ -3,7 +3,8 @@
 // KV cache lives on the device; only token ids and positions go up, and only summaries (or
 // logits asked for by read()) come back. Single-token steps run as CUDA graphs
 // (step_graph.h). Defined in cuda_backend.cpp (memory, the plain ops, summaries, the
-// factory) and fused.cpp (the fused decode ops and their stage taps).
+// factory), fused.cpp (the fused decode ops and their stage taps), moe_backend.cpp (the MoE
+// ops) and quant_ops.cpp (matrices in ggml's block formats).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -72,7 +73,7 @@ class CudaBackend final : public Backend {
   void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
                      double eps, Buffer& out) override;
 
-  // Mixture of experts (cuda_backend.cpp, kernels in moe.cu): the router, the experts and
+  // Mixture of experts (moe_backend.cpp, kernels in moe.cu): the router, the experts and
   // their sum on the device; the host learns the routing only when asked for it (routes).
   void moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T, Buffer& out,
            std::vector<Route>* routes) override;
@@ -171,8 +172,30 @@ class CudaBackend final : public Backend {
   /// The (cos, sin) of pos * inv_freq[i] for positions [0, P >= positions) of one RoPE, on the
   /// device: built at its first use and rebuilt (doubling) when a position passes its end.
   const float2* rope_table(const RopeSpec& rope, int positions);
-  /// cuBLASLt plan for out[T, N] = x[T, K] @ W[N, K]^T.
-  const GemmPlan& gemm_plan(int T, int N, int K, int64_t ld, DType out_t);
+  /// cuBLASLt plan for out[T, N] = x[T, K] @ W[N, K]^T, out's rows ldc apart (0: N).
+  const GemmPlan& gemm_plan(int T, int N, int K, int64_t ld, DType out_t, int64_t ldc = 0);
+
+  // quant_ops.cpp: matrices kept in ggml's block formats (weights.h, gemv_quant.cu).
+  /// matmul of a packed W: the packed GEMV (T == 1), else tiles of W's rows dequantized into
+  /// qw_ and multiplied by cuBLASLt.
+  void matmul_packed(const Buffer& x, const cuda::DevMat& m, const float* bias, int T, DType ot,
+                     Buffer& out);
+  /// rmsnorm_matmul (T == 1) as the rmsnorm op and a packed GEMV per run of matrices of one
+  /// format (q, k, v stacked); false when it does not apply (a dense matrix, T > 1, ...).
+  bool packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                             double eps, Buffer& xn, const StageTap* norm_tap,
+                             const MatmulTarget* outs, int n_outs);
+  /// matmul_add (T == 1) as one packed GEMV with the add in its epilogue; false when it does
+  /// not apply (dense or too-long rows, a tapped product, T > 1): then the caller's path.
+  bool packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& residual,
+                         const StageTap* product, const StageTap* sum);
+  /// rmsnorm_glu with SwiGLU (T == 1) as the norm op and one packed GEMV over the gate and up
+  /// rows with SwiGLU in its epilogue; false when it does not apply (tapped gate or up, ...).
+  bool packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                             double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
+                             Buffer& act, const GluTaps& taps);
+  /// `prefix` + the block format's name (a provider of --stats), built once per format.
+  const std::string& packed_provider(const char* prefix, DType qt);
 
   // fused.cpp
   /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
@@ -215,7 +238,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::WeightCache> weights_;
   std::unique_ptr<cuda::StepGraph> graph_;
 
-  std::map<std::tuple<int, int, int, int64_t, int>, GemmPlan> plans_;
+  std::map<std::tuple<int, int, int, int64_t, int, int64_t>, GemmPlan> plans_;
+  std::map<std::pair<std::string, DType>, std::string> packed_providers_;
+  cuda::DevBuf qw_;  // a tile of a packed matrix's rows dequantized for the GEMM (T > 1)
   cuda::DevBuf ids_, part_, acc_, sum_out_, sum_scratch_, targets_, tap_mem_;
   cuda::DevBuf scan_;  // the chunked ssm_scan's chunk states (cuda::ScanArgs::scratch)
   std::vector<TapRecord> records_;  // of the latest stage_taps

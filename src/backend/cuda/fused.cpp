@@ -1,7 +1,9 @@
 // The CUDA tier's fused decode ops (cuda_tier.h): for T == 1 one kernel each, norm + GEMV,
 // norm + gate/up GEMV + SwiGLU, GEMV + residual add, q/k norm + RoPE + KV store (+ the decode
 // attention), with the stage taps applied inside the kernels (kernels.h Tap); otherwise the
-// Backend's default composition. Each computes the bits of the op-by-op path.
+// Backend's default composition. Matrices kept packed in a block format take quant_ops.cpp's
+// forms (q/k/v stacked, GEMV + add, gate/up GEMV + SwiGLU) or the composition. Each computes the bits of the
+// op-by-op path.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,12 +19,13 @@ using cuda::PosRef;
 void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                                  double eps, Buffer& xn, const StageTap* norm_tap,
                                  const MatmulTarget* outs, int n_outs) {
+  if (packed_rmsnorm_matmul(x, w, nw, T, D, eps, xn, norm_tap, outs, n_outs)) return;
   bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
               cuda::gemv_fusable(ct_, D);
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
   for (int i = 0; fuse && i < n_outs; ++i) {
     mats[i] = &weights_->matrix(*outs[i].W);
-    fuse = mats[i]->cols == D &&
+    fuse = mats[i]->cols == D && !mats[i]->packed() &&
            (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == ct_);
   }
   if (!fuse) return Backend::rmsnorm_matmul(x, w, nw, T, D, eps, xn, norm_tap, outs, n_outs);
@@ -67,10 +70,14 @@ void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, i
                               double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
                               GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
                               const GluTaps& taps) {
+  if (act_fn == GluAct::SiLU &&
+      packed_rmsnorm_swiglu(x, w, nw, T, D, eps, xn, w_gate, w_up, act, taps))
+    return;
   bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
   const cuda::DevMat* gm = fuse ? &weights_->matrix(w_gate) : nullptr;
   const cuda::DevMat* um = fuse ? &weights_->matrix(w_up) : nullptr;
-  fuse = fuse && gm->cols == D && um->cols == D && gm->rows == um->rows && gm->ld == um->ld;
+  fuse = fuse && !gm->packed() && !um->packed() && gm->cols == D && um->cols == D &&
+         gm->rows == um->rows && gm->ld == um->ld;
   if (!fuse)
     return Backend::rmsnorm_glu(x, w, nw, T, D, eps, xn, w_gate, w_up, act_fn, gate, up, act,
                                 taps);
@@ -106,8 +113,10 @@ void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, i
 void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp,
                              Buffer& residual, double scale, const StageTap* product,
                              const StageTap* sum) {
+  // The packed form has no residual scale (Granite): the composition then.
+  if (scale == 1 && packed_matmul_add(x, W, T, residual, product, sum)) return;
   const cuda::DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &weights_->matrix(W) : nullptr;
-  if (!mp || !cuda::gemv_fusable(ct_, int(mp->cols)))
+  if (!mp || mp->packed() || !cuda::gemv_fusable(ct_, int(mp->cols)))
     return Backend::matmul_add(x, W, T, tmp, residual, scale, product, sum);
   stats_.record("matmul_add", prov_gemv_add_);
   const cuda::DevMat& m = *mp;

@@ -179,6 +179,36 @@ void launch_sigmoid_gate(DType ct, void* y, const void* g, int T, int D, cudaStr
 void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
                  int K, DType ot, void* out, int sm_count, cudaStream_t s);
 
+// --- packed block formats (gemv_quant.cu) -------------------------------------------------
+/// Whether a matrix in block format t stays packed on the device (the ggml block formats,
+/// Q8_0 to MXFP4; MLX's blocks and F64 are widened at upload).
+bool packed_on_device(DType t);
+/// The packed GEMV's forms (launch_qgemv's mode):
+///   kQGemvPlain   seg[i].out[rows_i] (f32 when out_f32, else ct) = W_i @ x (+ bias_i, f32),
+///                 up to 3 matrices of one format and row length in one launch (q, k, v)
+///   kQGemvAdd     seg[0].out (the residual, ct) += W @ x rounded to ct (matmul then add)
+///   kQGemvSwiglu  seg[0].out (ct) = silu(W @ x) * (W2 @ x), both rounded to ct first (matmul,
+///                 matmul, swiglu's bits); W2 the up rows, seg[0].W the gate rows
+enum QGemvMode : int { kQGemvPlain = 0, kQGemvAdd = 1, kQGemvSwiglu = 2 };
+struct QGemvSeg {
+  const void* W = nullptr;
+  const float* bias = nullptr;
+  void* out = nullptr;
+  int rows = 0;
+  int out_f32 = 0;
+};
+/// Whether the packed GEMV takes rows of K values of format qt in that form (x and the rows'
+/// pieces must fit shared memory); otherwise the rows are dequantized and multiplied densely.
+bool qgemv_fits(DType qt, int K, int mode = kQGemvPlain);
+/// Every W packed blocks of format qt, rb bytes from one row to the next (a multiple of 16);
+/// x[K] in ct, never quantized: each weight is dequantized in registers, f32 accumulation.
+void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* seg, int n_seg,
+                  const void* W2, int64_t rb, int K, int sm_count, cudaStream_t s);
+/// dst[r, :K] (ct, row stride ld elements) = the values of row (ids ? ids[r] : row0 + r) of
+/// the packed W, r < rows, each the exact value rounded once to ct (ids: device memory).
+void launch_dequant_rows(DType ct, DType qt, const void* W, int64_t rb, const int32_t* ids,
+                         int64_t row0, int rows, int K, void* dst, int64_t ld, cudaStream_t s);
+
 /// One matrix of a fused GEMV: rows [0, rows) of W (row stride ld) into out (f32 when
 /// out_f32, else the compute type), + bias (f32, may be null).
 struct GemvSeg {

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace arbiter::cuda {
 
@@ -62,13 +63,16 @@ void WeightCache::prepare(const std::vector<const Tensor*>& weights) {
   staging_ = DevBuf{};
 }
 
-const DevMat& WeightCache::matrix(const Tensor& t) {
-  const Key key = key_of(t);
+const DevMat& WeightCache::matrix(const Tensor& t, bool dense) {
+  Key key = key_of(t);
+  key.dense = dense && packed_on_device(t.dtype);
   auto it = mats_.find(key);
   if (it != mats_.end()) return it->second;
   ARB_CHECK(!t.empty() && t.shape.size() <= 2, "[cuda] weight '%s': expected a matrix",
             t.name.c_str());
+  if (packed_on_device(t.dtype) && !dense) return mats_.emplace(key, upload_packed(t)).first->second;
   DevMat m;
+  m.st = ct_;
   m.rows = t.rows();
   m.cols = t.cols();
   const int64_t align = int64_t(16 / elem_size(ct_));
@@ -79,6 +83,26 @@ const DevMat& WeightCache::matrix(const Tensor& t) {
   launch_convert_matrix(st, src, m.rows, m.cols, ct_, m.ptr, m.ld, stream_);
   ARB_CUDA(cudaStreamSynchronize(stream_));
   return mats_.emplace(key, m).first->second;
+}
+
+DevMat WeightCache::upload_packed(const Tensor& t) {
+  const int64_t be = block_elems(t.dtype);
+  ARB_CHECK(t.cols() % be == 0, "[cuda] weight '%s': %s rows of %lld values (need a multiple of %lld)",
+            t.name.c_str(), dtype_name(t.dtype), (long long)t.cols(), (long long)be);
+  DevMat m;
+  m.st = t.dtype;
+  m.rows = t.rows();
+  m.cols = t.cols();
+  const size_t row_bytes = size_t(t.cols() / be) * block_bytes(t.dtype);
+  m.ld = int64_t((row_bytes + 15) / 16 * 16);
+  const size_t bytes = size_t(m.rows) * size_t(m.ld);
+  ARB_CUDA(cudaMalloc(&m.ptr, std::max<size_t>(bytes, 16)));
+  // The padding is zeroed: a row's last 16-byte load reads it (and never uses it).
+  ARB_CUDA(cudaMemsetAsync(m.ptr, 0, bytes, stream_));
+  ARB_CUDA(cudaMemcpy2DAsync(m.ptr, size_t(m.ld), t.data, row_bytes, row_bytes, size_t(m.rows),
+                             cudaMemcpyHostToDevice, stream_));
+  ARB_CUDA(cudaStreamSynchronize(stream_));
+  return m;
 }
 
 const DevVec& WeightCache::vector(const Tensor& t, bool plus_one) {
@@ -112,9 +136,9 @@ const void* WeightCache::upload_raw(const Tensor& t, DType& st) {
       st = DType::Q8_0;
       break;
     default:
-      // F64 and the block formats other than Q8_0 (no device kernel reads them yet): widened
-      // on the host to f32 (each value the exact one rounded once), then rounded to the
-      // compute type as f32 weights are.
+      // F64, MLX's blocks and the dense copies of the ggml formats (matrix(t, true), for the
+      // MoE kernels): widened on the host to f32 (each value the exact one rounded once), then
+      // rounded to the compute type as f32 weights are.
       widened.resize(size_t(t.numel()));
       row_to_f32(t.dtype, t.data, widened.data(), t.numel());
       src = widened.data();

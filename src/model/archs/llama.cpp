@@ -720,6 +720,13 @@ std::vector<SynthPreset> Llama::presets() const {
       "arbiter: a 2-layer llama small enough for unit tests",
       preset_config("llama", 2, 64, 4, 2, 16, 192, 512, 2048, 1e-5, 10000.0, false),
       {"<s>", "</s>"}, 0, 1, true);
+  // Rows of 256 and 768 values: the k-quants' 256-value super-blocks divide them, so
+  // `--dtype q4_k_m` writes Q4_K and Q6_K (tiny's rows fall back to Q5_0 and Q8_0); tied, so
+  // the Q6_K embedding is the lm_head too.
+  add("tiny-qwen3-256", "none (arbiter test shape)", "Qwen3ForCausalLM",
+      "arbiter: a 2-layer qwen3 whose rows the k-quants' super-blocks divide",
+      preset_config("qwen3", 2, 256, 4, 2, 64, 768, 512, 2048, 1e-6, 1000000.0, true),
+      qwen_specials, -1, 2, false);
   return p;
 }
 
