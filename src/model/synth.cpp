@@ -321,10 +321,13 @@ Fill hf_fill(const GgufTensorPlan& t, const SynthOptions& o) {
   return concat_fills(std::move(parts), o.dtype);
 }
 
-// A tensor's stored type: the checkpoint's, except 1-D tensors (norm weights) in a GGUF,
-// which are F32 as llama.cpp's converter writes them (llama.cpp refuses bf16 ones).
+// A tensor's stored type: the checkpoint's, except in a GGUF the tensors llama.cpp's converter
+// always writes F32 (conversion/base.py): 1-D ones (norm weights, biases; llama.cpp refuses
+// bf16 norms) and Mamba2's conv1d (ggml's CPU ssm_conv reads f32 kernels only, and aborts on
+// a bf16 one). They hold the generator's f32 values (an HF directory rounds them to its dtype).
 DType stored_dtype(const TensorSpec& t, const SynthOptions& o) {
-  return o.format == SynthFormat::Gguf && t.shape.size() == 1 ? DType::F32 : o.dtype;
+  const bool f32 = t.shape.size() == 1 || t.gguf.ends_with("ssm_conv1d.weight");
+  return o.format == SynthFormat::Gguf && f32 ? DType::F32 : o.dtype;
 }
 
 // The GGUF type of each tensor of plan, in file order: stored_dtype, or under a recipe what

@@ -494,6 +494,37 @@ TEST(SynthGguf, MoeExpertStacksHoldTheHfExperts) {
   EXPECT_EQ(f.tensor("blk.1.ffn_up.0.weight"), nullptr);
 }
 
+// What llama.cpp 80fb11a needs to load a hybrid GGUF beyond what arbiter reads
+// (scripts/llama-cpp-check.sh found both): Nemotron-H's two epsilon keys, and Mamba2's conv1d
+// in F32 in a bf16 file (ggml's CPU ssm_conv asserts an f32 kernel). The file still loads here.
+TEST(SynthGguf, HybridsCarryWhatLlamaCppLoads) {
+  const std::string root = temp_dir("synth-gguf-llamacpp");
+  for (const char* preset : {"tiny-nemotron-h", "tiny-granite-h"}) {
+    SCOPED_TRACE(preset);
+    SynthOptions g = opts(preset, root + "/" + preset + ".gguf", 7, 0, DType::BF16);
+    g.format = SynthFormat::Gguf;
+    g.progress = false;
+    synth_checkpoint(g);
+    GgufFile f(g.out_dir);
+    const std::string p = f.get_string("general.architecture") + ".attention.";
+    if (std::string(preset) == "tiny-nemotron-h") {
+      EXPECT_EQ(f.get_float(p + "layer_norm_epsilon"), f.get_float(p + "layer_norm_rms_epsilon"));
+      EXPECT_NEAR(f.get_float(p + "layer_norm_epsilon"), 1e-5, 1e-12);  // layer_norm_epsilon in config.json
+    }
+    int convs = 0;
+    for (const Tensor& t : f.tensors()) {
+      if (t.name.ends_with("ssm_conv1d.weight")) {
+        ++convs;
+        EXPECT_EQ(t.dtype, DType::F32) << t.name;
+      } else if (t.name.ends_with("attn_q.weight")) {
+        EXPECT_EQ(t.dtype, DType::BF16) << t.name;  // the other matrices keep the file's type
+      }
+    }
+    EXPECT_GT(convs, 0);
+    EXPECT_EQ(load_model(g.out_dir)->config.arch, synth_preset(preset).config.arch);
+  }
+}
+
 // gemma presets: the official config values re-read from the written config.json, and
 // gemma-3-1b's published parameter count (999,885,952; summed by hand from the shapes: embed
 // 262144 x 1152, per layer 2,949,120 attention + 512 q/k norm + 23,887,872 MLP + 4 x 1152

@@ -502,6 +502,10 @@ void Hybrid::gguf_metadata(const ModelConfig& c, GgufWriter& g) const {
     if (c.use_rope) write_gguf_rope(c.rope, gguf_arch(c), g);
     return;
   }
+  // llama.cpp (80fb11a, src/models/nemotron-h.cpp) requires both epsilon keys for Nemotron-H
+  // (the plain one for its MTP head's final norm); its converter writes only the plain one,
+  // a file that llama.cpp then fails to load. Both hold the one epsilon.
+  g.add_f32(p + "attention.layer_norm_epsilon", float(c.norm_eps));
   g.add_u32(p + "attention.key_length", uint32_t(c.head_dim));
   g.add_u32(p + "attention.value_length", uint32_t(c.head_dim));
   g.add_i32_array(p + "feed_forward_length", ff);

@@ -727,6 +727,14 @@ std::vector<SynthPreset> Llama::presets() const {
       "arbiter: a 2-layer qwen3 whose rows the k-quants' super-blocks divide",
       preset_config("qwen3", 2, 256, 4, 2, 64, 768, 512, 2048, 1e-6, 1000000.0, true),
       qwen_specials, -1, 2, false);
+  // Rows of 256 (the k-quants' block) where D or F is the row; attn_output and ffn_down rows
+  // of 32 (the recipes' fallbacks), tied (token_embd takes the output rule): every branch of
+  // the recipe in 122K parameters, small enough to commit llama-quantize's outputs
+  // (tests/fixtures/quant/).
+  add("tiny-256", "none (arbiter test shape)", "LlamaForCausalLM",
+      "arbiter: a 1-layer llama whose rows divide into 256, for the llama-quantize comparison",
+      preset_config("llama", 1, 256, 1, 1, 32, 32, 260, 2048, 1e-5, 10000.0, true),
+      {"<s>", "</s>"}, 0, 1, true);
   return p;
 }
 
