@@ -11,9 +11,10 @@
 // sum(q) comes with the activations (ActQ8::sums, per 16). The first term is accumulated in
 // f32 lanes, A = a * dx broadcast to the lanes of its sub-block; the second in one f32 scalar
 // per row. Each chunk of 256 values is first unpacked to bytes in an L1 buffer by plain
-// loops the compiler vectorizes, so one dot routine per ISA serves every format.
+// loops the compiler vectorizes, so one dot routine per ISA serves every format; Q8_0, Q4_K
+// and Q6_K, what decode of the common recipes reads, have register kernels instead (below).
 //
-// Bounds (docs/quantization.md, tests/backend/cpu_tier_test.cpp QdotTest): against the f64
+// Bounds (docs/quantization.md, tests/backend/qdot_test.cpp): against the f64
 // dot of the exact weights with the dequantized activations, the f32 steps alone; against
 // the f32 activations, plus the activation rounding (<= dx / 2 per value).
 #include <algorithm>
@@ -62,10 +63,13 @@ void quantize_act_q8(const float* x, int64_t K, int block, ActQ8& a) {
     // A non-finite value makes the block's scale NaN (and its codes 0), so the dot is NaN as
     // the f32 path's would be.
     const float d = amax / 127.f + poison;
-    const float id = d > 0 ? 1.f / d : 0.f;
     int8_t* q = a.q.data() + b * block;
-    for (int i = 0; i < block; ++i)
-      q[i] = int8_t(std::clamp(std::nearbyint(xb[i] * id), -127.f, 127.f));
+    if (d > 0) {
+      const float id = 1.f / d;
+      for (int i = 0; i < block; ++i) q[i] = int8_t(std::clamp(std::nearbyint(xb[i] * id), -127.f, 127.f));
+    } else {
+      std::memset(q, 0, size_t(block));  // all zeros, or the poisoned block
+    }
     a.d[size_t(b)] = d;
   }
   for (int64_t s = 0; s < K / 16; ++s) {
@@ -106,7 +110,8 @@ struct Fmt<DType::Q8_0> {
   static constexpr bool kSigned = true, kHasB = false;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float*) {
     using B = BlockQ8_0;
-    std::memcpy(u, (p + offsetof(B, qs)), 32);
+    const uint8_t* qs = p + offsetof(B, qs);
+    std::memcpy(u, qs, 32);
     a[0] = f16_at(p + offsetof(B, d));
   }
 };
@@ -118,9 +123,10 @@ struct Fmt<DType::Q4_0> {
   static constexpr bool kSigned = false, kHasB = true;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ4_0;
+    const uint8_t* qs = p + offsetof(B, qs);
     for (int j = 0; j < 16; ++j) {
-      u[j] = (p + offsetof(B, qs))[j] & 0xF;
-      u[j + 16] = (p + offsetof(B, qs))[j] >> 4;
+      u[j] = qs[j] & 0xF;
+      u[j + 16] = qs[j] >> 4;
     }
     a[0] = f16_at(p + offsetof(B, d));
     bb[0] = -8.f * a[0];
@@ -132,9 +138,10 @@ struct Fmt<DType::Q4_1> {
   static constexpr bool kSigned = false, kHasB = true;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ4_1;
+    const uint8_t* qs = p + offsetof(B, qs);
     for (int j = 0; j < 16; ++j) {
-      u[j] = (p + offsetof(B, qs))[j] & 0xF;
-      u[j + 16] = (p + offsetof(B, qs))[j] >> 4;
+      u[j] = qs[j] & 0xF;
+      u[j + 16] = qs[j] >> 4;
     }
     a[0] = f16_at(p + offsetof(B, d));
     bb[0] = f16_at(p + offsetof(B, m));
@@ -156,7 +163,9 @@ struct Fmt<DType::Q5_0> {
   static constexpr bool kSigned = false, kHasB = true;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ5_0;
-    unpack_q5((p + offsetof(B, qs)), (p + offsetof(B, qh)), u);
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* qh = p + offsetof(B, qh);
+    unpack_q5(qs, qh, u);
     a[0] = f16_at(p + offsetof(B, d));
     bb[0] = -16.f * a[0];
   }
@@ -167,7 +176,9 @@ struct Fmt<DType::Q5_1> {
   static constexpr bool kSigned = false, kHasB = true;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ5_1;
-    unpack_q5((p + offsetof(B, qs)), (p + offsetof(B, qh)), u);
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* qh = p + offsetof(B, qh);
+    unpack_q5(qs, qh, u);
     a[0] = f16_at(p + offsetof(B, d));
     bb[0] = f16_at(p + offsetof(B, m));
   }
@@ -186,7 +197,8 @@ struct Fmt<DType::IQ4_NL> {
   static constexpr bool kSigned = true, kHasB = false;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float*) {
     using B = BlockIQ4_NL;
-    unpack_table((p + offsetof(B, qs)), kIQ4NLValues, u);
+    const uint8_t* qs = p + offsetof(B, qs);
+    unpack_table(qs, kIQ4NLValues, u);
     a[0] = f16_at(p + offsetof(B, d));
   }
 };
@@ -196,7 +208,8 @@ struct Fmt<DType::MXFP4> {
   static constexpr bool kSigned = true, kHasB = false;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float*) {
     using B = BlockMXFP4;
-    unpack_table((p + offsetof(B, qs)), kMXFP4Values, u);
+    const uint8_t* qs = p + offsetof(B, qs);
+    unpack_table(qs, kMXFP4Values, u);
     a[0] = std::ldexp(1.f, int(p[offsetof(B, e)]) - 128);  // E8M0 with the table's doubling (2^-128 is an f32 subnormal)
   }
 };
@@ -206,10 +219,12 @@ struct Fmt<DType::IQ4_XS> {
   static constexpr bool kSigned = true, kHasB = false;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float*) {
     using B = BlockIQ4_XS;
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* scales_l = p + offsetof(B, scales_l);
     const float d = f16_at(p + offsetof(B, d));
     for (int s = 0; s < 8; ++s) {
-      unpack_table((p + offsetof(B, qs)) + 16 * s, kIQ4NLValues, u + 32 * s);
-      const int ls = (((p + offsetof(B, scales_l))[s / 2] >> (4 * (s % 2))) & 0xF) | ((f16_bits_at(p + offsetof(B, scales_h)) >> (2 * s)) & 3) << 4;
+      unpack_table(qs + 16 * s, kIQ4NLValues, u + 32 * s);
+      const int ls = ((scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | ((f16_bits_at(p + offsetof(B, scales_h)) >> (2 * s)) & 3) << 4;
       a[s] = d * float(ls - 32);
     }
   }
@@ -228,11 +243,13 @@ struct Fmt<DType::Q2_K> {
   static constexpr bool kSigned = false, kHasB = true;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ2_K;
-    unpack_2bit((p + offsetof(B, qs)), u);
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* scales = p + offsetof(B, scales);
+    unpack_2bit(qs, u);
     const float d = f16_at(p + offsetof(B, d)), dmin = f16_at(p + offsetof(B, dmin));
     for (int s = 0; s < 16; ++s) {
-      a[s] = d * float((p + offsetof(B, scales))[s] & 0xF);
-      bb[s] = -dmin * float((p + offsetof(B, scales))[s] >> 4);
+      a[s] = d * float(scales[s] & 0xF);
+      bb[s] = -dmin * float(scales[s] >> 4);
     }
   }
 };
@@ -244,13 +261,16 @@ struct Fmt<DType::Q3_K> {
   static constexpr bool kSigned = false, kHasB = true;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ3_K;
-    unpack_2bit((p + offsetof(B, qs)), u);
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* hmask = p + offsetof(B, hmask);
+    const uint8_t* scales = p + offsetof(B, scales);
+    unpack_2bit(qs, u);
     for (int k = 0; k < 8; ++k)
-      for (int l = 0; l < 32; ++l) u[32 * k + l] = uint8_t(u[32 * k + l] | (((p + offsetof(B, hmask))[l] >> k) & 1) << 2);
+      for (int l = 0; l < 32; ++l) u[32 * k + l] = uint8_t(u[32 * k + l] | ((hmask[l] >> k) & 1) << 2);
     const float d = f16_at(p + offsetof(B, d));
     for (int s = 0; s < 16; ++s) {
-      const int lo = s < 8 ? (p + offsetof(B, scales))[s] & 0xF : (p + offsetof(B, scales))[s - 8] >> 4;
-      const int hi = ((p + offsetof(B, scales))[8 + s % 4] >> (2 * (s / 4))) & 3;
+      const int lo = s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4;
+      const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
       a[s] = d * float((lo | hi << 4) - 32);
       bb[s] = -4.f * a[s];
     }
@@ -264,18 +284,19 @@ struct FmtQ45K {
   static constexpr bool kSigned = false, kHasB = true;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
+    const uint8_t* qs = p + offsetof(B, qs);
     for (int c = 0; c < 4; ++c)
       for (int l = 0; l < 32; ++l) {
-        u[64 * c + l] = (p + offsetof(B, qs))[32 * c + l] & 0xF;
-        u[64 * c + 32 + l] = (p + offsetof(B, qs))[32 * c + l] >> 4;
+        u[64 * c + l] = qs[32 * c + l] & 0xF;
+        u[64 * c + 32 + l] = qs[32 * c + l] >> 4;
       }
     if constexpr (T == DType::Q5_K)
       for (int s = 0; s < 8; ++s)
-        for (int l = 0; l < 32; ++l) u[32 * s + l] = uint8_t(u[32 * s + l] | (((p + offsetof(B, qh))[l] >> s) & 1) << 4);
+        for (int l = 0; l < 32; ++l) u[32 * s + l] = uint8_t(u[32 * s + l] | ((p[offsetof(B, qh) + l] >> s) & 1) << 4);
     const float d = f16_at(p + offsetof(B, d)), dmin = f16_at(p + offsetof(B, dmin));
     for (int s = 0; s < 8; ++s) {
       uint8_t sc, m;
-      scale_min_k4(s, (p + offsetof(B, scales)), sc, m);
+      scale_min_k4(s, p + offsetof(B, scales), sc, m);
       a[s] = d * float(sc);
       bb[s] = -dmin * float(m);
     }
@@ -293,16 +314,19 @@ struct Fmt<DType::Q6_K> {
   static constexpr bool kSigned = false, kHasB = true;
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ6_K;
+    const uint8_t* ql = p + offsetof(B, ql);
+    const uint8_t* qh = p + offsetof(B, qh);
+    const uint8_t* scales = p + offsetof(B, scales);
     for (int n = 0; n < 2; ++n)
       for (int k = 0; k < 4; ++k)
         for (int l = 0; l < 32; ++l) {
-          const uint8_t lo = (p + offsetof(B, ql))[64 * n + l + 32 * (k % 2)];
+          const uint8_t lo = ql[64 * n + l + 32 * (k % 2)];
           u[128 * n + 32 * k + l] =
-              uint8_t((k / 2 ? lo >> 4 : lo & 0xF) | (((p + offsetof(B, qh))[32 * n + l] >> (2 * k)) & 3) << 4);
+              uint8_t((k / 2 ? lo >> 4 : lo & 0xF) | ((qh[32 * n + l] >> (2 * k)) & 3) << 4);
         }
     const float d = f16_at(p + offsetof(B, d));
     for (int s = 0; s < 16; ++s) {
-      a[s] = d * float(int8_t((p + offsetof(B, scales))[s]));
+      a[s] = d * float(int8_t(scales[s]));
       bb[s] = -32.f * a[s];
     }
   }
