@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "backend/cpu/kernels.h"
 #include "core/quant.h"
@@ -156,6 +157,37 @@ TEST_P(QdotTest, IntegerDotWithinDerivedBounds) {
         EXPECT_LE(std::fabs(y[size_t(n)] - exact), fp + act) << "row " << n << " (b)";
       }
     }
+  }
+}
+
+// MXFP4's E8M0 scale at its ends: 2^-128 and 2^-127 (f32 subnormals) and 2^126, 2^127, with
+// activations scaled so that a * dx stays a normal f32; against the exact f64 dot, bound (a).
+TEST_P(QdotTest, Mxfp4ScaleExtremes) {
+  std::mt19937_64 rng(4500);
+  const int64_t K = 64;
+  for (auto [e0, e1, xscale] : {std::tuple{0, 1, 0x1p40f}, std::tuple{254, 255, 0x1p-40f}}) {
+    BlockMXFP4 blk[2];
+    blk[0].e = uint8_t(e0);
+    blk[1].e = uint8_t(e1);
+    for (auto& b : blk)
+      for (uint8_t& q : b.qs) q = uint8_t(rng());
+    std::vector<float> x(static_cast<size_t>(K));
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (float& v : x) v = nd(rng) * xscale;
+    ActQ8 a;
+    cpu::quantize_act_q8(x.data(), K, 32, a);
+    float y = NAN;
+    cpu::qgemv_kernel(GetParam(), DType::MXFP4)(blk, K, a, &y, 0, 1);
+    std::vector<double> w(static_cast<size_t>(K));
+    row_to_f64(DType::MXFP4, blk, w.data(), K);
+    double exact = 0, S = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const double xq = double(a.d[size_t(k / 32)]) * a.q[size_t(k)];
+      exact += w[size_t(k)] * xq;
+      S += std::fabs(w[size_t(k)]) * std::fabs(xq);
+    }
+    EXPECT_LE(std::fabs(y - exact), (double(K) / 16 + 16) * kU * S) << "e " << e0 << ", " << e1;
+    EXPECT_NE(exact, 0.0);
   }
 }
 

@@ -121,30 +121,38 @@ template <>
 struct Fmt<DType::Q4_0> {
   static constexpr int G = 32;
   static constexpr bool kSigned = false, kHasB = true;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockQ4_0;
+    a = f16_at(p + offsetof(B, d));
+    b = -8.f * a;
+  }
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ4_0;
+    scales(p, a[0], bb[0]);
     const uint8_t* qs = p + offsetof(B, qs);
     for (int j = 0; j < 16; ++j) {
       u[j] = qs[j] & 0xF;
       u[j + 16] = qs[j] >> 4;
     }
-    a[0] = f16_at(p + offsetof(B, d));
-    bb[0] = -8.f * a[0];
   }
 };
 template <>
 struct Fmt<DType::Q4_1> {
   static constexpr int G = 32;
   static constexpr bool kSigned = false, kHasB = true;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockQ4_1;
+    a = f16_at(p + offsetof(B, d));
+    b = f16_at(p + offsetof(B, m));
+  }
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ4_1;
+    scales(p, a[0], bb[0]);
     const uint8_t* qs = p + offsetof(B, qs);
     for (int j = 0; j < 16; ++j) {
       u[j] = qs[j] & 0xF;
       u[j + 16] = qs[j] >> 4;
     }
-    a[0] = f16_at(p + offsetof(B, d));
-    bb[0] = f16_at(p + offsetof(B, m));
   }
 };
 
@@ -161,26 +169,34 @@ template <>
 struct Fmt<DType::Q5_0> {
   static constexpr int G = 32;
   static constexpr bool kSigned = false, kHasB = true;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockQ5_0;
+    a = f16_at(p + offsetof(B, d));
+    b = -16.f * a;
+  }
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ5_0;
+    scales(p, a[0], bb[0]);
     const uint8_t* qs = p + offsetof(B, qs);
     const uint8_t* qh = p + offsetof(B, qh);
     unpack_q5(qs, qh, u);
-    a[0] = f16_at(p + offsetof(B, d));
-    bb[0] = -16.f * a[0];
   }
 };
 template <>
 struct Fmt<DType::Q5_1> {
   static constexpr int G = 32;
   static constexpr bool kSigned = false, kHasB = true;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockQ5_1;
+    a = f16_at(p + offsetof(B, d));
+    b = f16_at(p + offsetof(B, m));
+  }
   static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
     using B = BlockQ5_1;
+    scales(p, a[0], bb[0]);
     const uint8_t* qs = p + offsetof(B, qs);
     const uint8_t* qh = p + offsetof(B, qh);
     unpack_q5(qs, qh, u);
-    a[0] = f16_at(p + offsetof(B, d));
-    bb[0] = f16_at(p + offsetof(B, m));
   }
 };
 
@@ -195,22 +211,36 @@ template <>
 struct Fmt<DType::IQ4_NL> {
   static constexpr int G = 32;
   static constexpr bool kSigned = true, kHasB = false;
-  static void unpack(const uint8_t* p, uint8_t* u, float* a, float*) {
+  static void scales(const uint8_t* p, float& a, float& b) {
     using B = BlockIQ4_NL;
+    a = f16_at(p + offsetof(B, d));
+    b = 0;
+  }
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockIQ4_NL;
+    scales(p, a[0], bb[0]);
     const uint8_t* qs = p + offsetof(B, qs);
     unpack_table(qs, kIQ4NLValues, u);
-    a[0] = f16_at(p + offsetof(B, d));
   }
 };
 template <>
 struct Fmt<DType::MXFP4> {
   static constexpr int G = 32;
   static constexpr bool kSigned = true, kHasB = false;
-  static void unpack(const uint8_t* p, uint8_t* u, float* a, float*) {
+  static void scales(const uint8_t* p, float& a, float& b) {
     using B = BlockMXFP4;
+    // E8M0 with the table's doubling: 2^(e - 128), built from its bits (ldexp is a call per
+    // block); e = 0 and 1 give the f32 subnormals 2^-128 and 2^-127.
+    const uint32_t e = p[offsetof(B, e)];
+    const uint32_t bits = e >= 2 ? (e - 1) << 23 : 0x200000u << e;
+    std::memcpy(&a, &bits, 4);
+    b = 0;
+  }
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockMXFP4;
+    scales(p, a[0], bb[0]);
     const uint8_t* qs = p + offsetof(B, qs);
     unpack_table(qs, kMXFP4Values, u);
-    a[0] = std::ldexp(1.f, int(p[offsetof(B, e)]) - 128);  // E8M0 with the table's doubling (2^-128 is an f32 subnormal)
   }
 };
 template <>
@@ -461,6 +491,63 @@ void qgemv_q8_0(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0
   }
 }
 
+// The other formats of 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): per block,
+// the nibbles (plus Q5's 5th bit from qh, or the IQ4_NL / MXFP4 table through a byte
+// shuffle) unpacked in a register, one dot, acc += dot * a dx, and the b term
+// (-8 d, m, -16 d, m) times dx sum(q) in a scalar.
+template <class I, DType T>
+void qgemv_32(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using F = Fmt<T>;
+  using B = std::conditional_t<T == DType::Q4_0, BlockQ4_0,
+            std::conditional_t<T == DType::Q4_1, BlockQ4_1,
+            std::conditional_t<T == DType::Q5_0, BlockQ5_0,
+            std::conditional_t<T == DType::Q5_1, BlockQ5_1,
+            std::conditional_t<T == DType::IQ4_NL, BlockIQ4_NL, BlockMXFP4>>>>>;
+  constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1;
+  ARB_ASSERT(xa.block == kQK && xa.K == K);
+  const int64_t nb = K / kQK;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256i table = _mm256_setzero_si256();
+  if constexpr (F::kSigned)
+    table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(T == DType::IQ4_NL ? kIQ4NLValues : kMXFP4Values)));
+  // Q5: byte j of the expanded qh takes byte j / 8 of qh and tests bit j % 8.
+  const __m256i qh_shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i qh_bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
+    __m256 acc = _mm256_setzero_ps();
+    float bias = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + size_t(b) * sizeof(B);
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(B, qs)));
+      __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+      if constexpr (kQ5) {
+        uint32_t qh;
+        std::memcpy(&qh, p + offsetof(B, qh), 4);
+        const __m256i bits = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(qh)), qh_shuf);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, qh_bit), qh_bit);
+        u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+      }
+      const __m256i x = load32(xa.q.data() + b * kQK);
+      __m256i s;
+      if constexpr (F::kSigned) {
+        u = _mm256_shuffle_epi8(table, u);
+        s = I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u));
+      } else {
+        s = I::dot(u, x);
+      }
+      float a, bb = 0;
+      F::scales(p, a, bb);
+      const float dx = xa.d[size_t(b)];
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a * dx), acc);
+      if constexpr (F::kHasB) bias += bb * dx * float(xa.sums[size_t(2 * b)] + xa.sums[size_t(2 * b + 1)]);
+    }
+    y[n] = VAvx2::reduce_add(acc) + bias;
+  }
+}
+
 // Q4_K: sum_j d sc_j dx sum(u q) - dmin dx sum_j m_j sum(q): both sums exact in int32
 // (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 15 * 127 < 2^31).
 template <class I>
@@ -587,6 +674,12 @@ QGemvFn qgemv_for(DType t) {
     if (t == DType::Q8_0) return qgemv_q8_0<I>;
     if (t == DType::Q4_K) return qgemv_q4_k<I>;
     if (t == DType::Q6_K) return qgemv_q6_k<I>;
+    if (t == DType::Q4_0) return qgemv_32<I, DType::Q4_0>;
+    if (t == DType::Q4_1) return qgemv_32<I, DType::Q4_1>;
+    if (t == DType::Q5_0) return qgemv_32<I, DType::Q5_0>;
+    if (t == DType::Q5_1) return qgemv_32<I, DType::Q5_1>;
+    if (t == DType::IQ4_NL) return qgemv_32<I, DType::IQ4_NL>;
+    if (t == DType::MXFP4) return qgemv_32<I, DType::MXFP4>;
   }
 #endif
   switch (t) {
