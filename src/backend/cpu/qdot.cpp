@@ -548,19 +548,55 @@ void qgemv_32(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, 
   }
 }
 
-// Q4_K: sum_j d sc_j dx sum(u q) - dmin dx sum_j m_j sum(q): both sums exact in int32
-// (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 15 * 127 < 2^31).
+// IQ4_XS: 8 sub-blocks of 32, each IQ4_NL's nibble layout and table, scale d (ls - 32).
 template <class I>
-void qgemv_q4_k(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+void qgemv_iq4_xs(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using B = BlockIQ4_XS;
   ARB_ASSERT(xa.block == kQK_K && xa.K == K);
   const int64_t nb = K / kQK_K;
   const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
   for (int64_t n = n0; n < n1; ++n) {
-    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(BlockQ4_K);
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + size_t(b) * sizeof(B);
+      const int8_t* xq = xa.q.data() + b * kQK_K;
+      const uint16_t sh = f16_bits_at(p + offsetof(B, scales_h));
+      __m256i isum = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(B, qs) + 16 * s));
+        const __m256i u = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
+        const __m256i x = load32(xq + 32 * s);
+        const int ls = ((p[offsetof(B, scales_l) + s / 2] >> (4 * (s % 2))) & 0xF) | ((sh >> (2 * s)) & 3) << 4;
+        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u)),
+                                                         _mm256_set1_epi32(ls - 32)));
+      }
+      // |sum| <= 8 * 32 * 32 * 127 * 127 < 2^31: exact, then d dx once.
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16_at(p + offsetof(B, d)) * xa.d[size_t(b)]), acc);
+    }
+    y[n] = VAvx2::reduce_add(acc);
+  }
+}
+
+// Q4_K / Q5_K: sum_j d sc_j dx sum(u q) - dmin dx sum_j m_j sum(q): both sums exact in int32
+// (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 31 * 127 < 2^31). Q5_K's 5th bit of value l of
+// sub-block j is bit j of qh[l]: shifted to bit 0 of its byte (a 16-bit shift by j < 8 moves
+// no other bit of that byte there), masked, moved to bit 4.
+template <class I, DType T>
+void qgemv_q45_k(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using B = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
+  ARB_ASSERT(xa.block == kQK_K && xa.K == K);
+  const int64_t nb = K / kQK_K;
+  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+  auto bit4 = [&](__m256i qh, int j) {
+    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
+  };
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
     __m256 acc = _mm256_setzero_ps();
     float bias = 0;
     for (int64_t b = 0; b < nb; ++b) {
-      using B = BlockQ4_K;
       const uint8_t* p = row + size_t(b) * sizeof(B);
       const int8_t* xq = xa.q.data() + b * kQK_K;
       const int32_t* xs = xa.sums.data() + b * (kQK_K / 16);
@@ -570,11 +606,18 @@ void qgemv_q4_k(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0
         scale_min_k4(j, p + offsetof(B, scales), sc[j], m[j]);
         msum += int32_t(m[j]) * (xs[2 * j] + xs[2 * j + 1]);
       }
+      __m256i qh = _mm256_setzero_si256();
+      if constexpr (T == DType::Q5_K) qh = load32(p + offsetof(B, qh));
       __m256i isum = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i q = load32(p + offsetof(B, qs) + 32 * c);
-        const __m256i lo = I::dot(_mm256_and_si256(q, m4), load32(xq + 64 * c));
-        const __m256i hi = I::dot(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), load32(xq + 64 * c + 32));
+        __m256i ulo = _mm256_and_si256(q, m4), uhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (T == DType::Q5_K) {
+          ulo = _mm256_or_si256(ulo, bit4(qh, 2 * c));
+          uhi = _mm256_or_si256(uhi, bit4(qh, 2 * c + 1));
+        }
+        const __m256i lo = I::dot(ulo, load32(xq + 64 * c));
+        const __m256i hi = I::dot(uhi, load32(xq + 64 * c + 32));
         isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(lo, _mm256_set1_epi32(sc[2 * c])));
         isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc[2 * c + 1])));
       }
@@ -672,7 +715,9 @@ QGemvFn qgemv_for(DType t) {
   if constexpr (!std::is_same_v<D, DotScalar>) {
     using I = std::conditional_t<std::is_same_v<D, DotAvx2>, I8Madd, I8Vnni>;
     if (t == DType::Q8_0) return qgemv_q8_0<I>;
-    if (t == DType::Q4_K) return qgemv_q4_k<I>;
+    if (t == DType::Q4_K) return qgemv_q45_k<I, DType::Q4_K>;
+    if (t == DType::Q5_K) return qgemv_q45_k<I, DType::Q5_K>;
+    if (t == DType::IQ4_XS) return qgemv_iq4_xs<I>;
     if (t == DType::Q6_K) return qgemv_q6_k<I>;
     if (t == DType::Q4_0) return qgemv_32<I, DType::Q4_0>;
     if (t == DType::Q4_1) return qgemv_32<I, DType::Q4_1>;
