@@ -10,9 +10,10 @@
 // where sum(u * q) is an exact int32 (VNNI vpdpbusd, AVX2 maddubs + madd, or scalar) and
 // sum(q) comes with the activations (ActQ8::sums, per 16). The first term is accumulated in
 // f32 lanes, A = a * dx broadcast to the lanes of its sub-block; the second in one f32 scalar
-// per row. Each chunk of 256 values is first unpacked to bytes in an L1 buffer by plain
-// loops the compiler vectorizes, so one dot routine per ISA serves every format; Q8_0, Q4_K
-// and Q6_K, what decode of the common recipes reads, have register kernels instead (below).
+// per row. The scalar twin (and Q2_K, Q3_K on every ISA) unpacks each chunk of 256 values to
+// bytes in an L1 buffer by plain loops, one dot routine per ISA serving every format; on
+// AVX2 / AVX-512 the other formats have register kernels (below): the buffer's stores and
+// reloads stall, and these run several times faster.
 //
 // Bounds (docs/quantization.md, tests/backend/qdot_test.cpp): against the f64
 // dot of the exact weights with the dequantized activations, the f32 steps alone; against
@@ -451,11 +452,10 @@ struct DotAvx512 {
 #endif
 
 #ifdef ARBITER_CPU_AVX2
-// Register kernels of the three formats decode spends its bytes on (Q8_0; Q4_K and Q6_K, the
-// Q4_K_M recipe's types), on 256-bit registers: codes are unpacked in registers and the
-// super-block's integer sums are scaled by its integer sub-scales before one conversion, so
-// only two or three f32 operations remain per super-block. I is the u8 x s8 dot: maddubs +
-// madd (AVX2) or VNNI vpdpbusd on 256-bit registers (AVX512-VL).
+// Register kernels, on 256-bit registers: codes unpacked in registers; for the super-block
+// formats, the integer sums scaled by the integer sub-scales before one conversion, so only
+// two or three f32 operations remain per super-block. I is the u8 x s8 dot: maddubs + madd
+// (AVX2) or VNNI vpdpbusd on 256-bit registers (AVX512-VL).
 struct I8Madd {
   static __m256i dot(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
