@@ -390,23 +390,22 @@ struct DotScalar {
 };
 
 #ifdef ARBITER_CPU_AVX2
+// The vector ISAs run the byte-buffer path for Q2_K and Q3_K only (unsigned codes, sub-blocks
+// of 16); every other format has a register kernel below.
 struct DotAvx2 {
   using Acc = __m256;
   static Acc zero() { return _mm256_setzero_ps(); }
   template <int G, bool S>
   static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
+    static_assert(G == 16 && !S, "the vector ISAs' register kernels serve the other formats");
     const __m256i ones = _mm256_set1_epi16(1);
     for (int k = 0; k < n; k += 32) {
-      __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + k));
-      __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k));
-      if (S) {  // maddubs multiplies unsigned by signed: move w's sign onto x
-        x = _mm256_sign_epi8(x, w);
-        w = _mm256_abs_epi8(w);
-      }
-      // Pairs: |w| <= 128 and |x| <= 127, so 2 * 128 * 127 fits int16 (no saturation).
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + k));
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k));
+      // Codes <= 7 and |x| <= 127: maddubs's pair sums fit int16 (no saturation).
       const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-      const __m256 sc = G == 32 ? _mm256_set1_ps(A[k / 32])
-                                : _mm256_set_m128(_mm_set1_ps(A[k / 16 + 1]), _mm_set1_ps(A[k / 16]));
+      // Lanes 0-3 are sub-block k / 16, lanes 4-7 the next.
+      const __m256 sc = _mm256_set_m128(_mm_set1_ps(A[k / 16 + 1]), _mm_set1_ps(A[k / 16]));
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc);
     }
   }
@@ -418,32 +417,22 @@ struct DotAvx2 {
 struct DotAvx512 {
   using Acc = __m512;
   static Acc zero() { return _mm512_setzero_ps(); }
-  static __m512i dot_u8s8(__m512i w, __m512i x) {
-#ifdef __AVX512VNNI__
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
-#else
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
-#endif
-  }
   template <int G, bool S>
   static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
-    // Lane i of a 64-byte step sums bytes 4i..4i+3: sub-block (4i) / G of the step.
-    const __m512i idx = G == 32 ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
-                                : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    static_assert(G == 16 && !S, "the vector ISAs' register kernels serve the other formats");
+    // Lane i of a 64-byte step sums bytes 4i..4i+3: sub-block i / 4 of the step.
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     for (int k = 0; k < n; k += 64) {
       const bool full = k + 64 <= n;  // else a last 32
       const __mmask64 m = full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
-      __m512i w = _mm512_maskz_loadu_epi8(m, u + k);
-      __m512i x = _mm512_maskz_loadu_epi8(m, q + k);
-      if (S) {
-        x = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
-        w = _mm512_abs_epi8(w);
-      }
-      const __m512i s = dot_u8s8(w, x);
+      const __m512i w = _mm512_maskz_loadu_epi8(m, u + k), x = _mm512_maskz_loadu_epi8(m, q + k);
+#ifdef __AVX512VNNI__
+      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+#else
+      const __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
+#endif
       const __m512 sc = _mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, idx,
-                                                    _mm512_maskz_loadu_ps(full ? __mmask16(0xFFFF >> (16 - 64 / G))
-                                                                               : __mmask16(0xFFFF >> (16 - 32 / G)),
-                                                                          A + k / G));
+                                                    _mm512_maskz_loadu_ps(full ? 0xF : 0x3, A + k / 16));
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc);
     }
   }
@@ -714,20 +703,25 @@ QGemvFn qgemv_for(DType t) {
 #ifdef ARBITER_CPU_AVX2
   if constexpr (!std::is_same_v<D, DotScalar>) {
     using I = std::conditional_t<std::is_same_v<D, DotAvx2>, I8Madd, I8Vnni>;
-    if (t == DType::Q8_0) return qgemv_q8_0<I>;
-    if (t == DType::Q4_K) return qgemv_q45_k<I, DType::Q4_K>;
-    if (t == DType::Q5_K) return qgemv_q45_k<I, DType::Q5_K>;
-    if (t == DType::IQ4_XS) return qgemv_iq4_xs<I>;
-    if (t == DType::Q6_K) return qgemv_q6_k<I>;
-    if (t == DType::Q4_0) return qgemv_32<I, DType::Q4_0>;
-    if (t == DType::Q4_1) return qgemv_32<I, DType::Q4_1>;
-    if (t == DType::Q5_0) return qgemv_32<I, DType::Q5_0>;
-    if (t == DType::Q5_1) return qgemv_32<I, DType::Q5_1>;
-    if (t == DType::IQ4_NL) return qgemv_32<I, DType::IQ4_NL>;
-    if (t == DType::MXFP4) return qgemv_32<I, DType::MXFP4>;
-  }
+    switch (t) {
+      case DType::Q8_0: return qgemv_q8_0<I>;
+      case DType::Q4_0: return qgemv_32<I, DType::Q4_0>;
+      case DType::Q4_1: return qgemv_32<I, DType::Q4_1>;
+      case DType::Q5_0: return qgemv_32<I, DType::Q5_0>;
+      case DType::Q5_1: return qgemv_32<I, DType::Q5_1>;
+      case DType::IQ4_NL: return qgemv_32<I, DType::IQ4_NL>;
+      case DType::MXFP4: return qgemv_32<I, DType::MXFP4>;
+      case DType::Q2_K: return qgemv<D, DType::Q2_K>;
+      case DType::Q3_K: return qgemv<D, DType::Q3_K>;
+      case DType::Q4_K: return qgemv_q45_k<I, DType::Q4_K>;
+      case DType::Q5_K: return qgemv_q45_k<I, DType::Q5_K>;
+      case DType::Q6_K: return qgemv_q6_k<I>;
+      case DType::IQ4_XS: return qgemv_iq4_xs<I>;
+      default: return nullptr;
+    }
+  } else
 #endif
-  switch (t) {
+  switch (t) {  // the scalar twin: every format through the byte buffer
     case DType::Q8_0: return qgemv<D, DType::Q8_0>;
     case DType::Q4_0: return qgemv<D, DType::Q4_0>;
     case DType::Q4_1: return qgemv<D, DType::Q4_1>;
