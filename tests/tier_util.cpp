@@ -154,6 +154,33 @@ std::vector<DType> weight_types(const OpTier& t) {
   return out;
 }
 
+int act_quant_block(const OpTier& tier, DType storage, int T) {
+  return !tier.cuda && T == 1 ? cpu::act_q8_block(storage) : 0;
+}
+
+double act_quant_nmse(const std::vector<double>& x, const Tensor& W, int64_t T, int64_t N,
+                      int64_t K, int block) {
+  std::vector<double> step(size_t(T * K)), w(static_cast<size_t>(K));
+  for (int64_t i = 0; i < T * K; i += block) {
+    double amax = 0;
+    for (int64_t k = i; k < i + block; ++k) amax = std::max(amax, std::fabs(x[size_t(k)]));
+    for (int64_t k = i; k < i + block; ++k) step[size_t(k)] = amax / 127 / 2;
+  }
+  double err = 0, sig = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    row_to_f64(W.dtype, W.row(n), w.data(), K);
+    for (int64_t t = 0; t < T; ++t) {
+      double y = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        y += x[size_t(t * K + k)] * w[size_t(k)];
+        err += (w[size_t(k)] * step[size_t(t * K + k)]) * (w[size_t(k)] * step[size_t(t * K + k)]);
+      }
+      sig += y * y;
+    }
+  }
+  return sig > 0 ? 4 * err / sig : 0;
+}
+
 Buf::Buf(Backend& backend, int64_t n, bool logits) : be(&backend), b(backend.alloc(n, logits)) {}
 Buf::Buf(Backend& backend, const std::vector<double>& v, bool logits)
     : Buf(backend, int64_t(v.size()), logits) {

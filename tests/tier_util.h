@@ -118,6 +118,17 @@ double nmse_bound(DType out, DType compute, int64_t n, double c, int m = 0);
 double operand_rounding_nmse(DType to, const std::vector<double>& x, const std::vector<double>& w,
                              int64_t T, int64_t N, int64_t K);
 
+/// The block in which `tier` quantizes a matmul's activations to 8 bits for weights stored
+/// as `storage` at T tokens (cpu: T == 1 and a format with an integer kernel,
+/// backend/cpu/kernels.h act_q8_block), 0 when it reads them in its compute type.
+int act_quant_block(const OpTier& tier, DType storage, int T);
+/// The NMSE a product x[T, K] @ W[N, K]^T (W's exact values) gets from x rounded to 8 bits
+/// per block of `block` (kernels.h ActQ8: each value off by at most d / 2, d = max|x| / 127
+/// over its block): 4 sum (w d / 2)^2 / sum (x . w)^2 over every term and row, the reading
+/// of operand_rounding_nmse with the block's absolute step in place of u |x|.
+double act_quant_nmse(const std::vector<double>& x, const Tensor& W, int64_t T, int64_t N,
+                      int64_t K, int block);
+
 /// Checks a tier's output against ref's: no non-finite (or unwritten) element, NMSE within
 /// bound. Prints the NMSE line.
 void check_close(const char* op, const OpTier& tier, const std::string& what, uint64_t seed,

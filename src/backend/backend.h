@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,13 +43,24 @@ class OpStats {
     ++count(op, provider);
     ++fallbacks_;
   }
-  void reset() { calls_.clear(); fallbacks_ = 0; }
+  /// Notes that a call ran on activations quantized on the fly (kind: "q8_0", "q8_K").
+  void record_act_quant(std::string_view kind) {
+    if (act_quant_.find(kind) == act_quant_.end()) act_quant_.emplace(kind);
+  }
+  void reset() {
+    calls_.clear();
+    fallbacks_ = 0;
+    act_quant_.clear();
+  }
   const Calls& calls() const { return calls_; }
   int64_t fallbacks() const { return fallbacks_; }
   /// "op=provider:calls,..." in op order (the trace header's providers field).
   std::string summary() const;
   /// A human table, one line per (op, provider).
   std::string table() const;
+  /// The activation quantizations noted since reset, comma-separated in name order, "" when
+  /// none (the trace header's act_quant line).
+  std::string act_quant() const;
 
  private:
   int64_t& count(std::string_view op, std::string_view provider) {
@@ -61,6 +73,7 @@ class OpStats {
 
   Calls calls_;
   int64_t fallbacks_ = 0;
+  std::set<std::string, std::less<>> act_quant_;
 };
 
 /// The largest K that every tier's summarize() takes (the CUDA tier's radix select).

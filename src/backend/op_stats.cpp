@@ -16,6 +16,12 @@ std::string OpStats::summary() const {
   return first ? "none" : os.str();
 }
 
+std::string OpStats::act_quant() const {
+  std::string s;
+  for (const auto& k : act_quant_) s += (s.empty() ? "" : ",") + k;
+  return s;
+}
+
 std::string OpStats::table() const {
   std::ostringstream os;
   os << "op stats (calls per provider), fallbacks " << fallbacks_ << "\n";

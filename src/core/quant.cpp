@@ -107,18 +107,6 @@ float e4m3_to_f32(uint8_t v) {
   return v & 0x80 ? -mag : mag;
 }
 
-void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
-  // Sub-blocks 0..3: low 6 bits of bytes j and j+4. 4..7: a nibble of byte j+4 plus the two
-  // spare high bits of bytes j-4 (scale) and j (min).
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 bool block_scales_finite(DType t, const uint8_t* blk) {
   // Offsets of the f16 fields in each block struct.
   size_t off[2];

@@ -81,7 +81,18 @@ size_t block_bytes(DType t);
 
 /// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block, unpacked from
 /// its 12 scale bytes (ggml's get_scale_min_k4).
-void scale_min_k4(int j, const uint8_t* scales, uint8_t& sc, uint8_t& m);
+/// Inline: the cpu tier's integer kernels call it 8 times per super-block.
+inline void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+  // Sub-blocks 0..3: low 6 bits of bytes j and j+4. 4..7: a nibble of byte j+4 plus the two
+  // spare high bits of bytes j-4 (scale) and j (min).
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
 
 /// Whether every f16 scale (and min) of one block of type t at blk is finite (MXFP4's E8M0
 /// scale has none that is not: ggml reads 0xFF as 2^127).

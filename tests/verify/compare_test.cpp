@@ -460,6 +460,10 @@ TEST(DriftGate, UnitRoundoffOfComputeDtypes) {
   EXPECT_EQ(drift_unit_roundoff("bf16"), std::ldexp(1.0, -8));
   EXPECT_TRUE(std::isnan(drift_unit_roundoff("")));
   EXPECT_TRUE(std::isnan(drift_unit_roundoff("q4_0")));
+  // Activations quantized to 8 bits on the fly: no finer than bf16.
+  EXPECT_EQ(drift_unit_roundoff("f32", "q8_0"), std::ldexp(1.0, -8));
+  EXPECT_EQ(drift_unit_roundoff("f64", "q8_0,q8_K"), std::ldexp(1.0, -8));
+  EXPECT_EQ(drift_unit_roundoff("f32", ""), std::ldexp(1.0, -24));
 }
 
 namespace {

@@ -61,6 +61,7 @@ TEST(TraceWriter, RoundTrip) {
   h.env = {"ARBITER_X=1", "ARBITER_Y=two"};
   h.inject = "op=rmsnorm,layer=2,scale=1.5";
   h.extra = {{"host", "box1"}, {"note", "a\tb"}};
+  h.act_quant = "q8_0,q8_K";
   auto rows = six_rows();
   rows[2].top_logits = {INFINITY, 3.0, 2.0};
   rows[4].nll = std::nan("");
@@ -89,6 +90,7 @@ TEST(TraceWriter, RoundTrip) {
   EXPECT_EQ(g.weights, "f32");
   EXPECT_EQ(g.providers, h.providers);
   EXPECT_EQ(g.fallbacks, 0);
+  EXPECT_EQ(g.act_quant, "q8_0,q8_K");
   EXPECT_EQ(g.inject, h.inject);
   EXPECT_EQ(g.build_version, "0.1.0");
   EXPECT_EQ(g.build_commit, "abcdef123456");
@@ -121,6 +123,12 @@ TEST(TraceWriter, RoundTrip) {
   EXPECT_NE(text.find("\n# end\trows\t6\telapsed_s\t12.25\n"), std::string::npos);
   EXPECT_NE(text.find("\tinf,3,2\n"), std::string::npos);
   EXPECT_NE(text.find("\tnan\t"), std::string::npos);
+  EXPECT_NE(text.find("\n# act_quant\tq8_0,q8_K\n# inject\t"), std::string::npos);
+  // No activation quantization: no line (traces of tiers that never quantize stay as before).
+  h.act_quant.clear();
+  const std::string plain = read_file(write_trace(dir + "/plain.tsv", h, six_rows(), 1.0));
+  EXPECT_EQ(plain.find("act_quant"), std::string::npos);
+  EXPECT_EQ(read_trace(dir + "/plain.tsv").header.act_quant, "");
 }
 
 TEST(TraceWriter, AtomicAndCountsNonFinite) {

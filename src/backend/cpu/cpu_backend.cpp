@@ -44,7 +44,8 @@ constexpr int64_t kElemChunk = 1 << 14;
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuOptions& o)
-      : pool_(o.threads), isa_(o.isa), gemm_(o.gemm), hugepage_weights_(o.hugepage_weights) {
+      : pool_(o.threads), isa_(o.isa), gemm_(o.gemm), hugepage_weights_(o.hugepage_weights),
+        act_quant_(o.act_quant) {
     const auto& isas = available_isas();
     ARB_CHECK(std::find(isas.begin(), isas.end(), isa_) != isas.end(),
               "[cpu] ISA %s is not compiled in or not supported by this CPU", isa_name(isa_));
@@ -189,11 +190,21 @@ class CpuBackend final : public Backend {
     GemvFn gemv = gemv_kernel(isa_, W.dtype);
     if (!gemv) return matmul_generic(x, W, bp, T, out);
     if (T == 1) {
-      stats_.record("matmul", "cpu.gemv_" + dt + suffix_);
       const float* xp = f32(x);
       float* yp = f32(out);
+      // Block formats with an integer kernel: x quantized once to 8 bits (CpuOptions::act_quant).
+      const int act_block = act_quant_ ? act_q8_block(W.dtype) : 0;
+      QGemvFn qgemv = act_block ? qgemv_kernel(isa_, W.dtype) : nullptr;
+      if (qgemv) {
+        quantize_act_q8(xp, K, act_block, xq_);
+        stats_.record("matmul", "cpu.gemv_" + dt + "_q8" + suffix_);
+        stats_.record_act_quant(act_q8_name(act_block));
+      } else {
+        stats_.record("matmul", "cpu.gemv_" + dt + suffix_);
+      }
       auto body = [&](int64_t n0, int64_t n1) {
-        gemv(wdata, K, xp, yp, n0, n1);
+        if (qgemv) qgemv(wdata, K, xq_, yp, n0, n1);
+        else gemv(wdata, K, xp, yp, n0, n1);
         if (bp)
           for (int64_t n = n0; n < n1; ++n) yp[n] += bp[n];
       };
@@ -527,6 +538,8 @@ class CpuBackend final : public Backend {
   Isa isa_;
   GemmImpl gemm_;
   bool hugepage_weights_;
+  bool act_quant_;
+  ActQ8 xq_;  // a T == 1 matmul's x quantized (act_quant_)
   struct Copy {
     const void* ptr;
     size_t bytes;
@@ -573,6 +586,11 @@ std::unique_ptr<Backend> make_cpu_backend(int threads) {
     const std::string v = e;
     ARB_CHECK(v == "own" || v == "blas", "[cpu] ARBITER_CPU_GEMM=%s (expected own or blas)", e);
     o.gemm = v == "own" ? cpu::GemmImpl::Own : cpu::GemmImpl::Blas;
+  }
+  if (const char* e = std::getenv("ARBITER_CPU_ACT_QUANT"); e && *e) {
+    const std::string v = e;
+    ARB_CHECK(v == "1" || v == "0", "[cpu] ARBITER_CPU_ACT_QUANT=%s (expected 1 or 0)", e);
+    o.act_quant = v == "1";
   }
   return cpu::make_cpu_backend(o);
 }

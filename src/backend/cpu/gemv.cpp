@@ -5,6 +5,8 @@
 // f16: vcvtph2ps; q8_0: int8 -> f32 times the block scale; the other block formats: a chunk
 // dequantized into an L1 buffer). Four rows share each load of x,
 // and each row keeps two accumulators (independent FMA chains hide the FMA latency).
+// These are the exact f32 paths: by default the backend runs a T == 1 matmul of a ggml block
+// format on qdot.cpp's integer kernels instead, x quantized to 8 bits (CpuOptions::act_quant).
 #include <algorithm>
 #include <vector>
 

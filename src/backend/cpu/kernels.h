@@ -42,6 +42,33 @@ using GemvFn = void (*)(const void* W, int64_t K, const float* x, float* y, int6
 /// nullptr when no kernel exists for (isa, dtype) (f64 weights).
 GemvFn gemv_kernel(Isa isa, DType dtype);
 
+/// Activations quantized to 8 bits for the integer dot kernels (qdot.cpp), as llama.cpp's
+/// q8_0 (blocks of 32) and q8_K (blocks of 256) do: block b has the f32 scale
+/// d[b] = max|x| / 127 over its values and codes q = round(x / d[b]) in [-127, 127], so
+/// |x - d[b] q| <= d[b] (1/2 + 2^-15); sums[i] = the sum of q over values [16 i, 16 i + 16).
+/// A block holding a NaN or an infinity gets d = NaN and codes 0.
+struct ActQ8 {
+  int block = 0;  // 32 (q8_0) or 256 (q8_K)
+  int64_t K = 0;
+  std::vector<int8_t> q;        // [K]
+  std::vector<float> d;         // [K / block]
+  std::vector<int32_t> sums;    // [K / 16]
+};
+/// The activation block the integer kernel of weight type t reads (its own block: 32 or
+/// 256), 0 when t has no integer kernel (dense types, MLX blocks: they keep the f32 GEMV).
+int act_q8_block(DType t);
+/// "q8_0" for blocks of 32, "q8_K" for 256 (llama.cpp's names for the same layouts).
+const char* act_q8_name(int block);
+/// a = x[0, K) quantized in blocks of `block` (K a multiple of it).
+void quantize_act_q8(const float* x, int64_t K, int block, ActQ8& a);
+/// y[n] = dot(W[n, :], the values a encodes) for n in [n0, n1): per sub-block an exact
+/// integer dot of the weight codes with a.q, its scales applied in f32 (qdot.cpp). a must be
+/// quantized with act_q8_block(dtype). Any split of the rows gives bit-identical y.
+using QGemvFn = void (*)(const void* W, int64_t K, const ActQ8& a, float* y, int64_t n0,
+                         int64_t n1);
+/// nullptr when (isa, dtype) has no integer kernel.
+QGemvFn qgemv_kernel(Isa isa, DType dtype);
+
 /// dst[n] = src[n] widened to f32 (exactly, or rounded once for the block formats with a min;
 /// block formats: n a multiple of the block).
 using WidenFn = void (*)(const void* src, float* dst, int64_t n);
@@ -90,8 +117,8 @@ struct RowKernels {
 const RowKernels& row_kernels(Isa isa);
 
 /// What a CPU backend runs; the defaults are the fastest compiled paths. ARBITER_CPU_ISA
-/// (scalar|avx2|avx512), ARBITER_CPU_GEMM (own|blas) and ARBITER_CPU_WEIGHTS
-/// (hugepage|mmap) override them in make_cpu_backend.
+/// (scalar|avx2|avx512), ARBITER_CPU_GEMM (own|blas), ARBITER_CPU_WEIGHTS (hugepage|mmap)
+/// and ARBITER_CPU_ACT_QUANT (1|0) override them in make_cpu_backend.
 struct CpuOptions {
   int threads = 0;  // <= 0: all cores
   Isa isa = best_isa();
@@ -103,6 +130,11 @@ struct CpuOptions {
   /// (docs/performance.md). The cost: the copy at load, and the resident weight bytes twice
   /// (the file's pages, touched by the copy, stay mapped).
   bool hugepage_weights = true;
+  /// true: a T == 1 matmul of a block format with an integer kernel (act_q8_block) quantizes
+  /// x to 8 bits and runs qgemv_kernel (provider cpu.gemv_<dtype>_q8_<isa>; the trace header
+  /// records it, docs/traces.md); false: the f32 GEMV of the dequantized weights.
+  /// ARBITER_CPU_ACT_QUANT=0 sets false.
+  bool act_quant = true;
 };
 std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& opts);
 

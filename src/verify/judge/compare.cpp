@@ -138,10 +138,11 @@ Verdict worse_verdict(Verdict a, Verdict b) {
   return rank(a) >= rank(b) ? a : b;
 }
 
-double drift_unit_roundoff(const std::string& compute) {
+double drift_unit_roundoff(const std::string& compute, const std::string& act_quant) {
   if (compute.empty()) return kNaN;
   try {
-    return unit_roundoff(compute_dtype_from_name(compute));
+    const double u = unit_roundoff(compute_dtype_from_name(compute));
+    return act_quant.empty() ? u : std::max(u, std::ldexp(1.0, -8));
   } catch (const Error&) {
     return kNaN;  // a dtype this build does not know: the gate cannot be set
   }
@@ -575,8 +576,8 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
   ARB_CHECK(opt.kl_kappa > 0 && std::isfinite(opt.kl_kappa),
             "[compare] kl kappa must be a positive number (got %g)", opt.kl_kappa);
   res.drift_kappa = opt.kl_kappa;
-  const double u_ref = drift_unit_roundoff(R.header.compute);
-  const double u_cand = drift_unit_roundoff(C.header.compute);
+  const double u_ref = drift_unit_roundoff(R.header.compute, R.header.act_quant);
+  const double u_cand = drift_unit_roundoff(C.header.compute, C.header.act_quant);
   if (std::isnan(u_ref) || std::isnan(u_cand)) {
     res.drift_note = strformat("not applied: compute dtype unknown for %s",
                                std::isnan(u_ref) && std::isnan(u_cand) ? "ref and cand"
@@ -585,8 +586,11 @@ CompareResult compare_traces(const Trace& R_in, const Trace& C_in, const Compare
   } else {
     res.drift_u = std::max({u_ref, u_cand, kTraceResolutionU});
     res.drift_budget = opt.kl_kappa * res.drift_u * res.drift_u;
+    auto arm = [](const TraceHeader& h) {
+      return h.act_quant.empty() ? h.compute : h.compute + " with act_quant " + h.act_quant;
+    };
     res.drift_note = strformat("u = 2^%d (ref %s, cand %s%s)", int(std::lround(std::log2(res.drift_u))),
-                               R.header.compute.c_str(), C.header.compute.c_str(),
+                               arm(R.header).c_str(), arm(C.header).c_str(),
                                res.drift_u == kTraceResolutionU && std::max(u_ref, u_cand) < res.drift_u
                                    ? "; floored at the trace's f32 resolution"
                                    : "");

@@ -36,7 +36,10 @@ constexpr double kDefaultKlKappa = 3e5;
 
 /// The unit roundoff the drift gate uses for a trace's compute dtype: f64 2^-53, f32 2^-24,
 /// f16 2^-11, bf16 2^-8 (storage roundoff; core/dtype.h). NaN for an unknown or empty name.
-double drift_unit_roundoff(const std::string& compute);
+/// A trace whose header records activations quantized on the fly (`act_quant`, 8-bit codes
+/// per block: a value rounds by up to half a step, 1/254 of its block's max) gets at least
+/// 2^-8, bf16's: its matmul inputs are no finer than bf16's.
+double drift_unit_roundoff(const std::string& compute, const std::string& act_quant = "");
 
 struct CompareOptions {
   double decided = 2.0;                          // decided: ref top1 - top2 logit >= this

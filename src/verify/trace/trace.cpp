@@ -112,6 +112,7 @@ void TraceWriter::open(const std::string& path, const TraceHeader& h) {
        "\tweights\t" + field("weights", h.weights) + "\n";
   s += "# providers\t" + field("providers", h.providers) + "\tfallbacks\t" +
        field("", h.fallbacks) + "\n";
+  if (!h.act_quant.empty()) s += "# act_quant\t" + field("act_quant", h.act_quant) + "\n";
   s += "# inject\t" + (h.inject.empty() ? std::string("none") : field("inject", h.inject)) + "\n";
   s += "# build\t" + field("build version", h.build_version) + "\t" +
        field("build commit", h.build_commit) + "\t" + field("compiler", h.build_compiler) +
@@ -139,7 +140,7 @@ void TraceWriter::open(const std::string& path, const TraceHeader& h) {
   }
   static const std::unordered_set<std::string> reserved = {
       "arbiter-trace", "model", "tokenizer", "corpus", "shape",  "device", "providers",
-      "inject",        "build", "env",       "routes", "columns", "end"};
+      "act_quant", "inject",        "build", "env",       "routes", "columns", "end"};
   for (const auto& [k, v] : h.extra) {
     ARB_CHECK(!k.empty() && k.find_first_of("\t\n\r ") == std::string::npos && !reserved.count(k),
               "[trace] extra header key '%s' is empty, holds whitespace or is reserved", k.c_str());
@@ -462,6 +463,9 @@ void read_arbiter(Parser& P, const std::vector<std::string_view>& lines, Trace& 
         P.keyword(v, 1, "fallbacks", key);
         h.providers = Parser::str(v[0]);
         h.fallbacks = P.count(v[2], "fallbacks");
+      } else if (key == "act_quant") {
+        P.arity(v, 1, key);
+        h.act_quant = std::string(v[0]);
       } else if (key == "inject") {
         P.arity(v, 1, key);
         h.inject = std::string(v[0]);

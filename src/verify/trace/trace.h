@@ -71,6 +71,9 @@ struct TraceHeader {
   // # providers <op>=<provider>:<calls>,... fallbacks <n>
   std::string providers;
   int64_t fallbacks = -1;
+  // # act_quant <kinds>: only when some op ran on activations quantized on the fly (the cpu
+  // tier's integer dot kernels: "q8_0", "q8_K", comma-separated); empty = the line is absent.
+  std::string act_quant;
   // # inject <spec|none>
   std::string inject;
   // # build <version> <git commit> <compiler> <cuda version|none>

@@ -198,6 +198,7 @@ TraceRunResult run_trace(Session& s, const TraceRunOptions& opt, const TraceCorp
   }
   be.sync();
   h.providers = be.stats().summary();
+  h.act_quant = be.stats().act_quant();
   h.fallbacks = be.stats().fallbacks();
 
   TraceRunResult res;

@@ -1,0 +1,757 @@
+// Integer dot kernels for the block formats: the decode GEMV with activations quantized to
+// 8 bits (kernels.h ActQ8), as llama.cpp's CPU backend does with q8_0 / q8_K.
+//
+// Every format below writes each weight as a * u + b per sub-block of G values (G = 16 or
+// 32): u an integer code (unsigned 0..63, or a signed int8 for the formats whose values are
+// a signed table: Q8_0, IQ4_NL, IQ4_XS, MXFP4, where b = 0), a and b f32 (exact: an f16
+// scale times a sub-scale of at most 8 bits, or an f16 min). With x ~ dx * q per activation
+// block, a sub-block's contribution is
+//     dx * (a * sum(u * q) + b * sum(q)),
+// where sum(u * q) is an exact int32 (VNNI vpdpbusd, AVX2 maddubs + madd, or scalar) and
+// sum(q) comes with the activations (ActQ8::sums, per 16). The first term is accumulated in
+// f32 lanes, A = a * dx broadcast to the lanes of its sub-block; the second in one f32 scalar
+// per row. The scalar twin (and Q2_K, Q3_K on every ISA) unpacks each chunk of 256 values to
+// bytes in an L1 buffer by plain loops, one dot routine per ISA serving every format; on
+// AVX2 / AVX-512 the other formats have register kernels (below): the buffer's stores and
+// reloads stall, and these run several times faster.
+//
+// Bounds (docs/quantization.md, tests/backend/qdot_test.cpp): against the f64
+// dot of the exact weights with the dequantized activations, the f32 steps alone; against
+// the f32 activations, plus the activation rounding (<= dx / 2 per value).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/simd.h"
+#include "core/error.h"
+#include "core/quant.h"
+
+namespace arbiter::cpu {
+
+namespace {
+// Values per block of the formats with an integer kernel (their activation block too).
+constexpr int qblock(DType t) {
+  switch (t) {
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
+    case DType::IQ4_NL: case DType::MXFP4: return kQK;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::IQ4_XS: return kQK_K;
+    default: return 0;
+  }
+}
+}  // namespace
+
+int act_q8_block(DType t) { return qblock(t); }
+
+const char* act_q8_name(int block) { return block == kQK ? "q8_0" : "q8_K"; }
+
+void quantize_act_q8(const float* x, int64_t K, int block, ActQ8& a) {
+  ARB_ASSERT((block == kQK || block == kQK_K) && K % block == 0);
+  a.block = block;
+  a.K = K;
+  a.q.resize(size_t(K));
+  a.d.resize(size_t(K / block));
+  a.sums.resize(size_t(K / 16));
+  for (int64_t b = 0; b < K / block; ++b) {
+    const float* xb = x + b * block;
+    float amax = 0, poison = 0;
+    for (int i = 0; i < block; ++i) {
+      amax = std::max(amax, std::fabs(xb[i]));
+      poison += xb[i] * 0.f;  // NaN when any value is NaN or infinite
+    }
+    // A non-finite value makes the block's scale NaN (and its codes 0), so the dot is NaN as
+    // the f32 path's would be.
+    const float d = amax / 127.f + poison;
+    int8_t* q = a.q.data() + b * block;
+    if (d > 0) {
+      const float id = 1.f / d;
+      for (int i = 0; i < block; ++i) q[i] = int8_t(std::clamp(std::nearbyint(xb[i] * id), -127.f, 127.f));
+    } else {
+      std::memset(q, 0, size_t(block));  // all zeros, or the poisoned block
+    }
+    a.d[size_t(b)] = d;
+  }
+  for (int64_t s = 0; s < K / 16; ++s) {
+    int32_t t = 0;
+    for (int i = 0; i < 16; ++i) t += a.q[size_t(s * 16 + i)];
+    a.sums[size_t(s)] = t;
+  }
+}
+
+namespace {
+
+// f16 -> f32 is exact either way; the instruction saves a call per block.
+#ifdef __F16C__
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+#else
+inline float h2f(uint16_t h) { return f16_to_f32(h); }
+#endif
+
+// Blocks are read through byte pointers and memcpy, never a cast (core/quant.h: a block can
+// sit at any byte address). Copying a block into a local struct instead made GCC store and
+// reload it piecewise, 5x slower.
+inline uint16_t f16_bits_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+inline float f16_at(const uint8_t* p) { return h2f(f16_bits_at(p)); }
+
+// Per format: G (sub-block size), whether its codes are signed, whether it has the b term,
+// and unpack(block) -> codes u[block_elems], a[sub-blocks], b[sub-blocks]. The bit layouts
+// are core/quant.cpp's (written out there and in docs/quantization.md).
+template <DType T>
+struct Fmt;
+
+template <>
+struct Fmt<DType::Q8_0> {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = true, kHasB = false;
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float*) {
+    using B = BlockQ8_0;
+    const uint8_t* qs = p + offsetof(B, qs);
+    std::memcpy(u, qs, 32);
+    a[0] = f16_at(p + offsetof(B, d));
+  }
+};
+
+// Q4_0 / Q4_1: value j the low nibble of qs[j], value j + 16 the high one.
+template <>
+struct Fmt<DType::Q4_0> {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = false, kHasB = true;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockQ4_0;
+    a = f16_at(p + offsetof(B, d));
+    b = -8.f * a;
+  }
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockQ4_0;
+    scales(p, a[0], bb[0]);
+    const uint8_t* qs = p + offsetof(B, qs);
+    for (int j = 0; j < 16; ++j) {
+      u[j] = qs[j] & 0xF;
+      u[j + 16] = qs[j] >> 4;
+    }
+  }
+};
+template <>
+struct Fmt<DType::Q4_1> {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = false, kHasB = true;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockQ4_1;
+    a = f16_at(p + offsetof(B, d));
+    b = f16_at(p + offsetof(B, m));
+  }
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockQ4_1;
+    scales(p, a[0], bb[0]);
+    const uint8_t* qs = p + offsetof(B, qs);
+    for (int j = 0; j < 16; ++j) {
+      u[j] = qs[j] & 0xF;
+      u[j + 16] = qs[j] >> 4;
+    }
+  }
+};
+
+// Q5_0 / Q5_1: the 5th bit of value j is bit j of qh (little-endian u32).
+inline void unpack_q5(const uint8_t* qs, const uint8_t* qh4, uint8_t* u) {
+  uint32_t qh;
+  std::memcpy(&qh, qh4, 4);
+  for (int j = 0; j < 16; ++j) {
+    u[j] = uint8_t((qs[j] & 0xF) | ((qh >> j) & 1) << 4);
+    u[j + 16] = uint8_t((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+  }
+}
+template <>
+struct Fmt<DType::Q5_0> {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = false, kHasB = true;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockQ5_0;
+    a = f16_at(p + offsetof(B, d));
+    b = -16.f * a;
+  }
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockQ5_0;
+    scales(p, a[0], bb[0]);
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* qh = p + offsetof(B, qh);
+    unpack_q5(qs, qh, u);
+  }
+};
+template <>
+struct Fmt<DType::Q5_1> {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = false, kHasB = true;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockQ5_1;
+    a = f16_at(p + offsetof(B, d));
+    b = f16_at(p + offsetof(B, m));
+  }
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockQ5_1;
+    scales(p, a[0], bb[0]);
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* qh = p + offsetof(B, qh);
+    unpack_q5(qs, qh, u);
+  }
+};
+
+// The signed-table formats: the code is the table's int8 value.
+inline void unpack_table(const uint8_t* qs, const int8_t* table, uint8_t* u) {
+  for (int j = 0; j < 16; ++j) {
+    u[j] = uint8_t(table[qs[j] & 0xF]);
+    u[j + 16] = uint8_t(table[qs[j] >> 4]);
+  }
+}
+template <>
+struct Fmt<DType::IQ4_NL> {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = true, kHasB = false;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockIQ4_NL;
+    a = f16_at(p + offsetof(B, d));
+    b = 0;
+  }
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockIQ4_NL;
+    scales(p, a[0], bb[0]);
+    const uint8_t* qs = p + offsetof(B, qs);
+    unpack_table(qs, kIQ4NLValues, u);
+  }
+};
+template <>
+struct Fmt<DType::MXFP4> {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = true, kHasB = false;
+  static void scales(const uint8_t* p, float& a, float& b) {
+    using B = BlockMXFP4;
+    // E8M0 with the table's doubling: 2^(e - 128), built from its bits (ldexp is a call per
+    // block); e = 0 and 1 give the f32 subnormals 2^-128 and 2^-127.
+    const uint32_t e = p[offsetof(B, e)];
+    const uint32_t bits = e >= 2 ? (e - 1) << 23 : 0x200000u << e;
+    std::memcpy(&a, &bits, 4);
+    b = 0;
+  }
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockMXFP4;
+    scales(p, a[0], bb[0]);
+    const uint8_t* qs = p + offsetof(B, qs);
+    unpack_table(qs, kMXFP4Values, u);
+  }
+};
+template <>
+struct Fmt<DType::IQ4_XS> {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = true, kHasB = false;
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float*) {
+    using B = BlockIQ4_XS;
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* scales_l = p + offsetof(B, scales_l);
+    const float d = f16_at(p + offsetof(B, d));
+    for (int s = 0; s < 8; ++s) {
+      unpack_table(qs + 16 * s, kIQ4NLValues, u + 32 * s);
+      const int ls = ((scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | ((f16_bits_at(p + offsetof(B, scales_h)) >> (2 * s)) & 3) << 4;
+      a[s] = d * float(ls - 32);
+    }
+  }
+};
+
+// Q2_K / Q3_K: 16 sub-blocks of 16; byte l of each 32-byte half of qs holds values l, l+32,
+// l+64, l+96 of that 128, two bits each.
+inline void unpack_2bit(const uint8_t* qs, uint8_t* u) {
+  for (int half = 0; half < 2; ++half)
+    for (int sh = 0; sh < 4; ++sh)
+      for (int l = 0; l < 32; ++l) u[128 * half + 32 * sh + l] = (qs[32 * half + l] >> (2 * sh)) & 3;
+}
+template <>
+struct Fmt<DType::Q2_K> {
+  static constexpr int G = 16;
+  static constexpr bool kSigned = false, kHasB = true;
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockQ2_K;
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* scales = p + offsetof(B, scales);
+    unpack_2bit(qs, u);
+    const float d = f16_at(p + offsetof(B, d)), dmin = f16_at(p + offsetof(B, dmin));
+    for (int s = 0; s < 16; ++s) {
+      a[s] = d * float(scales[s] & 0xF);
+      bb[s] = -dmin * float(scales[s] >> 4);
+    }
+  }
+};
+// Q3_K: u = q + 4 * hbit in 0..7, value d * sc * (u - 4); hbit of value 32 k + l (k = 0..7
+// over the super-block) is bit k of hmask[l].
+template <>
+struct Fmt<DType::Q3_K> {
+  static constexpr int G = 16;
+  static constexpr bool kSigned = false, kHasB = true;
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockQ3_K;
+    const uint8_t* qs = p + offsetof(B, qs);
+    const uint8_t* hmask = p + offsetof(B, hmask);
+    const uint8_t* scales = p + offsetof(B, scales);
+    unpack_2bit(qs, u);
+    for (int k = 0; k < 8; ++k)
+      for (int l = 0; l < 32; ++l) u[32 * k + l] = uint8_t(u[32 * k + l] | ((hmask[l] >> k) & 1) << 2);
+    const float d = f16_at(p + offsetof(B, d));
+    for (int s = 0; s < 16; ++s) {
+      const int lo = s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4;
+      const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+      a[s] = d * float((lo | hi << 4) - 32);
+      bb[s] = -4.f * a[s];
+    }
+  }
+};
+// Q4_K / Q5_K: 8 sub-blocks of 32, 64 values per 32 bytes of qs (low nibbles first); Q5_K's
+// 5th bit of value l of sub-block s is bit s of qh[l].
+template <DType T>
+struct FmtQ45K {
+  static constexpr int G = 32;
+  static constexpr bool kSigned = false, kHasB = true;
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
+    const uint8_t* qs = p + offsetof(B, qs);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        u[64 * c + l] = qs[32 * c + l] & 0xF;
+        u[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+      }
+    if constexpr (T == DType::Q5_K)
+      for (int s = 0; s < 8; ++s)
+        for (int l = 0; l < 32; ++l) u[32 * s + l] = uint8_t(u[32 * s + l] | ((p[offsetof(B, qh) + l] >> s) & 1) << 4);
+    const float d = f16_at(p + offsetof(B, d)), dmin = f16_at(p + offsetof(B, dmin));
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, m;
+      scale_min_k4(s, p + offsetof(B, scales), sc, m);
+      a[s] = d * float(sc);
+      bb[s] = -dmin * float(m);
+    }
+  }
+};
+template <>
+struct Fmt<DType::Q4_K> : FmtQ45K<DType::Q4_K> {};
+template <>
+struct Fmt<DType::Q5_K> : FmtQ45K<DType::Q5_K> {};
+// Q6_K: per 128 values, value l + 32 k (k = 0..3) takes nibble k / 2 of ql[l + 32 (k % 2)]
+// and bits 2k..2k+1 of qh[l]; value d * sc * (u - 32), 16 sub-blocks of 16.
+template <>
+struct Fmt<DType::Q6_K> {
+  static constexpr int G = 16;
+  static constexpr bool kSigned = false, kHasB = true;
+  static void unpack(const uint8_t* p, uint8_t* u, float* a, float* bb) {
+    using B = BlockQ6_K;
+    const uint8_t* ql = p + offsetof(B, ql);
+    const uint8_t* qh = p + offsetof(B, qh);
+    const uint8_t* scales = p + offsetof(B, scales);
+    for (int n = 0; n < 2; ++n)
+      for (int k = 0; k < 4; ++k)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t lo = ql[64 * n + l + 32 * (k % 2)];
+          u[128 * n + 32 * k + l] =
+              uint8_t((k / 2 ? lo >> 4 : lo & 0xF) | ((qh[32 * n + l] >> (2 * k)) & 3) << 4);
+        }
+    const float d = f16_at(p + offsetof(B, d));
+    for (int s = 0; s < 16; ++s) {
+      a[s] = d * float(int8_t(scales[s]));
+      bb[s] = -32.f * a[s];
+    }
+  }
+};
+
+// One chunk of up to 256 values, unpacked: codes, and per sub-block A = a * dx.
+struct Chunk {
+  alignas(64) uint8_t u[kQK_K];
+  alignas(64) float A[kQK_K / 16];
+};
+
+// Per ISA: acc += the integer dot of codes u[0, n) with activations q[0, n) per sub-block of
+// G, times A of the sub-block (n a multiple of 32). Finish: the lanes' sum.
+struct DotScalar {
+  using Acc = float;
+  static Acc zero() { return 0.f; }
+  template <int G, bool S>
+  static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
+    for (int j = 0; j < n / G; ++j) {
+      int32_t t = 0;
+      // Signed codes read through an int8 pointer: with each byte converted by int8_t(u[i])
+      // instead, GCC 12.2 at -O2/-O3 summed the bytes as unsigned (QdotTest caught it).
+      const auto* us = reinterpret_cast<const int8_t*>(u + j * G);
+      for (int i = 0; i < G; ++i)
+        t += (S ? int32_t(us[i]) : int32_t(u[j * G + i])) * int32_t(q[j * G + i]);
+      acc += A[j] * float(t);
+    }
+  }
+  static float finish(Acc a) { return a; }
+};
+
+#ifdef ARBITER_CPU_AVX2
+// The vector ISAs run the byte-buffer path for Q2_K and Q3_K only (unsigned codes, sub-blocks
+// of 16); every other format has a register kernel below.
+struct DotAvx2 {
+  using Acc = __m256;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  template <int G, bool S>
+  static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
+    static_assert(G == 16 && !S, "the vector ISAs' register kernels serve the other formats");
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int k = 0; k < n; k += 32) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + k));
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k));
+      // Codes <= 7 and |x| <= 127: maddubs's pair sums fit int16 (no saturation).
+      const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
+      // Lanes 0-3 are sub-block k / 16, lanes 4-7 the next.
+      const __m256 sc = _mm256_set_m128(_mm_set1_ps(A[k / 16 + 1]), _mm_set1_ps(A[k / 16]));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc);
+    }
+  }
+  static float finish(Acc a) { return VAvx2::reduce_add(a); }
+};
+#endif
+
+#ifdef ARBITER_CPU_AVX512
+struct DotAvx512 {
+  using Acc = __m512;
+  static Acc zero() { return _mm512_setzero_ps(); }
+  template <int G, bool S>
+  static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
+    static_assert(G == 16 && !S, "the vector ISAs' register kernels serve the other formats");
+    // Lane i of a 64-byte step sums bytes 4i..4i+3: sub-block i / 4 of the step.
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (int k = 0; k < n; k += 64) {
+      const bool full = k + 64 <= n;  // else a last 32
+      const __mmask64 m = full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
+      const __m512i w = _mm512_maskz_loadu_epi8(m, u + k), x = _mm512_maskz_loadu_epi8(m, q + k);
+#ifdef __AVX512VNNI__
+      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+#else
+      const __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
+#endif
+      const __m512 sc = _mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, idx,
+                                                    _mm512_maskz_loadu_ps(full ? 0xF : 0x3, A + k / 16));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc);
+    }
+  }
+  static float finish(Acc a) { return VAvx512::reduce_add(a); }
+};
+#endif
+
+#ifdef ARBITER_CPU_AVX2
+// Register kernels, on 256-bit registers: codes unpacked in registers; for the super-block
+// formats, the integer sums scaled by the integer sub-scales before one conversion, so only
+// two or three f32 operations remain per super-block. I is the u8 x s8 dot: maddubs + madd
+// (AVX2) or VNNI vpdpbusd on 256-bit registers (AVX512-VL).
+struct I8Madd {
+  static __m256i dot(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+  }
+};
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
+struct I8Vnni {
+  static __m256i dot(__m256i w, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x); }
+};
+#else
+using I8Vnni = I8Madd;
+#endif
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Q8_0: per block, the signed dot (w's sign moved onto x) times d * dx.
+template <class I>
+void qgemv_q8_0(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  ARB_ASSERT(xa.block == kQK && xa.K == K);
+  const int64_t nb = K / kQK;
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(BlockQ8_0);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = row + size_t(b) * sizeof(BlockQ8_0);
+      uint16_t dh;
+      std::memcpy(&dh, blk, 2);
+      const __m256i w = load32(blk + offsetof(BlockQ8_0, qs)), x = load32(xa.q.data() + b * kQK);
+      const __m256i s = I::dot(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(dh) * xa.d[size_t(b)]), acc);
+    }
+    y[n] = VAvx2::reduce_add(acc);
+  }
+}
+
+// The other formats of 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): per block,
+// the nibbles (plus Q5's 5th bit from qh, or the IQ4_NL / MXFP4 table through a byte
+// shuffle) unpacked in a register, one dot, acc += dot * a dx, and the b term
+// (-8 d, m, -16 d, m) times dx sum(q) in a scalar.
+template <class I, DType T>
+void qgemv_32(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using F = Fmt<T>;
+  using B = std::conditional_t<T == DType::Q4_0, BlockQ4_0,
+            std::conditional_t<T == DType::Q4_1, BlockQ4_1,
+            std::conditional_t<T == DType::Q5_0, BlockQ5_0,
+            std::conditional_t<T == DType::Q5_1, BlockQ5_1,
+            std::conditional_t<T == DType::IQ4_NL, BlockIQ4_NL, BlockMXFP4>>>>>;
+  constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1;
+  ARB_ASSERT(xa.block == kQK && xa.K == K);
+  const int64_t nb = K / kQK;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256i table = _mm256_setzero_si256();
+  if constexpr (F::kSigned)
+    table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(T == DType::IQ4_NL ? kIQ4NLValues : kMXFP4Values)));
+  // Q5: byte j of the expanded qh takes byte j / 8 of qh and tests bit j % 8.
+  const __m256i qh_shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i qh_bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
+    __m256 acc = _mm256_setzero_ps();
+    float bias = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + size_t(b) * sizeof(B);
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(B, qs)));
+      __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+      if constexpr (kQ5) {
+        uint32_t qh;
+        std::memcpy(&qh, p + offsetof(B, qh), 4);
+        const __m256i bits = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(qh)), qh_shuf);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, qh_bit), qh_bit);
+        u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+      }
+      const __m256i x = load32(xa.q.data() + b * kQK);
+      __m256i s;
+      if constexpr (F::kSigned) {
+        u = _mm256_shuffle_epi8(table, u);
+        s = I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u));
+      } else {
+        s = I::dot(u, x);
+      }
+      float a, bb = 0;
+      F::scales(p, a, bb);
+      const float dx = xa.d[size_t(b)];
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a * dx), acc);
+      if constexpr (F::kHasB) bias += bb * dx * float(xa.sums[size_t(2 * b)] + xa.sums[size_t(2 * b + 1)]);
+    }
+    y[n] = VAvx2::reduce_add(acc) + bias;
+  }
+}
+
+// IQ4_XS: 8 sub-blocks of 32, each IQ4_NL's nibble layout and table, scale d (ls - 32).
+template <class I>
+void qgemv_iq4_xs(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using B = BlockIQ4_XS;
+  ARB_ASSERT(xa.block == kQK_K && xa.K == K);
+  const int64_t nb = K / kQK_K;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + size_t(b) * sizeof(B);
+      const int8_t* xq = xa.q.data() + b * kQK_K;
+      const uint16_t sh = f16_bits_at(p + offsetof(B, scales_h));
+      __m256i isum = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(B, qs) + 16 * s));
+        const __m256i u = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
+        const __m256i x = load32(xq + 32 * s);
+        const int ls = ((p[offsetof(B, scales_l) + s / 2] >> (4 * (s % 2))) & 0xF) | ((sh >> (2 * s)) & 3) << 4;
+        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u)),
+                                                         _mm256_set1_epi32(ls - 32)));
+      }
+      // |sum| <= 8 * 32 * 32 * 127 * 127 < 2^31: exact, then d dx once.
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16_at(p + offsetof(B, d)) * xa.d[size_t(b)]), acc);
+    }
+    y[n] = VAvx2::reduce_add(acc);
+  }
+}
+
+// Q4_K / Q5_K: sum_j d sc_j dx sum(u q) - dmin dx sum_j m_j sum(q): both sums exact in int32
+// (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 31 * 127 < 2^31). Q5_K's 5th bit of value l of
+// sub-block j is bit j of qh[l]: shifted to bit 0 of its byte (a 16-bit shift by j < 8 moves
+// no other bit of that byte there), masked, moved to bit 4.
+template <class I, DType T>
+void qgemv_q45_k(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using B = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
+  ARB_ASSERT(xa.block == kQK_K && xa.K == K);
+  const int64_t nb = K / kQK_K;
+  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+  auto bit4 = [&](__m256i qh, int j) {
+    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
+  };
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
+    __m256 acc = _mm256_setzero_ps();
+    float bias = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + size_t(b) * sizeof(B);
+      const int8_t* xq = xa.q.data() + b * kQK_K;
+      const int32_t* xs = xa.sums.data() + b * (kQK_K / 16);
+      uint8_t sc[8], m[8];
+      int32_t msum = 0;
+      for (int j = 0; j < 8; ++j) {
+        scale_min_k4(j, p + offsetof(B, scales), sc[j], m[j]);
+        msum += int32_t(m[j]) * (xs[2 * j] + xs[2 * j + 1]);
+      }
+      __m256i qh = _mm256_setzero_si256();
+      if constexpr (T == DType::Q5_K) qh = load32(p + offsetof(B, qh));
+      __m256i isum = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = load32(p + offsetof(B, qs) + 32 * c);
+        __m256i ulo = _mm256_and_si256(q, m4), uhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (T == DType::Q5_K) {
+          ulo = _mm256_or_si256(ulo, bit4(qh, 2 * c));
+          uhi = _mm256_or_si256(uhi, bit4(qh, 2 * c + 1));
+        }
+        const __m256i lo = I::dot(ulo, load32(xq + 64 * c));
+        const __m256i hi = I::dot(uhi, load32(xq + 64 * c + 32));
+        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(lo, _mm256_set1_epi32(sc[2 * c])));
+        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc[2 * c + 1])));
+      }
+      const float dx = xa.d[size_t(b)];
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16_at(p + offsetof(B, d)) * dx), acc);
+      bias -= f16_at(p + offsetof(B, dmin)) * dx * float(msum);
+    }
+    y[n] = VAvx2::reduce_add(acc) + bias;
+  }
+}
+
+// Q6_K: sum_s sc_s (sum(u q) - 32 sum(q)) exact in int32 (< 16 * 128 * 16 * 95 * 127), times d dx.
+template <class I>
+void qgemv_q6_k(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  ARB_ASSERT(xa.block == kQK_K && xa.K == K);
+  const int64_t nb = K / kQK_K;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(BlockQ6_K);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      using B = BlockQ6_K;
+      const uint8_t* p = row + size_t(b) * sizeof(B);
+      const int8_t* scales = reinterpret_cast<const int8_t*>(p + offsetof(B, scales));
+      const int8_t* xq = xa.q.data() + b * kQK_K;
+      const int32_t* xs = xa.sums.data() + b * (kQK_K / 16);
+      int32_t off = 0;
+      for (int s = 0; s < 16; ++s) off += int32_t(scales[s]) * xs[s];
+      __m256i isum = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i qa = load32(p + offsetof(B, ql) + 64 * h), qb = load32(p + offsetof(B, ql) + 64 * h + 32);
+        const __m256i qh = load32(p + offsetof(B, qh) + 32 * h);
+        const __m256i u[4] = {
+            _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
+            _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
+        for (int k = 0; k < 4; ++k) {
+          // Lanes 0-3 are sub-block 8h + 2k, lanes 4-7 the next.
+          const int s = 8 * h + 2 * k;
+          const __m256i sc = _mm256_setr_epi32(scales[s], scales[s], scales[s], scales[s], scales[s + 1],
+                                               scales[s + 1], scales[s + 1], scales[s + 1]);
+          isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(u[k], load32(xq + 128 * h + 32 * k)), sc));
+        }
+      }
+      // The -32 offset: one lane takes it, so the lanes' sum is exact before conversion.
+      isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16_at(p + offsetof(B, d)) * xa.d[size_t(b)]), acc);
+    }
+    y[n] = VAvx2::reduce_add(acc);
+  }
+}
+#endif
+
+// The GEMV: per row, chunks of 256 values (one super-block, or up to 8 blocks of 32).
+template <class D, DType T>
+void qgemv(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using F = Fmt<T>;
+  constexpr int kBlock = qblock(T), kSub = kBlock / F::G;
+  ARB_ASSERT(xa.block == kBlock && xa.K == K && K % kBlock == 0);
+  const size_t bb = block_bytes(T);
+  const int64_t nb = K / kBlock;
+  Chunk c;
+  float a[kQK_K / 16], b[kQK_K / 16];
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * bb;
+    typename D::Acc acc = D::zero();
+    float bias = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += kQK_K) {
+      const int kc = int(std::min<int64_t>(kQK_K, K - k0));
+      for (int i = 0; i < kc / kBlock; ++i) {
+        const int64_t blk = k0 / kBlock + i;
+        F::unpack(row + size_t(blk) * bb, c.u + i * kBlock, a + i * kSub, b + i * kSub);
+        const float dx = xa.d[size_t(blk)];
+        for (int s = 0; s < kSub; ++s) {
+          const int j = i * kSub + s;
+          c.A[j] = a[j] * dx;
+          if constexpr (F::kHasB) {
+            const int64_t s16 = (k0 + int64_t(j) * F::G) / 16;
+            const int32_t xs = F::G == 16 ? xa.sums[size_t(s16)] : xa.sums[size_t(s16)] + xa.sums[size_t(s16) + 1];
+            bias += b[j] * dx * float(xs);
+          }
+        }
+      }
+      D::template dot<F::G, F::kSigned>(c.u, xa.q.data() + k0, kc, c.A, acc);
+    }
+    y[n] = D::finish(acc) + bias;
+  }
+}
+
+template <class D>
+QGemvFn qgemv_for(DType t) {
+#ifdef ARBITER_CPU_AVX2
+  if constexpr (!std::is_same_v<D, DotScalar>) {
+    using I = std::conditional_t<std::is_same_v<D, DotAvx2>, I8Madd, I8Vnni>;
+    switch (t) {
+      case DType::Q8_0: return qgemv_q8_0<I>;
+      case DType::Q4_0: return qgemv_32<I, DType::Q4_0>;
+      case DType::Q4_1: return qgemv_32<I, DType::Q4_1>;
+      case DType::Q5_0: return qgemv_32<I, DType::Q5_0>;
+      case DType::Q5_1: return qgemv_32<I, DType::Q5_1>;
+      case DType::IQ4_NL: return qgemv_32<I, DType::IQ4_NL>;
+      case DType::MXFP4: return qgemv_32<I, DType::MXFP4>;
+      case DType::Q2_K: return qgemv<D, DType::Q2_K>;
+      case DType::Q3_K: return qgemv<D, DType::Q3_K>;
+      case DType::Q4_K: return qgemv_q45_k<I, DType::Q4_K>;
+      case DType::Q5_K: return qgemv_q45_k<I, DType::Q5_K>;
+      case DType::Q6_K: return qgemv_q6_k<I>;
+      case DType::IQ4_XS: return qgemv_iq4_xs<I>;
+      default: return nullptr;
+    }
+  } else
+#endif
+  switch (t) {  // the scalar twin: every format through the byte buffer
+    case DType::Q8_0: return qgemv<D, DType::Q8_0>;
+    case DType::Q4_0: return qgemv<D, DType::Q4_0>;
+    case DType::Q4_1: return qgemv<D, DType::Q4_1>;
+    case DType::Q5_0: return qgemv<D, DType::Q5_0>;
+    case DType::Q5_1: return qgemv<D, DType::Q5_1>;
+    case DType::Q2_K: return qgemv<D, DType::Q2_K>;
+    case DType::Q3_K: return qgemv<D, DType::Q3_K>;
+    case DType::Q4_K: return qgemv<D, DType::Q4_K>;
+    case DType::Q5_K: return qgemv<D, DType::Q5_K>;
+    case DType::Q6_K: return qgemv<D, DType::Q6_K>;
+    case DType::IQ4_NL: return qgemv<D, DType::IQ4_NL>;
+    case DType::IQ4_XS: return qgemv<D, DType::IQ4_XS>;
+    case DType::MXFP4: return qgemv<D, DType::MXFP4>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+QGemvFn qgemv_kernel(Isa isa, DType dtype) {
+  switch (isa) {
+    case Isa::Scalar: return qgemv_for<DotScalar>(dtype);
+#ifdef ARBITER_CPU_AVX2
+    case Isa::Avx2: return qgemv_for<DotAvx2>(dtype);
+#endif
+#ifdef ARBITER_CPU_AVX512
+    case Isa::Avx512: return qgemv_for<DotAvx512>(dtype);
+#endif
+    default: return nullptr;
+  }
+}
+
+}  // namespace arbiter::cpu
