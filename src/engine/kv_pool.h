@@ -10,6 +10,9 @@
 
 namespace arbiter {
 
+/// Positions per block (vLLM's default block size).
+constexpr int kKvBlockRows = 16;
+
 class KvPool {
  public:
   KvPool(int n_blocks, int block_rows) : block_rows_(block_rows), total_(n_blocks) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/inject.h"
+#include "engine/kv_pool.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -117,7 +118,6 @@ std::unique_ptr<Scheduler> make_time_slice_scheduler(const Model& m, Backend& be
 /// (Backend::set_row_invariant), so with greedy sampling a request's tokens do not depend on
 /// what else is in the batch. Only families with a batched forward (Arch::make_batch_state)
 /// on ref and cpu: batching_problem() says why not.
-constexpr int kKvBlockRows = 16;
 struct BatchingOptions {
   int slots = 4;
   int ctx = 2048;  // tokens one sequence may hold (prompt + generated)

@@ -318,6 +318,55 @@ TEST(Batching, RefusesAPoolSmallerThanOneContext) {
   }
 }
 
+// trace --batch-with: a Session whose forwards run inside a batch of other sequences.
+std::vector<std::vector<double>> traced_logits(Session& s, const std::vector<int32_t>& ctx,
+                                               const std::vector<int32_t>& in) {
+  s.reset();
+  s.context(ctx);
+  s.forward(in);
+  std::vector<std::vector<double>> rows;
+  for (int t = 0; t < s.last_T(); ++t) rows.push_back(s.logits(t));
+  return rows;
+}
+
+TEST(Batching, ASessionInsideABatchComputesTheSameRows) {
+  auto m = load_model(test::source_path("tests/fixtures/models/tiny-qwen3"));
+  const std::vector<int32_t> ctx = {1, 17, 33, 5, 80, 2, 9, 41, 7, 3, 66, 12, 19, 23, 4, 8, 15, 16, 42, 99};
+  const std::vector<int32_t> in = {5, 6, 7, 8, 9, 10, 11};
+  for (const char* d : {"ref", "cpu"}) {
+    auto be = make_backend(DeviceSpec{d});
+    Session s(*m, *be, 64);
+    std::vector<std::vector<double>> plain;
+    if (std::string(d) == "ref") plain = traced_logits(s, ctx, in);  // ref: invariant as it is
+    std::vector<std::vector<double>> prev;
+    for (int n : {1, 2, 7}) {
+      s.set_batch_with(n);
+      // Twice: the other sequences have moved on (and restarted) by the second chunk.
+      for (int rep = 0; rep < 2; ++rep) {
+        const std::vector<std::vector<double>> got = traced_logits(s, ctx, in);
+        if (!plain.empty()) EXPECT_EQ(got, plain) << d << " batch_with " << n;
+        if (!prev.empty()) EXPECT_EQ(got, prev) << d << " batch_with " << n;
+        prev = got;
+      }
+    }
+    s.set_batch_with(0);
+  }
+}
+
+TEST(Batching, ASessionInsideABatchRefusesHooksAndUnbatchedFamilies) {
+  auto be = make_backend(DeviceSpec{"cpu"});
+  auto gemma = load_model(test::source_path("tests/fixtures/models/tiny-gemma3"));
+  Session g(*gemma, *be, 32);
+  EXPECT_THROW(g.set_batch_with(2), Error);
+  auto moe = load_model(test::source_path("tests/fixtures/models/tiny-qwen3-moe"));
+  Session q(*moe, *be, 32);
+  EXPECT_THROW(q.set_batch_with(2), Error);
+  auto m = load_model(test::source_path("tests/fixtures/models/tiny-llama"));
+  Session s(*m, *be, 32);
+  s.set_inject(InjectSpec::parse("op=q,scale=2"));
+  EXPECT_THROW(s.set_batch_with(2), Error);
+}
+
 TEST(KvPool, GrowsWithoutMovingAndReleasesEverything) {
   KvPool p(5, 16);
   std::vector<int32_t> a, b;
