@@ -153,6 +153,30 @@ class Backend {
   /// (attention_cache_rows). out [T, H*Dh]. Scale 1/sqrt(Dh).
   virtual void attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
                          int T, int pos0, int H, int Hkv, int Dh, int window, Buffer& out) = 0;
+  /// A sequence's rows of a paged KV pool [blocks * block_rows, kv_dim] (continuous batching,
+  /// engine/kv_pool.h): position p sits at pool row pages.row(p).
+  struct KvPages {
+    const int32_t* blocks = nullptr;  // [n_blocks] the sequence's block ids, in position order
+    int n_blocks = 0;
+    int block_rows = 0;  // rows per block
+    int64_t row(int p) const { return int64_t(blocks[p / block_rows]) * block_rows + p % block_rows; }
+  };
+  /// kv_store into a paged pool: k, v [T, kv_dim] of positions pos0.. to pool rows
+  /// pages.row(pos0 + t). The pages must cover pos0 + T positions. A tier without it refuses
+  /// (backend/fused_ops.cpp) with one line: continuous batching is not on that tier.
+  virtual void kv_store_paged(const Buffer& k, const Buffer& v, Buffer& k_pool, Buffer& v_pool,
+                              const KvPages& pages, int T, int pos0, int kv_dim);
+  /// attention() over a paged pool: key p at pool row pages.row(p); the same arithmetic, in
+  /// the same order, as attention() over a cache holding the same rows.
+  virtual void attention_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
+                               const KvPages& pages, int T, int pos0, int H, int Hkv, int Dh,
+                               int window, Buffer& out);
+  /// Asks for matmuls whose every output row is bitwise a function of its input row alone,
+  /// whatever T and the row's place among the T (continuous batching's batch invariance).
+  /// ref's always are; cpu then runs its own GEMM at every T, T == 1 included, where it
+  /// otherwise runs the GEMV (whose sums are ordered otherwise). The default refuses `on`.
+  virtual void set_row_invariant(bool on);
+
   /// out[n] = silu(gate[n]) * up[n]
   virtual void swiglu(const Buffer& gate, const Buffer& up, int64_t n, Buffer& out) = 0;
   /// x[n] += y[n]
@@ -325,6 +349,12 @@ class Backend {
                                  Buffer& k_cache, Buffer& v_cache, int window,
                                  const AttentionScores& scores, Buffer& out,
                                  const AttentionTaps& taps);
+  /// qk_rope_attention over a paged pool (kv_store_paged, attention_paged), without taps:
+  /// the batched forward of continuous batching runs no stage hooks.
+  void qk_rope_attention_paged(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                               const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
+                               int pos0, const RopeSpec& rope, Buffer& k_pool, Buffer& v_pool,
+                               const KvPages& pages, int window, Buffer& out);
 
   // --- greedy decode with the token kept on the tier (backend/fused_ops.cpp) -------------
   // A greedy generation loop needs each token only to embed it next; a tier that keeps it
@@ -360,6 +390,10 @@ class Backend {
 
  protected:
   OpStats stats_;
+  /// qk_rope_store's norms and RoPEs (with their taps), before the store.
+  void qk_norm_rope(Buffer& q, Buffer& k, const Tensor* q_norm, const Tensor* k_norm,
+                    NormWeight qk_nw, double eps, int T, int H, int Hkv, int Dh, int pos0,
+                    const RopeSpec& rope, const AttentionTaps& taps);
 
  private:
   int32_t last_pick_ = -1;         // the defaults' picks: latest, and those not yet taken
@@ -383,6 +417,10 @@ struct DeviceSpec {
 };
 std::unique_ptr<Backend> make_backend(const DeviceSpec& spec);
 
+/// Elements [off, off + n) of b as a buffer of its own (the same memory): one sequence's rows
+/// of a batched forward's activations.
+Buffer buffer_view(const Buffer& b, int64_t off, int64_t n);
+
 /// Rows of a layer's KV cache pair (k_cache.n / kv_dim, both alike): position p is at row
 /// p % rows (kv_store).
 int kv_cache_rows(const Buffer& k_cache, const Buffer& v_cache, int kv_dim);
@@ -391,5 +429,10 @@ int kv_cache_rows(const Buffer& k_cache, const Buffer& v_cache, int kv_dim);
 /// min(pos0 + T, window + T - 1) latest positions (a ring's oldest row still in the window).
 int attention_cache_rows(const Buffer& k_cache, const Buffer& v_cache, int kv_dim, int T,
                          int pos0, int window, const char* tier);
+
+/// Refuses, with one line naming the tier, pages that do not cover `positions` positions or
+/// name a block outside the pool [blocks * pages.block_rows, kv_dim].
+void check_kv_pages(const Buffer& k_pool, const Buffer& v_pool, int kv_dim,
+                    const Backend::KvPages& pages, int positions, const char* tier);
 
 }  // namespace arbiter

@@ -95,6 +95,13 @@ void Backend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor*
                             const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H,
                             int Hkv, int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,
                             Buffer& v_cache, const AttentionTaps& taps) {
+  qk_norm_rope(q, k, q_norm, k_norm, qk_nw, eps, T, H, Hkv, Dh, pos0, rope, taps);
+  kv_store(k, v, k_cache, v_cache, T, pos0, Hkv * Dh);
+}
+
+void Backend::qk_norm_rope(Buffer& q, Buffer& k, const Tensor* q_norm, const Tensor* k_norm,
+                           NormWeight qk_nw, double eps, int T, int H, int Hkv, int Dh, int pos0,
+                           const RopeSpec& rope, const AttentionTaps& taps) {
   if (q_norm) {
     norm(q, *q_norm, qk_nw, T * H, Dh, eps, q);
     apply_tap(taps.q_norm, q, T, H * Dh);
@@ -107,7 +114,6 @@ void Backend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor*
   apply_tap(taps.q_rope, q, T, H * Dh);
   this->rope(k, T, Hkv, Dh, pos0, rope);
   apply_tap(taps.k_rope, k, T, Hkv * Dh);
-  kv_store(k, v, k_cache, v_cache, T, pos0, Hkv * Dh);
 }
 
 void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
@@ -124,6 +130,33 @@ void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Ten
     scaled_attention(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, scores.scale,
                      scores.softcap, out);
   apply_tap(taps.out, out, T, H * Dh);
+}
+
+void Backend::qk_rope_attention_paged(Buffer& q, Buffer& k, const Buffer& v,
+                                      const Tensor* q_norm, const Tensor* k_norm, double eps,
+                                      int T, int H, int Hkv, int Dh, int pos0,
+                                      const RopeSpec& rope, Buffer& k_pool, Buffer& v_pool,
+                                      const KvPages& pages, int window, Buffer& out) {
+  qk_norm_rope(q, k, q_norm, k_norm, NormWeight::Plain, eps, T, H, Hkv, Dh, pos0, rope, {});
+  kv_store_paged(k, v, k_pool, v_pool, pages, T, pos0, Hkv * Dh);
+  attention_paged(q, k_pool, v_pool, pages, T, pos0, H, Hkv, Dh, window, out);
+}
+
+Buffer buffer_view(const Buffer& b, int64_t off, int64_t n) {
+  ARB_ASSERT(off >= 0 && n >= 0 && off + n <= b.n);
+  return {static_cast<char*>(b.ptr) + dtype_bytes(b.dtype, off), n, b.dtype};
+}
+
+void check_kv_pages(const Buffer& k_pool, const Buffer& v_pool, int kv_dim,
+                    const Backend::KvPages& pages, int positions, const char* tier) {
+  const int64_t rows = kv_cache_rows(k_pool, v_pool, kv_dim);
+  ARB_CHECK(pages.block_rows > 0 && int64_t(pages.n_blocks) * pages.block_rows >= positions,
+            "[%s] paged KV: %d blocks of %d rows for %d positions", tier, pages.n_blocks,
+            pages.block_rows, positions);
+  for (int b = 0; b < pages.n_blocks; ++b)
+    ARB_CHECK(pages.blocks[b] >= 0 && (int64_t(pages.blocks[b]) + 1) * pages.block_rows <= rows,
+              "[%s] paged KV: block %d outside the pool of %lld rows", tier, pages.blocks[b],
+              (long long)rows);
 }
 
 int kv_cache_rows(const Buffer& k_cache, const Buffer& v_cache, int kv_dim) {
@@ -150,6 +183,25 @@ namespace {
 }
 
 }  // namespace
+
+// Continuous batching (paged KV pool, row-invariant matmuls) runs on ref and cpu; another
+// tier refuses it rather than serve it through a path it was not checked on.
+[[noreturn]] static void no_batching(const Backend& be, const char* op) {
+  const std::string d = be.device_name();
+  throw Error("[" + d + "] continuous batching: not on the " + d.substr(0, d.find(':')) +
+              " tier yet (" + op + ")");
+}
+void Backend::kv_store_paged(const Buffer&, const Buffer&, Buffer&, Buffer&, const KvPages&, int,
+                             int, int) {
+  no_batching(*this, "kv_store_paged");
+}
+void Backend::attention_paged(const Buffer&, const Buffer&, const Buffer&, const KvPages&, int,
+                              int, int, int, int, int, Buffer&) {
+  no_batching(*this, "attention_paged");
+}
+void Backend::set_row_invariant(bool on) {
+  if (on) no_batching(*this, "row-invariant matmul");
+}
 
 void Backend::rmsnorm_1p(const Buffer&, const Tensor&, int, int, double, Buffer&) {
   not_implemented(*this, "rmsnorm_1p");

@@ -12,6 +12,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/text_table.h"
 #include "engine/bench.h"
 #include "engine/session.h"
 #include "io/atomic_file.h"
@@ -77,6 +78,35 @@ BenchTrace time_trace(const Model& m, Backend& be, const std::string& shape, con
   return bt;
 }
 
+// --concurrency: continuous batching's aggregate decode rate and first-token latency per
+// number of concurrent streams, each next to the single stream's (a Markdown table).
+int bench_concurrency(const Args& a, const Model& m, Backend& be, const BenchOptions& o) {
+  for (const char* k : {"shapes", "json", "json-out", "depth"})
+    ARB_CHECK(!a.has(k), "[cli] bench: --%s does not go with --concurrency", k);
+  std::vector<int> levels;
+  for (const std::string& x : split_commas(a.str("concurrency"))) {
+    char* end = nullptr;
+    const long v = std::strtol(x.c_str(), &end, 10);
+    ARB_CHECK(end && *end == 0 && v >= 1 && v <= 256, "[cli] bench: --concurrency '%s' (expected counts in [1, 256])",
+              x.c_str());
+    levels.push_back(int(v));
+  }
+  ARB_CHECK(!levels.empty(), "[cli] bench: --concurrency needs at least one count");
+  TextTable t({{"streams"}, {"ttft ms"}, {"decode tok/s"}, {"per stream"}, {"x single"}});
+  double single = 0;
+  for (int n : levels) {
+    progress_note("bench", strformat("continuous batching, %d stream(s) ...", n));
+    const BatchBenchResult r = run_batch_bench(m, be, n, o);
+    const double d = r.decode_tok_s.median;
+    if (n == 1) single = d;
+    t.row({std::to_string(n), strformat("%.1f", r.ttft_ms.median), strformat("%.1f", d), strformat("%.1f", d / n),
+           single > 0 ? strformat("%.2f", d / single) : "-"});
+  }
+  std::printf("continuous batching on %s: %s, -p %d -n %d, medians of %d (docs/serve.md)\n\n%s",
+              be.device_name().c_str(), o.model_path.c_str(), o.n_prompt, o.n_gen, o.reps, t.markdown().c_str());
+  return 0;
+}
+
 }  // namespace
 
 static int cmd_bench(int argc, char** argv) {
@@ -84,7 +114,7 @@ static int cmd_bench(int argc, char** argv) {
   for (const std::string& o : model_value_opts())
     if (o != "--inject") vopts.push_back(o);  // a benchmark of a perturbed model means nothing
   vopts.insert(vopts.end(), {"-p|--n-prompt", "-n|--n-gen", "-r|--reps", "--depth", "--shapes", "--corpus", "--seed",
-                             "--json-out", "--synth", "--synth-dtype", "--synth-layers"});
+                             "--json-out", "--synth", "--synth-dtype", "--synth-layers", "--concurrency"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"--json", "--no-probes", "-h|--help"});
   Args a("bench", vopts, fopts);
@@ -101,7 +131,10 @@ static int cmd_bench(int argc, char** argv) {
                  "(the same weights, in one buffer) and benches it with no file (a model too large for the\n"
                  "disk; on the cpu tier see ARBITER_CPU_WEIGHTS in docs/performance.md).\n"
                  "--depth D runs pp and tg behind D context tokens: tg's context is D plus the tokens\n"
-                 "generated (-p sizes the prefill test, not tg's context).\n");
+                 "generated (-p sizes the prefill test, not tg's context).\n"
+                 "--concurrency 1,8,64 instead measures continuous batching (serve --batching continuous;\n"
+                 "llama family, ref and cpu): per level, that many greedy streams of -p prompt and -n new\n"
+                 "tokens submitted at once; mean time to first token and aggregate decode tok/s.\n");
     return 0;
   }
   ARB_CHECK(a.positional().empty(), "[cli] bench: unexpected argument '%s'", a.positional()[0].c_str());
@@ -141,6 +174,7 @@ static int cmd_bench(int argc, char** argv) {
                  "[bench] warning: --depth %d + max(-p %d, -n %d) = %lld positions passes the model's maximum of %d; "
                  "timings only, the logits there mean nothing\n",
                  o.depth, o.n_prompt, o.n_gen, (long long)positions, run.model->config.max_pos);
+  if (a.has("concurrency")) return bench_concurrency(a, *run.model, *run.backend, o);
   BenchReport r = run_bench(*run.model, *run.backend, o);
   for (const std::string& sh : o.shapes) {
     progress_note("bench", "trace " + sh + " ...");

@@ -14,7 +14,8 @@ namespace arbiter::cli {
 static int cmd_serve(int argc, char** argv) {
   auto vopts = model_value_opts();
   vopts.insert(vopts.end(), {"--host", "--port", "--api-key", "--parallel", "-c|--ctx", "--queue", "--alias",
-                             "--chat-template", "--max-body", "--http-threads", "--max-logprobs"});
+                             "--chat-template", "--max-body", "--http-threads", "--max-logprobs",
+                             "--batching", "--kv-blocks", "--step-tokens"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"-h|--help"});
   Args a("serve", vopts, fopts);
@@ -25,6 +26,12 @@ static int cmd_serve(int argc, char** argv) {
                  "       [--host 127.0.0.1] [--port 8080 (0: any free)] [--api-key KEY] [--parallel 1] [-c|--ctx N]\n"
                  "       [--queue 64] [--alias NAME] [--chat-template FILE] [--max-body BYTES] [--http-threads N]\n"
                  "       [--max-logprobs 20 (the largest top-N a request may ask for)]\n"
+                 "       [--batching slices|continuous] [--kv-blocks N] [--step-tokens 256]\n"
+                 "  --batching slices (default): one KV cache per slot, each active sequence advanced in turn by its\n"
+                 "    own forward: every family and tier, --inject, and `arbiter generate`'s bits\n"
+                 "  --batching continuous: one batched forward per step over every active sequence (chunked prefill\n"
+                 "    within --step-tokens rows), K/V in a paged pool of --kv-blocks blocks of 16 positions (default:\n"
+                 "    --parallel full contexts); batch-invariant greedy output; llama family on ref and cpu\n"
                  "endpoints: GET /health /v1/models /metrics, POST /v1/completions /v1/chat/completions (docs/serve.md)\n");
     return 0;
   }
@@ -45,6 +52,19 @@ static int cmd_serve(int argc, char** argv) {
   so.max_logprobs = int(a.integer("max-logprobs", 20));
   ARB_CHECK(so.max_logprobs >= 0 && so.max_logprobs <= 1 << 20, "[cli] serve: --max-logprobs must be in [0, 1048576]");
   ARB_CHECK(so.http_threads >= 2, "[cli] serve: --http-threads must be >= 2");
+  const std::string batching = a.str("batching", "slices");
+  ARB_CHECK(batching == "slices" || batching == "continuous",
+            "[cli] serve: --batching '%s' (expected slices or continuous)", batching.c_str());
+  const bool continuous = batching == "continuous";
+  for (const char* o : {"kv-blocks", "step-tokens"})
+    ARB_CHECK(continuous || !a.has(o), "[cli] serve: --%s needs --batching continuous", o);
+  ARB_CHECK(!continuous || !a.has("inject"),
+            "[cli] serve: --inject needs --batching slices (the batched forward runs no stage hooks)");
+  const int64_t kv_blocks = a.integer("kv-blocks", 0), step_tokens = a.integer("step-tokens", 256);
+  ARB_CHECK(kv_blocks >= 0 && kv_blocks <= (int64_t(1) << 24), "[cli] serve: --kv-blocks %lld outside [0 (the default), 16777216]",
+            (long long)kv_blocks);
+  ARB_CHECK(step_tokens >= parallel && step_tokens <= 4096,
+            "[cli] serve: --step-tokens %lld outside [--parallel %lld, 4096]", (long long)step_tokens, (long long)parallel);
   std::string model_path = a.str("model");
   while (model_path.size() > 1 && model_path.back() == '/') model_path.pop_back();
   so.model_name = a.str("alias", std::filesystem::path(model_path).filename().string());
@@ -66,10 +86,26 @@ static int cmd_serve(int argc, char** argv) {
   std::unique_ptr<ChatTemplate> tpl =
       a.has("chat-template") ? chat_template_from_file(a.str("chat-template"), *m.tokenizer)
                              : load_chat_template(model_path, *m.tokenizer);
-  std::unique_ptr<Scheduler> sched = make_time_slice_scheduler(m, *run.backend, int(parallel), int(ctx), int(queue), run.inject);
+  std::unique_ptr<Scheduler> sched;
+  if (continuous) {
+    BatchingOptions bo;
+    bo.slots = int(parallel);
+    bo.ctx = int(ctx);
+    bo.queue_max = int(queue);
+    bo.kv_blocks = int(kv_blocks);
+    bo.step_tokens = int(step_tokens);
+    sched = make_batching_scheduler(m, *run.backend, bo);
+  } else {
+    sched = make_time_slice_scheduler(m, *run.backend, int(parallel), int(ctx), int(queue), run.inject);
+  }
   srv.set_ready(m, *sched, tpl.get());
-  std::fprintf(stderr, "[serve] ready: '%s' on %s, %lld slot(s) x %lld tokens, chat template: %s\n",
+  const Scheduler::Stats st = sched->stats();
+  std::fprintf(stderr, "[serve] ready: '%s' on %s, %lld slot(s) x %lld tokens, %s, chat template: %s\n",
                so.model_name.c_str(), run.backend->device_name().c_str(), (long long)parallel, (long long)ctx,
+               continuous ? ("continuous batching, " + std::to_string(st.kv_blocks) + " KV blocks of " +
+                             std::to_string(kKvBlockRows) + ", " + std::to_string(step_tokens) + " rows a step")
+                                .c_str()
+                          : "time slicing",
                tpl ? tpl->name().c_str() : "none");
 
   int sig = 0;

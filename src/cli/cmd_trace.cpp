@@ -58,7 +58,8 @@ static int cmd_trace(int argc, char** argv) {
   auto vopts = model_value_opts();
   vopts.insert(vopts.end(), {"--corpus", "--shape", "--chunk", "--chunks", "--prefill", "--start",
                              "--topk", "-o|--out", "--full-logits", "--endpoint", "--tokenizer", "--api-key",
-                             "--compute", "--api-mode", "--api-top", "--kld-out", "--kld-ctx", "--kld-tokens"});
+                             "--compute", "--api-mode", "--api-top", "--kld-out", "--kld-ctx", "--kld-tokens",
+                             "--batch-with"});
   auto fopts = model_flag_opts();
   fopts.insert(fopts.end(), {"--quiet", "--allow-long-context", "-h|--help"});
   Args a("trace", vopts, fopts);
@@ -79,6 +80,8 @@ static int cmd_trace(int argc, char** argv) {
                  " [--chunks C] [--device ...]\n"
                  "         (llama-perplexity --kl-divergence-base's file: chunks of N tokens (512), every logit of\n"
                  "          their second half; --kld-tokens evaluates another file's tokens; docs/traces.md)\n"
+                 "       [--batch-with N]         run each traced forward inside a batch with N other sequences, as\n"
+                 "                                serve --batching continuous runs it (ref, cpu; '# batch_with' header)\n"
                  "       [--allow-long-context]   trace chunks past the model's maximum positions\n"
                  "                                (recorded in the header as '# long_context')\n");
     return 0;
@@ -113,7 +116,7 @@ static int cmd_trace(int argc, char** argv) {
   for (const char* k : {"compute", "api-mode", "api-top", "api-key", "tokenizer"})
     ARB_CHECK(a.has("endpoint") || !a.has(k), "[cli] trace: --%s applies to --endpoint only", k);
   if (a.has("endpoint")) {
-    for (const char* k : {"device", "dtype", "threads", "inject", "mix", "full-logits"})
+    for (const char* k : {"device", "dtype", "threads", "inject", "mix", "full-logits", "batch-with"})
       ARB_CHECK(!a.has(k), "[cli] trace: --%s does not apply to --endpoint (the serving engine decides)", k);
     ARB_CHECK(!a.flag("stats"), "[cli] trace: --stats does not apply to --endpoint");
     verify::ApiTraceOptions api;
@@ -143,6 +146,12 @@ static int cmd_trace(int argc, char** argv) {
                                 opt.model_path.c_str()));
   Session s(*run.model, *run.backend, ctx, std::max(W, std::min(ctx, 512)));
   s.set_inject(run.inject);
+  if (a.has("batch-with")) {
+    const int n = a.int_in("batch-with", 0, 0, 256);
+    s.set_batch_with(n);
+    // Part of what was measured (the cpu tier's matmuls are its GEMM at every width then).
+    opt.extra_header.emplace_back("batch_with", std::to_string(n));
+  }
   verify::TraceRunResult r = verify::run_trace(s, opt, corpus);
   std::fprintf(stderr, "[trace] wrote %s: %lld rows in %.2f s (%.0f positions/s)\n",
                opt.out_path.c_str(), (long long)r.rows, r.elapsed_s,

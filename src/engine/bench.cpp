@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/text_table.h"
+#include "engine/scheduler.h"
 #include "engine/session.h"
 
 namespace arbiter {
@@ -542,6 +543,73 @@ std::string bench_report_json(const BenchReport& r) {
   }
   j["traces"] = tr;
   return j.dump(2) + "\n";
+}
+
+BatchBenchResult run_batch_bench(const Model& m, Backend& be, int streams, const BenchOptions& opt) {
+  ARB_CHECK(streams >= 1 && opt.n_prompt >= 1 && opt.n_gen >= 2 && opt.reps >= 1,
+            "[bench] --concurrency %d with -p %d, -n %d, -r %d (need >= 1, >= 1, >= 2, >= 1)", streams, opt.n_prompt,
+            opt.n_gen, opt.reps);
+  using Clock = std::chrono::steady_clock;
+  BatchingOptions bo;
+  bo.slots = streams;
+  bo.ctx = opt.n_prompt + opt.n_gen + 1;
+  bo.queue_max = streams;
+  bo.step_tokens = std::max(streams, 256);
+  auto sched = make_batching_scheduler(m, be, bo);
+  std::vector<double> ttft, decode;
+  for (int rep = 0; rep <= opt.reps; ++rep) {
+    std::vector<std::shared_ptr<SeqStream>> ss;
+    const Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < streams; ++i) {
+      SeqRequest r;
+      r.prompt = bench_ids(opt.seed + uint64_t(i) * 7919, opt.n_prompt, m.config.vocab);
+      r.max_tokens = opt.n_gen;
+      r.sampling.temperature = 0;
+      ss.push_back(sched->submit(std::move(r)));
+      ARB_CHECK(ss.back() != nullptr, "[bench] the scheduler refused stream %d", i);
+    }
+    // Each stream's token arrival times, read by a thread of its own.
+    std::vector<std::vector<Clock::time_point>> at(static_cast<size_t>(streams));
+    std::vector<std::string> errors(static_cast<size_t>(streams));
+    std::vector<std::thread> readers;
+    for (int i = 0; i < streams; ++i)
+      readers.emplace_back([&, i] {
+        while (true) {
+          std::optional<SeqEvent> e = ss[size_t(i)]->next(std::chrono::seconds(600));
+          if (!e) {
+            errors[size_t(i)] = "no event in 600 s";
+            return;
+          }
+          if (e->kind == SeqEvent::Kind::Token) at[size_t(i)].push_back(Clock::now());
+          if (e->kind == SeqEvent::Kind::Finished) {
+            if (e->finish == FinishReason::Error) errors[size_t(i)] = e->error;
+            return;
+          }
+        }
+      });
+    for (std::thread& t : readers) t.join();
+    for (const std::string& e : errors) ARB_CHECK(e.empty(), "[bench] a stream failed: %s", e.c_str());
+    Clock::time_point all_first = t0, last = t0;
+    double ttft_sum = 0;
+    for (const auto& a : at) {
+      ARB_CHECK(int(a.size()) == opt.n_gen, "[bench] a stream gave %zu of %d tokens", a.size(), opt.n_gen);
+      all_first = std::max(all_first, a.front());
+      last = std::max(last, a.back());
+      ttft_sum += std::chrono::duration<double, std::milli>(a.front() - t0).count();
+    }
+    int64_t after = 0;
+    for (const auto& a : at)
+      for (const Clock::time_point& t : a) after += t > all_first;
+    const double span = std::chrono::duration<double>(last - all_first).count();
+    if (rep == 0) continue;  // warm-up
+    ttft.push_back(ttft_sum / streams);
+    decode.push_back(span > 0 ? double(after) / span : 0);
+  }
+  BatchBenchResult r;
+  r.streams = streams;
+  r.ttft_ms = bench_stat(ttft);
+  r.decode_tok_s = bench_stat(decode);
+  return r;
 }
 
 }  // namespace arbiter

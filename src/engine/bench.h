@@ -126,4 +126,17 @@ std::string bench_report_text(const BenchReport& r);
 /// The same as one JSON object (schema "arbiter-bench" 1; docs/performance.md).
 std::string bench_report_json(const BenchReport& r);
 
+/// Continuous batching at one concurrency (`bench --concurrency`): `streams` greedy sequences
+/// of opt.n_prompt pseudo-random prompt tokens (each its own) and opt.n_gen new tokens, all
+/// submitted at once to one make_batching_scheduler of `streams` slots; one untimed round,
+/// then opt.reps timed ones. ttft: from the submit to a sequence's first token (the batched
+/// prefills it shared included), the mean over the sequences. decode: the tokens that arrive
+/// after every sequence has its first one, over the time from then to the last token: the
+/// aggregate rate while all of them decode together.
+struct BatchBenchResult {
+  int streams = 0;
+  BenchStat ttft_ms, decode_tok_s;
+};
+BatchBenchResult run_batch_bench(const Model& m, Backend& be, int streams, const BenchOptions& opt);
+
 }  // namespace arbiter

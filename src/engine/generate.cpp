@@ -11,23 +11,37 @@ static double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int32_t next_token(Session& s, Sampler& sampler, const PenaltyParams& penalties,
+int32_t next_token(LogitsRow& row, Sampler& sampler, const PenaltyParams& penalties,
                    const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
   if (penalties.active()) {
-    std::vector<double> row = s.logits(s.last_T() - 1);
-    apply_penalties(penalties, prompt, generated, row);
-    return sampler.sample(row);
+    std::vector<double> v = row.values();
+    apply_penalties(penalties, prompt, generated, v);
+    return sampler.sample(v);
   }
-  if (sampler.params().temperature == 0) {
-    s.pick();
-    return s.take_pick();
-  }
+  if (sampler.params().temperature == 0) return row.greedy();
   const int top_k = sampler.params().top_k;
-  if (top_k > 0 && top_k <= std::min(kMaxSummaryTopK, s.model().config.vocab)) {
-    const LogitsSummary row = s.summarize(top_k, std::vector<int32_t>(size_t(s.last_T()), -1)).back();
-    return sampler.sample_top(row.top_ids, row.top_logits);
+  if (top_k > 0 && top_k <= std::min(kMaxSummaryTopK, row.vocab())) {
+    const LogitsSummary s = row.summary(top_k);
+    return sampler.sample_top(s.top_ids, s.top_logits);
   }
-  return sampler.sample(s.logits(s.last_T() - 1));
+  return sampler.sample(row.values());
+}
+
+std::vector<double> SessionRow::values() { return s_.logits(s_.last_T() - 1); }
+
+LogitsSummary SessionRow::summary(int K) {
+  return s_.summarize(K, std::vector<int32_t>(size_t(s_.last_T()), -1)).back();
+}
+
+int32_t SessionRow::greedy() {
+  s_.pick();
+  return s_.take_pick();
+}
+
+int32_t next_token(Session& s, Sampler& sampler, const PenaltyParams& penalties,
+                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
+  SessionRow row(s);
+  return next_token(row, sampler, penalties, prompt, generated);
 }
 
 GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, int n_max,

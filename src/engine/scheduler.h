@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/inject.h"
+#include "engine/kv_pool.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -88,6 +89,10 @@ class Scheduler {
     int active = 0;      // holding a slot
     int slots = 0;       // --parallel
     int last_batch = 0;  // sequences advanced by the last engine round
+    int kv_blocks = 0;   // continuous batching: blocks in the pool, and free ones
+    int kv_free = 0;
+    int64_t preempted = 0;  // continuous batching: sequences preempted so far
+    int64_t steps = 0;      // continuous batching: batched forwards run so far
   };
   virtual Stats stats() const = 0;
   /// Tokens one sequence may hold (prompt + generated).
@@ -101,6 +106,29 @@ class Scheduler {
 std::unique_ptr<Scheduler> make_time_slice_scheduler(const Model& m, Backend& be, int slots,
                                                      int ctx, int queue_max,
                                                      const InjectSpec& inject = {});
+
+/// Continuous batching (docs/serve.md): up to `slots` sequences active; each round is ONE
+/// batched forward (ForwardArgs::batch) of at most step_tokens rows: a row for every decoding
+/// sequence, then prefill chunks of the others in admission order in what is left. K/V live
+/// in a paged pool (engine/kv_pool.h) of kv_blocks blocks of kKvBlockRows positions (0: enough
+/// for `slots` full contexts). A sequence is admitted when the pool can hold its tokens and
+/// one more; a sequence that cannot grow preempts the youngest active one (maybe itself),
+/// which frees its blocks and waits at the queue's head, to be recomputed from its prompt and
+/// the tokens it already streamed. The tier runs row-invariant matmuls while this lives
+/// (Backend::set_row_invariant), so with greedy sampling a request's tokens do not depend on
+/// what else is in the batch. Only families with a batched forward (Arch::make_batch_state)
+/// on ref and cpu: batching_problem() says why not.
+struct BatchingOptions {
+  int slots = 4;
+  int ctx = 2048;  // tokens one sequence may hold (prompt + generated)
+  int queue_max = 64;
+  int kv_blocks = 0;
+  int step_tokens = 256;  // rows of one forward (>= slots)
+};
+std::unique_ptr<Scheduler> make_batching_scheduler(const Model& m, Backend& be,
+                                                   const BatchingOptions& o);
+/// Why make_batching_scheduler cannot serve m on be, in one line, or "" when it can.
+std::string batching_problem(const Model& m, Backend& be);
 
 /// The log-probabilities of a logits row [V]: target's (when target >= 0) and the top n.
 TokenLogprob row_logprobs(const std::vector<double>& logits, int32_t target, int n);

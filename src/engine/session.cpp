@@ -30,12 +30,14 @@ Session::Session(const Model& m, Backend& be, int max_ctx, int max_T) : m_(m), b
 Session::~Session() {
   try {  // picks not taken would otherwise be the next session's on this backend
     drop_picks();
+    if (batch_state_) be_.set_row_invariant(false);
   } catch (...) {
   }
 }
 
 void Session::reset() {
   pos_ = 0;
+  if (pool_) pool_->release(table_);
   drop_picks();
   picked_ = false;
 }
@@ -54,7 +56,7 @@ void Session::forward(const std::vector<int32_t>& ids) { run(ids.data(), int(ids
 
 void Session::pick() {
   ARB_CHECK(last_T_ > 0, "[session] pick before any forward");
-  be_.pick_greedy(state_->logits, last_T_ - 1, m_.config.vocab);
+  be_.pick_greedy(state().logits, last_T_ - 1, m_.config.vocab);
   picked_ = true;
   ++picks_pending_;
 }
@@ -104,7 +106,8 @@ void Session::run(const int32_t* ids, int T, bool logits) {
   // even built.
   if (inject_.active || observer_) a.hook = &hook_;
   hook_.clear();
-  m_.arch->forward(m_, be_, *state_, a);
+  if (batch_state_) run_batched(ids, T, logits);
+  else m_.arch->forward(m_, be_, *state_, a);
   hook_.clear();
   pos_ += T;
   last_T_ = logits ? T : 0;
@@ -137,15 +140,104 @@ std::vector<LogitsSummary> Session::summarize(int K, const std::vector<int32_t>&
   ARB_CHECK(K >= 1 && K <= m_.config.vocab, "[session] top-k %d outside [1, %d]", K,
             m_.config.vocab);
   std::vector<LogitsSummary> out;
-  be_.summarize(state_->logits, last_T_, m_.config.vocab, K, targets.data(), out);
+  be_.summarize(state().logits, last_T_, m_.config.vocab, K, targets.data(), out);
   return out;
 }
 
 std::vector<double> Session::logits(int t) {
   ARB_CHECK(t >= 0 && t < last_T_, "[session] logits row %d of %d", t, last_T_);
   std::vector<double> row(m_.config.vocab);
-  be_.read(state_->logits, int64_t(t) * m_.config.vocab, m_.config.vocab, row.data());
+  be_.read(state().logits, int64_t(t) * m_.config.vocab, m_.config.vocab, row.data());
   return row;
+}
+
+void Session::set_batch_with(int n) {
+  ARB_CHECK(n >= 0 && n <= 256, "[session] --batch-with %d outside [0, 256]", n);
+  reset();
+  batch_state_.reset();
+  pool_.reset();
+  companions_.clear();
+  be_.set_row_invariant(false);
+  if (n == 0) return;
+  ARB_CHECK(!inject_.active && !observer_,
+            "[session] --batch-with: the batched forward runs no stage hooks (no --inject, drift or "
+            "opcheck with it)");
+  ARB_CHECK(m_.config.router.n_experts == 0,
+            "[session] --batch-with: the batched forward keeps no route log, which traces of MoE "
+            "models record (%s)", m_.config.arch.c_str());
+  // Companion j feeds 1 + j % 3 rows a forward and restarts after 24 + 11 j positions (so
+  // their positions differ); this sequence's pages come first in the pool.
+  int blocks = (state_->max_ctx + kKvBlockRows - 1) / kKvBlockRows, rows = 0;
+  for (int j = 0; j < n; ++j) {
+    Companion c;
+    c.rows = 1 + j % 3;
+    c.cap = 24 + 11 * j;
+    c.rng = 0x9E3779B97F4A7C15ull * uint64_t(j + 1);
+    blocks += (c.cap + kKvBlockRows - 1) / kKvBlockRows;
+    rows += c.rows;
+    companions_.push_back(c);
+  }
+  batch_state_ = m_.arch->make_batch_state(m_, be_, blocks * kKvBlockRows, state_->max_T + rows);
+  ARB_CHECK(batch_state_ != nullptr, "[session] --batch-with: the %s family (%s) has no batched forward yet",
+            m_.arch->family().c_str(), m_.config.arch.c_str());
+  try {
+    be_.set_row_invariant(true);
+  } catch (...) {
+    batch_state_.reset();
+    companions_.clear();
+    throw;
+  }
+  pool_ = std::make_unique<KvPool>(blocks, kKvBlockRows);
+}
+
+void Session::run_batched(const int32_t* ids, int T, bool logits) {
+  ARB_CHECK(ids, "[session] --batch-with: the forward of a picked token is not batched");
+  ARB_CHECK(!inject_.active && !observer_, "[session] --batch-with: the batched forward runs no stage hooks");
+  ARB_CHECK(pool_->grow(table_, pos_ + T), "[session] --batch-with: the pool is full");
+  std::vector<BatchSeq> batch;
+  std::vector<int32_t> all;
+  auto add = [&](std::vector<int32_t>& table, int pos0, int rows, BatchSeq::Logits l, const int32_t* src,
+                 uint64_t* rng) {
+    BatchSeq b;
+    b.T = rows;
+    b.pos0 = pos0;
+    b.pages = {table.data(), int(table.size()), kKvBlockRows};
+    b.logits = l;
+    for (int t = 0; t < rows; ++t) {
+      if (src) {
+        all.push_back(src[t]);
+      } else {  // splitmix64: a fixed stream per companion
+        uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        all.push_back(int32_t((z ^ (z >> 31)) % uint64_t(m_.config.vocab)));
+      }
+    }
+    batch.push_back(b);
+  };
+  // Half the companions before this sequence's rows, half after: its rows sit inside the batch.
+  const size_t half = companions_.size() / 2;
+  for (size_t j = 0; j <= companions_.size(); ++j) {
+    if (j == half) {
+      const BatchSeq::Logits l = logits ? BatchSeq::Logits::All : BatchSeq::Logits::None;
+      add(table_, pos_, T, l, ids, nullptr);
+      // Its logits rows come first in the buffer: the only sequence that asks for any.
+    }
+    if (j == companions_.size()) break;
+    Companion& c = companions_[j];
+    if (c.pos + c.rows > c.cap) {
+      pool_->release(c.table);
+      c.pos = 0;
+    }
+    ARB_CHECK(pool_->grow(c.table, c.pos + c.rows), "[session] --batch-with: the pool is full");
+    add(c.table, c.pos, c.rows, BatchSeq::Logits::None, nullptr, &c.rng);
+    c.pos += c.rows;
+  }
+  ForwardArgs a;
+  a.ids = all.data();
+  a.T = int(all.size());
+  a.batch = &batch;
+  m_.arch->forward(m_, be_, *batch_state_, a);
 }
 
 }  // namespace arbiter

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "engine/inject.h"
+#include "engine/kv_pool.h"
 #include "model/model.h"
 
 namespace arbiter {
@@ -70,6 +71,16 @@ class Session {
   /// Receives the routing decisions of every forward's MoE layers (nullptr: none); not owned.
   void set_route_log(RouteLog* log) { routes_ = log; }
 
+  /// Runs every later forward inside a batch with n other sequences, as continuous batching
+  /// runs it (the batched forward, a paged KV pool, row-invariant matmuls: docs/serve.md), so
+  /// that a trace shows what the batching scheduler computes (`trace --batch-with N`). The
+  /// others are streams of pseudo-random tokens, each at its own positions, feeding 1 to 3
+  /// rows per forward, before and after this sequence's rows; each restarts when it has
+  /// filled its own pages. n = 0: off. Refused (one line) for families without a batched
+  /// forward, on tiers without its ops, for MoE models (no route log), and with a fault or an
+  /// observer (the batched forward runs no hooks). Resets the session.
+  void set_batch_with(int n);
+
   const Model& model() const { return m_; }
   Backend& backend() { return be_; }
 
@@ -99,6 +110,19 @@ class Session {
   std::vector<std::string> stages_seen_;  // names seen, for the message when it never is
   StageObserver* observer_ = nullptr;
   RouteLog* routes_ = nullptr;
+
+  // --batch-with: the batch's state and pool, this sequence's pages, the other sequences.
+  struct Companion {
+    std::vector<int32_t> table;
+    int pos = 0, rows = 0, cap = 0;  // next position, rows per forward, positions before restart
+    uint64_t rng = 0;
+  };
+  std::unique_ptr<ForwardState> batch_state_;
+  std::unique_ptr<KvPool> pool_;
+  std::vector<int32_t> table_;
+  std::vector<Companion> companions_;
+  ForwardState& state() { return batch_state_ ? *batch_state_ : *state_; }
+  void run_batched(const int32_t* ids, int T, bool logits);
 
   void run(const int32_t* ids, int T, bool logits);  // ids == nullptr: the latest pick
   void drop_picks();  // takes (and discards) every pick not taken

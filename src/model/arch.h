@@ -38,6 +38,7 @@ class ForwardState {
 /// nullptr (T == 1): the token of the backend's latest pick_greedy. Without logits (a context
 /// pass that only fills the caches) the forward stops after the last layer. hook may be null;
 /// routes, when given, receives every routing decision of the forward's MoE layers.
+struct BatchSeq;
 struct ForwardArgs {
   const int32_t* ids = nullptr;
   int T = 0;
@@ -45,6 +46,21 @@ struct ForwardArgs {
   StageHook* hook = nullptr;
   bool logits = true;
   RouteLog* routes = nullptr;
+  /// Continuous batching: the T rows belong to these sequences, in order (their T sum to T;
+  /// pos0 and logits are unused; no hook, no routes). The state is make_batch_state's.
+  const std::vector<BatchSeq>* batch = nullptr;
+};
+
+/// One sequence of a batched forward: the next T rows of ids, at positions pos0.., its K/V in
+/// the state's paged pool (one per layer) at pages. Logits rows, in sequence order: All gives
+/// its T rows, Last its last row, None nothing.
+struct BatchSeq {
+  enum class Logits { None, Last, All };
+  int T = 0;
+  int pos0 = 0;
+  Backend::KvPages pages;
+  Logits logits = Logits::Last;
+  int logit_rows() const { return logits == Logits::All ? T : logits == Logits::Last ? 1 : 0; }
 };
 
 class Arch {
@@ -93,6 +109,14 @@ class Arch {
                                                    int max_T) const = 0;
   virtual void forward(const Model& m, Backend& be, ForwardState& st,
                        const ForwardArgs& a) const = 0;
+  /// Continuous batching (engine/scheduler.h): the state of batched forwards (ForwardArgs::
+  /// batch) of up to max_T rows, whose sequences keep their K/V in one pool of pool_rows rows
+  /// per layer. nullptr: this family's forward does not batch (it never gets a batch).
+  virtual std::unique_ptr<ForwardState> make_batch_state(const Model& m, Backend& be,
+                                                         int pool_rows, int max_T) const {
+    (void)m, (void)be, (void)pool_rows, (void)max_T;
+    return nullptr;
+  }
 
   /// synth: presets (shapes of real checkpoints), and for a config the arch's own
   /// config.json keys and GGUF metadata (the generic ones are written by model/synth.cpp).

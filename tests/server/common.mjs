@@ -25,9 +25,10 @@ export function summary() {
   return failures === 0;
 }
 
-// Starts the server; resolves when /health says 200. Rejects after timeoutMs.
-export async function startServer(args, timeoutMs = 60000) {
-  const child = spawn(ARBITER, ["serve", "-m", MODEL, "--port", "0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
+// Starts the server on model (default MODEL); resolves when /health says 200. Rejects after
+// timeoutMs.
+export async function startServer(args, timeoutMs = 60000, model = MODEL) {
+  const child = spawn(ARBITER, ["serve", "-m", model, "--port", "0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("server did not print its port: " + stderr)), timeoutMs);

@@ -189,7 +189,7 @@ class CpuBackend final : public Backend {
     const void* wdata = weight_data(W);
     GemvFn gemv = gemv_kernel(isa_, W.dtype);
     if (!gemv) return matmul_generic(x, W, bp, T, out);
-    if (T == 1) {
+    if (T == 1 && !row_invariant_) {
       const float* xp = f32(x);
       float* yp = f32(out);
       // Block formats with an integer kernel: x quantized once to 8 bits (CpuOptions::act_quant).
@@ -223,7 +223,9 @@ class CpuBackend final : public Backend {
     p.T = T;
     p.N = N;
     p.K = K;
-    if (gemm_ == GemmImpl::Blas) {
+    // Row invariance: OpenBLAS's result for a row may depend on T (its kernel choice), the own
+    // kernel's never does (one FMA chain per element, kernels.h).
+    if (gemm_ == GemmImpl::Blas && !row_invariant_) {
       stats_.record("matmul", "cpu.gemm_" + dt + "_blas");
       gemm_blas(isa_, p, pool_);
     } else {
@@ -304,6 +306,30 @@ class CpuBackend final : public Backend {
     stats_.record("attention", "cpu.attention" + suffix_);
     attend(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, 1.0 / std::sqrt(double(Dh)), 0, out);
   }
+
+  void kv_store_paged(const Buffer& k, const Buffer& v, Buffer& k_pool, Buffer& v_pool,
+                      const KvPages& pages, int T, int pos0, int kv_dim) override {
+    stats_.record("kv_store", "cpu.kv_store_paged");
+    check_kv_pages(k_pool, v_pool, kv_dim, pages, pos0 + T, "cpu");
+    ARB_ASSERT(k.n >= int64_t(T) * kv_dim && v.n >= int64_t(T) * kv_dim);
+    const size_t bytes = sizeof(float) * size_t(kv_dim);
+    for (int t = 0; t < T; ++t) {
+      const int64_t at = pages.row(pos0 + t) * kv_dim, from = int64_t(t) * kv_dim;
+      std::memcpy(f32(k_pool) + at, f32(k) + from, bytes);
+      std::memcpy(f32(v_pool) + at, f32(v) + from, bytes);
+    }
+  }
+
+  void attention_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
+                       const KvPages& pages, int T, int pos0, int H, int Hkv, int Dh, int window,
+                       Buffer& out) override {
+    stats_.record("attention", "cpu.attention_paged" + suffix_);
+    check_kv_pages(k_pool, v_pool, Hkv * Dh, pages, pos0 + T, "cpu");
+    attend(q, k_pool, v_pool, T, pos0, H, Hkv, Dh, window, 1.0 / std::sqrt(double(Dh)), 0, out,
+           &pages);
+  }
+
+  void set_row_invariant(bool on) override { row_invariant_ = on; }
 
   void scaled_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
                         int pos0, int H, int Hkv, int Dh, int window, double scale,
@@ -458,12 +484,20 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // pages: a paged pool (checked by the caller) instead of a cache or ring.
   void attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
-              int H, int Hkv, int Dh, int window, double scale, double softcap, Buffer& out) {
+              int H, int Hkv, int Dh, int window, double scale, double softcap, Buffer& out,
+              const KvPages* pages = nullptr) {
     ARB_ASSERT(Hkv > 0 && H % Hkv == 0);
     ARB_ASSERT(q.n >= int64_t(T) * H * Dh && out.n >= int64_t(T) * H * Dh);
     AttentionArgs a;
-    a.rows = attention_cache_rows(k_cache, v_cache, Hkv * Dh, T, pos0, window, "cpu");
+    if (pages) {
+      a.rows = kv_cache_rows(k_cache, v_cache, Hkv * Dh);
+      a.blocks = pages->blocks;
+      a.block_rows = pages->block_rows;
+    } else {
+      a.rows = attention_cache_rows(k_cache, v_cache, Hkv * Dh, T, pos0, window, "cpu");
+    }
     a.q = f32(q);
     a.k_cache = f32(k_cache);
     a.v_cache = f32(v_cache);
@@ -540,6 +574,7 @@ class CpuBackend final : public Backend {
   bool hugepage_weights_;
   bool act_quant_;
   ActQ8 xq_;  // a T == 1 matmul's x quantized (act_quant_)
+  bool row_invariant_ = false;  // set_row_invariant: the own GEMM at every T
   struct Copy {
     const void* ptr;
     size_t bytes;

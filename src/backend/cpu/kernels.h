@@ -99,6 +99,10 @@ struct AttentionArgs {
   const float* v_cache = nullptr;  // [rows, Hkv*Dh]
   float* out = nullptr;            // [T, H*Dh]
   int T = 0, pos0 = 0, H = 0, Hkv = 0, Dh = 0, window = 0, rows = 0;
+  // A paged pool (Backend::KvPages) instead: position p at row
+  // blocks[p / block_rows] * block_rows + p % block_rows.
+  const int32_t* blocks = nullptr;
+  int block_rows = 0;
   double scale = 0;    // scores are scale * q.k (attention(): 1/sqrt(Dh))
   double softcap = 0;  // > 0: scores s -> tanh(s / softcap) * softcap (gemma 2)
 };

@@ -137,9 +137,16 @@ void attention_units(const AttentionArgs& a, int64_t u0, int64_t u1) {
     const int L = i - lo + 1;
     const float* qh = a.q + (int64_t(t) * a.H + h) * Dh;
     const int64_t koff = int64_t(h / group) * Dh;
-    // Key lo + j sits at row (lo + j) % rows: rows from r0 up to the ring's end, then from 0.
+    // Key lo + j sits at row (lo + j) % rows: rows from r0 up to the ring's end, then from 0;
+    // in a paged pool, at its block's row.
     const int r0 = lo % a.rows;
-    auto row = [&](int j) { return int64_t(r0 + j < a.rows ? r0 + j : r0 + j - a.rows); };
+    auto row = [&](int j) {
+      if (a.blocks) {
+        const int p = lo + j;
+        return int64_t(a.blocks[p / a.block_rows]) * a.block_rows + p % a.block_rows;
+      }
+      return int64_t(r0 + j < a.rows ? r0 + j : r0 + j - a.rows);
+    };
     float mx = -std::numeric_limits<float>::infinity();
     for (int j = 0; j < L; ++j) {
       float s = dot<V>(qh, a.k_cache + row(j) * kv_dim + koff, Dh) * scale;

@@ -163,13 +163,44 @@ class RefBackend final : public Backend {
     attend(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, scale, softcap, out);
   }
 
+  void kv_store_paged(const Buffer& k, const Buffer& v, Buffer& k_pool, Buffer& v_pool,
+                      const KvPages& pages, int T, int pos0, int kv_dim) override {
+    stats_.record("kv_store", "ref.kv_store_paged");
+    check_kv_pages(k_pool, v_pool, kv_dim, pages, pos0 + T, "ref");
+    for (int t = 0; t < T; ++t) {
+      const int64_t at = pages.row(pos0 + t) * kv_dim, from = int64_t(t) * kv_dim;
+      std::memcpy(f64(k_pool) + at, f64(k) + from, sizeof(double) * size_t(kv_dim));
+      std::memcpy(f64(v_pool) + at, f64(v) + from, sizeof(double) * size_t(kv_dim));
+    }
+  }
+
+  void attention_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
+                       const KvPages& pages, int T, int pos0, int H, int Hkv, int Dh, int window,
+                       Buffer& out) override {
+    stats_.record("attention", "ref.attention_paged");
+    check_kv_pages(k_pool, v_pool, Hkv * Dh, pages, pos0 + T, "ref");
+    attend_rows(q, k_pool, v_pool, T, pos0, H, Hkv, Dh, window, 1.0 / std::sqrt(double(Dh)), 0,
+                out, [&](int j) { return pages.row(j); });
+  }
+
+  void set_row_invariant(bool) override {}  // every element is one f64 sum in k order
+
   // Scores s = scale * q.k (softcap > 0: s = tanh(s / softcap) * softcap), softmax over the
-  // keys in (i - window, i], weighted sum of the values.
+  // keys in (i - window, i], weighted sum of the values; position p at row p % rows.
   static void attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
                      int pos0, int H, int Hkv, int Dh, int window, double scale, double softcap,
                      Buffer& out) {
+    const int rows = attention_cache_rows(k_cache, v_cache, Hkv * Dh, T, pos0, window, "ref");
+    attend_rows(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, scale, softcap, out,
+                [rows](int j) { return int64_t(j % rows); });
+  }
+
+  // attend() with position j's K and V at row row_of(j).
+  template <class RowOf>
+  static void attend_rows(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
+                          int pos0, int H, int Hkv, int Dh, int window, double scale,
+                          double softcap, Buffer& out, RowOf row_of) {
     const int kv_dim = Hkv * Dh, group = H / Hkv;
-    const int rows = attention_cache_rows(k_cache, v_cache, kv_dim, T, pos0, window, "ref");
     std::vector<double> score(size_t(pos0 + T));
     for (int t = 0; t < T; ++t) {
       const int i = pos0 + t;  // query position; keys in [lo, i]
@@ -179,7 +210,7 @@ class RefBackend final : public Backend {
         const int hk = h / group;
         double mx = -std::numeric_limits<double>::infinity();
         for (int j = lo; j <= i; ++j) {
-          const double* kj = f64(k_cache) + int64_t(j % rows) * kv_dim + hk * Dh;
+          const double* kj = f64(k_cache) + row_of(j) * kv_dim + hk * Dh;
           double dot = 0;
           for (int d = 0; d < Dh; ++d) dot += qh[d] * kj[d];
           score[j] = dot * scale;
@@ -194,7 +225,7 @@ class RefBackend final : public Backend {
         double* oh = f64(out) + (int64_t(t) * H + h) * Dh;
         for (int d = 0; d < Dh; ++d) oh[d] = 0;
         for (int j = lo; j <= i; ++j) {
-          const double* vj = f64(v_cache) + int64_t(j % rows) * kv_dim + hk * Dh;
+          const double* vj = f64(v_cache) + row_of(j) * kv_dim + hk * Dh;
           const double p = score[j] / sum;
           for (int d = 0; d < Dh; ++d) oh[d] += p * vj[d];
         }

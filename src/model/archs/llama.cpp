@@ -252,6 +252,12 @@ class Llama final : public Arch {
     return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T);
   }
 
+  // The pool is a DecoderState's caches: one of pool_rows rows per layer, paged by BatchSeq.
+  std::unique_ptr<ForwardState> make_batch_state(const Model& m, Backend& be, int pool_rows,
+                                                 int max_T) const override {
+    return std::make_unique<DecoderState>(be, m.config, pool_rows, max_T);
+  }
+
   void forward(const Model& m, Backend& be, ForwardState& state,
                const ForwardArgs& a) const override {
     DecoderState& s = static_cast<DecoderState&>(state);
@@ -260,9 +266,10 @@ class Llama final : public Arch {
     const int T = a.T, pos0 = a.pos0;
     ARB_CHECK(T >= 1 && T <= s.max_T, "[model] forward of %d tokens exceeds scratch width %d", T,
               s.max_T);
-    ARB_CHECK(pos0 + T <= s.max_ctx, "[model] position %d exceeds the KV cache (%d rows)",
-              pos0 + T, s.max_ctx);
+    ARB_CHECK(a.batch || pos0 + T <= s.max_ctx,
+              "[model] position %d exceeds the KV cache (%d rows)", pos0 + T, s.max_ctx);
     ARB_CHECK(a.ids || T == 1, "[model] a forward of %d picked tokens (only one is kept)", T);
+    if (a.batch) check_batch(a);
     const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim, F = c.d_ff;
     const int q_dim = H * Dh, kv_dim = Hkv * Dh;
     const double eps = c.norm_eps;
@@ -294,10 +301,25 @@ class Llama final : public Arch {
       at.k_rope = tap("k_rope", l, "rope", kv_dim, 2, 3);
       // q, k, v, out; scores over Dh, weighted sum over the cache rows
       at.out = tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo);
-      be.qk_rope_attention(s.q, s.k, s.v, c.qk_norm ? &lw(kQNorm) : nullptr,
-                           c.qk_norm ? &lw(kKNorm) : nullptr, NormWeight::Plain, eps, T, H, Hkv,
-                           Dh, pos0, c.rope, s.k_cache[size_t(l)], s.v_cache[size_t(l)],
-                           c.sliding_window, {}, s.att, at);
+      const Tensor* q_norm = c.qk_norm ? &lw(kQNorm) : nullptr;
+      const Tensor* k_norm = c.qk_norm ? &lw(kKNorm) : nullptr;
+      if (a.batch) {  // each sequence's rows at its own positions, against its own pages
+        int r = 0;
+        for (const BatchSeq& q : *a.batch) {
+          Buffer qv = buffer_view(s.q, int64_t(r) * q_dim, int64_t(q.T) * q_dim);
+          Buffer kv = buffer_view(s.k, int64_t(r) * kv_dim, int64_t(q.T) * kv_dim);
+          Buffer vv = buffer_view(s.v, int64_t(r) * kv_dim, int64_t(q.T) * kv_dim);
+          Buffer ov = buffer_view(s.att, int64_t(r) * q_dim, int64_t(q.T) * q_dim);
+          be.qk_rope_attention_paged(qv, kv, vv, q_norm, k_norm, eps, q.T, H, Hkv, Dh, q.pos0,
+                                     c.rope, s.k_cache[size_t(l)], s.v_cache[size_t(l)], q.pages,
+                                     c.sliding_window, ov);
+          r += q.T;
+        }
+      } else {
+        be.qk_rope_attention(s.q, s.k, s.v, q_norm, k_norm, NormWeight::Plain, eps, T, H, Hkv, Dh,
+                             pos0, c.rope, s.k_cache[size_t(l)], s.v_cache[size_t(l)],
+                             c.sliding_window, {}, s.att, at);
+      }
       const StageTap* o = tap("o", l, "matmul", D, q_dim, 3);  // o [T, D]
       const StageTap* attn_res = tap("attn_res", l, "add", D, 1, 3);
       be.matmul_add(s.att, lw(kWo), T, s.o, s.x, 1, o, attn_res);
@@ -322,6 +344,7 @@ class Llama final : public Arch {
       const StageTap* ffn_res = tap("ffn_res", l, "add", D, 1, 3);
       be.matmul_add(s.act, lw(kDown), T, s.down, s.x, 1, down, ffn_res);
     }
+    if (a.batch) return batch_logits(m, be, s, *a.batch);
     if (!a.logits) return;
     const StageTap* final_norm = tap("final_norm", -1, "rmsnorm", D, D, 3);
     const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
@@ -331,6 +354,40 @@ class Llama final : public Arch {
   }
 
   std::vector<SynthPreset> presets() const override;
+
+ private:
+  static void check_batch(const ForwardArgs& a) {
+    ARB_CHECK(!a.hook && !a.routes && a.ids,
+              "[model] a batched forward runs no stage hooks, route logs or picked tokens");
+    int rows = 0;
+    for (const BatchSeq& q : *a.batch) {
+      ARB_CHECK(q.T >= 1 && q.pos0 >= 0, "[model] batch sequence of %d rows at %d", q.T, q.pos0);
+      rows += q.T;
+    }
+    ARB_CHECK(rows == a.T, "[model] batch sequences hold %d rows, the forward %d", rows, a.T);
+  }
+
+  // The logits rows each sequence asks for (BatchSeq::logits), in order: the final norm of
+  // those rows alone, packed, then one lm_head matmul over them (the rmsnorm_matmul path
+  // without its taps).
+  static void batch_logits(const Model& m, Backend& be, DecoderState& s,
+                           const std::vector<BatchSeq>& batch) {
+    const int D = m.config.d_model;
+    int r = 0, n = 0;
+    for (const BatchSeq& q : batch) {
+      const int k = q.logit_rows();
+      if (k > 0) {
+        Buffer x = buffer_view(s.x, int64_t(r + q.T - k) * D, int64_t(k) * D);
+        Buffer xn = buffer_view(s.xn, int64_t(n) * D, int64_t(k) * D);
+        be.rmsnorm(x, m.weights.global(kOutNorm), k, D, m.config.norm_eps, xn);
+      }
+      r += q.T;
+      n += k;
+    }
+    if (n > 0) be.matmul(s.xn, m.weights.global(kLmHead), nullptr, n, s.logits);
+  }
+
+ public:
 
   void hf_config_json(const ModelConfig& c, nlohmann::json& j) const override {
     j["hidden_size"] = c.d_model;
