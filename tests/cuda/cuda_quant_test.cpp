@@ -240,7 +240,7 @@ std::vector<int32_t> greedy(const Model& m, Backend& be, const std::vector<int32
   return generate(s, prompt, n, sampler, {}, nullptr).tokens;
 }
 
-TEST(CudaQuant, Q4KmModelGreedyEqualsRefAndBf16TracePasses) {
+TEST(CudaQuant, Q4KmModelGreedyEqualsRefAndBf16TraceWithinDriftGate) {
   ARB_CUDA_OR_SKIP(cu, "f32");
   const std::string dir = temp_dir("cuda-quant");
   SynthOptions o;
@@ -282,7 +282,10 @@ TEST(CudaQuant, Q4KmModelGreedyEqualsRefAndBf16TracePasses) {
   auto c = run_cli("compare --json " + dir + "/ref.tsv " + dir + "/bf16.tsv");
   const auto j = nlohmann::json::parse(c.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << c.out << c.err;
-  EXPECT_EQ(j["verdict"], "pass") << c.out;
+  // Random synth weights leave few decided positions, so the token gate may find none
+  // (inconclusive); the kernels' error is what the drift gate judges, and it must pass.
+  EXPECT_NE(j["verdict"], "fail") << c.out;
+  EXPECT_EQ(j["drift_gate"]["status"], "pass") << c.out;
 }
 
 }  // namespace

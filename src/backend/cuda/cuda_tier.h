@@ -180,24 +180,26 @@ class CudaBackend final : public Backend {
   /// qw_ and multiplied by cuBLASLt.
   void matmul_packed(const Buffer& x, const cuda::DevMat& m, const float* bias, int T, DType ot,
                      Buffer& out);
-  /// rmsnorm_matmul (T == 1) as the rmsnorm op and a packed GEMV per run of matrices of one
-  /// format (q, k, v stacked); false when it does not apply (a dense matrix, T > 1, ...).
-  bool packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
-                             double eps, Buffer& xn, const StageTap* norm_tap,
-                             const MatmulTarget* outs, int n_outs);
-  /// matmul_add (T == 1) as one packed GEMV with the add in its epilogue; false when it does
-  /// not apply (dense or too-long rows, a tapped product, T > 1): then the caller's path.
-  bool packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& residual,
+  /// rmsnorm_matmul (T == 1, the matrices looked up by the caller) as the norm op and a packed
+  /// GEMV per run of matrices of one format (q, k, v stacked); false when it does not apply.
+  bool packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int D, double eps,
+                             Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
+                             int n_outs, const cuda::DevMat* const* mats);
+  /// matmul_add (T == 1, m looked up by the caller) as one packed GEMV with the add in its
+  /// epilogue; false when it does not apply (too-long rows, a tapped product): the caller's path.
+  bool packed_matmul_add(const Buffer& x, const cuda::DevMat& m, Buffer& residual,
                          const StageTap* product, const StageTap* sum);
   /// rmsnorm_glu with SwiGLU (T == 1) as the norm op and one packed GEMV over the gate and up
   /// rows with SwiGLU in its epilogue; false when it does not apply (tapped gate or up, ...).
-  bool packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
-                             double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
-                             Buffer& act, const GluTaps& taps);
+  bool packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWeight nw, int D, double eps,
+                             Buffer& xn, const cuda::DevMat& g, const cuda::DevMat& u, Buffer& act,
+                             const GluTaps& taps);
   /// `prefix` + the block format's name (a provider of --stats), built once per format.
   const std::string& packed_provider(const char* prefix, DType qt);
 
   // fused.cpp
+  /// A rmsnorm_matmul output's device bias (null without one), checked with its room.
+  const float* target_bias(const MatmulTarget& o, int64_t rows);
   /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
   bool qk_fusable(int T, int Hkv, int Dh, int pos0, const RopeSpec& rope, const Buffer& k_cache,
                   const Buffer& v_cache) const;

@@ -19,15 +19,16 @@ using cuda::PosRef;
 void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                                  double eps, Buffer& xn, const StageTap* norm_tap,
                                  const MatmulTarget* outs, int n_outs) {
-  if (packed_rmsnorm_matmul(x, w, nw, T, D, eps, xn, norm_tap, outs, n_outs)) return;
-  bool fuse = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3 &&
-              cuda::gemv_fusable(ct_, D);
+  const bool step = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3;
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
-  for (int i = 0; fuse && i < n_outs; ++i) {
-    mats[i] = &weights_->matrix(*outs[i].W);
+  for (int i = 0; step && i < n_outs; ++i) mats[i] = &weights_->matrix(*outs[i].W);
+  if (step && mats[0]->packed() &&
+      packed_rmsnorm_matmul(x, w, nw, D, eps, xn, norm_tap, outs, n_outs, mats))
+    return;
+  bool fuse = step && cuda::gemv_fusable(ct_, D);
+  for (int i = 0; fuse && i < n_outs; ++i)
     fuse = mats[i]->cols == D && !mats[i]->packed() &&
            (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == ct_);
-  }
   if (!fuse) return Backend::rmsnorm_matmul(x, w, nw, T, D, eps, xn, norm_tap, outs, n_outs);
   stats_.record("rmsnorm_matmul", prov_norm_gemv_);
   check_act(x, D, "rmsnorm_matmul x");
@@ -42,15 +43,7 @@ void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw
   std::vector<int64_t> sig = {20, int64_t(x.ptr), int64_t(norm_w), D, n_outs};
   for (int i = 0; i < n_outs; ++i) {
     const cuda::DevMat& m = *mats[i];
-    const float* bp = nullptr;
-    if (outs[i].bias && !outs[i].bias->empty()) {
-      const cuda::DevVec& bv = weights_->vector(*outs[i].bias);
-      ARB_CHECK(bv.n == m.rows, "[cuda] matmul: bias '%s' has %lld elements, output has %lld",
-                outs[i].bias->name.c_str(), (long long)bv.n, (long long)m.rows);
-      bp = bv.ptr;
-    }
-    ARB_CHECK(outs[i].out->n >= m.rows, "[cuda] matmul: output holds %lld elements, needs %lld",
-              (long long)outs[i].out->n, (long long)m.rows);
+    const float* bp = target_bias(outs[i], m.rows);
     const int f32 = outs[i].out->dtype == DType::F32 ? 1 : 0;
     a.seg[i] = cuda::GemvSeg{m.ptr, m.ld, bp, outs[i].out->ptr, int(m.rows), f32};
     a.N += int(m.rows);
@@ -70,12 +63,13 @@ void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, i
                               double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
                               GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
                               const GluTaps& taps) {
-  if (act_fn == GluAct::SiLU &&
-      packed_rmsnorm_swiglu(x, w, nw, T, D, eps, xn, w_gate, w_up, act, taps))
+  const bool step = T == 1 && tuning_.gemv && tuning_.fused;
+  const cuda::DevMat* gm = step ? &weights_->matrix(w_gate) : nullptr;
+  const cuda::DevMat* um = step ? &weights_->matrix(w_up) : nullptr;
+  if (step && gm->packed() && act_fn == GluAct::SiLU &&
+      packed_rmsnorm_swiglu(x, w, nw, D, eps, xn, *gm, *um, act, taps))
     return;
-  bool fuse = T == 1 && tuning_.gemv && tuning_.fused && cuda::gemv_fusable(ct_, D);
-  const cuda::DevMat* gm = fuse ? &weights_->matrix(w_gate) : nullptr;
-  const cuda::DevMat* um = fuse ? &weights_->matrix(w_up) : nullptr;
+  bool fuse = step && cuda::gemv_fusable(ct_, D);
   fuse = fuse && !gm->packed() && !um->packed() && gm->cols == D && um->cols == D &&
          gm->rows == um->rows && gm->ld == um->ld;
   if (!fuse)
@@ -113,9 +107,10 @@ void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, i
 void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp,
                              Buffer& residual, double scale, const StageTap* product,
                              const StageTap* sum) {
-  // The packed form has no residual scale (Granite): the composition then.
-  if (scale == 1 && packed_matmul_add(x, W, T, residual, product, sum)) return;
   const cuda::DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &weights_->matrix(W) : nullptr;
+  // The packed form has no residual scale (Granite): the composition then.
+  if (mp && mp->packed() && scale == 1 && packed_matmul_add(x, *mp, residual, product, sum))
+    return;
   if (!mp || mp->packed() || !cuda::gemv_fusable(ct_, int(mp->cols)))
     return Backend::matmul_add(x, W, T, tmp, residual, scale, product, sum);
   stats_.record("matmul_add", prov_gemv_add_);
@@ -206,6 +201,18 @@ void CudaBackend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const
                           &a);
   if (tapped) collect_taps();
   apply_tap(taps.out, out, T, H * Dh);
+}
+
+/// The device bias of a rmsnorm_matmul output (null without one), its length and the
+/// output's room checked against the matrix's rows.
+const float* CudaBackend::target_bias(const MatmulTarget& o, int64_t rows) {
+  ARB_CHECK(o.out->n >= rows, "[cuda] matmul: output holds %lld elements, needs %lld",
+            (long long)o.out->n, (long long)rows);
+  if (!o.bias || o.bias->empty()) return nullptr;
+  const cuda::DevVec& bv = weights_->vector(*o.bias);
+  ARB_CHECK(bv.n == rows, "[cuda] matmul: bias '%s' has %lld elements, output has %lld",
+            o.bias->name.c_str(), (long long)bv.n, (long long)rows);
+  return bv.ptr;
 }
 
 /// Whether the fused q/k norm + RoPE + KV store kernels take this step.

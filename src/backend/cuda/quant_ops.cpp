@@ -86,13 +86,12 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
            });
 }
 
-bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T,
-                                        int D, double eps, Buffer& xn, const StageTap* norm_tap,
-                                        const MatmulTarget* outs, int n_outs) {
-  if (T != 1 || !tuning_.gemv || !tuning_.fused || n_outs < 1 || n_outs > 3) return false;
-  const cuda::DevMat* mats[3] = {};
+bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int D,
+                                        double eps, Buffer& xn, const StageTap* norm_tap,
+                                        const MatmulTarget* outs, int n_outs,
+                                        const cuda::DevMat* const* mats) {
+  const int T = 1;
   for (int i = 0; i < n_outs; ++i) {
-    mats[i] = &weights_->matrix(*outs[i].W);
     if (!mats[i]->packed() || mats[i]->cols != D || !cuda::qgemv_fits(mats[i]->st, D) ||
         (outs[i].out->dtype != DType::F32 && outs[i].out->dtype != ct_))
       return false;
@@ -110,15 +109,7 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
     std::vector<int64_t> sig = {53, int64_t(xp), rb, D, int(qt)};
     for (; i < n_outs && mats[i]->st == qt; ++i, ++n) {
       const cuda::DevMat& m = *mats[i];
-      const float* bp = nullptr;
-      if (outs[i].bias && !outs[i].bias->empty()) {
-        const cuda::DevVec& bv = weights_->vector(*outs[i].bias);
-        ARB_CHECK(bv.n == m.rows, "[cuda] matmul: bias '%s' has %lld elements, output has %lld",
-                  outs[i].bias->name.c_str(), (long long)bv.n, (long long)m.rows);
-        bp = bv.ptr;
-      }
-      ARB_CHECK(outs[i].out->n >= m.rows, "[cuda] matmul: output holds %lld elements, needs %lld",
-                (long long)outs[i].out->n, (long long)m.rows);
+      const float* bp = target_bias(outs[i], m.rows);
       const int f32 = outs[i].out->dtype == DType::F32 ? 1 : 0;
       seg[n] = cuda::QGemvSeg{m.ptr, bp, outs[i].out->ptr, int(m.rows), f32};
       sig.insert(sig.end(), {int64_t(m.ptr), int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
@@ -132,11 +123,11 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
   return true;
 }
 
-bool CudaBackend::packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& residual,
+bool CudaBackend::packed_matmul_add(const Buffer& x, const cuda::DevMat& m, Buffer& residual,
                                     const StageTap* product, const StageTap* sum) {
+  const int T = 1;
   // A tapped product is a value the fused form never rounds out: the composition then.
-  if (T != 1 || !tuning_.gemv || !tuning_.fused || product) return false;
-  const cuda::DevMat& m = weights_->matrix(W);
+  if (product) return false;
   if (!m.packed() || !cuda::qgemv_fits(m.st, int(m.cols), cuda::kQGemvAdd)) return false;
   check_act(x, m.cols, "matmul_add x");
   check_act(residual, m.rows, "matmul_add residual");
@@ -156,13 +147,12 @@ bool CudaBackend::packed_matmul_add(const Buffer& x, const Tensor& W, int T, Buf
   return true;
 }
 
-bool CudaBackend::packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWeight nw, int T,
-                                        int D, double eps, Buffer& xn, const Tensor& w_gate,
-                                        const Tensor& w_up, Buffer& act, const GluTaps& taps) {
+bool CudaBackend::packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWeight nw, int D,
+                                        double eps, Buffer& xn, const cuda::DevMat& g,
+                                        const cuda::DevMat& u, Buffer& act, const GluTaps& taps) {
+  const int T = 1;
   // Tapped gate or up: values the fused form never rounds out: the composition then.
-  if (T != 1 || !tuning_.gemv || !tuning_.fused || taps.gate || taps.up) return false;
-  const cuda::DevMat& g = weights_->matrix(w_gate);
-  const cuda::DevMat& u = weights_->matrix(w_up);
+  if (taps.gate || taps.up) return false;
   if (!g.packed() || u.st != g.st || u.rows != g.rows || u.cols != D || g.cols != D ||
       u.ld != g.ld || !cuda::qgemv_fits(g.st, D, cuda::kQGemvSwiglu))
     return false;
