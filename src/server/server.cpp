@@ -3,6 +3,9 @@
 // /metrics. The generation endpoints are in openai_api.cpp.
 #include <httplib.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/error.h"
 #include "server/server_impl.h"
 #include "tokenizer/jinja.h"
@@ -41,8 +44,12 @@ void Server::set_ready(const Model& m, Scheduler& sched, const ChatTemplate* tpl
 
 void Server::stop() {
   impl_->stopping = true;
-  if (http_) http_->stop();
-  if (listener_.joinable()) listener_.join();
+  if (!listener_.joinable()) return;
+  // httplib's stop() does nothing before listen has begun, and the listener would then run
+  // forever: a bad --ctx refused right after start() hit that race on a loaded machine.
+  while (!listener_done_ && !http_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  http_->stop();
+  listener_.join();
 }
 
 void Server::start() {
@@ -133,7 +140,10 @@ void Server::start() {
   port_ = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
   ARB_CHECK(port_ > 0, "[serve] cannot listen on %s:%d (in use, or not an address of this machine)", opt_.host.c_str(),
             opt_.port);
-  listener_ = std::thread([this] { http_->listen_after_bind(); });
+  listener_ = std::thread([this] {
+    http_->listen_after_bind();
+    listener_done_ = true;
+  });
 }
 
 }  // namespace arbiter::server

@@ -51,6 +51,7 @@ class Server {
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Impl> impl_;
   std::thread listener_;
+  std::atomic<bool> listener_done_{false};
   int port_ = 0;
 };
 
