@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd.h"
@@ -77,6 +78,23 @@ void quantize_act_q8(const float* x, int64_t K, int block, ActQ8& a) {
     int32_t t = 0;
     for (int i = 0; i < 16; ++i) t += a.q[size_t(s * 16 + i)];
     a.sums[size_t(s)] = t;
+  }
+}
+
+void act_q8_rounding(DType t, const void* W, int64_t K, const ActQ8& a, double* out, int64_t n0,
+                     int64_t n1) {
+  ARB_ASSERT(a.block == act_q8_block(t) && a.K == K);
+  const size_t row = size_t(K / a.block) * block_bytes(t);
+  std::vector<double> w(static_cast<size_t>(K));
+  for (int64_t n = n0; n < n1; ++n) {
+    row_to_f64(t, static_cast<const uint8_t*>(W) + size_t(n) * row, w.data(), K);
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      // quantize_act_q8's largest rounding of x_k: d (1/2 + 2^-15) (kernels.h ActQ8).
+      const double r = double(a.d[size_t(k / a.block)]) * (0.5 + std::ldexp(1.0, -15));
+      s += (w[size_t(k)] * r) * (w[size_t(k)] * r);
+    }
+    out[n - n0] = s;
   }
 }
 
