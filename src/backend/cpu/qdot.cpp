@@ -10,9 +10,9 @@
 // where sum(u * q) is an exact int32 (VNNI vpdpbusd, AVX2 maddubs + madd, or scalar) and
 // sum(q) comes with the activations (ActQ8::sums, per 16). The first term is accumulated in
 // f32 lanes, A = a * dx broadcast to the lanes of its sub-block; the second in one f32 scalar
-// per row. The scalar twin (and Q2_K, Q3_K on every ISA) unpacks each chunk of 256 values to
-// bytes in an L1 buffer by plain loops, one dot routine per ISA serving every format; on
-// AVX2 / AVX-512 the other formats have register kernels (below): the buffer's stores and
+// per row. The scalar twin unpacks each chunk of 256 values to bytes in an L1 buffer by plain
+// loops (Fmt<T>::unpack), one dot routine serving every format; on AVX2 / AVX-512 every format
+// has a register kernel (Reg*, below, run by the one GEMV qgemv_reg): the buffer's stores and
 // reloads stall, and these run several times faster.
 //
 // Bounds (docs/quantization.md, tests/backend/qdot_test.cpp): against the f64
@@ -387,8 +387,8 @@ struct Chunk {
   alignas(64) float A[kQK_K / 16];
 };
 
-// Per ISA: acc += the integer dot of codes u[0, n) with activations q[0, n) per sub-block of
-// G, times A of the sub-block (n a multiple of 32). Finish: the lanes' sum.
+// The scalar twin's dot: acc += the integer dot of codes u[0, n) with activations q[0, n) per
+// sub-block of G, times A of the sub-block (n a multiple of 32).
 struct DotScalar {
   using Acc = float;
   static Acc zero() { return 0.f; }
@@ -406,57 +406,6 @@ struct DotScalar {
   }
   static float finish(Acc a) { return a; }
 };
-
-#ifdef ARBITER_CPU_AVX2
-// The vector ISAs run the byte-buffer path for Q2_K and Q3_K only (unsigned codes, sub-blocks
-// of 16); every other format has a register kernel below.
-struct DotAvx2 {
-  using Acc = __m256;
-  static Acc zero() { return _mm256_setzero_ps(); }
-  template <int G, bool S>
-  static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
-    static_assert(G == 16 && !S, "the vector ISAs' register kernels serve the other formats");
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int k = 0; k < n; k += 32) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + k));
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k));
-      // Codes <= 7 and |x| <= 127: maddubs's pair sums fit int16 (no saturation).
-      const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-      // Lanes 0-3 are sub-block k / 16, lanes 4-7 the next.
-      const __m256 sc = _mm256_set_m128(_mm_set1_ps(A[k / 16 + 1]), _mm_set1_ps(A[k / 16]));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc);
-    }
-  }
-  static float finish(Acc a) { return VAvx2::reduce_add(a); }
-};
-#endif
-
-#ifdef ARBITER_CPU_AVX512
-struct DotAvx512 {
-  using Acc = __m512;
-  static Acc zero() { return _mm512_setzero_ps(); }
-  template <int G, bool S>
-  static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
-    static_assert(G == 16 && !S, "the vector ISAs' register kernels serve the other formats");
-    // Lane i of a 64-byte step sums bytes 4i..4i+3: sub-block i / 4 of the step.
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    for (int k = 0; k < n; k += 64) {
-      const bool full = k + 64 <= n;  // else a last 32
-      const __mmask64 m = full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
-      const __m512i w = _mm512_maskz_loadu_epi8(m, u + k), x = _mm512_maskz_loadu_epi8(m, q + k);
-#ifdef __AVX512VNNI__
-      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
-#else
-      const __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
-#endif
-      const __m512 sc = _mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, idx,
-                                                    _mm512_maskz_loadu_ps(full ? 0xF : 0x3, A + k / 16));
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc);
-    }
-  }
-  static float finish(Acc a) { return VAvx512::reduce_add(a); }
-};
-#endif
 
 #ifdef ARBITER_CPU_AVX2
 // Register kernels, on 256-bit registers: codes unpacked in registers; for the super-block
@@ -641,6 +590,63 @@ struct RegQ45K {
   }
 };
 
+// Q2_K / Q3_K: 16 sub-blocks of 16; per 32 bytes of qs (half n of the super-block), shift 2j
+// gives values 128 n + 32 j + l, l = 0..31: sub-blocks 8 n + 2 j (lanes 0-3 of the dot) and the
+// next (lanes 4-7). Q2_K: u the 2 bits (maddubs pair sums <= 2 * 3 * 127), sum_s sc_s sum(u q)
+// exact in int32 (<= 16 * 15 * 16 * 3 * 127); a = d, b = -dmin, count = sum_s m_s sum(q).
+// Q3_K: u = the 2 bits + 4 hbit in 0..7 (hbit of value 32 k + l, k = 4 n + j, is bit k of
+// hmask[l]: a 16-bit shift by k < 8 brings it to bit 0 of its own byte), value
+// d (s - 32) (u - 4): sum_s (s - 32) (sum(u q) - 4 sum(q)) exact in int32
+// (<= 16 * 32 * 16 * 11 * 127), the -4 offset taken by one lane as Q6_K's -32; a = d.
+template <DType T>
+struct RegQ23K {
+  using Block = std::conditional_t<T == DType::Q3_K, BlockQ3_K, BlockQ2_K>;
+  static constexpr int kBlock = kQK_K;
+  static constexpr bool kHasB = T == DType::Q2_K;
+  const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  template <class I>
+  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float& b,
+                int32_t& count) const {
+    using B = Block;
+    int32_t sc[16], off = 0;
+    for (int s = 0; s < 16; ++s) {
+      if constexpr (T == DType::Q2_K) {
+        const uint8_t v = p[offsetof(B, scales) + s];
+        sc[s] = v & 0xF;
+        off += int32_t(v >> 4) * xs[s];
+      } else {
+        const uint8_t* scales = p + offsetof(B, scales);
+        const int lo = s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4;
+        const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+        sc[s] = (lo | hi << 4) - 32;
+        off += sc[s] * xs[s];
+      }
+    }
+    __m256i hm = _mm256_setzero_si256();
+    if constexpr (T == DType::Q3_K) hm = load32(p + offsetof(B, hmask));
+    __m256i isum = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n) {
+      const __m256i q = load32(p + offsetof(B, qs) + 32 * n);
+      for (int j = 0; j < 4; ++j) {
+        __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
+        if constexpr (T == DType::Q3_K)
+          u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one), 2));
+        const int s = 8 * n + 2 * j;
+        const __m256i scv = _mm256_setr_epi32(sc[s], sc[s], sc[s], sc[s], sc[s + 1], sc[s + 1], sc[s + 1], sc[s + 1]);
+        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(u, load32(xq + 128 * n + 32 * j)), scv));
+      }
+    }
+    if constexpr (T == DType::Q2_K) {
+      b = -f16_at(p + offsetof(B, dmin));
+      count = off;
+    } else {
+      isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(4 * off, 0, 0, 0, 0, 0, 0, 0));
+    }
+    a = f16_at(p + offsetof(B, d));
+    return isum;
+  }
+};
+
 // Q6_K: sum_s sc_s (sum(u q) - 32 sum(q)) exact in int32 (< 16 * 128 * 16 * 95 * 127); a = d.
 struct RegQ6K {
   using Block = BlockQ6_K;
@@ -679,9 +685,10 @@ struct RegQ6K {
 };
 #endif
 
-// The GEMV: per row, chunks of 256 values (one super-block, or up to 8 blocks of 32).
-template <class D, DType T>
-void qgemv(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+// The scalar twin's GEMV: per row, chunks of 256 values (one super-block, or up to 8 blocks of
+// 32) unpacked to bytes by Fmt<T>, then DotScalar.
+template <DType T>
+void qgemv_bytes(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
   using F = Fmt<T>;
   constexpr int kBlock = qblock(T), kSub = kBlock / F::G;
   ARB_ASSERT(xa.block == kBlock && xa.K == K && K % kBlock == 0);
@@ -691,7 +698,7 @@ void qgemv(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int
   float a[kQK_K / 16], b[kQK_K / 16];
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * bb;
-    typename D::Acc acc = D::zero();
+    DotScalar::Acc acc = DotScalar::zero();
     float bias = 0;
     for (int64_t k0 = 0; k0 < K; k0 += kQK_K) {
       const int kc = int(std::min<int64_t>(kQK_K, K - k0));
@@ -709,63 +716,64 @@ void qgemv(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int
           }
         }
       }
-      D::template dot<F::G, F::kSigned>(c.u, xa.q.data() + k0, kc, c.A, acc);
+      DotScalar::dot<F::G, F::kSigned>(c.u, xa.q.data() + k0, kc, c.A, acc);
     }
-    y[n] = D::finish(acc) + bias;
+    y[n] = DotScalar::finish(acc) + bias;
   }
 }
 
-template <class D>
-QGemvFn qgemv_for(DType t) {
-#ifdef ARBITER_CPU_AVX2
-  if constexpr (!std::is_same_v<D, DotScalar>) {
-    using I = std::conditional_t<std::is_same_v<D, DotAvx2>, I8Madd, I8Vnni>;
-    switch (t) {
-      case DType::Q8_0: return qgemv_reg<I, RegQ8_0>;
-      case DType::Q4_0: return qgemv_reg<I, Reg32<DType::Q4_0>>;
-      case DType::Q4_1: return qgemv_reg<I, Reg32<DType::Q4_1>>;
-      case DType::Q5_0: return qgemv_reg<I, Reg32<DType::Q5_0>>;
-      case DType::Q5_1: return qgemv_reg<I, Reg32<DType::Q5_1>>;
-      case DType::IQ4_NL: return qgemv_reg<I, Reg32<DType::IQ4_NL>>;
-      case DType::MXFP4: return qgemv_reg<I, Reg32<DType::MXFP4>>;
-      case DType::Q2_K: return qgemv<D, DType::Q2_K>;
-      case DType::Q3_K: return qgemv<D, DType::Q3_K>;
-      case DType::Q4_K: return qgemv_reg<I, RegQ45K<DType::Q4_K>>;
-      case DType::Q5_K: return qgemv_reg<I, RegQ45K<DType::Q5_K>>;
-      case DType::Q6_K: return qgemv_reg<I, RegQ6K>;
-      case DType::IQ4_XS: return qgemv_reg<I, RegIq4Xs>;
-      default: return nullptr;
-    }
-  } else
-#endif
-  switch (t) {  // the scalar twin: every format through the byte buffer
-    case DType::Q8_0: return qgemv<D, DType::Q8_0>;
-    case DType::Q4_0: return qgemv<D, DType::Q4_0>;
-    case DType::Q4_1: return qgemv<D, DType::Q4_1>;
-    case DType::Q5_0: return qgemv<D, DType::Q5_0>;
-    case DType::Q5_1: return qgemv<D, DType::Q5_1>;
-    case DType::Q2_K: return qgemv<D, DType::Q2_K>;
-    case DType::Q3_K: return qgemv<D, DType::Q3_K>;
-    case DType::Q4_K: return qgemv<D, DType::Q4_K>;
-    case DType::Q5_K: return qgemv<D, DType::Q5_K>;
-    case DType::Q6_K: return qgemv<D, DType::Q6_K>;
-    case DType::IQ4_NL: return qgemv<D, DType::IQ4_NL>;
-    case DType::IQ4_XS: return qgemv<D, DType::IQ4_XS>;
-    case DType::MXFP4: return qgemv<D, DType::MXFP4>;
+QGemvFn qgemv_scalar(DType t) {
+  switch (t) {
+    case DType::Q8_0: return qgemv_bytes<DType::Q8_0>;
+    case DType::Q4_0: return qgemv_bytes<DType::Q4_0>;
+    case DType::Q4_1: return qgemv_bytes<DType::Q4_1>;
+    case DType::Q5_0: return qgemv_bytes<DType::Q5_0>;
+    case DType::Q5_1: return qgemv_bytes<DType::Q5_1>;
+    case DType::Q2_K: return qgemv_bytes<DType::Q2_K>;
+    case DType::Q3_K: return qgemv_bytes<DType::Q3_K>;
+    case DType::Q4_K: return qgemv_bytes<DType::Q4_K>;
+    case DType::Q5_K: return qgemv_bytes<DType::Q5_K>;
+    case DType::Q6_K: return qgemv_bytes<DType::Q6_K>;
+    case DType::IQ4_NL: return qgemv_bytes<DType::IQ4_NL>;
+    case DType::IQ4_XS: return qgemv_bytes<DType::IQ4_XS>;
+    case DType::MXFP4: return qgemv_bytes<DType::MXFP4>;
     default: return nullptr;
   }
 }
+
+#ifdef ARBITER_CPU_AVX2
+// The vector ISAs: every format's register kernel, I the ISA's u8 x s8 dot.
+template <class I>
+QGemvFn qgemv_registers(DType t) {
+  switch (t) {
+    case DType::Q8_0: return qgemv_reg<I, RegQ8_0>;
+    case DType::Q4_0: return qgemv_reg<I, Reg32<DType::Q4_0>>;
+    case DType::Q4_1: return qgemv_reg<I, Reg32<DType::Q4_1>>;
+    case DType::Q5_0: return qgemv_reg<I, Reg32<DType::Q5_0>>;
+    case DType::Q5_1: return qgemv_reg<I, Reg32<DType::Q5_1>>;
+    case DType::IQ4_NL: return qgemv_reg<I, Reg32<DType::IQ4_NL>>;
+    case DType::MXFP4: return qgemv_reg<I, Reg32<DType::MXFP4>>;
+    case DType::Q2_K: return qgemv_reg<I, RegQ23K<DType::Q2_K>>;
+    case DType::Q3_K: return qgemv_reg<I, RegQ23K<DType::Q3_K>>;
+    case DType::Q4_K: return qgemv_reg<I, RegQ45K<DType::Q4_K>>;
+    case DType::Q5_K: return qgemv_reg<I, RegQ45K<DType::Q5_K>>;
+    case DType::Q6_K: return qgemv_reg<I, RegQ6K>;
+    case DType::IQ4_XS: return qgemv_reg<I, RegIq4Xs>;
+    default: return nullptr;
+  }
+}
+#endif
 
 }  // namespace
 
 QGemvFn qgemv_kernel(Isa isa, DType dtype) {
   switch (isa) {
-    case Isa::Scalar: return qgemv_for<DotScalar>(dtype);
+    case Isa::Scalar: return qgemv_scalar(dtype);
 #ifdef ARBITER_CPU_AVX2
-    case Isa::Avx2: return qgemv_for<DotAvx2>(dtype);
+    case Isa::Avx2: return qgemv_registers<I8Madd>(dtype);
 #endif
 #ifdef ARBITER_CPU_AVX512
-    case Isa::Avx512: return qgemv_for<DotAvx512>(dtype);
+    case Isa::Avx512: return qgemv_registers<I8Vnni>(dtype);
 #endif
     default: return nullptr;
   }
