@@ -150,9 +150,10 @@ static int cmd_bench(int argc, char** argv) {
   }
   ARB_CHECK(a.positional().empty(), "[cli] bench: unexpected argument '%s'", a.positional()[0].c_str());
   BenchOptions o;
-  o.n_prompt = a.int_in("n-prompt", 512, 0, std::numeric_limits<int32_t>::max());
-  o.n_gen = a.int_in("n-gen", 128, 0, std::numeric_limits<int32_t>::max());
-  o.reps = a.int_in("reps", 5, 0, std::numeric_limits<int32_t>::max());
+  // Checked before a --synth model is built (minutes for a large preset).
+  o.n_prompt = a.int_in("n-prompt", 512, 1, std::numeric_limits<int32_t>::max());
+  o.n_gen = a.int_in("n-gen", 128, 1, std::numeric_limits<int32_t>::max());
+  o.reps = a.int_in("reps", 5, 1, std::numeric_limits<int32_t>::max());
   o.depth = a.int_in("depth", 0, 0, std::numeric_limits<int32_t>::max());
   o.threads = thread_count(a);
   o.seed = uint64_t(std::max<int64_t>(0, a.integer("seed", 1)));

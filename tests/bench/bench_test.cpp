@@ -349,6 +349,11 @@ TEST(BenchCli, RefusesBadArguments) {
   if (model.empty()) GTEST_SKIP() << "models/stories260K/stories260K.gguf is absent";
   EXPECT_NE(test::run_cli("bench -m " + model + " -p 0").exit_code, 0);
   EXPECT_NE(test::run_cli("bench -m " + model + " -r 0").exit_code, 0);
+  // Refused before --synth builds its model (qwen3-8b: 16 GB in memory).
+  const test::CliResult r0 = test::run_cli_bounded("bench --synth qwen3-8b -r 0", 20);
+  EXPECT_NE(r0.exit_code, 0) << r0.err;
+  EXPECT_NE(r0.exit_code, 124) << "built the model first";
+  EXPECT_NE(r0.err.find("--reps 0 is outside [1,"), std::string::npos) << r0.err;
   EXPECT_NE(test::run_cli("bench -m " + model + " --shapes w1").exit_code, 0);  // no corpus
   EXPECT_NE(test::run_cli("bench -m " + model + " --shapes w7 --corpus /dev/null").exit_code, 0);
   EXPECT_NE(test::run_cli("bench -m /no/such/model").exit_code, 0);
