@@ -393,6 +393,7 @@ class BatchingScheduler : public Scheduler {
     st.steps = steps_;
     return st;
   }
+    st.last_rows = last_rows_;
 
   int max_ctx() const override { return o_.ctx; }
 
@@ -426,7 +427,7 @@ class BatchingScheduler : public Scheduler {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
-  int active_ = 0, waiting_ = 0, last_batch_ = 0, kv_free_ = 0;  // for stats()
+  int active_ = 0, waiting_ = 0, last_batch_ = 0, last_rows_ = 0, kv_free_ = 0;  // for stats()
   int64_t preempted_ = 0, steps_ = 0;
   bool stop_ = false;
   std::thread thread_;
@@ -474,7 +475,8 @@ class BatchingScheduler : public Scheduler {
         held.erase(held.begin() + long(k));
       }
       plan(active, held);
-      const int n = step(active);
+      int rows = 0;
+      const int n = step(active, rows);
       std::lock_guard<std::mutex> lk(mu_);
       last_batch_ = n;
       steps_ += n > 0;
@@ -489,6 +491,7 @@ class BatchingScheduler : public Scheduler {
   }
 
   // Under mu_: preempted sequences first, then the queue, while a slot is free and the pool
+      last_rows_ = rows;
   // holds the sequence's tokens and one more. A queued request that does not fit waits (and
   // those behind it: admission stays in order).
   void admit(std::vector<std::unique_ptr<Seq>>& active, std::deque<std::unique_ptr<Seq>>& held) {
@@ -558,8 +561,8 @@ class BatchingScheduler : public Scheduler {
   }
 
   // One batched forward of the planned rows, then each sequence that caught up with its
-  // tokens takes its next one. Returns the sequences it advanced.
-  int step(std::vector<std::unique_ptr<Seq>>& active) {
+  // tokens takes its next one. Returns the sequences it advanced; rows: the forward's rows.
+  int step(std::vector<std::unique_ptr<Seq>>& active, int& rows) {
     std::vector<BatchSeq> batch;
     std::vector<Seq*> in;
     std::vector<int32_t> ids;
@@ -600,6 +603,7 @@ class BatchingScheduler : public Scheduler {
       error = e.what();
       for (Seq* q : in) done.emplace_back(q, FinishReason::Error);
     }
+    rows = int(ids.size());
     for (auto& [q, f] : done) {
       finish(*q, f, f == FinishReason::Error ? error : std::string());
       auto it = std::find_if(active.begin(), active.end(), [&](const auto& p) { return p.get() == q; });
