@@ -355,7 +355,9 @@ class BatchingScheduler : public Scheduler {
     const std::string why = batching_problem(m, be);
     ARB_CHECK(why.empty(), "%s", why.c_str());
     be_.prepare(prepare_spec(m));
-    state_ = m.arch->make_batch_state(m, be, pool_.total() * kKvBlockRows, o.step_tokens);
+    state_ = m.arch->make_batch_state(m, be, pool_.total() * kKvBlockRows, o.step_tokens, o.slots);
+    // Handed out lowest first, as the blocks are.
+    for (int k = o.slots - 1; k >= 0; --k) free_slots_.push_back(k);
     be_.set_row_invariant(true);
     kv_free_ = pool_.total();
     thread_ = std::thread([this] { loop(); });
@@ -391,9 +393,9 @@ class BatchingScheduler : public Scheduler {
     st.kv_free = kv_free_;
     st.preempted = preempted_;
     st.steps = steps_;
+    st.last_rows = last_rows_;
     return st;
   }
-    st.last_rows = last_rows_;
 
   int max_ctx() const override { return o_.ctx; }
 
@@ -408,6 +410,7 @@ class BatchingScheduler : public Scheduler {
     std::unique_ptr<Sampler> sampler;
     std::vector<int32_t> generated;
     std::vector<int32_t> table;  // its blocks, in position order
+    int slot = -1;               // its recurrent-state slot (BatchSeq::slot) while active
     int fed = 0;                 // positions whose K/V are in the pool
     bool prompt_done = false;    // the prompt was fed once (its echo event went out)
     std::vector<TokenLogprob> echo;  // prompt logprobs gathered over the prefill's chunks
@@ -423,6 +426,7 @@ class BatchingScheduler : public Scheduler {
   Backend& be_;
   const BatchingOptions o_;
   KvPool pool_;  // engine thread only
+  std::vector<int> free_slots_;  // engine thread only: state slots no active sequence holds
   std::unique_ptr<ForwardState> state_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -437,9 +441,17 @@ class BatchingScheduler : public Scheduler {
     return o.kv_blocks > 0 ? o.kv_blocks : o.slots * ((o.ctx + kKvBlockRows - 1) / kKvBlockRows);
   }
 
+  // A sequence leaving the active set gives back its blocks and its state slot (a preempted
+  // one is recomputed from position 0, which starts its state afresh in whatever slot).
+  void release(Seq& q) {
+    pool_.release(q.table);
+    if (q.slot >= 0) free_slots_.push_back(q.slot);
+    q.slot = -1;
+  }
+
   // The blocks go back before the stream hears of its end, so stats() already counts them.
   void finish(Seq& q, FinishReason f, const std::string& error = {}) {
-    pool_.release(q.table);
+    release(q);
     {
       std::lock_guard<std::mutex> lk(mu_);
       kv_free_ = pool_.free();
@@ -479,6 +491,7 @@ class BatchingScheduler : public Scheduler {
       const int n = step(active, rows);
       std::lock_guard<std::mutex> lk(mu_);
       last_batch_ = n;
+      last_rows_ = rows;
       steps_ += n > 0;
       active_ = int(active.size());
       waiting_ = int(held.size());
@@ -490,8 +503,16 @@ class BatchingScheduler : public Scheduler {
     for (Pending& p : queue_) end_stream(*p.stream, FinishReason::Cancelled);
   }
 
+  // A slot for a sequence becoming active: one is always free, as active sequences are at most
+  // o_.slots and only they hold one.
+  int take_slot() {
+    ARB_ASSERT(!free_slots_.empty());
+    const int k = free_slots_.back();
+    free_slots_.pop_back();
+    return k;
+  }
+
   // Under mu_: preempted sequences first, then the queue, while a slot is free and the pool
-      last_rows_ = rows;
   // holds the sequence's tokens and one more. A queued request that does not fit waits (and
   // those behind it: admission stays in order).
   void admit(std::vector<std::unique_ptr<Seq>>& active, std::deque<std::unique_ptr<Seq>>& held) {
@@ -501,6 +522,7 @@ class BatchingScheduler : public Scheduler {
         if (!pool_.grow(held.front()->table, held.front()->tokens() + 1)) break;
         q = std::move(held.front());
         held.pop_front();
+        q->slot = take_slot();
       } else if (!queue_.empty()) {
         Pending& p = queue_.front();
         if (p.stream->cancelled()) {
@@ -514,6 +536,7 @@ class BatchingScheduler : public Scheduler {
         q->stream = std::move(p.stream);
         q->sampler = std::make_unique<Sampler>(q->req.sampling);
         q->order = next_order_++;
+        q->slot = take_slot();
         queue_.pop_front();
       } else {
         break;
@@ -550,7 +573,7 @@ class BatchingScheduler : public Scheduler {
   void preempt(std::vector<std::unique_ptr<Seq>>& active, std::deque<std::unique_ptr<Seq>>& held, size_t y) {
     std::unique_ptr<Seq> q = std::move(active[y]);
     active.erase(active.begin() + long(y));
-    pool_.release(q->table);
+    release(*q);
     q->fed = 0;
     q->T = 0;
     if (!q->prompt_done) q->echo.clear();
@@ -572,6 +595,7 @@ class BatchingScheduler : public Scheduler {
       b.T = q->T;
       b.pos0 = q->fed;
       b.pages = {q->table.data(), int(q->table.size()), kKvBlockRows};
+      b.slot = q->slot;
       const bool echo = !q->prompt_done && q->req.prompt_logprobs >= 0;
       b.logits = echo ? BatchSeq::Logits::All
                       : q->fed + q->T == q->tokens() ? BatchSeq::Logits::Last : BatchSeq::Logits::None;
@@ -579,6 +603,7 @@ class BatchingScheduler : public Scheduler {
       batch.push_back(b);
       in.push_back(q.get());
     }
+    rows = int(ids.size());
     if (batch.empty()) return 0;
     std::vector<std::pair<Seq*, FinishReason>> done;
     std::string error;
@@ -603,7 +628,6 @@ class BatchingScheduler : public Scheduler {
       error = e.what();
       for (Seq* q : in) done.emplace_back(q, FinishReason::Error);
     }
-    rows = int(ids.size());
     for (auto& [q, f] : done) {
       finish(*q, f, f == FinishReason::Error ? error : std::string());
       auto it = std::find_if(active.begin(), active.end(), [&](const auto& p) { return p.get() == q; });
@@ -645,7 +669,7 @@ class BatchingScheduler : public Scheduler {
 }  // namespace
 
 std::string batching_problem(const Model& m, Backend& be) {
-  if (!m.arch->make_batch_state(m, be, kKvBlockRows, 1))
+  if (!m.arch->make_batch_state(m, be, kKvBlockRows, 1, 1))
     return "[scheduler] continuous batching: the " + m.arch->family() + " family (" + m.config.arch +
            ") has no batched forward yet";
   try {

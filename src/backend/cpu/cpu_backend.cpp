@@ -322,11 +322,12 @@ class CpuBackend final : public Backend {
 
   void attention_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
                        const KvPages& pages, int T, int pos0, int H, int Hkv, int Dh, int window,
-                       Buffer& out) override {
-    stats_.record("attention", "cpu.attention_paged" + suffix_);
+                       const AttentionScores& scores, Buffer& out) override {
+    const bool plain = scores.scale == 0 && scores.softcap == 0;
+    stats_.record(plain ? "attention" : "scaled_attention", "cpu.attention_paged" + suffix_);
     check_kv_pages(k_pool, v_pool, Hkv * Dh, pages, pos0 + T, "cpu");
-    attend(q, k_pool, v_pool, T, pos0, H, Hkv, Dh, window, 1.0 / std::sqrt(double(Dh)), 0, out,
-           &pages);
+    attend(q, k_pool, v_pool, T, pos0, H, Hkv, Dh, window,
+           plain ? 1.0 / std::sqrt(double(Dh)) : scores.scale, scores.softcap, out, &pages);
   }
 
   void set_row_invariant(bool on) override { row_invariant_ = on; }
