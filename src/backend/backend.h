@@ -182,7 +182,9 @@ class Backend {
   /// Asks for matmuls whose every output row is bitwise a function of its input row alone,
   /// whatever T and the row's place among the T (continuous batching's batch invariance).
   /// ref's always are; cpu then runs its own GEMM at every T, T == 1 included, where it
-  /// otherwise runs the GEMV (whose sums are ordered otherwise). The default refuses `on`.
+  /// otherwise runs the GEMV (whose sums are ordered otherwise), and ssm_scan's recurrence at
+  /// every T (its chunked form's sums depend on where a forward starts a chunk, which the
+  /// batch decides). The default refuses `on`.
   virtual void set_row_invariant(bool on);
 
   /// out[n] = silu(gate[n]) * up[n]

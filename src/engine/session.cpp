@@ -162,7 +162,7 @@ void Session::set_batch_with(int n) {
   ARB_CHECK(!inject_.active && !observer_,
             "[session] --batch-with: the batched forward runs no stage hooks (no --inject, drift or "
             "opcheck with it)");
-  ARB_CHECK(m_.config.router.n_experts == 0,
+  ARB_CHECK(m_.config.router.n_experts == 0 && m_.config.moe_experts == 0,
             "[session] --batch-with: the batched forward keeps no route log, which traces of MoE "
             "models record (%s)", m_.config.arch.c_str());
   // Companion j feeds 1 + j % 3 rows a forward and restarts after 24 + 11 j positions (so

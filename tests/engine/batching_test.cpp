@@ -2,12 +2,12 @@
 // forward, engine/kv_pool.h) without HTTP:
 // - the batched forward: sequences at their own positions, K/V in scattered blocks, give the
 //   logits of each sequence run alone through a Session, bit for bit (ref; cpu with its
-//   row-invariant matmuls), on the llama, qwen3, mistral, qwen2-moe and gemma2/3 fixtures
-//   (sliding layers);
+//   row-invariant matmuls), on a fixture of every family: llama, qwen3, mistral, qwen2-moe,
+//   gemma2/3 (sliding layers), the hybrids (recurrent state per slot);
 // - on ref, the batching scheduler's streams (greedy, sampled, penalised, logprobs, echo)
 //   equal the time-slice scheduler's: the same arithmetic, reached another way;
 // - batch invariance: greedy outputs alone and in batches of 2, 7 and 64 are identical (ref, cpu);
-//   alone and in batches of 2 and 7 on the gemma fixtures, past the sliding window;
+//   alone and in batches of 2 and 7 on the gemma and hybrid fixtures, past the sliding window;
 // - a tiny pool: admission waits, preemption recomputes, no sequence lost or changed;
 // - a cancel frees the sequence's blocks within one step; refusals name the reason.
 #include <gtest/gtest.h>
@@ -159,6 +159,39 @@ TEST(Batching, BatchedForwardOfGemmaEqualsEachSequenceAloneBitForBit) {
     for (const char* d : {"ref", "cpu"}) batched_forward_equals_sessions(f, DeviceSpec{d});
 }
 
+// Each sequence's Mamba2 states live in their own slot: a slot mixed up or not started afresh
+// changes the logits. The chunk size (16) is crossed by the 17-token first forward.
+TEST(Batching, BatchedForwardOfTheHybridsEqualsEachSequenceAloneBitForBit) {
+  for (const char* f : {"tests/fixtures/models/tiny-granite-h", "tests/fixtures/models/tiny-granite-h-moe",
+                        "tests/fixtures/models/tiny-nemotron-h"})
+    for (const char* d : {"ref", "cpu"}) batched_forward_equals_sessions(f, DeviceSpec{d});
+}
+
+TEST(Batching, RefusesTwoSequencesInOneStateSlot) {
+  auto m = load_model(test::source_path("tests/fixtures/models/tiny-granite-h"));
+  auto be = make_backend(DeviceSpec{"ref"});
+  auto st = m->arch->make_batch_state(*m, *be, 64, 8, 2);
+  const std::vector<int32_t> blocks = {0, 1}, ids = {1, 2};
+  std::vector<BatchSeq> batch(2);
+  for (int i = 0; i < 2; ++i) {
+    batch[size_t(i)].T = 1;
+    batch[size_t(i)].pages = {blocks.data() + i, 1, 16};
+    batch[size_t(i)].slot = 1;
+  }
+  ForwardArgs a;
+  a.ids = ids.data();
+  a.T = 2;
+  a.batch = &batch;
+  try {
+    m->arch->forward(*m, *be, *st, a);
+    FAIL() << "two sequences in one slot were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("two batch sequences in state slot 1"), std::string::npos) << e.what();
+  }
+  batch[0].slot = 2;  // outside the state's 2 slots
+  EXPECT_THROW(m->arch->forward(*m, *be, *st, a), Error);
+}
+
 // ---- the scheduler -------------------------------------------------------------------------
 
 // On ref every path computes the same bits, so the batching scheduler must stream exactly
@@ -249,11 +282,11 @@ void batch_invariance(const DeviceSpec& dev) {
 TEST(Batching, GreedyOutputsEqualAloneAndInBatchesOf2_7_64OnRef) { batch_invariance(DeviceSpec{"ref"}); }
 TEST(Batching, GreedyOutputsEqualAloneAndInBatchesOf2_7_64OnCpu) { batch_invariance(DeviceSpec{"cpu"}); }
 
-// The same on a fixture of the gemma family, from token ids: 7 prompts of 3 to 27
-// tokens and 12 greedy tokens each, so that most run past the sliding window (16, 24). Alone
-// each prompt is one forward; in the batches (step_tokens 16) it is cut in chunks where the
-// others leave room, so a result that depended on where a prefill's forwards start (a sliding
-// layer's first key) shows.
+// The same on a fixture of the gemma or hybrid family, from token ids: 7 prompts of 3 to 27
+// tokens and 12 greedy tokens each, so that most run past the sliding window (gemma: 16, 24)
+// and the scan's chunk (the hybrids: 16). Alone each prompt is one forward; in the batches
+// (step_tokens 16) it is cut in chunks where the others leave room, so a result that depended
+// on where a prefill's forwards start (the chunked scan, a sliding layer's first key) shows.
 void fixture_invariance(const std::string& model, const DeviceSpec& dev) {
   auto m = load_model(test::source_path(model));
   auto be = make_backend(dev);
@@ -294,6 +327,11 @@ TEST(Batching, GreedyOutputsOfGemmaEqualAloneAndInBatchesOf2_7) {
     for (const char* d : {"ref", "cpu"}) fixture_invariance(f, DeviceSpec{d});
 }
 
+TEST(Batching, GreedyOutputsOfTheHybridsEqualAloneAndInBatchesOf2_7) {
+  for (const char* f : {"tests/fixtures/models/tiny-granite-h", "tests/fixtures/models/tiny-granite-h-moe",
+                        "tests/fixtures/models/tiny-nemotron-h"})
+    for (const char* d : {"ref", "cpu"}) fixture_invariance(f, DeviceSpec{d});
+}
 
 // A pool of exactly one context (3 blocks of 16 for ctx 48) shared by 7 sequences that each
 // need 2 blocks: admission waits, growth preempts; every output still equals its alone output.
@@ -399,9 +437,11 @@ void session_inside_a_batch(const std::string& model) {
   }
 }
 
-// qwen3, and gemma3 (past its window of 16).
+// qwen3, and gemma3 (past its window of 16) and granite-h (its companions' Mamba2 states in
+// their own slots, restarted when they restart).
 TEST(Batching, ASessionInsideABatchComputesTheSameRows) {
-  for (const char* f : {"tests/fixtures/models/tiny-qwen3", "tests/fixtures/models/tiny-gemma3"})
+  for (const char* f : {"tests/fixtures/models/tiny-qwen3", "tests/fixtures/models/tiny-gemma3",
+                        "tests/fixtures/models/tiny-granite-h"})
     session_inside_a_batch(f);
 }
 

@@ -399,7 +399,9 @@ class CpuBackend final : public Backend {
     a.state = f32(state);
     a.y = f32(y);
     // The decode step runs the recurrence; a prefill the chunked form, as HF does (backend.h).
-    if (T == 1) {
+    // Row-invariant (continuous batching): the recurrence at every T, since the chunked
+    // form's sums depend on where a prefill's chunks start, which the batch decides.
+    if (T == 1 || row_invariant_) {
       stats_.record("ssm_scan", "cpu.ssm_scan");
       ssm_scan_f32(a, pool_);
     } else {
@@ -575,7 +577,7 @@ class CpuBackend final : public Backend {
   bool hugepage_weights_;
   bool act_quant_;
   ActQ8 xq_;  // a T == 1 matmul's x quantized (act_quant_)
-  bool row_invariant_ = false;  // set_row_invariant: the own GEMM at every T
+  bool row_invariant_ = false;  // set_row_invariant: the own GEMM, the scan's recurrence at every T
   struct Copy {
     const void* ptr;
     size_t bytes;
