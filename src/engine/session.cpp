@@ -162,9 +162,6 @@ void Session::set_batch_with(int n) {
   ARB_CHECK(!inject_.active && !observer_,
             "[session] --batch-with: the batched forward runs no stage hooks (no --inject, drift or "
             "opcheck with it)");
-  ARB_CHECK(m_.config.router.n_experts == 0 && m_.config.moe_experts == 0,
-            "[session] --batch-with: the batched forward keeps no route log, which traces of MoE "
-            "models record (%s)", m_.config.arch.c_str());
   // Companion j feeds 1 + j % 3 rows a forward and restarts after 24 + 11 j positions (so
   // their positions differ); this sequence's pages come first in the pool.
   int blocks = (state_->max_ctx + kKvBlockRows - 1) / kKvBlockRows, rows = 0;
@@ -239,6 +236,8 @@ void Session::run_batched(const int32_t* ids, int T, bool logits) {
   a.ids = all.data();
   a.T = int(all.size());
   a.batch = &batch;
+  a.routes = routes_;  // this sequence's routing alone (a trace's, drift's)
+  a.routes_seq = int(half);
   m_.arch->forward(m_, be_, *batch_state_, a);
 }
 

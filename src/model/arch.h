@@ -47,8 +47,10 @@ struct ForwardArgs {
   bool logits = true;
   RouteLog* routes = nullptr;
   /// Continuous batching: the T rows belong to these sequences, in order (their T sum to T;
-  /// pos0 and logits are unused; no hook, no routes). The state is make_batch_state's.
+  /// pos0 and logits are unused; no hook; routes logs sequence routes_seq's rows alone, at
+  /// its positions). The state is make_batch_state's.
   const std::vector<BatchSeq>* batch = nullptr;
+  int routes_seq = -1;
 };
 
 /// One sequence of a batched forward: the next T rows of ids, at positions pos0.., its K/V in

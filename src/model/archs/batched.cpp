@@ -5,8 +5,10 @@
 namespace arbiter {
 
 void check_batch(const ForwardArgs& a, int seqs) {
-  ARB_CHECK(!a.hook && !a.routes && a.ids,
-            "[model] a batched forward runs no stage hooks, route logs or picked tokens");
+  ARB_CHECK(!a.hook && a.ids, "[model] a batched forward runs no stage hooks or picked tokens");
+  ARB_CHECK(!a.routes || (a.routes_seq >= 0 && a.routes_seq < int(a.batch->size())),
+            "[model] a batched forward's route log names sequence %d of %zu", a.routes_seq,
+            a.batch->size());
   int rows = 0;
   for (const BatchSeq& q : *a.batch) {
     ARB_CHECK(q.T >= 1 && q.pos0 >= 0, "[model] batch sequence of %d rows at %d", q.T, q.pos0);
@@ -15,6 +17,14 @@ void check_batch(const ForwardArgs& a, int seqs) {
     rows += q.T;
   }
   ARB_CHECK(rows == a.T, "[model] batch sequences hold %d rows, the forward %d", rows, a.T);
+}
+
+Stages batch_stages(const ForwardArgs& a) {
+  if (!a.routes) return Stages(nullptr, 0, a.T);
+  int r0 = 0;
+  for (int i = 0; i < a.routes_seq; ++i) r0 += (*a.batch)[size_t(i)].T;
+  const BatchSeq& q = (*a.batch)[size_t(a.routes_seq)];
+  return Stages(nullptr, q.pos0, a.T, a.routes, r0, q.T);
 }
 
 Buffer batch_rows(const Buffer& b, int r, int n, int width) {

@@ -10,10 +10,15 @@
 
 namespace arbiter {
 
-/// Refuses (ARB_CHECK) what no batched forward runs: stage hooks, route logs, picked tokens,
-/// sequences whose rows do not add up to a.T, and a recurrent-state slot outside [0, seqs)
-/// (seqs 0: the family keeps no per-sequence state, slots are not read).
+/// Refuses (ARB_CHECK) what no batched forward runs: stage hooks, picked tokens, a route log
+/// without the one sequence it logs (routes_seq), sequences whose rows do not add up to a.T,
+/// and a recurrent-state slot outside [0, seqs) (seqs 0: the family keeps no per-sequence
+/// state, slots are not read).
 void check_batch(const ForwardArgs& a, int seqs = 0);
+
+/// The Stages of a batched forward: no hook; the route log, if any, gets sequence
+/// a.routes_seq's rows at its positions.
+Stages batch_stages(const ForwardArgs& a);
 
 /// Rows [r, r + n) of a [rows, width] buffer, as a buffer of its own (same storage).
 Buffer batch_rows(const Buffer& b, int r, int n, int width);

@@ -553,7 +553,7 @@ void Hybrid::forward(const Model& m, Backend& be, ForwardState& state,
               "cannot rewind; start again at 0)",
               c.arch.c_str(), q.pos0, held);
   }
-  const Stages tap(a.hook, pos0, T, a.routes);
+  const Stages tap = a.batch ? batch_stages(a) : Stages(a.hook, pos0, T, a.routes);
 
   const Tensor& embed = w.global(kEmbed);
   if (a.ids) be.embed(embed, a.ids, T, s.x);  // x [T, D]

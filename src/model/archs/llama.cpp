@@ -274,7 +274,7 @@ class Llama final : public Arch {
     const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim, F = c.d_ff;
     const int q_dim = H * Dh, kv_dim = Hkv * Dh;
     const double eps = c.norm_eps;
-    const Stages tap(a.hook, pos0, T, a.routes);
+    const Stages tap = a.batch ? batch_stages(a) : Stages(a.hook, pos0, T, a.routes);
 
     if (a.ids) be.embed(w.global(kEmbed), a.ids, T, s.x);  // x [T, D]
     else be.embed_picked(w.global(kEmbed), s.x);
