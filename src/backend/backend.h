@@ -295,7 +295,20 @@ class Backend {
   // the stages a kernel never writes out). A null tap leaves its stage alone.
 
   /// Applies a tap to out [rows, cols] through read()/write(): the host path of every tier.
+  /// It hands the input rounding of the op just run (measure_input_rounding) to the tap's
+  /// record and forgets it, so it never reaches another stage.
   void apply_tap(const StageTap* tap, Buffer& out, int rows, int cols);
+
+  /// drift and opcheck turn this on for their runs: an op that rounds its inputs beyond the
+  /// activations' storage type (the cpu tier's T == 1 matmuls of ggml block formats, which
+  /// quantize x to 8-bit codes) then notes, per output element, the squared error that
+  /// rounding can add (input_rounding_), for the stage bound of docs/localize.md. Off, the
+  /// ops pay nothing for it.
+  void measure_input_rounding(bool on) {
+    measure_input_rounding_ = on;
+    input_rounding_.clear();
+    input_rounding_lost_ = false;
+  }
 
   /// norm(x; w, eps) as nw says: rmsnorm() or rmsnorm_1p().
   void norm(const Buffer& x, const Tensor& w, NormWeight nw, int R, int N, double eps,
@@ -395,6 +408,26 @@ class Backend {
 
  protected:
   OpStats stats_;
+  bool measure_input_rounding_ = false;
+  /// Per output element of the latest op that rounded its inputs beyond the storage type
+  /// (while measure_input_rounding_): sum_k (|w_k| r_k)^2, r_k the largest rounding of input
+  /// k; empty otherwise. apply_tap consumes it.
+  std::vector<double> input_rounding_;
+  /// Set when an op's input_rounding_ was replaced before a tap or a composite took it
+  /// (a composite that does not account for its inner matmuls: Qwen2-MoE's shared expert).
+  bool input_rounding_lost_ = false;
+  /// An op that may round its inputs calls this first: the rounding left by the op before
+  /// it, if nobody took it, is lost.
+  void begin_input_rounding() {
+    if (!input_rounding_.empty()) input_rounding_lost_ = true;
+    input_rounding_.clear();
+  }
+  /// input_rounding_, emptied (a composite op takes each inner matmul's).
+  std::vector<double> take_input_rounding() {
+    std::vector<double> r = std::move(input_rounding_);
+    input_rounding_.clear();
+    return r;
+  }
   /// qk_rope_store's norms and RoPEs (with their taps), before the store.
   void qk_norm_rope(Buffer& q, Buffer& k, const Tensor* q_norm, const Tensor* k_norm,
                     NormWeight qk_nw, double eps, int T, int H, int Hkv, int Dh, int pos0,

@@ -13,6 +13,10 @@ namespace arbiter {
 ///  2. record:    *record = out as f64 [rows*cols]     (capture for drift and opcheck)
 ///  3. overwrite: out = *overwrite rounded to the tier's type (replay: the next op reads the
 ///                other side's value, so each stage's error is measured alone)
+/// and, with record, input_rounding: *input_rounding = the squared error that the op's own
+/// rounding of its inputs, beyond the activations' storage type, can add to this output,
+/// summed over its elements (the cpu tier's decode matmuls on 8-bit activation codes:
+/// Backend::measure_input_rounding); 0 when the op rounded nothing more.
 /// A tier computes the fault in its own arithmetic (f64 on the host path, f32 inside a fused
 /// kernel), then rounds once to the stage's storage type.
 struct StageTap {
@@ -21,6 +25,7 @@ struct StageTap {
   std::vector<double> noise;
   std::vector<double>* record = nullptr;
   const std::vector<double>* overwrite = nullptr;
+  double* input_rounding = nullptr;
 };
 
 }  // namespace arbiter

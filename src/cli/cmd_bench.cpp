@@ -81,7 +81,7 @@ BenchTrace time_trace(const Model& m, Backend& be, const std::string& shape, con
 // --concurrency: continuous batching's aggregate decode rate and first-token latency per
 // number of concurrent streams, each next to the single stream's (a Markdown table).
 int bench_concurrency(const Args& a, const Model& m, Backend& be, const BenchOptions& o) {
-  for (const char* k : {"shapes", "json", "json-out", "depth"})
+  for (const char* k : {"shapes", "json", "depth"})
     ARB_CHECK(!a.has(k), "[cli] bench: --%s does not go with --concurrency", k);
   std::vector<int> levels;
   for (const std::string& x : split_commas(a.str("concurrency"))) {
@@ -92,18 +92,29 @@ int bench_concurrency(const Args& a, const Model& m, Backend& be, const BenchOpt
     levels.push_back(int(v));
   }
   ARB_CHECK(!levels.empty(), "[cli] bench: --concurrency needs at least one count");
-  TextTable t({{"streams"}, {"ttft ms"}, {"decode tok/s"}, {"per stream"}, {"x single"}});
+  TextTable t({{"streams"}, {"ttft ms"}, {"decode tok/s"}, {"per stream"}, {"x single"}, {"limit tok/s"}, {"bound"},
+               {"of the limit"}});
+  std::vector<BatchBenchResult> results;
   double single = 0;
   for (int n : levels) {
     progress_note("bench", strformat("continuous batching, %d stream(s) ...", n));
-    const BatchBenchResult r = run_batch_bench(m, be, n, o);
+    const BatchBenchResult& r = results.emplace_back(run_batch_bench(m, be, n, o));
     const double d = r.decode_tok_s.median;
     if (n == 1) single = d;
+    const bool lim = !r.bound.empty();
     t.row({std::to_string(n), strformat("%.1f", r.ttft_ms.median), strformat("%.1f", d), strformat("%.1f", d / n),
-           single > 0 ? strformat("%.2f", d / single) : "-"});
+           single > 0 ? strformat("%.2f", d / single) : "-",
+           lim ? strformat("%.1f", std::min(r.bandwidth_limit_tok_s, r.compute_limit_tok_s)) : "-",
+           lim ? r.bound : "-", lim ? strformat("%.3f", r.fraction) : "-"});
   }
-  std::printf("continuous batching on %s: %s, -p %d -n %d, medians of %d (docs/serve.md)\n\n%s",
-              be.device_name().c_str(), o.model_path.c_str(), o.n_prompt, o.n_gen, o.reps, t.markdown().c_str());
+  std::printf("continuous batching on %s: %s, -p %d -n %d, medians of %d (docs/serve.md)\n\n%s", be.device_name().c_str(),
+              o.model_path.c_str(), o.n_prompt, o.n_gen, o.reps, t.markdown().c_str());
+  if (!results.empty() && !results.front().bound.empty())
+    std::printf("\nlimits (roofline at the decode's mean context %.1f; docs/performance.md):\n"
+                "  read bandwidth  %.1f GB/s median: %s\n  compute peak    %.1f GFLOP/s median: %s\n",
+                results.front().context, results.back().bandwidth_gbs.median, results.back().bandwidth_source.c_str(),
+                results.back().peak_gflops.median, results.back().peak_source.c_str());
+  if (a.has("json-out")) write_file_atomic(a.str("json-out"), batch_bench_json(results, o, be.device_name()), "[bench]");
   return 0;
 }
 

@@ -128,6 +128,72 @@ double tier_matmul_gflops(const Model& m, Backend& be, int T) {
   return flops / time / 1e9;
 }
 
+// The limit probes, run once per repetition (interleaved with the timed tests: the host is
+// noisy), their samples kept for the run's medians (docs/performance.md).
+struct LimitProbes {
+  LimitProbes(const Model& m, Backend& be, bool host_tier, int threads, int T)
+      : m(m), be(be), host_tier(host_tier), threads(threads), T(T) {}
+  const Model& m;
+  Backend& be;
+  const bool host_tier;
+  const int threads, T;  // probe threads (host tiers); the rows of a tier's matmul probe
+  std::vector<double> bw, mm;  // GB/s, GFLOP/s
+  bool bw_from_add = false;    // a tier without a read probe: the add op's lower bound
+  std::string peak_source;     // set when a peak probe (tier or host) served the limit
+
+  // One round; returns its medians (bandwidth, peak).
+  std::pair<double, double> run() {
+    const size_t bw0 = bw.size(), mm0 = mm.size();
+    // Compute peak: the tier's own probe (cpu: the f32 FMA peak of its ISA on its threads);
+    // the ref tier has none and is held to the host's widest f32 FMA peak on -t threads;
+    // a device tier without one gets its matmul on the model's shapes.
+    auto g = be.peak_gflops(2, &peak_source);
+    if (g.empty() && host_tier) {
+      g = cpu::measure_fma_gflops(cpu::best_isa(), threads, 2);
+      peak_source = cpu::fma_probe_source(cpu::best_isa(), threads, 2);
+    }
+    if (!g.empty()) mm.insert(mm.end(), g.begin(), g.end());
+    if (host_tier) {
+      auto b = cpu::measure_host_read_bandwidth(size_t(1) << 30, threads, 3);
+      bw.insert(bw.end(), b.begin(), b.end());
+    } else {
+      // The tier's own device read probe when it has one (cuda: a 2 GiB streaming read);
+      // otherwise the add op's lower bound.
+      auto b = be.read_bandwidth_gbs(3);
+      if (b.empty()) {
+        b = tier_add_bandwidth(be, 3);
+        bw_from_add = true;
+      }
+      bw.insert(bw.end(), b.begin(), b.end());
+      if (g.empty()) mm.push_back(tier_matmul_gflops(m, be, T));
+    }
+    return {bench_stat(std::vector<double>(bw.begin() + long(bw0), bw.end())).median,
+            bench_stat(std::vector<double>(mm.begin() + long(mm0), mm.end())).median};
+  }
+  std::string bandwidth_source() const {
+    if (host_tier)
+      return strformat("host streaming read of 1 GiB (MADV_HUGEPAGE), %d threads, 3 passes per rep", threads);
+    return bw_from_add ? "the tier's add op over 2 x 256 MiB buffers (3 bytes moved per byte added; lower bound)"
+                       : "the tier's device read probe: 2 GiB streamed with 16-byte loads, 3 passes per rep "
+                         "(CUDA events)";
+  }
+  std::string matmul_source() const {
+    return !peak_source.empty()
+               ? peak_source
+               : strformat("the tier's matmul on the model's weight shapes at M = %d, weighted per forward", T);
+  }
+};
+
+// Bytes of one element of the tier's KV cache (its compute type).
+int kv_elem_bytes(Backend& be) {
+  Buffer b = be.alloc(1);
+  const int e = int(dtype_bytes(b.dtype, 1));
+  be.free(b);
+  return e;
+}
+
+bool is_host_tier(const std::string& device) { return device.rfind("cpu", 0) == 0 || device.rfind("ref", 0) == 0; }
+
 // --- host facts ---------------------------------------------------------------------------
 
 std::string host_cpu_name() {
@@ -193,7 +259,7 @@ BenchStat bench_stat(const std::vector<double>& xs) {
 }
 
 double decode_bytes_per_token(const Model& m, double ctx, int kv_elem_bytes, double* weights) {
-  const double w = m.arch->weight_bytes_per_token(m);
+  const double w = m.arch->weight_bytes_per_step(m);
   if (weights) *weights = w;
   return w + m.arch->state_bytes_per_token(m.config, ctx, kv_elem_bytes);
 }
@@ -226,13 +292,11 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
   r.build = std::string(kVersion) + " " + kGitCommit;
 
   const int P = opt.n_prompt, N = opt.n_gen, Dp = opt.depth;
-  const bool host_tier = r.device.rfind("cpu", 0) == 0 || r.device.rfind("ref", 0) == 0;
+  const bool host_tier = is_host_tier(r.device);
   Session s(m, be, Dp + std::max(P, N) + 1, std::min(P, 512));
   r.state_bytes = s.state_bytes();
   r.state_ctx = s.max_ctx();
-  Buffer kvp = be.alloc(1);
-  const int kv_elem = int(dtype_bytes(kvp.dtype, 1));
-  be.free(kvp);
+  const int kv_elem = kv_elem_bytes(be);
   const std::vector<int32_t> prompt = bench_ids(opt.seed, P, c.vocab);
   const std::vector<int32_t> context = bench_ids(opt.seed + 1, Dp, c.vocab);
 
@@ -279,38 +343,12 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
     (void)s.take_pick();
     return n / secs(t0, Clock::now());
   };
-  std::vector<double> bw, mm, pp, tg, ttft;
+  std::vector<double> pp, tg, ttft;
+  LimitProbes probes(m, be, host_tier, r.threads, P);
   double rep_bw = 0, rep_mm = 0;  // this repetition's probe medians
-  bool bw_from_add = false;       // a tier without a read probe: the add op's lower bound
-  std::string peak_source;        // set when a peak probe (tier or host) served the limit
   auto probe = [&] {
     if (!opt.probes) return;
-    const size_t bw0 = bw.size(), mm0 = mm.size();
-    // Compute peak: the tier's own probe (cpu: the f32 FMA peak of its ISA on its threads);
-    // the ref tier has none and is held to the host's widest f32 FMA peak on -t threads;
-    // a device tier without one gets its matmul on the model's shapes.
-    auto g = be.peak_gflops(2, &peak_source);
-    if (g.empty() && host_tier) {
-      g = cpu::measure_fma_gflops(cpu::best_isa(), r.threads, 2);
-      peak_source = cpu::fma_probe_source(cpu::best_isa(), r.threads, 2);
-    }
-    if (!g.empty()) mm.insert(mm.end(), g.begin(), g.end());
-    if (host_tier) {
-      auto b = cpu::measure_host_read_bandwidth(size_t(1) << 30, r.threads, 3);
-      bw.insert(bw.end(), b.begin(), b.end());
-    } else {
-      // The tier's own device read probe when it has one (cuda: a 2 GiB streaming read);
-      // otherwise the add op's lower bound.
-      auto b = be.read_bandwidth_gbs(3);
-      if (b.empty()) {
-        b = tier_add_bandwidth(be, 3);
-        bw_from_add = true;
-      }
-      bw.insert(bw.end(), b.begin(), b.end());
-      if (g.empty()) mm.push_back(tier_matmul_gflops(m, be, P));
-    }
-    rep_bw = bench_stat(std::vector<double>(bw.begin() + long(bw0), bw.end())).median;
-    rep_mm = bench_stat(std::vector<double>(mm.begin() + long(mm0), mm.end())).median;
+    std::tie(rep_bw, rep_mm) = probes.run();
     after_probe();
   };
 
@@ -344,28 +382,18 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
       pfrac.push_back(t * pflops / (rep_mm * 1e9));
     }
     say(strformat("rep %d/%d: pp%d %.2f tok/s, tg%d %.2f tok/s%s", rep + 1, opt.reps, P, t, N, tg.back(),
-                  bw.empty() ? "" : strformat(", bandwidth %.1f GB/s", bw.back()).c_str()));
+                  probes.bw.empty() ? "" : strformat(", bandwidth %.1f GB/s", probes.bw.back()).c_str()));
   }
   r.pp_tok_s = bench_stat(pp);
   r.tg_tok_s = bench_stat(tg);
   r.ttft_ms = bench_stat(ttft);
-  r.bandwidth_gbs = bench_stat(bw);
-  r.matmul_gflops = bench_stat(mm);
+  r.bandwidth_gbs = bench_stat(probes.bw);
+  r.matmul_gflops = bench_stat(probes.mm);
   r.decode_fraction_per_rep = bench_stat(dfrac);
   r.prefill_fraction_per_rep = bench_stat(pfrac);
   if (opt.probes) {
-    if (host_tier) {
-      r.bandwidth_source = strformat("host streaming read of 1 GiB (MADV_HUGEPAGE), %d threads, 3 passes per rep",
-                                     r.threads);
-    } else {
-      r.bandwidth_source =
-          bw_from_add ? "the tier's add op over 2 x 256 MiB buffers (3 bytes moved per byte added; lower bound)"
-                      : "the tier's device read probe: 2 GiB streamed with 16-byte loads, 3 passes per rep "
-                        "(CUDA events)";
-    }
-    r.matmul_source = !peak_source.empty()
-                          ? peak_source
-                          : strformat("the tier's matmul on the model's weight shapes at M = %d, weighted per forward", P);
+    r.bandwidth_source = probes.bandwidth_source();
+    r.matmul_source = probes.matmul_source();
   }
 
   // Limits.
@@ -556,8 +584,20 @@ BatchBenchResult run_batch_bench(const Model& m, Backend& be, int streams, const
   bo.queue_max = streams;
   bo.step_tokens = std::max(streams, 256);
   auto sched = make_batching_scheduler(m, be, bo);
-  std::vector<double> ttft, decode;
+  BatchBenchResult r;
+  r.streams = streams;
+  r.context = opt.n_prompt + opt.n_gen / 2.0;
+  r.step_bytes = m.arch->weight_bytes_per_step(m, streams) +
+                 streams * m.arch->state_bytes_per_token(m.config, r.context, kv_elem_bytes(be));
+  r.flops_per_token = m.arch->flops_per_token(m.config, 1, int(r.context));
+  LimitProbes probes(m, be, is_host_tier(be.device_name()), resolve_threads(opt.threads), streams);
+  auto limits = [&](double bw_gbs, double peak_gflops) {
+    return std::make_pair(streams * bw_gbs * 1e9 / r.step_bytes, peak_gflops * 1e9 / r.flops_per_token);
+  };
+  std::vector<double> ttft, decode, fraction;
   for (int rep = 0; rep <= opt.reps; ++rep) {
+    double rep_bw = 0, rep_peak = 0;
+    if (opt.probes && rep > 0) std::tie(rep_bw, rep_peak) = probes.run();
     std::vector<std::shared_ptr<SeqStream>> ss;
     const Clock::time_point t0 = Clock::now();
     for (int i = 0; i < streams; ++i) {
@@ -604,12 +644,60 @@ BatchBenchResult run_batch_bench(const Model& m, Backend& be, int streams, const
     if (rep == 0) continue;  // warm-up
     ttft.push_back(ttft_sum / streams);
     decode.push_back(span > 0 ? double(after) / span : 0);
+    if (opt.probes) {
+      const auto [bw_limit, compute_limit] = limits(rep_bw, rep_peak);
+      fraction.push_back(decode.back() / std::min(bw_limit, compute_limit));
+    }
   }
-  BatchBenchResult r;
-  r.streams = streams;
   r.ttft_ms = bench_stat(ttft);
   r.decode_tok_s = bench_stat(decode);
+  if (opt.probes) {
+    r.bandwidth_gbs = bench_stat(probes.bw);
+    r.peak_gflops = bench_stat(probes.mm);
+    r.bandwidth_source = probes.bandwidth_source();
+    r.peak_source = probes.matmul_source();
+    std::tie(r.bandwidth_limit_tok_s, r.compute_limit_tok_s) = limits(r.bandwidth_gbs.median, r.peak_gflops.median);
+    const bool bw_binds = r.bandwidth_limit_tok_s <= r.compute_limit_tok_s;
+    r.bound = bw_binds ? "bandwidth" : "compute";
+    r.fraction = r.decode_tok_s.median / (bw_binds ? r.bandwidth_limit_tok_s : r.compute_limit_tok_s);
+    r.fraction_per_rep = bench_stat(fraction);
+  }
   return r;
+}
+
+std::string batch_bench_json(const std::vector<BatchBenchResult>& levels, const BenchOptions& opt,
+                             const std::string& device) {
+  using json = nlohmann::ordered_json;
+  json lv = json::array();
+  for (const BatchBenchResult& r : levels) {
+    json x = {{"streams", r.streams},
+              {"ttft_ms", stat_json(r.ttft_ms)},
+              {"decode_tok_s", stat_json(r.decode_tok_s)},
+              {"context", r.context},
+              {"step_bytes", r.step_bytes},
+              {"flops_per_token", r.flops_per_token}};
+    if (!r.bound.empty()) {
+      x["limits"] = {{"bandwidth_gbs", stat_json(r.bandwidth_gbs)},
+                     {"bandwidth_source", r.bandwidth_source},
+                     {"peak_gflops", stat_json(r.peak_gflops)},
+                     {"peak_source", r.peak_source},
+                     {"bandwidth_limit_tok_s", r.bandwidth_limit_tok_s},
+                     {"compute_limit_tok_s", r.compute_limit_tok_s},
+                     {"bound", r.bound},
+                     {"fraction", r.fraction},
+                     {"fraction_per_rep", stat_json(r.fraction_per_rep)}};
+    }
+    lv.push_back(x);
+  }
+  return json{{"schema", "arbiter-bench-concurrency"},
+              {"version", 1},
+              {"model", opt.model_path},
+              {"device", device},
+              {"n_prompt", opt.n_prompt},
+              {"n_gen", opt.n_gen},
+              {"reps", opt.reps},
+              {"levels", lv}}
+             .dump(2) + "\n";
 }
 
 }  // namespace arbiter

@@ -129,14 +129,29 @@ std::string bench_report_json(const BenchReport& r);
 /// Continuous batching at one concurrency (`bench --concurrency`): `streams` greedy sequences
 /// of opt.n_prompt pseudo-random prompt tokens (each its own) and opt.n_gen new tokens, all
 /// submitted at once to one make_batching_scheduler of `streams` slots; one untimed round,
-/// then opt.reps timed ones. ttft: from the submit to a sequence's first token (the batched
-/// prefills it shared included), the mean over the sequences. decode: the tokens that arrive
-/// after every sequence has its first one, over the time from then to the last token: the
-/// aggregate rate while all of them decode together.
+/// then opt.reps timed ones, each after the limit probes (unless opt.probes is off). ttft:
+/// from the submit to a sequence's first token (the batched prefills it shared included), the
+/// mean over the sequences. decode: the tokens that arrive after every sequence has its first
+/// one, over the time from then to the last token: the aggregate rate while all of them
+/// decode together.
+/// The roofline of that rate, at the decode's mean context c = P + N/2: a step of `streams`
+/// rows reads the weights they need once (Arch::weight_bytes_per_step) and each row's K/V, so
+/// bandwidth limit = streams x read bandwidth / (weights + streams x K/V(c)); compute limit =
+/// the peak / the FLOPs of one token at c. The smaller one binds.
 struct BatchBenchResult {
   int streams = 0;
   BenchStat ttft_ms, decode_tok_s;
+  BenchStat bandwidth_gbs, peak_gflops;  // the probes (empty without them)
+  std::string bandwidth_source, peak_source;
+  double step_bytes = 0, flops_per_token = 0, context = 0;
+  double bandwidth_limit_tok_s = 0, compute_limit_tok_s = 0;  // from the probes' medians
+  std::string bound;                   // "bandwidth" or "compute"
+  double fraction = 0;                 // decode median / the binding limit
+  BenchStat fraction_per_rep;          // each repetition against its own probes
 };
 BatchBenchResult run_batch_bench(const Model& m, Backend& be, int streams, const BenchOptions& opt);
+/// The results of every level as one JSON object (schema "arbiter-bench-concurrency" 1).
+std::string batch_bench_json(const std::vector<BatchBenchResult>& levels, const BenchOptions& opt,
+                             const std::string& device);
 
 }  // namespace arbiter

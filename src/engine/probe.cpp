@@ -56,6 +56,7 @@ class Recorder final : public StageObserver {
       r.attention = {g.q, g.k, g.v, g.H, g.Hkv, g.Dh, g.window, g.scale};
     }
     tap.record = &r.values;
+    tap.input_rounding = &r.input_rounding;
     if (src_) {
       const StageRecord& from = src_->at(r.name, r.layer);
       ARB_CHECK(from.rows == r.rows && from.cols == r.cols,
@@ -80,6 +81,7 @@ Capture record(Session& s, std::vector<std::pair<std::vector<int32_t>, const Cap
   Recorder rec;
   s.reset();
   s.set_observer(&rec);
+  s.backend().measure_input_rounding(true);
   try {
     for (auto& [ids, src] : forwards) {
       CapturedForward& f = cap.emplace_back();
@@ -98,9 +100,11 @@ Capture record(Session& s, std::vector<std::pair<std::vector<int32_t>, const Cap
   } catch (...) {
     s.set_observer(nullptr);
     s.set_route_log(nullptr);
+    s.backend().measure_input_rounding(false);
     throw;
   }
   s.set_observer(nullptr);
+  s.backend().measure_input_rounding(false);
   meter.finish();
   return cap;
 }

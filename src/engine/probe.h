@@ -33,6 +33,10 @@ struct StageRecord {
   bool has_attention = false;
   CapturedAttention attention;
   std::vector<double> values;
+  /// The squared error the tier's own rounding of the op's inputs beyond the storage type
+  /// can add, summed over the values (StageTap::input_rounding: the cpu tier's decode
+  /// matmuls on 8-bit activation codes); 0 when none, NaN when the tier could not attribute it.
+  double input_rounding = 0;
 };
 
 /// The stages of one forward of T tokens at positions pos0.., in the order it computed them.
@@ -53,7 +57,8 @@ struct CapturedForward {
 using Capture = std::vector<CapturedForward>;
 
 /// Resets s and runs tokens through it as forwards of at most width tokens (width = 1 is the
-/// decode path), recording every stage after injection and every routing decision. A non-empty progress_tag reports the
+/// decode path), recording every stage after injection, its input rounding
+/// (Backend::measure_input_rounding) and every routing decision. A non-empty progress_tag reports the
 /// positions done on stderr (core/progress.h).
 Capture capture_forwards(Session& s, const std::vector<int32_t>& tokens, int width,
                          const std::string& progress_tag = "");

@@ -137,14 +137,20 @@ class Arch {
   /// The family's own config fields, by name, as `info` prints them ({"qk_norm": true, ...}).
   virtual nlohmann::ordered_json describe(const ModelConfig& c) const = 0;
 
-  /// bench's work model (engine/bench.h). Weight bytes one decode step reads (default:
-  /// every distinct tensor once, one row of the embedding table).
-  virtual double weight_bytes_per_token(const Model& m) const;
+  /// bench's work model (engine/bench.h). Weight bytes one decode step of `rows` sequences
+  /// reads (default: every distinct tensor once, one row of the embedding table per row).
+  virtual double weight_bytes_per_step(const Model& m, int rows = 1) const;
   /// Bytes of per-sequence state one decode step at context ctx reads (the K/V rows it
   /// attends over), at elem_bytes per cached element.
   virtual double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const = 0;
   /// Mean FLOPs per token of a causal forward of T tokens after pos0 cached ones.
   virtual double flops_per_token(const ModelConfig& c, int T, int pos0) const = 0;
+
+ protected:
+  /// weight_bytes_per_step of a model whose "expert*" tensors are routed top_k of n_experts
+  /// per row: a step reads the experts some row picked, 1 - (1 - k/E)^rows of them in
+  /// expectation when rows pick independently and evenly (k/E for one row).
+  double routed_weight_bytes(const Model& m, int rows, int top_k, int n_experts) const;
 };
 
 /// Every registered family (model/archs/registry.cpp), in order.

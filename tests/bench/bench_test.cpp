@@ -71,6 +71,41 @@ TEST(BenchWork, DecodeBytesPerTokenByHand) {
   EXPECT_DOUBLE_EQ(total - w, 5120.0);
 }
 
+// A step of S rows reads one embedding row per row: tiny's rows are 64 bf16 values, 128 B.
+TEST(BenchWork, DenseStepReadsOneEmbeddingRowPerRow) {
+  SynthOptions o;
+  o.preset = "tiny";
+  o.progress = false;
+  auto m = synth_model(o);
+  const double one = m->arch->weight_bytes_per_step(*m, 1);
+  EXPECT_DOUBLE_EQ(m->arch->weight_bytes_per_step(*m, 8) - one, 7 * 128.0);
+}
+
+// A mixture of experts: a step of S rows reads the experts some row picked, 1 - (1 - k/E)^S
+// of the expert bytes in expectation (tiny-moe: E and k from its config; the expert tensors
+// summed here by role).
+TEST(BenchWork, MoeStepReadsTheExpertsItsRowsPick) {
+  SynthOptions o;
+  o.preset = "tiny-moe";
+  o.progress = false;
+  auto m = synth_model(o);
+  const double E = m->config.router.n_experts, k = m->config.router.top_k;
+  ASSERT_GT(E, k);
+  double experts = 0, row = 0;
+  for (const TensorSpec& s : m->weights.specs) {
+    const Tensor& t = m->weights.at(s);
+    if (s.role.rfind("expert", 0) == 0) experts += double(t.nbytes());
+    if (std::string(s.family) == "embed") row = double(t.nbytes()) / double(t.rows());
+  }
+  ASSERT_GT(experts, 0);
+  auto w = [&](int rows) { return m->arch->weight_bytes_per_step(*m, rows); };
+  for (int S : {2, 8, 64}) {
+    const double unread = experts * (std::pow(1 - k / E, 1) - std::pow(1 - k / E, S));
+    EXPECT_NEAR(w(S) - w(1), unread + (S - 1) * row, 1e-6 * experts) << S;
+  }
+  EXPECT_LT(w(64), w(1) + experts * (1 - k / E) + 63 * row + 1);  // never more than every expert
+}
+
 // A quantized GGUF's decode step reads the blocks as stored (the cpu tier's kernels read them
 // packed): tiny (the elements above) written by synth --dtype q8_0 and q4_k_m. Q8_0 blocks are
 // 34 bytes per 32 values, Q5_0 22; the 1-D norms are f32 (2 x 128 + 64 = 320 values, 1,280 B).
@@ -325,9 +360,19 @@ TEST(BenchCli, RefusesBadArguments) {
 // refused with serve's line, which a cpu-only build cannot reach.
 TEST(BenchConcurrency, ReportsEveryLevelOnEveryFamily) {
   const std::string p = test::source_path("models/stories260K/stories260K.gguf");
-  const test::CliResult r = test::run_cli("bench -m " + p + " --concurrency 1,3 -p 4 -n 3 -r 1 -t 1");
+  const std::string out = test::temp_dir("bench-conc-np") + "/c.json";
+  const test::CliResult r =
+      test::run_cli("bench -m " + p + " --concurrency 1,3 -p 4 -n 3 -r 1 -t 1 --no-probes --json-out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("| streams | ttft ms | decode tok/s | per stream | x single |"), std::string::npos) << r.out;
+  // Without probes, no limits; the step's bytes grow with the streams by their K/V and
+  // embedding rows.
+  const json j = json::parse(test::read_file(out));
+  ASSERT_EQ(j["levels"].size(), 2u);
+  EXPECT_FALSE(j["levels"][0].contains("limits"));
+  EXPECT_GT(double(j["levels"][1]["step_bytes"]), double(j["levels"][0]["step_bytes"]));
+  EXPECT_NE(r.out.find("| streams | ttft ms | decode tok/s | per stream | x single | limit tok/s | bound |"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("|       1 |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("|       3 |"), std::string::npos) << r.out;
   for (const char* f : {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-granite-h"}) {
@@ -336,6 +381,35 @@ TEST(BenchConcurrency, ReportsEveryLevelOnEveryFamily) {
     EXPECT_EQ(g.exit_code, 0) << f << ": " << g.err;
     EXPECT_NE(g.out.find("|       2 |"), std::string::npos) << g.out;
   }
+}
+
+// bench --concurrency with the probes: each level is set against its roofline; the fraction
+// is the level's median over the smaller of its two limits, which names the bound.
+TEST(BenchConcurrency, EachLevelAgainstItsRooflineInTheJson) {
+  const std::string p = test::source_path("models/stories260K/stories260K.gguf");
+  const std::string out = test::temp_dir("bench-conc") + "/c.json";
+  const test::CliResult r =
+      test::run_cli("bench -m " + p + " --concurrency 4 -p 4 -n 3 -r 1 --json-out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("limits (roofline at the decode's mean context 5.5"), std::string::npos) << r.out;
+  const json j = json::parse(test::read_file(out));
+  EXPECT_EQ(j["schema"], "arbiter-bench-concurrency");
+  ASSERT_EQ(j["levels"].size(), 1u);
+  for (const json& l : j["levels"]) {
+    const json& lim = l["limits"];
+    expect_positive(lim["bandwidth_limit_tok_s"], "bandwidth_limit_tok_s");
+    expect_positive(lim["compute_limit_tok_s"], "compute_limit_tok_s");
+    const double bw = lim["bandwidth_limit_tok_s"], cp = lim["compute_limit_tok_s"];
+    EXPECT_EQ(lim["bound"], bw <= cp ? "bandwidth" : "compute");
+    EXPECT_NEAR(double(lim["fraction"]), double(l["decode_tok_s"]["median"]) / std::min(bw, cp),
+                1e-9 * double(lim["fraction"]));
+    expect_stat(lim["fraction_per_rep"], "fraction_per_rep", 1);
+  }
+  const json& b = j["levels"][0];
+  // The bandwidth limit of 4 rows is 4 x bandwidth / their step's bytes.
+  EXPECT_NEAR(double(b["limits"]["bandwidth_limit_tok_s"]),
+              4 * double(b["limits"]["bandwidth_gbs"]["median"]) * 1e9 / double(b["step_bytes"]),
+              1e-9 * double(b["limits"]["bandwidth_limit_tok_s"]));
 }
 
 }  // namespace

@@ -335,7 +335,7 @@ TEST(Hybrid, DecodeReadsOnlyTheRoutedExpertsWeights) {
       else want += bytes;
     }
     want += experts * 2 / 4;  // top-2 of 4 experts
-    EXPECT_DOUBLE_EQ(m->arch->weight_bytes_per_token(*m), want) << dir;
+    EXPECT_DOUBLE_EQ(m->arch->weight_bytes_per_step(*m), want) << dir;
   }
 }
 

@@ -134,5 +134,5 @@ TEST(Moe, DecodeReadsOnlyTheSelectedFractionOfTheExperts) {
   const std::string dir = fixture("tiny-mixtral");
   if (!fs::exists(dir + "/model.safetensors")) GTEST_SKIP() << dir << " not found";
   auto m = load_model(dir);
-  EXPECT_EQ(arch_of(m->config.arch).weight_bytes_per_token(*m), 403200.0);
+  EXPECT_EQ(arch_of(m->config.arch).weight_bytes_per_step(*m), 403200.0);
 }

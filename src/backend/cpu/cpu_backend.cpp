@@ -187,6 +187,7 @@ class CpuBackend final : public Backend {
     }
     const std::string dt = dtype_name(W.dtype);
     const void* wdata = weight_data(W);
+    begin_input_rounding();
     GemvFn gemv = gemv_kernel(isa_, W.dtype);
     if (!gemv) return matmul_generic(x, W, bp, T, out);
     if (T == 1 && !row_invariant_) {
@@ -199,6 +200,12 @@ class CpuBackend final : public Backend {
         quantize_act_q8(xp, K, act_block, xq_);
         stats_.record("matmul", "cpu.gemv_" + dt + "_q8" + suffix_);
         stats_.record_act_quant(act_q8_name(act_block));
+        if (measure_input_rounding_) {
+          input_rounding_.resize(size_t(N));
+          pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
+            act_q8_rounding(W.dtype, wdata, K, xq_, input_rounding_.data() + n0, n0, n1);
+          });
+        }
       } else {
         stats_.record("matmul", "cpu.gemv_" + dt + suffix_);
       }

@@ -61,6 +61,12 @@ int act_q8_block(DType t);
 const char* act_q8_name(int block);
 /// a = x[0, K) quantized in blocks of `block` (K a multiple of it).
 void quantize_act_q8(const float* x, int64_t K, int block, ActQ8& a);
+/// out[n - n0] = sum_k (w_nk r_k)^2 for the rows n in [n0, n1) of W [N, K] (type t, read
+/// exactly in f64), r_k = d[b] (1/2 + 2^-15) the largest rounding quantize_act_q8 made of x_k
+/// (block b): the squared error a's codes can add to y[n], as independent roundings add
+/// (Backend::measure_input_rounding; the drift/opcheck bound of docs/localize.md).
+void act_q8_rounding(DType t, const void* W, int64_t K, const ActQ8& a, double* out, int64_t n0,
+                     int64_t n1);
 /// y[n] = dot(W[n, :], the values a encodes) for n in [n0, n1): per sub-block an exact
 /// integer dot of the weight codes with a.q, its scales applied in f32 (qdot.cpp). a must be
 /// quantized with act_q8_block(dtype). Any split of the rows gives bit-identical y.

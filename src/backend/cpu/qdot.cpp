@@ -10,9 +10,9 @@
 // where sum(u * q) is an exact int32 (VNNI vpdpbusd, AVX2 maddubs + madd, or scalar) and
 // sum(q) comes with the activations (ActQ8::sums, per 16). The first term is accumulated in
 // f32 lanes, A = a * dx broadcast to the lanes of its sub-block; the second in one f32 scalar
-// per row. The scalar twin (and Q2_K, Q3_K on every ISA) unpacks each chunk of 256 values to
-// bytes in an L1 buffer by plain loops, one dot routine per ISA serving every format; on
-// AVX2 / AVX-512 the other formats have register kernels (below): the buffer's stores and
+// per row. The scalar twin unpacks each chunk of 256 values to bytes in an L1 buffer by plain
+// loops (Fmt<T>::unpack), one dot routine serving every format; on AVX2 / AVX-512 every format
+// has a register kernel (Reg*, below, run by the one GEMV qgemv_reg): the buffer's stores and
 // reloads stall, and these run several times faster.
 //
 // Bounds (docs/quantization.md, tests/backend/qdot_test.cpp): against the f64
@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd.h"
@@ -77,6 +78,23 @@ void quantize_act_q8(const float* x, int64_t K, int block, ActQ8& a) {
     int32_t t = 0;
     for (int i = 0; i < 16; ++i) t += a.q[size_t(s * 16 + i)];
     a.sums[size_t(s)] = t;
+  }
+}
+
+void act_q8_rounding(DType t, const void* W, int64_t K, const ActQ8& a, double* out, int64_t n0,
+                     int64_t n1) {
+  ARB_ASSERT(a.block == act_q8_block(t) && a.K == K);
+  const size_t row = size_t(K / a.block) * block_bytes(t);
+  std::vector<double> w(static_cast<size_t>(K));
+  for (int64_t n = n0; n < n1; ++n) {
+    row_to_f64(t, static_cast<const uint8_t*>(W) + size_t(n) * row, w.data(), K);
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      // quantize_act_q8's largest rounding of x_k: d (1/2 + 2^-15) (kernels.h ActQ8).
+      const double r = double(a.d[size_t(k / a.block)]) * (0.5 + std::ldexp(1.0, -15));
+      s += (w[size_t(k)] * r) * (w[size_t(k)] * r);
+    }
+    out[n - n0] = s;
   }
 }
 
@@ -369,8 +387,8 @@ struct Chunk {
   alignas(64) float A[kQK_K / 16];
 };
 
-// Per ISA: acc += the integer dot of codes u[0, n) with activations q[0, n) per sub-block of
-// G, times A of the sub-block (n a multiple of 32). Finish: the lanes' sum.
+// The scalar twin's dot: acc += the integer dot of codes u[0, n) with activations q[0, n) per
+// sub-block of G, times A of the sub-block (n a multiple of 32).
 struct DotScalar {
   using Acc = float;
   static Acc zero() { return 0.f; }
@@ -388,57 +406,6 @@ struct DotScalar {
   }
   static float finish(Acc a) { return a; }
 };
-
-#ifdef ARBITER_CPU_AVX2
-// The vector ISAs run the byte-buffer path for Q2_K and Q3_K only (unsigned codes, sub-blocks
-// of 16); every other format has a register kernel below.
-struct DotAvx2 {
-  using Acc = __m256;
-  static Acc zero() { return _mm256_setzero_ps(); }
-  template <int G, bool S>
-  static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
-    static_assert(G == 16 && !S, "the vector ISAs' register kernels serve the other formats");
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int k = 0; k < n; k += 32) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + k));
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k));
-      // Codes <= 7 and |x| <= 127: maddubs's pair sums fit int16 (no saturation).
-      const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-      // Lanes 0-3 are sub-block k / 16, lanes 4-7 the next.
-      const __m256 sc = _mm256_set_m128(_mm_set1_ps(A[k / 16 + 1]), _mm_set1_ps(A[k / 16]));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, acc);
-    }
-  }
-  static float finish(Acc a) { return VAvx2::reduce_add(a); }
-};
-#endif
-
-#ifdef ARBITER_CPU_AVX512
-struct DotAvx512 {
-  using Acc = __m512;
-  static Acc zero() { return _mm512_setzero_ps(); }
-  template <int G, bool S>
-  static void dot(const uint8_t* u, const int8_t* q, int n, const float* A, Acc& acc) {
-    static_assert(G == 16 && !S, "the vector ISAs' register kernels serve the other formats");
-    // Lane i of a 64-byte step sums bytes 4i..4i+3: sub-block i / 4 of the step.
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    for (int k = 0; k < n; k += 64) {
-      const bool full = k + 64 <= n;  // else a last 32
-      const __mmask64 m = full ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
-      const __m512i w = _mm512_maskz_loadu_epi8(m, u + k), x = _mm512_maskz_loadu_epi8(m, q + k);
-#ifdef __AVX512VNNI__
-      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
-#else
-      const __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
-#endif
-      const __m512 sc = _mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, idx,
-                                                    _mm512_maskz_loadu_ps(full ? 0xF : 0x3, A + k / 16));
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc);
-    }
-  }
-  static float finish(Acc a) { return VAvx512::reduce_add(a); }
-};
-#endif
 
 #ifdef ARBITER_CPU_AVX2
 // Register kernels, on 256-bit registers: codes unpacked in registers; for the super-block
@@ -460,211 +427,268 @@ using I8Vnni = I8Madd;
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// Q8_0: per block, the signed dot (w's sign moved onto x) times d * dx.
-template <class I>
-void qgemv_q8_0(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
-  ARB_ASSERT(xa.block == kQK && xa.K == K);
-  const int64_t nb = K / kQK;
+// A format's register kernel is one block's integer work, R::block(p, xq, xs, a, b, count):
+// from the block at p and its activation codes xq (xs: their sums per 16), the integer sums
+// in 8 int32 lanes (returned), the f32 factor a that scales them, and for the formats with a b
+// term (R::kHasB) the f32 b and the integer count it multiplies. The constants (masks,
+// tables) are built once per call. qgemv_reg is the GEMV around them, the same for every
+// format: per block acc += sums * (a dx) in f32 lanes and bias += b dx count in a scalar.
+template <class I, class R>
+void qgemv_reg(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using B = typename R::Block;
+  ARB_ASSERT(xa.block == R::kBlock && xa.K == K);
+  const int64_t nb = K / R::kBlock;
+  const R r;
   for (int64_t n = n0; n < n1; ++n) {
-    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(BlockQ8_0);
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
     __m256 acc = _mm256_setzero_ps();
+    float bias = 0;
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = row + size_t(b) * sizeof(BlockQ8_0);
-      uint16_t dh;
-      std::memcpy(&dh, blk, 2);
-      const __m256i w = load32(blk + offsetof(BlockQ8_0, qs)), x = load32(xa.q.data() + b * kQK);
-      const __m256i s = I::dot(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f(dh) * xa.d[size_t(b)]), acc);
+      float a, bb = 0;
+      int32_t count = 0;
+      const __m256i s = r.template block<I>(row + size_t(b) * sizeof(B), xa.q.data() + b * R::kBlock,
+                                            xa.sums.data() + b * (R::kBlock / 16), a, bb, count);
+      const float dx = xa.d[size_t(b)];
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a * dx), acc);
+      if constexpr (R::kHasB) bias += bb * dx * float(count);
     }
-    y[n] = VAvx2::reduce_add(acc);
+    // acc is never -0 (it starts at +0 and adds products), so + 0 changes no bit.
+    y[n] = VAvx2::reduce_add(acc) + bias;
   }
 }
 
-// The other formats of 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): per block,
-// the nibbles (plus Q5's 5th bit from qh, or the IQ4_NL / MXFP4 table through a byte
-// shuffle) unpacked in a register, one dot, acc += dot * a dx, and the b term
-// (-8 d, m, -16 d, m) times dx sum(q) in a scalar.
-template <class I, DType T>
-void qgemv_32(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+// Q8_0: the signed dot (w's sign moved onto x); a = d.
+struct RegQ8_0 {
+  using Block = BlockQ8_0;
+  static constexpr int kBlock = kQK;
+  static constexpr bool kHasB = false;
+  template <class I>
+  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t*, float& a, float&, int32_t&) const {
+    const __m256i w = load32(p + offsetof(Block, qs)), x = load32(xq);
+    a = f16_at(p + offsetof(Block, d));
+    return I::dot(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+  }
+};
+
+// The other formats of 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): the nibbles
+// (plus Q5's 5th bit from qh, or the IQ4_NL / MXFP4 table through a byte shuffle) unpacked
+// in a register, one dot; a and b (-8 d, m, -16 d, m) from Fmt<T>::scales, count = sum(q).
+template <DType T>
+struct Reg32 {
   using F = Fmt<T>;
-  using B = std::conditional_t<T == DType::Q4_0, BlockQ4_0,
-            std::conditional_t<T == DType::Q4_1, BlockQ4_1,
-            std::conditional_t<T == DType::Q5_0, BlockQ5_0,
-            std::conditional_t<T == DType::Q5_1, BlockQ5_1,
-            std::conditional_t<T == DType::IQ4_NL, BlockIQ4_NL, BlockMXFP4>>>>>;
-  constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1;
-  ARB_ASSERT(xa.block == kQK && xa.K == K);
-  const int64_t nb = K / kQK;
+  using Block = std::conditional_t<T == DType::Q4_0, BlockQ4_0,
+                std::conditional_t<T == DType::Q4_1, BlockQ4_1,
+                std::conditional_t<T == DType::Q5_0, BlockQ5_0,
+                std::conditional_t<T == DType::Q5_1, BlockQ5_1,
+                std::conditional_t<T == DType::IQ4_NL, BlockIQ4_NL, BlockMXFP4>>>>>;
+  static constexpr int kBlock = kQK;
+  static constexpr bool kHasB = F::kHasB;
+  static constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1;
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  __m256i table = _mm256_setzero_si256();
-  if constexpr (F::kSigned)
-    table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(T == DType::IQ4_NL ? kIQ4NLValues : kMXFP4Values)));
+  const __m256i table = F::kSigned ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                         T == DType::IQ4_NL ? kIQ4NLValues : kMXFP4Values)))
+                                   : _mm256_setzero_si256();
   // Q5: byte j of the expanded qh takes byte j / 8 of qh and tests bit j % 8.
   const __m256i qh_shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i qh_bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
-  for (int64_t n = n0; n < n1; ++n) {
-    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
-    __m256 acc = _mm256_setzero_ps();
-    float bias = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* p = row + size_t(b) * sizeof(B);
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(B, qs)));
-      __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
-      if constexpr (kQ5) {
-        uint32_t qh;
-        std::memcpy(&qh, p + offsetof(B, qh), 4);
-        const __m256i bits = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(qh)), qh_shuf);
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, qh_bit), qh_bit);
-        u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-      }
-      const __m256i x = load32(xa.q.data() + b * kQK);
-      __m256i s;
-      if constexpr (F::kSigned) {
-        u = _mm256_shuffle_epi8(table, u);
-        s = I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u));
-      } else {
-        s = I::dot(u, x);
-      }
-      float a, bb = 0;
-      F::scales(p, a, bb);
-      const float dx = xa.d[size_t(b)];
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a * dx), acc);
-      if constexpr (F::kHasB) bias += bb * dx * float(xa.sums[size_t(2 * b)] + xa.sums[size_t(2 * b + 1)]);
+  template <class I>
+  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float& b,
+                int32_t& count) const {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(Block, qs)));
+    __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+    if constexpr (kQ5) {
+      uint32_t qh;
+      std::memcpy(&qh, p + offsetof(Block, qh), 4);
+      const __m256i bits = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(qh)), qh_shuf);
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, qh_bit), qh_bit);
+      u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
     }
-    y[n] = VAvx2::reduce_add(acc) + bias;
+    const __m256i x = load32(xq);
+    __m256i s;
+    if constexpr (F::kSigned) {
+      u = _mm256_shuffle_epi8(table, u);
+      s = I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u));
+    } else {
+      s = I::dot(u, x);
+    }
+    F::scales(p, a, b);
+    count = xs[0] + xs[1];
+    return s;
   }
-}
+};
 
-// IQ4_XS: 8 sub-blocks of 32, each IQ4_NL's nibble layout and table, scale d (ls - 32).
-template <class I>
-void qgemv_iq4_xs(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
-  using B = BlockIQ4_XS;
-  ARB_ASSERT(xa.block == kQK_K && xa.K == K);
-  const int64_t nb = K / kQK_K;
+// IQ4_XS: 8 sub-blocks of 32, each IQ4_NL's nibble layout and table, sub-scale ls - 32;
+// |sum| <= 8 * 32 * 32 * 127 * 127 < 2^31: exact; a = d.
+struct RegIq4Xs {
+  using Block = BlockIQ4_XS;
+  static constexpr int kBlock = kQK_K;
+  static constexpr bool kHasB = false;
   const __m256i m4 = _mm256_set1_epi8(0xF);
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
-  for (int64_t n = n0; n < n1; ++n) {
-    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* p = row + size_t(b) * sizeof(B);
-      const int8_t* xq = xa.q.data() + b * kQK_K;
-      const uint16_t sh = f16_bits_at(p + offsetof(B, scales_h));
-      __m256i isum = _mm256_setzero_si256();
-      for (int s = 0; s < 8; ++s) {
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(B, qs) + 16 * s));
-        const __m256i u = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
-        const __m256i x = load32(xq + 32 * s);
-        const int ls = ((p[offsetof(B, scales_l) + s / 2] >> (4 * (s % 2))) & 0xF) | ((sh >> (2 * s)) & 3) << 4;
-        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u)),
-                                                         _mm256_set1_epi32(ls - 32)));
-      }
-      // |sum| <= 8 * 32 * 32 * 127 * 127 < 2^31: exact, then d dx once.
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16_at(p + offsetof(B, d)) * xa.d[size_t(b)]), acc);
+  template <class I>
+  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t*, float& a, float&, int32_t&) const {
+    using B = Block;
+    const uint16_t sh = f16_bits_at(p + offsetof(B, scales_h));
+    __m256i isum = _mm256_setzero_si256();
+    for (int s = 0; s < 8; ++s) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(B, qs) + 16 * s));
+      const __m256i u = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
+      const __m256i x = load32(xq + 32 * s);
+      const int ls = ((p[offsetof(B, scales_l) + s / 2] >> (4 * (s % 2))) & 0xF) | ((sh >> (2 * s)) & 3) << 4;
+      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u)),
+                                                       _mm256_set1_epi32(ls - 32)));
     }
-    y[n] = VAvx2::reduce_add(acc);
+    a = f16_at(p + offsetof(B, d));
+    return isum;
   }
-}
+};
 
 // Q4_K / Q5_K: sum_j d sc_j dx sum(u q) - dmin dx sum_j m_j sum(q): both sums exact in int32
-// (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 31 * 127 < 2^31). Q5_K's 5th bit of value l of
+// (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 31 * 127 < 2^31); a = d, b = -dmin (so b dx count
+// is the bits of -(dmin dx count)), count = sum_j m_j sum(q). Q5_K's 5th bit of value l of
 // sub-block j is bit j of qh[l]: shifted to bit 0 of its byte (a 16-bit shift by j < 8 moves
 // no other bit of that byte there), masked, moved to bit 4.
-template <class I, DType T>
-void qgemv_q45_k(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
-  using B = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
-  ARB_ASSERT(xa.block == kQK_K && xa.K == K);
-  const int64_t nb = K / kQK_K;
+template <DType T>
+struct RegQ45K {
+  using Block = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
+  static constexpr int kBlock = kQK_K;
+  static constexpr bool kHasB = true;
   const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-  auto bit4 = [&](__m256i qh, int j) {
+  __m256i bit4(__m256i qh, int j) const {
     return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
-  };
-  for (int64_t n = n0; n < n1; ++n) {
-    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
-    __m256 acc = _mm256_setzero_ps();
-    float bias = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* p = row + size_t(b) * sizeof(B);
-      const int8_t* xq = xa.q.data() + b * kQK_K;
-      const int32_t* xs = xa.sums.data() + b * (kQK_K / 16);
-      uint8_t sc[8], m[8];
-      int32_t msum = 0;
-      for (int j = 0; j < 8; ++j) {
-        scale_min_k4(j, p + offsetof(B, scales), sc[j], m[j]);
-        msum += int32_t(m[j]) * (xs[2 * j] + xs[2 * j + 1]);
-      }
-      __m256i qh = _mm256_setzero_si256();
-      if constexpr (T == DType::Q5_K) qh = load32(p + offsetof(B, qh));
-      __m256i isum = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i q = load32(p + offsetof(B, qs) + 32 * c);
-        __m256i ulo = _mm256_and_si256(q, m4), uhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if constexpr (T == DType::Q5_K) {
-          ulo = _mm256_or_si256(ulo, bit4(qh, 2 * c));
-          uhi = _mm256_or_si256(uhi, bit4(qh, 2 * c + 1));
-        }
-        const __m256i lo = I::dot(ulo, load32(xq + 64 * c));
-        const __m256i hi = I::dot(uhi, load32(xq + 64 * c + 32));
-        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(lo, _mm256_set1_epi32(sc[2 * c])));
-        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc[2 * c + 1])));
-      }
-      const float dx = xa.d[size_t(b)];
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16_at(p + offsetof(B, d)) * dx), acc);
-      bias -= f16_at(p + offsetof(B, dmin)) * dx * float(msum);
-    }
-    y[n] = VAvx2::reduce_add(acc) + bias;
   }
-}
+  template <class I>
+  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float& b,
+                int32_t& count) const {
+    using B = Block;
+    uint8_t sc[8], m[8];
+    int32_t msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      scale_min_k4(j, p + offsetof(B, scales), sc[j], m[j]);
+      msum += int32_t(m[j]) * (xs[2 * j] + xs[2 * j + 1]);
+    }
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (T == DType::Q5_K) qh = load32(p + offsetof(B, qh));
+    __m256i isum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load32(p + offsetof(B, qs) + 32 * c);
+      __m256i ulo = _mm256_and_si256(q, m4), uhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if constexpr (T == DType::Q5_K) {
+        ulo = _mm256_or_si256(ulo, bit4(qh, 2 * c));
+        uhi = _mm256_or_si256(uhi, bit4(qh, 2 * c + 1));
+      }
+      const __m256i lo = I::dot(ulo, load32(xq + 64 * c));
+      const __m256i hi = I::dot(uhi, load32(xq + 64 * c + 32));
+      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(lo, _mm256_set1_epi32(sc[2 * c])));
+      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc[2 * c + 1])));
+    }
+    a = f16_at(p + offsetof(B, d));
+    b = -f16_at(p + offsetof(B, dmin));
+    count = msum;
+    return isum;
+  }
+};
 
-// Q6_K: sum_s sc_s (sum(u q) - 32 sum(q)) exact in int32 (< 16 * 128 * 16 * 95 * 127), times d dx.
-template <class I>
-void qgemv_q6_k(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
-  ARB_ASSERT(xa.block == kQK_K && xa.K == K);
-  const int64_t nb = K / kQK_K;
-  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
-  for (int64_t n = n0; n < n1; ++n) {
-    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(BlockQ6_K);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      using B = BlockQ6_K;
-      const uint8_t* p = row + size_t(b) * sizeof(B);
-      const int8_t* scales = reinterpret_cast<const int8_t*>(p + offsetof(B, scales));
-      const int8_t* xq = xa.q.data() + b * kQK_K;
-      const int32_t* xs = xa.sums.data() + b * (kQK_K / 16);
-      int32_t off = 0;
-      for (int s = 0; s < 16; ++s) off += int32_t(scales[s]) * xs[s];
-      __m256i isum = _mm256_setzero_si256();
-      for (int h = 0; h < 2; ++h) {
-        const __m256i qa = load32(p + offsetof(B, ql) + 64 * h), qb = load32(p + offsetof(B, ql) + 64 * h + 32);
-        const __m256i qh = load32(p + offsetof(B, qh) + 32 * h);
-        const __m256i u[4] = {
-            _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
-            _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
-        for (int k = 0; k < 4; ++k) {
-          // Lanes 0-3 are sub-block 8h + 2k, lanes 4-7 the next.
-          const int s = 8 * h + 2 * k;
-          const __m256i sc = _mm256_setr_epi32(scales[s], scales[s], scales[s], scales[s], scales[s + 1],
-                                               scales[s + 1], scales[s + 1], scales[s + 1]);
-          isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(u[k], load32(xq + 128 * h + 32 * k)), sc));
-        }
+// Q2_K / Q3_K: 16 sub-blocks of 16; per 32 bytes of qs (half n of the super-block), shift 2j
+// gives values 128 n + 32 j + l, l = 0..31: sub-blocks 8 n + 2 j (lanes 0-3 of the dot) and the
+// next (lanes 4-7). Q2_K: u the 2 bits (maddubs pair sums <= 2 * 3 * 127), sum_s sc_s sum(u q)
+// exact in int32 (<= 16 * 15 * 16 * 3 * 127); a = d, b = -dmin, count = sum_s m_s sum(q).
+// Q3_K: u = the 2 bits + 4 hbit in 0..7 (hbit of value 32 k + l, k = 4 n + j, is bit k of
+// hmask[l]: a 16-bit shift by k < 8 brings it to bit 0 of its own byte), value
+// d (s - 32) (u - 4): sum_s (s - 32) (sum(u q) - 4 sum(q)) exact in int32
+// (<= 16 * 32 * 16 * 11 * 127), the -4 offset taken by one lane as Q6_K's -32; a = d.
+template <DType T>
+struct RegQ23K {
+  using Block = std::conditional_t<T == DType::Q3_K, BlockQ3_K, BlockQ2_K>;
+  static constexpr int kBlock = kQK_K;
+  static constexpr bool kHasB = T == DType::Q2_K;
+  const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  template <class I>
+  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float& b,
+                int32_t& count) const {
+    using B = Block;
+    int32_t sc[16], off = 0;
+    for (int s = 0; s < 16; ++s) {
+      if constexpr (T == DType::Q2_K) {
+        const uint8_t v = p[offsetof(B, scales) + s];
+        sc[s] = v & 0xF;
+        off += int32_t(v >> 4) * xs[s];
+      } else {
+        const uint8_t* scales = p + offsetof(B, scales);
+        const int lo = s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4;
+        const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+        sc[s] = (lo | hi << 4) - 32;
+        off += sc[s] * xs[s];
       }
-      // The -32 offset: one lane takes it, so the lanes' sum is exact before conversion.
-      isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16_at(p + offsetof(B, d)) * xa.d[size_t(b)]), acc);
     }
-    y[n] = VAvx2::reduce_add(acc);
+    __m256i hm = _mm256_setzero_si256();
+    if constexpr (T == DType::Q3_K) hm = load32(p + offsetof(B, hmask));
+    __m256i isum = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n) {
+      const __m256i q = load32(p + offsetof(B, qs) + 32 * n);
+      for (int j = 0; j < 4; ++j) {
+        __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
+        if constexpr (T == DType::Q3_K)
+          u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one), 2));
+        const int s = 8 * n + 2 * j;
+        const __m256i scv = _mm256_setr_epi32(sc[s], sc[s], sc[s], sc[s], sc[s + 1], sc[s + 1], sc[s + 1], sc[s + 1]);
+        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(u, load32(xq + 128 * n + 32 * j)), scv));
+      }
+    }
+    if constexpr (T == DType::Q2_K) {
+      b = -f16_at(p + offsetof(B, dmin));
+      count = off;
+    } else {
+      isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(4 * off, 0, 0, 0, 0, 0, 0, 0));
+    }
+    a = f16_at(p + offsetof(B, d));
+    return isum;
   }
-}
+};
+
+// Q6_K: sum_s sc_s (sum(u q) - 32 sum(q)) exact in int32 (< 16 * 128 * 16 * 95 * 127); a = d.
+struct RegQ6K {
+  using Block = BlockQ6_K;
+  static constexpr int kBlock = kQK_K;
+  static constexpr bool kHasB = false;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
+  template <class I>
+  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float&, int32_t&) const {
+    using B = Block;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(p + offsetof(B, scales));
+    int32_t off = 0;
+    for (int s = 0; s < 16; ++s) off += int32_t(scales[s]) * xs[s];
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qa = load32(p + offsetof(B, ql) + 64 * h), qb = load32(p + offsetof(B, ql) + 64 * h + 32);
+      const __m256i qh = load32(p + offsetof(B, qh) + 32 * h);
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
+          _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
+      for (int k = 0; k < 4; ++k) {
+        // Lanes 0-3 are sub-block 8h + 2k, lanes 4-7 the next.
+        const int s = 8 * h + 2 * k;
+        const __m256i sc = _mm256_setr_epi32(scales[s], scales[s], scales[s], scales[s], scales[s + 1],
+                                             scales[s + 1], scales[s + 1], scales[s + 1]);
+        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(u[k], load32(xq + 128 * h + 32 * k)), sc));
+      }
+    }
+    // The -32 offset: one lane takes it, so the lanes' sum is exact before conversion.
+    isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
+    a = f16_at(p + offsetof(B, d));
+    return isum;
+  }
+};
 #endif
 
-// The GEMV: per row, chunks of 256 values (one super-block, or up to 8 blocks of 32).
-template <class D, DType T>
-void qgemv(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+// The scalar twin's GEMV: per row, chunks of 256 values (one super-block, or up to 8 blocks of
+// 32) unpacked to bytes by Fmt<T>, then DotScalar.
+template <DType T>
+void qgemv_bytes(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
   using F = Fmt<T>;
   constexpr int kBlock = qblock(T), kSub = kBlock / F::G;
   ARB_ASSERT(xa.block == kBlock && xa.K == K && K % kBlock == 0);
@@ -674,7 +698,7 @@ void qgemv(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int
   float a[kQK_K / 16], b[kQK_K / 16];
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * bb;
-    typename D::Acc acc = D::zero();
+    DotScalar::Acc acc = DotScalar::zero();
     float bias = 0;
     for (int64_t k0 = 0; k0 < K; k0 += kQK_K) {
       const int kc = int(std::min<int64_t>(kQK_K, K - k0));
@@ -692,63 +716,64 @@ void qgemv(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int
           }
         }
       }
-      D::template dot<F::G, F::kSigned>(c.u, xa.q.data() + k0, kc, c.A, acc);
+      DotScalar::dot<F::G, F::kSigned>(c.u, xa.q.data() + k0, kc, c.A, acc);
     }
-    y[n] = D::finish(acc) + bias;
+    y[n] = DotScalar::finish(acc) + bias;
   }
 }
 
-template <class D>
-QGemvFn qgemv_for(DType t) {
-#ifdef ARBITER_CPU_AVX2
-  if constexpr (!std::is_same_v<D, DotScalar>) {
-    using I = std::conditional_t<std::is_same_v<D, DotAvx2>, I8Madd, I8Vnni>;
-    switch (t) {
-      case DType::Q8_0: return qgemv_q8_0<I>;
-      case DType::Q4_0: return qgemv_32<I, DType::Q4_0>;
-      case DType::Q4_1: return qgemv_32<I, DType::Q4_1>;
-      case DType::Q5_0: return qgemv_32<I, DType::Q5_0>;
-      case DType::Q5_1: return qgemv_32<I, DType::Q5_1>;
-      case DType::IQ4_NL: return qgemv_32<I, DType::IQ4_NL>;
-      case DType::MXFP4: return qgemv_32<I, DType::MXFP4>;
-      case DType::Q2_K: return qgemv<D, DType::Q2_K>;
-      case DType::Q3_K: return qgemv<D, DType::Q3_K>;
-      case DType::Q4_K: return qgemv_q45_k<I, DType::Q4_K>;
-      case DType::Q5_K: return qgemv_q45_k<I, DType::Q5_K>;
-      case DType::Q6_K: return qgemv_q6_k<I>;
-      case DType::IQ4_XS: return qgemv_iq4_xs<I>;
-      default: return nullptr;
-    }
-  } else
-#endif
-  switch (t) {  // the scalar twin: every format through the byte buffer
-    case DType::Q8_0: return qgemv<D, DType::Q8_0>;
-    case DType::Q4_0: return qgemv<D, DType::Q4_0>;
-    case DType::Q4_1: return qgemv<D, DType::Q4_1>;
-    case DType::Q5_0: return qgemv<D, DType::Q5_0>;
-    case DType::Q5_1: return qgemv<D, DType::Q5_1>;
-    case DType::Q2_K: return qgemv<D, DType::Q2_K>;
-    case DType::Q3_K: return qgemv<D, DType::Q3_K>;
-    case DType::Q4_K: return qgemv<D, DType::Q4_K>;
-    case DType::Q5_K: return qgemv<D, DType::Q5_K>;
-    case DType::Q6_K: return qgemv<D, DType::Q6_K>;
-    case DType::IQ4_NL: return qgemv<D, DType::IQ4_NL>;
-    case DType::IQ4_XS: return qgemv<D, DType::IQ4_XS>;
-    case DType::MXFP4: return qgemv<D, DType::MXFP4>;
+QGemvFn qgemv_scalar(DType t) {
+  switch (t) {
+    case DType::Q8_0: return qgemv_bytes<DType::Q8_0>;
+    case DType::Q4_0: return qgemv_bytes<DType::Q4_0>;
+    case DType::Q4_1: return qgemv_bytes<DType::Q4_1>;
+    case DType::Q5_0: return qgemv_bytes<DType::Q5_0>;
+    case DType::Q5_1: return qgemv_bytes<DType::Q5_1>;
+    case DType::Q2_K: return qgemv_bytes<DType::Q2_K>;
+    case DType::Q3_K: return qgemv_bytes<DType::Q3_K>;
+    case DType::Q4_K: return qgemv_bytes<DType::Q4_K>;
+    case DType::Q5_K: return qgemv_bytes<DType::Q5_K>;
+    case DType::Q6_K: return qgemv_bytes<DType::Q6_K>;
+    case DType::IQ4_NL: return qgemv_bytes<DType::IQ4_NL>;
+    case DType::IQ4_XS: return qgemv_bytes<DType::IQ4_XS>;
+    case DType::MXFP4: return qgemv_bytes<DType::MXFP4>;
     default: return nullptr;
   }
 }
+
+#ifdef ARBITER_CPU_AVX2
+// The vector ISAs: every format's register kernel, I the ISA's u8 x s8 dot.
+template <class I>
+QGemvFn qgemv_registers(DType t) {
+  switch (t) {
+    case DType::Q8_0: return qgemv_reg<I, RegQ8_0>;
+    case DType::Q4_0: return qgemv_reg<I, Reg32<DType::Q4_0>>;
+    case DType::Q4_1: return qgemv_reg<I, Reg32<DType::Q4_1>>;
+    case DType::Q5_0: return qgemv_reg<I, Reg32<DType::Q5_0>>;
+    case DType::Q5_1: return qgemv_reg<I, Reg32<DType::Q5_1>>;
+    case DType::IQ4_NL: return qgemv_reg<I, Reg32<DType::IQ4_NL>>;
+    case DType::MXFP4: return qgemv_reg<I, Reg32<DType::MXFP4>>;
+    case DType::Q2_K: return qgemv_reg<I, RegQ23K<DType::Q2_K>>;
+    case DType::Q3_K: return qgemv_reg<I, RegQ23K<DType::Q3_K>>;
+    case DType::Q4_K: return qgemv_reg<I, RegQ45K<DType::Q4_K>>;
+    case DType::Q5_K: return qgemv_reg<I, RegQ45K<DType::Q5_K>>;
+    case DType::Q6_K: return qgemv_reg<I, RegQ6K>;
+    case DType::IQ4_XS: return qgemv_reg<I, RegIq4Xs>;
+    default: return nullptr;
+  }
+}
+#endif
 
 }  // namespace
 
 QGemvFn qgemv_kernel(Isa isa, DType dtype) {
   switch (isa) {
-    case Isa::Scalar: return qgemv_for<DotScalar>(dtype);
+    case Isa::Scalar: return qgemv_scalar(dtype);
 #ifdef ARBITER_CPU_AVX2
-    case Isa::Avx2: return qgemv_for<DotAvx2>(dtype);
+    case Isa::Avx2: return qgemv_registers<I8Madd>(dtype);
 #endif
 #ifdef ARBITER_CPU_AVX512
-    case Isa::Avx512: return qgemv_for<DotAvx512>(dtype);
+    case Isa::Avx512: return qgemv_registers<I8Vnni>(dtype);
 #endif
     default: return nullptr;
   }

@@ -594,15 +594,10 @@ void Hybrid::forward(const Model& m, Backend& be, ForwardState& state,
                s.logits, rows, c.vocab);
 }
 
-// Arch's default (every distinct tensor once), but a decode step reads only k of the E
-// routed experts' matrices.
-double Hybrid::weight_bytes_per_token(const Model& m) const {
-  const ModelConfig& c = m.config;
-  double w = Arch::weight_bytes_per_token(m), experts = 0;
-  for (const TensorSpec& s : m.weights.specs)
-    if (s.role.rfind("expert", 0) == 0) experts += double(m.weights.at(s).nbytes());
-  if (c.moe_experts > 0) w -= experts * (1.0 - double(c.moe_top_k) / c.moe_experts);
-  return w;
+// Arch's default (every distinct tensor once), but a decode step reads only the routed
+// experts its rows picked.
+double Hybrid::weight_bytes_per_step(const Model& m, int rows) const {
+  return routed_weight_bytes(m, rows, m.config.moe_top_k, m.config.moe_experts);
 }
 
 // K and V of the attention layers over ctx keys, plus each Mamba2 layer's recurrent state,

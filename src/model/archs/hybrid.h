@@ -80,7 +80,7 @@ class Hybrid final : public Arch {
                                                  int max_T, int seqs) const override;
   void forward(const Model& m, Backend& be, ForwardState& state,
                const ForwardArgs& a) const override;
-  double weight_bytes_per_token(const Model& m) const override;
+  double weight_bytes_per_step(const Model& m, int rows) const override;
   double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const override;
   double flops_per_token(const ModelConfig& c, int T, int pos0) const override;
 };

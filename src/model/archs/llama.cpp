@@ -421,15 +421,9 @@ class Llama final : public Arch {
     return 2.0 * c.n_layer * attended(c, ctx) * double(c.n_head_kv) * c.head_dim * elem_bytes;
   }
 
-  // A decode step reads k of the E experts of each MoE layer: the experts' bytes count k/E.
-  double weight_bytes_per_token(const Model& m) const override {
-    const double all = Arch::weight_bytes_per_token(m);
-    const RouterSpec& r = m.config.router;
-    if (r.n_experts == 0) return all;
-    double experts = 0;
-    for (const TensorSpec& s : m.weights.specs)
-      if (s.role.rfind("expert", 0) == 0) experts += double(m.weights.at(s).nbytes());
-    return all - experts * (1.0 - double(r.top_k) / r.n_experts);
+  // A decode step reads the experts its rows picked, k of the E of each MoE layer for one row.
+  double weight_bytes_per_step(const Model& m, int rows) const override {
+    return routed_weight_bytes(m, rows, m.config.router.top_k, m.config.router.n_experts);
   }
 
   // 2 x (matmul weights incl. the output matrix, of MoE layers the router, k experts and the

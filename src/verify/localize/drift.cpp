@@ -13,6 +13,13 @@ namespace arbiter::verify {
 
 std::string fmt_g(double v) { return fmt_num("%.3g", v); }
 
+std::string bound_formula_text(const Roundoff& u, bool act) {
+  return strformat("%.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)%s),  u_s = %s, u_a = %s%s",
+                   kBoundSafety, act ? " + q" : "", fmt_g(u.storage).c_str(),
+                   fmt_g(u.accum).c_str(),
+                   act ? "; q: what the tier's 8-bit activation codes can add (act_q column)" : "");
+}
+
 std::string stage_id_name(const std::string& stage, int layer) {
   return layer >= 0 ? stage + "@L" + std::to_string(layer) : stage;
 }
@@ -55,13 +62,15 @@ double ErrAccum::cosine() const {
 
 // --- bounds -------------------------------------------------------------------------------
 
-StageBound stage_bound(int64_t reduction, int roundings, double score_scale, const Roundoff& u) {
+StageBound stage_bound(int64_t reduction, int roundings, double score_scale, const Roundoff& u,
+                       double act) {
   StageBound b;
   b.reduction = reduction;
   b.roundings = roundings;
   b.amp = 2 * score_scale;
+  b.act = act;
   b.value = kBoundSafety * (u.storage * (std::sqrt(double(b.roundings)) + b.amp) +
-                            u.accum * std::sqrt(double(b.reduction)));
+                            u.accum * std::sqrt(double(b.reduction)) + b.act);
   return b;
 }
 
@@ -129,8 +138,10 @@ double attention_score_scale(const Capture& cap, const std::string& stage, int l
 
 // --- drift --------------------------------------------------------------------------------
 
-std::vector<LocalRow> local_rows(const Capture& a, const Roundoff& u) {
+std::vector<LocalRow> local_rows(const Capture& a, const Roundoff& u, const Capture* other) {
   ARB_CHECK(!a.empty(), "[drift] empty capture");
+  ARB_CHECK(!other || other->size() == a.size(), "[drift] %zu forwards against %zu", a.size(),
+            other ? other->size() : 0);
   std::vector<LocalRow> rows;
   for (const StageRecord& r : a.front().stages) {
     LocalRow row;
@@ -139,13 +150,23 @@ std::vector<LocalRow> local_rows(const Capture& a, const Roundoff& u) {
     row.layer = r.layer;
     row.cols = r.cols;
     int64_t reduction = 0;
-    for (const CapturedForward& f : a) {
-      const StageRecord& fr = f.at(r.name, r.layer);
+    double rounding = 0, sum_a2 = 0;  // q's numerator and denominator
+    for (size_t f = 0; f < a.size(); ++f) {
+      const StageRecord& fr = a[f].at(r.name, r.layer);
       row.rows += fr.rows;
       reduction = std::max(reduction, fr.reduction);
+      rounding += fr.input_rounding;
+      if (other) rounding += (*other)[f].at(r.name, r.layer).input_rounding;
+      for (double v : fr.values) sum_a2 += v * v;
     }
+    ARB_CHECK(!std::isnan(rounding),
+              "[localize] %s: its op ran matmuls on 8-bit activation codes whose rounding the "
+              "tier cannot carry to this stage's output, so its bound is not known; rerun with "
+              "ARBITER_CPU_ACT_QUANT=0",
+              stage_id_name(r.name, r.layer).c_str());
+    const double q = rounding == 0 ? 0.0 : sum_a2 > 0 ? std::sqrt(rounding / sum_a2) : INFINITY;
     const double S = r.has_attention ? attention_score_scale(a, r.name, r.layer) : 0.0;
-    row.bound = stage_bound(reduction, r.roundings, S, u);
+    row.bound = stage_bound(reduction, r.roundings, S, u, q);
     rows.push_back(std::move(row));
   }
   return rows;
@@ -178,7 +199,7 @@ DriftReport drift_compare(const Capture& a, const Capture& b, const Capture& b_l
     r.positions += a[f].T;
     r.width = std::max(r.width, a[f].T);
   }
-  for (LocalRow& id : local_rows(a, u)) {
+  for (LocalRow& id : local_rows(a, u, &b_local)) {
     DriftRow row;
     for (size_t f = 0; f < a.size(); ++f) {
       const std::vector<double>& ra = a[f].at(id.stage, id.layer).values;
@@ -262,26 +283,22 @@ DriftSummary drift_summary(const DriftReport& r, double jump_factor) {
 }
 
 std::string drift_text(const DriftReport& r) {
+  const bool act = std::any_of(r.rows.begin(), r.rows.end(), [](const DriftRow& w) { return w.id.bound.act > 0; });
   std::string o = strformat(
       "drift: a = %s (%s, %s, inject %s)   b = %s (%s, %s, inject %s)\n"
       "tokens: %d positions (%s) in %d forward(s) of up to %d\n"
-      "bound: %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)),  u_s = %s, u_a = %s\n\n",
+      "bound: %s\n\n",
       r.a_label.c_str(), r.a_device.c_str(), r.a_compute.c_str(), r.a_inject.c_str(), r.b_label.c_str(),
-      r.b_device.c_str(), r.b_compute.c_str(), r.b_inject.c_str(), r.positions, r.input.c_str(), r.forwards, r.width, kBoundSafety,
-      fmt_g(r.u.storage).c_str(), fmt_g(r.u.accum).c_str());
+      r.b_device.c_str(), r.b_compute.c_str(), r.b_inject.c_str(), r.positions, r.input.c_str(), r.forwards, r.width,
+      bound_formula_text(r.u, act).c_str());
   if (!r.b_providers.empty()) o += "b's op providers (the same kernels as its traces): " + r.b_providers + "\n\n";
-  TextTable t({{"layer", TextTable::Left},
-               {"stage", TextTable::Left},
-               {"rel_l2"},
-               {"max_abs"},
-               {"cosine"},
-               {"rel_l2"},
-               {"max_abs"},
-               {"mean_abs"},
-               {"cosine"},
-               {"rel_l2", TextTable::Left},
-               {"flag", TextTable::Left}});
-  t.groups({{"", 2}, {"accumulated (b chain vs a)", 3}, {"local (b op on a's inputs vs a)", 4}, {"bound", 2}});
+  std::vector<TextTable::Column> cols = {{"layer", TextTable::Left}, {"stage", TextTable::Left}, {"rel_l2"},
+                                         {"max_abs"}, {"cosine"}, {"rel_l2"}, {"max_abs"}, {"mean_abs"},
+                                         {"cosine"}, {"rel_l2", TextTable::Left}, {"flag", TextTable::Left}};
+  if (act) cols.insert(cols.begin() + 9, TextTable::Column{"act_q"});
+  TextTable t(cols);
+  t.groups({{"", 2}, {"accumulated (b chain vs a)", 3}, {"local (b op on a's inputs vs a)", 4},
+            {"bound", act ? 3 : 2}});
   for (size_t c : {2, 5, 9}) t.separator_before(c, " | ");
   int last_layer = -2;
   for (size_t i = 0; i < r.rows.size(); ++i) {
@@ -291,9 +308,14 @@ std::string drift_text(const DriftReport& r) {
     std::string flag = w.flagged ? (int(i) == r.first_flagged ? "FIRST" : "over") : "";
     if (w.flagged && w.local.rel_l2() > 0 && std::isfinite(w.local.rel_l2()))
       flag += " x" + fmt_g(w.local.rel_l2() / w.id.bound.value);
-    t.row({w.id.layer >= 0 ? std::to_string(w.id.layer) : "-", w.id.stage, fmt_g(w.acc.rel_l2()),
-           fmt_g(w.acc.max_abs), fmt_num("%.6f", w.acc.cosine()), fmt_g(w.local.rel_l2()), fmt_g(w.local.max_abs),
-           fmt_g(w.local.mean_abs()), fmt_num("%.6f", w.local.cosine()), fmt_g(w.id.bound.value), flag});
+    std::vector<std::string> cells = {w.id.layer >= 0 ? std::to_string(w.id.layer) : "-", w.id.stage,
+                                      fmt_g(w.acc.rel_l2()), fmt_g(w.acc.max_abs), fmt_num("%.6f", w.acc.cosine()),
+                                      fmt_g(w.local.rel_l2()), fmt_g(w.local.max_abs), fmt_g(w.local.mean_abs()),
+                                      fmt_num("%.6f", w.local.cosine())};
+    if (act) cells.push_back(w.id.bound.act > 0 ? fmt_g(w.id.bound.act) : "-");
+    cells.push_back(fmt_g(w.id.bound.value));
+    cells.push_back(flag);
+    t.row(cells);
   }
   o += t.str();
   // Per layer: the hidden state leaving the layer (accumulated) and the worst local stage.
@@ -349,7 +371,7 @@ std::string drift_tsv(const DriftReport& r) {
   std::string o =
       "stage\tlayer\top\trows\tcols\tacc_rel_l2\tacc_max_abs\tacc_cosine\tlocal_rel_l2\t"
       "local_max_abs\tlocal_mean_abs\tlocal_cosine\tlocal_nmse\tbound_rel_l2\treduction\t"
-      "roundings\tamp\tflagged\n";
+      "roundings\tamp\tact_q\tflagged\n";
   auto g = [](double v) { return fmt_num("%.6g", v); };
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const DriftRow& w = r.rows[i];
@@ -359,7 +381,7 @@ std::string drift_tsv(const DriftReport& r) {
          g(w.local.rel_l2()) + "\t" + g(w.local.max_abs) + "\t" + g(w.local.mean_abs()) + "\t" +
          g(w.local.cosine()) + "\t" + g(w.local.nmse()) + "\t" + g(w.id.bound.value) + "\t" +
          std::to_string(w.id.bound.reduction) + "\t" + std::to_string(w.id.bound.roundings) +
-         "\t" + g(w.id.bound.amp) + "\t" +
+         "\t" + g(w.id.bound.amp) + "\t" + g(w.id.bound.act) + "\t" +
          (w.flagged ? (int(i) == r.first_flagged ? "first" : "yes") : "no") + "\n";
   }
   return o;
@@ -441,6 +463,7 @@ nlohmann::json drift_json(const DriftReport& r) {
                              {"nmse", num(w.local.nmse())},
                              {"nonfinite", w.local.nonfinite}}},
                            {"bound", num(w.id.bound.value)},
+                           {"act_q", num(w.id.bound.act)},
                            {"flagged", w.flagged}});
   j["b_providers"] = r.b_providers;
   j["n_flagged"] = r.n_flagged;

@@ -17,6 +17,11 @@
 // amp: extra error amplification (attention: rounding q and k moves each score, and softmax
 //      turns score shifts into relative changes of the output; amp = 2 S with S computed
 //      from the data by attention_score_scale).
+// A stage whose op rounded its inputs beyond the storage type on either side (the cpu tier's
+// decode matmuls on 8-bit activation codes) adds the relative L2 that rounding can cause,
+//   q = sqrt( sum over its values of sum_k (|w_k| r_k)^2 / sum a^2 ),
+// r_k the largest rounding of input k (d/2 for a block of scale d), measured by the tier
+// that rounded (StageRecord::input_rounding): bound = C * (... + q).
 // The sqrt terms model independent roundings (random walk), as NMSE-style checks do.
 // C = 4 leaves room for cancellation (||W||x|| / ||Wx|| up to about 4); a correct tier sits
 // about an order of magnitude below the bound (docs/localize.md has measured ratios).
@@ -53,10 +58,12 @@ struct StageBound {
   int64_t reduction = 1;  // n
   int roundings = 3;      // m
   double amp = 0;         // extra multiples of u_s
+  double act = 0;         // q: relative L2 of the tiers' own input rounding (activation codes)
   double value = 0;       // the bound on relative L2
 };
 constexpr double kBoundSafety = 4.0;
-StageBound stage_bound(int64_t reduction, int roundings, double score_scale, const Roundoff& u);
+StageBound stage_bound(int64_t reduction, int roundings, double score_scale, const Roundoff& u,
+                       double act = 0);
 
 /// S = sqrt( sum over (query, head) of sum_j p_j^2 r_j^2 |v_j - out|^2 / sum |out|^2 ),
 /// r_j^2 = sum_i (q_i k_ji s)^2 (s the scores' scale), p the softmax weights over the keys
@@ -75,8 +82,11 @@ struct LocalRow {
   StageBound bound;
 };
 /// The stages of a capture in forward order, each with its bound (u: the coarser roundoff of
-/// the two sides compared).
-std::vector<LocalRow> local_rows(const Capture& a, const Roundoff& u);
+/// the two sides compared; q from the input rounding recorded in a and in `other`, the other
+/// side's replay, when given). A stage whose tier could not attribute its input rounding is
+/// refused with one line naming it.
+std::vector<LocalRow> local_rows(const Capture& a, const Roundoff& u,
+                                 const Capture* other = nullptr);
 
 /// One stage's row of the drift table.
 struct DriftRow {
@@ -144,5 +154,8 @@ nlohmann::json drift_json(const DriftReport& r);
 
 /// "%.3g" with inf/nan spelled out (tables).
 std::string fmt_g(double v);
+/// The bound's formula with u_s and u_u filled in, for the reports' heads; with `act` (some
+/// row has q > 0) the q term and what it is.
+std::string bound_formula_text(const Roundoff& u, bool act);
 
 }  // namespace arbiter::verify

@@ -76,7 +76,7 @@ OpcheckReport run_opcheck(const Capture& ref_cap, const Capture& replayed, Backe
     r.positions += f.T;
     r.width = std::max(r.width, f.T);
   }
-  for (LocalRow& id : local_rows(ref_cap, u)) {
+  for (LocalRow& id : local_rows(ref_cap, u, &replayed)) {
     OpcheckRow row;
     for (size_t f = 0; f < ref_cap.size(); ++f) {
       const std::vector<double>& want = ref_cap[f].at(id.stage, id.layer).values;
@@ -110,34 +110,31 @@ OpcheckReport run_opcheck(const Capture& ref_cap, const Capture& replayed, Backe
 }
 
 std::string opcheck_text(const OpcheckReport& r) {
+  const bool act = std::any_of(r.rows.begin(), r.rows.end(), [](const OpcheckRow& w) { return w.id.bound.act > 0; });
   std::string o = strformat(
       "opcheck: %s (compute %s, inject %s) vs ref (f64) on ref's captured inputs\n"
       "inputs: %d positions (BOS + text) in %d forward(s) of up to %d\n"
-      "bound on rel_l2 = %.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)), u_s = %s, "
-      "u_a = %s; NMSE bound = bound^2\n\n",
-      r.device.c_str(), r.compute.c_str(), r.inject.c_str(), r.positions, r.forwards, r.width, kBoundSafety,
-      fmt_g(r.u.storage).c_str(), fmt_g(r.u.accum).c_str());
-  TextTable t({{"op", TextTable::Left},
-               {"layer", TextTable::Left},
-               {"stage", TextTable::Left},
-               {"shape"},
-               {"max_abs"},
-               {"mean_abs"},
-               {"nmse"},
-               {"rel_l2"},
-               {"bound"},
-               {"n"},
-               {"flag", TextTable::Left}});
-  t.separator_before(10, "  ");
+      "bound on rel_l2 = %s; NMSE bound = bound^2\n\n",
+      r.device.c_str(), r.compute.c_str(), r.inject.c_str(), r.positions, r.forwards, r.width,
+      bound_formula_text(r.u, act).c_str());
+  std::vector<TextTable::Column> cols = {{"op", TextTable::Left}, {"layer", TextTable::Left},
+                                         {"stage", TextTable::Left}, {"shape"}, {"max_abs"}, {"mean_abs"},
+                                         {"nmse"}, {"rel_l2"}, {"bound"}, {"n"}, {"flag", TextTable::Left}};
+  if (act) cols.insert(cols.begin() + 8, TextTable::Column{"act_q"});
+  TextTable t(cols);
+  t.separator_before(act ? 11 : 10, "  ");
   for (const OpcheckRow& w : r.rows) {
     std::string shape = std::to_string(w.id.rows) + "x" + std::to_string(w.id.cols);
     std::string flag;
     if (w.flagged)
       flag = "OUT OF LINE x" + fmt_g(w.err.rel_l2() / w.id.bound.value) +
              (w.err.nonfinite ? " (" + std::to_string(w.err.nonfinite) + " NaN/Inf)" : "");
-    t.row({w.id.op, w.id.layer >= 0 ? std::to_string(w.id.layer) : "-", w.id.stage, shape, fmt_g(w.err.max_abs),
-           fmt_g(w.err.mean_abs()), fmt_g(w.err.nmse()), fmt_g(w.err.rel_l2()), fmt_g(w.id.bound.value),
-           std::to_string(w.id.bound.reduction), flag});
+    std::vector<std::string> cells = {w.id.op, w.id.layer >= 0 ? std::to_string(w.id.layer) : "-", w.id.stage,
+                                      shape, fmt_g(w.err.max_abs), fmt_g(w.err.mean_abs()), fmt_g(w.err.nmse()),
+                                      fmt_g(w.err.rel_l2())};
+    if (act) cells.push_back(w.id.bound.act > 0 ? fmt_g(w.id.bound.act) : "-");
+    cells.insert(cells.end(), {fmt_g(w.id.bound.value), std::to_string(w.id.bound.reduction), flag});
+    t.row(cells);
   }
   o += t.str();
   o += "\nper op (worst error / bound over all its uses):\n";
@@ -176,14 +173,14 @@ std::string opcheck_text(const OpcheckReport& r) {
 std::string opcheck_tsv(const OpcheckReport& r) {
   std::string o =
       "op\tstage\tlayer\trows\tcols\tmax_abs\tmean_abs\tnmse\trel_l2\tbound_rel_l2\t"
-      "reduction\tnonfinite\tflagged\n";
+      "reduction\tact_q\tnonfinite\tflagged\n";
   auto g = [](double v) { return fmt_num("%.6g", v); };
   for (const OpcheckRow& w : r.rows)
     o += w.id.op + "\t" + w.id.stage + "\t" + std::to_string(w.id.layer) + "\t" +
          std::to_string(w.id.rows) + "\t" + std::to_string(w.id.cols) + "\t" + g(w.err.max_abs) + "\t" +
          g(w.err.mean_abs()) + "\t" + g(w.err.nmse()) + "\t" + g(w.err.rel_l2()) + "\t" +
-         g(w.id.bound.value) + "\t" + std::to_string(w.id.bound.reduction) + "\t" +
-         std::to_string(w.err.nonfinite) + "\t" + (w.flagged ? "yes" : "no") + "\n";
+         g(w.id.bound.value) + "\t" + std::to_string(w.id.bound.reduction) + "\t" + g(w.id.bound.act) +
+         "\t" + std::to_string(w.err.nonfinite) + "\t" + (w.flagged ? "yes" : "no") + "\n";
   return o;
 }
 
@@ -212,6 +209,7 @@ nlohmann::json opcheck_json(const OpcheckReport& r) {
                            {"nmse", num(w.err.nmse())},
                            {"rel_l2", num(w.err.rel_l2())},
                            {"bound", num(w.id.bound.value)},
+                           {"act_q", num(w.id.bound.act)},
                            {"nonfinite", w.err.nonfinite},
                            {"flagged", w.flagged}});
   j["ops"] = nlohmann::json::array();
