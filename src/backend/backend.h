@@ -166,15 +166,25 @@ class Backend {
   /// (backend/fused_ops.cpp) with one line: continuous batching is not on that tier.
   virtual void kv_store_paged(const Buffer& k, const Buffer& v, Buffer& k_pool, Buffer& v_pool,
                               const KvPages& pages, int T, int pos0, int kv_dim);
-  /// attention() over a paged pool: key p at pool row pages.row(p); the same arithmetic, in
-  /// the same order, as attention() over a cache holding the same rows.
+  /// The score scaling of attention over a cache or pool: scale 0 is attention()'s
+  /// 1/sqrt(Dh); otherwise scaled_attention()'s, with this scale and softcap.
+  struct AttentionScores {
+    double scale = 0;
+    double softcap = 0;
+  };
+  /// attention() (scores {}) or scaled_attention() over a paged pool: key p at pool row
+  /// pages.row(p); the same arithmetic, in the same order, as over a cache holding the same
+  /// rows. window > 0 limits a query at i to keys in (i - window, i], as there (gemma's
+  /// sliding layers; the pool keeps every position, so no ring is needed).
   virtual void attention_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
                                const KvPages& pages, int T, int pos0, int H, int Hkv, int Dh,
-                               int window, Buffer& out);
+                               int window, const AttentionScores& scores, Buffer& out);
   /// Asks for matmuls whose every output row is bitwise a function of its input row alone,
   /// whatever T and the row's place among the T (continuous batching's batch invariance).
   /// ref's always are; cpu then runs its own GEMM at every T, T == 1 included, where it
-  /// otherwise runs the GEMV (whose sums are ordered otherwise). The default refuses `on`.
+  /// otherwise runs the GEMV (whose sums are ordered otherwise), and ssm_scan's recurrence at
+  /// every T (its chunked form's sums depend on where a forward starts a chunk, which the
+  /// batch decides). The default refuses `on`.
   virtual void set_row_invariant(bool on);
 
   /// out[n] = silu(gate[n]) * up[n]
@@ -348,12 +358,6 @@ class Backend {
                              const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H,
                              int Hkv, int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,
                              Buffer& v_cache, const AttentionTaps& taps);
-  /// The score scaling of qk_rope_attention: scale 0 is attention()'s 1/sqrt(Dh); otherwise
-  /// scaled_attention() with this scale and softcap.
-  struct AttentionScores {
-    double scale = 0;
-    double softcap = 0;
-  };
   /// qk_rope_store, then attention of the roped q over the cache into out (see attention()
   /// and scaled_attention(); tap out).
   virtual void qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
@@ -365,9 +369,10 @@ class Backend {
   /// qk_rope_attention over a paged pool (kv_store_paged, attention_paged), without taps:
   /// the batched forward of continuous batching runs no stage hooks.
   void qk_rope_attention_paged(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
-                               const Tensor* k_norm, double eps, int T, int H, int Hkv, int Dh,
-                               int pos0, const RopeSpec& rope, Buffer& k_pool, Buffer& v_pool,
-                               const KvPages& pages, int window, Buffer& out);
+                               const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H,
+                               int Hkv, int Dh, int pos0, const RopeSpec& rope, Buffer& k_pool,
+                               Buffer& v_pool, const KvPages& pages, int window,
+                               const AttentionScores& scores, Buffer& out);
 
   // --- greedy decode with the token kept on the tier (backend/fused_ops.cpp) -------------
   // A greedy generation loop needs each token only to embed it next; a tier that keeps it

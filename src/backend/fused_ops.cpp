@@ -145,13 +145,14 @@ void Backend::qk_rope_attention(Buffer& q, Buffer& k, const Buffer& v, const Ten
 }
 
 void Backend::qk_rope_attention_paged(Buffer& q, Buffer& k, const Buffer& v,
-                                      const Tensor* q_norm, const Tensor* k_norm, double eps,
-                                      int T, int H, int Hkv, int Dh, int pos0,
-                                      const RopeSpec& rope, Buffer& k_pool, Buffer& v_pool,
-                                      const KvPages& pages, int window, Buffer& out) {
-  qk_norm_rope(q, k, q_norm, k_norm, NormWeight::Plain, eps, T, H, Hkv, Dh, pos0, rope, {});
+                                      const Tensor* q_norm, const Tensor* k_norm,
+                                      NormWeight qk_nw, double eps, int T, int H, int Hkv, int Dh,
+                                      int pos0, const RopeSpec& rope, Buffer& k_pool,
+                                      Buffer& v_pool, const KvPages& pages, int window,
+                                      const AttentionScores& scores, Buffer& out) {
+  qk_norm_rope(q, k, q_norm, k_norm, qk_nw, eps, T, H, Hkv, Dh, pos0, rope, {});
   kv_store_paged(k, v, k_pool, v_pool, pages, T, pos0, Hkv * Dh);
-  attention_paged(q, k_pool, v_pool, pages, T, pos0, H, Hkv, Dh, window, out);
+  attention_paged(q, k_pool, v_pool, pages, T, pos0, H, Hkv, Dh, window, scores, out);
 }
 
 Buffer buffer_view(const Buffer& b, int64_t off, int64_t n) {
@@ -208,7 +209,7 @@ void Backend::kv_store_paged(const Buffer&, const Buffer&, Buffer&, Buffer&, con
   no_batching(*this, "kv_store_paged");
 }
 void Backend::attention_paged(const Buffer&, const Buffer&, const Buffer&, const KvPages&, int,
-                              int, int, int, int, int, Buffer&) {
+                              int, int, int, int, int, const AttentionScores&, Buffer&) {
   no_batching(*this, "attention_paged");
 }
 void Backend::set_row_invariant(bool on) {

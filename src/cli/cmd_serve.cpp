@@ -31,7 +31,7 @@ static int cmd_serve(int argc, char** argv) {
                  "    own forward: every family and tier, --inject, and `arbiter generate`'s bits\n"
                  "  --batching continuous: one batched forward per step over every active sequence (chunked prefill\n"
                  "    within --step-tokens rows), K/V in a paged pool of --kv-blocks blocks of 16 positions (default:\n"
-                 "    --parallel full contexts); batch-invariant greedy output; llama family on ref and cpu\n"
+                 "    --parallel full contexts); batch-invariant greedy output; every family, on ref and cpu\n"
                  "endpoints: GET /health /v1/models /metrics, POST /v1/completions /v1/chat/completions (docs/serve.md)\n");
     return 0;
   }

@@ -355,7 +355,9 @@ class BatchingScheduler : public Scheduler {
     const std::string why = batching_problem(m, be);
     ARB_CHECK(why.empty(), "%s", why.c_str());
     be_.prepare(prepare_spec(m));
-    state_ = m.arch->make_batch_state(m, be, pool_.total() * kKvBlockRows, o.step_tokens);
+    state_ = m.arch->make_batch_state(m, be, pool_.total() * kKvBlockRows, o.step_tokens, o.slots);
+    // Handed out lowest first, as the blocks are.
+    for (int k = o.slots - 1; k >= 0; --k) free_slots_.push_back(k);
     be_.set_row_invariant(true);
     kv_free_ = pool_.total();
     thread_ = std::thread([this] { loop(); });
@@ -391,6 +393,7 @@ class BatchingScheduler : public Scheduler {
     st.kv_free = kv_free_;
     st.preempted = preempted_;
     st.steps = steps_;
+    st.last_rows = last_rows_;
     return st;
   }
 
@@ -407,6 +410,7 @@ class BatchingScheduler : public Scheduler {
     std::unique_ptr<Sampler> sampler;
     std::vector<int32_t> generated;
     std::vector<int32_t> table;  // its blocks, in position order
+    int slot = -1;               // its recurrent-state slot (BatchSeq::slot) while active
     int fed = 0;                 // positions whose K/V are in the pool
     bool prompt_done = false;    // the prompt was fed once (its echo event went out)
     std::vector<TokenLogprob> echo;  // prompt logprobs gathered over the prefill's chunks
@@ -422,11 +426,12 @@ class BatchingScheduler : public Scheduler {
   Backend& be_;
   const BatchingOptions o_;
   KvPool pool_;  // engine thread only
+  std::vector<int> free_slots_;  // engine thread only: state slots no active sequence holds
   std::unique_ptr<ForwardState> state_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
-  int active_ = 0, waiting_ = 0, last_batch_ = 0, kv_free_ = 0;  // for stats()
+  int active_ = 0, waiting_ = 0, last_batch_ = 0, last_rows_ = 0, kv_free_ = 0;  // for stats()
   int64_t preempted_ = 0, steps_ = 0;
   bool stop_ = false;
   std::thread thread_;
@@ -436,9 +441,17 @@ class BatchingScheduler : public Scheduler {
     return o.kv_blocks > 0 ? o.kv_blocks : o.slots * ((o.ctx + kKvBlockRows - 1) / kKvBlockRows);
   }
 
+  // A sequence leaving the active set gives back its blocks and its state slot (a preempted
+  // one is recomputed from position 0, which starts its state afresh in whatever slot).
+  void release(Seq& q) {
+    pool_.release(q.table);
+    if (q.slot >= 0) free_slots_.push_back(q.slot);
+    q.slot = -1;
+  }
+
   // The blocks go back before the stream hears of its end, so stats() already counts them.
   void finish(Seq& q, FinishReason f, const std::string& error = {}) {
-    pool_.release(q.table);
+    release(q);
     {
       std::lock_guard<std::mutex> lk(mu_);
       kv_free_ = pool_.free();
@@ -474,9 +487,11 @@ class BatchingScheduler : public Scheduler {
         held.erase(held.begin() + long(k));
       }
       plan(active, held);
-      const int n = step(active);
+      int rows = 0;
+      const int n = step(active, rows);
       std::lock_guard<std::mutex> lk(mu_);
       last_batch_ = n;
+      last_rows_ = rows;
       steps_ += n > 0;
       active_ = int(active.size());
       waiting_ = int(held.size());
@@ -486,6 +501,15 @@ class BatchingScheduler : public Scheduler {
     for (auto& q : held) finish(*q, FinishReason::Cancelled);
     std::lock_guard<std::mutex> lk(mu_);
     for (Pending& p : queue_) end_stream(*p.stream, FinishReason::Cancelled);
+  }
+
+  // A slot for a sequence becoming active: one is always free, as active sequences are at most
+  // o_.slots and only they hold one.
+  int take_slot() {
+    ARB_ASSERT(!free_slots_.empty());
+    const int k = free_slots_.back();
+    free_slots_.pop_back();
+    return k;
   }
 
   // Under mu_: preempted sequences first, then the queue, while a slot is free and the pool
@@ -498,6 +522,7 @@ class BatchingScheduler : public Scheduler {
         if (!pool_.grow(held.front()->table, held.front()->tokens() + 1)) break;
         q = std::move(held.front());
         held.pop_front();
+        q->slot = take_slot();
       } else if (!queue_.empty()) {
         Pending& p = queue_.front();
         if (p.stream->cancelled()) {
@@ -511,6 +536,7 @@ class BatchingScheduler : public Scheduler {
         q->stream = std::move(p.stream);
         q->sampler = std::make_unique<Sampler>(q->req.sampling);
         q->order = next_order_++;
+        q->slot = take_slot();
         queue_.pop_front();
       } else {
         break;
@@ -547,7 +573,7 @@ class BatchingScheduler : public Scheduler {
   void preempt(std::vector<std::unique_ptr<Seq>>& active, std::deque<std::unique_ptr<Seq>>& held, size_t y) {
     std::unique_ptr<Seq> q = std::move(active[y]);
     active.erase(active.begin() + long(y));
-    pool_.release(q->table);
+    release(*q);
     q->fed = 0;
     q->T = 0;
     if (!q->prompt_done) q->echo.clear();
@@ -558,8 +584,8 @@ class BatchingScheduler : public Scheduler {
   }
 
   // One batched forward of the planned rows, then each sequence that caught up with its
-  // tokens takes its next one. Returns the sequences it advanced.
-  int step(std::vector<std::unique_ptr<Seq>>& active) {
+  // tokens takes its next one. Returns the sequences it advanced; rows: the forward's rows.
+  int step(std::vector<std::unique_ptr<Seq>>& active, int& rows) {
     std::vector<BatchSeq> batch;
     std::vector<Seq*> in;
     std::vector<int32_t> ids;
@@ -569,6 +595,7 @@ class BatchingScheduler : public Scheduler {
       b.T = q->T;
       b.pos0 = q->fed;
       b.pages = {q->table.data(), int(q->table.size()), kKvBlockRows};
+      b.slot = q->slot;
       const bool echo = !q->prompt_done && q->req.prompt_logprobs >= 0;
       b.logits = echo ? BatchSeq::Logits::All
                       : q->fed + q->T == q->tokens() ? BatchSeq::Logits::Last : BatchSeq::Logits::None;
@@ -576,6 +603,7 @@ class BatchingScheduler : public Scheduler {
       batch.push_back(b);
       in.push_back(q.get());
     }
+    rows = int(ids.size());
     if (batch.empty()) return 0;
     std::vector<std::pair<Seq*, FinishReason>> done;
     std::string error;
@@ -641,7 +669,7 @@ class BatchingScheduler : public Scheduler {
 }  // namespace
 
 std::string batching_problem(const Model& m, Backend& be) {
-  if (!m.arch->make_batch_state(m, be, kKvBlockRows, 1))
+  if (!m.arch->make_batch_state(m, be, kKvBlockRows, 1, 1))
     return "[scheduler] continuous batching: the " + m.arch->family() + " family (" + m.config.arch +
            ") has no batched forward yet";
   try {

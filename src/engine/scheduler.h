@@ -93,6 +93,7 @@ class Scheduler {
     int kv_free = 0;
     int64_t preempted = 0;  // continuous batching: sequences preempted so far
     int64_t steps = 0;      // continuous batching: batched forwards run so far
+    int last_rows = 0;      // continuous batching: token rows of the last batched forward
   };
   virtual Stats stats() const = 0;
   /// Tokens one sequence may hold (prompt + generated).

@@ -162,9 +162,6 @@ void Session::set_batch_with(int n) {
   ARB_CHECK(!inject_.active && !observer_,
             "[session] --batch-with: the batched forward runs no stage hooks (no --inject, drift or "
             "opcheck with it)");
-  ARB_CHECK(m_.config.router.n_experts == 0,
-            "[session] --batch-with: the batched forward keeps no route log, which traces of MoE "
-            "models record (%s)", m_.config.arch.c_str());
   // Companion j feeds 1 + j % 3 rows a forward and restarts after 24 + 11 j positions (so
   // their positions differ); this sequence's pages come first in the pool.
   int blocks = (state_->max_ctx + kKvBlockRows - 1) / kKvBlockRows, rows = 0;
@@ -177,7 +174,8 @@ void Session::set_batch_with(int n) {
     rows += c.rows;
     companions_.push_back(c);
   }
-  batch_state_ = m_.arch->make_batch_state(m_, be_, blocks * kKvBlockRows, state_->max_T + rows);
+  // Recurrent-state slots: this sequence's 0, companion j's j + 1.
+  batch_state_ = m_.arch->make_batch_state(m_, be_, blocks * kKvBlockRows, state_->max_T + rows, n + 1);
   ARB_CHECK(batch_state_ != nullptr, "[session] --batch-with: the %s family (%s) has no batched forward yet",
             m_.arch->family().c_str(), m_.config.arch.c_str());
   try {
@@ -196,12 +194,13 @@ void Session::run_batched(const int32_t* ids, int T, bool logits) {
   ARB_CHECK(pool_->grow(table_, pos_ + T), "[session] --batch-with: the pool is full");
   std::vector<BatchSeq> batch;
   std::vector<int32_t> all;
-  auto add = [&](std::vector<int32_t>& table, int pos0, int rows, BatchSeq::Logits l, const int32_t* src,
-                 uint64_t* rng) {
+  auto add = [&](std::vector<int32_t>& table, int slot, int pos0, int rows, BatchSeq::Logits l,
+                 const int32_t* src, uint64_t* rng) {
     BatchSeq b;
     b.T = rows;
     b.pos0 = pos0;
     b.pages = {table.data(), int(table.size()), kKvBlockRows};
+    b.slot = slot;
     b.logits = l;
     for (int t = 0; t < rows; ++t) {
       if (src) {
@@ -220,7 +219,7 @@ void Session::run_batched(const int32_t* ids, int T, bool logits) {
   for (size_t j = 0; j <= companions_.size(); ++j) {
     if (j == half) {
       const BatchSeq::Logits l = logits ? BatchSeq::Logits::All : BatchSeq::Logits::None;
-      add(table_, pos_, T, l, ids, nullptr);
+      add(table_, 0, pos_, T, l, ids, nullptr);
       // Its logits rows come first in the buffer: the only sequence that asks for any.
     }
     if (j == companions_.size()) break;
@@ -230,13 +229,15 @@ void Session::run_batched(const int32_t* ids, int T, bool logits) {
       c.pos = 0;
     }
     ARB_CHECK(pool_->grow(c.table, c.pos + c.rows), "[session] --batch-with: the pool is full");
-    add(c.table, c.pos, c.rows, BatchSeq::Logits::None, nullptr, &c.rng);
+    add(c.table, int(j) + 1, c.pos, c.rows, BatchSeq::Logits::None, nullptr, &c.rng);
     c.pos += c.rows;
   }
   ForwardArgs a;
   a.ids = all.data();
   a.T = int(all.size());
   a.batch = &batch;
+  a.routes = routes_;  // this sequence's routing alone (a trace's, drift's)
+  a.routes_seq = int(half);
   m_.arch->forward(m_, be_, *batch_state_, a);
 }
 

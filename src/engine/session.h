@@ -76,9 +76,9 @@ class Session {
   /// that a trace shows what the batching scheduler computes (`trace --batch-with N`). The
   /// others are streams of pseudo-random tokens, each at its own positions, feeding 1 to 3
   /// rows per forward, before and after this sequence's rows; each restarts when it has
-  /// filled its own pages. n = 0: off. Refused (one line) for families without a batched
-  /// forward, on tiers without its ops, for MoE models (no route log), and with a fault or an
-  /// observer (the batched forward runs no hooks). Resets the session.
+  /// filled its own pages. n = 0: off. A route log gets this sequence's routing alone.
+  /// Refused (one line) for families without a batched forward, on tiers without its ops,
+  /// and with a fault or an observer (the batched forward runs no hooks). Resets the session.
   void set_batch_with(int n);
 
   const Model& model() const { return m_; }

@@ -47,18 +47,23 @@ struct ForwardArgs {
   bool logits = true;
   RouteLog* routes = nullptr;
   /// Continuous batching: the T rows belong to these sequences, in order (their T sum to T;
-  /// pos0 and logits are unused; no hook, no routes). The state is make_batch_state's.
+  /// pos0 and logits are unused; no hook; routes logs sequence routes_seq's rows alone, at
+  /// its positions). The state is make_batch_state's.
   const std::vector<BatchSeq>* batch = nullptr;
+  int routes_seq = -1;
 };
 
 /// One sequence of a batched forward: the next T rows of ids, at positions pos0.., its K/V in
-/// the state's paged pool (one per layer) at pages. Logits rows, in sequence order: All gives
-/// its T rows, Last its last row, None nothing.
+/// the state's paged pool (one per layer) at pages, its recurrent state (the hybrids' Mamba2
+/// conv and SSM states) in the state's slot `slot` (zeroed by a forward at pos0 0; the
+/// scheduler hands slots out and takes them back with the blocks). Logits rows, in sequence
+/// order: All gives its T rows, Last its last row, None nothing.
 struct BatchSeq {
   enum class Logits { None, Last, All };
   int T = 0;
   int pos0 = 0;
   Backend::KvPages pages;
+  int slot = 0;
   Logits logits = Logits::Last;
   int logit_rows() const { return logits == Logits::All ? T : logits == Logits::Last ? 1 : 0; }
 };
@@ -111,10 +116,12 @@ class Arch {
                        const ForwardArgs& a) const = 0;
   /// Continuous batching (engine/scheduler.h): the state of batched forwards (ForwardArgs::
   /// batch) of up to max_T rows, whose sequences keep their K/V in one pool of pool_rows rows
-  /// per layer. nullptr: this family's forward does not batch (it never gets a batch).
+  /// per layer and their recurrent state, if the family has one, in slots [0, seqs).
+  /// nullptr: this family's forward does not batch (it never gets a batch).
   virtual std::unique_ptr<ForwardState> make_batch_state(const Model& m, Backend& be,
-                                                         int pool_rows, int max_T) const {
-    (void)m, (void)be, (void)pool_rows, (void)max_T;
+                                                         int pool_rows, int max_T,
+                                                         int seqs) const {
+    (void)m, (void)be, (void)pool_rows, (void)max_T, (void)seqs;
     return nullptr;
   }
 

@@ -64,8 +64,12 @@ struct RouteLog {
 /// passes routing decisions to the forward's RouteLog, if any.
 class Stages {
  public:
-  Stages(StageHook* hook, int pos0, int T, RouteLog* routes = nullptr)
-      : hook_(hook), routes_(routes), pos0_(pos0), T_(T) {}
+  /// route_rows >= 0: only rows [route_row0, route_row0 + route_rows) of the forward's T are
+  /// one sequence's (a batched forward's), at positions pos0..: only their routing is logged.
+  Stages(StageHook* hook, int pos0, int T, RouteLog* routes = nullptr, int route_row0 = 0,
+         int route_rows = -1)
+      : hook_(hook), routes_(routes), pos0_(pos0), T_(T), row0_(route_row0),
+        rows_(route_rows < 0 ? T : route_rows) {}
   const StageTap* operator()(const char* name, int layer, const char* op, int cols,
                              int64_t reduction, int roundings,
                              const AttentionGeometry* attention = nullptr) const {
@@ -85,11 +89,11 @@ class Stages {
   /// Records token t's routing at layer l (E experts, top-k, score: router_score_name).
   void route(int layer, int t, const std::vector<int>& ids, double margin, int experts,
              const char* score) const {
-    if (!routes_) return;
+    if (!routes_ || t < row0_ || t >= row0_ + rows_) return;
     routes_->experts = experts;
     routes_->top_k = int(ids.size());
     routes_->score = score;
-    routes_->picks.push_back({layer, pos0_ + t, ids, margin});
+    routes_->picks.push_back({layer, pos0_ + t - row0_, ids, margin});
   }
 
  private:
@@ -112,6 +116,7 @@ class Stages {
   StageHook* hook_;
   RouteLog* routes_;
   int pos0_, T_;
+  int row0_, rows_;  // the rows whose routing is logged
 };
 
 }  // namespace arbiter

@@ -40,7 +40,7 @@ static std::string num(double v) {
   return b;
 }
 
-std::string Metrics::render(int queued, int active, int slots, int last_batch) const {
+std::string Metrics::render(const Scheduler::Stats& st) const {
   std::lock_guard<std::mutex> lk(mu_);
   std::string o;
   o += "# HELP arbiter_requests_total HTTP requests by endpoint and status.\n# TYPE arbiter_requests_total counter\n";
@@ -51,14 +51,26 @@ std::string Metrics::render(int queued, int active, int slots, int last_batch) c
   o += "arbiter_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
   o += "# HELP arbiter_generation_tokens_total Tokens generated.\n# TYPE arbiter_generation_tokens_total counter\n";
   o += "arbiter_generation_tokens_total " + std::to_string(generated_tokens_) + "\n";
-  o += "# HELP arbiter_queue_depth Sequences waiting for a slot.\n# TYPE arbiter_queue_depth gauge\n";
-  o += "arbiter_queue_depth " + std::to_string(queued) + "\n";
-  o += "# HELP arbiter_active_sequences Sequences holding a slot.\n# TYPE arbiter_active_sequences gauge\n";
-  o += "arbiter_active_sequences " + std::to_string(active) + "\n";
-  o += "# HELP arbiter_slots Slots (--parallel).\n# TYPE arbiter_slots gauge\n";
-  o += "arbiter_slots " + std::to_string(slots) + "\n";
-  o += "# HELP arbiter_batch_size Sequences advanced by the last engine round.\n# TYPE arbiter_batch_size gauge\n";
-  o += "arbiter_batch_size " + std::to_string(last_batch) + "\n";
+  auto line = [&](const char* name, const char* type, const char* help, int64_t v) {
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    o += std::string(name) + " " + std::to_string(v) + "\n";
+  };
+  line("arbiter_queue_depth", "gauge",
+       "Sequences waiting for a slot (continuous batching: preempted ones included).", st.queued);
+  line("arbiter_active_sequences", "gauge", "Sequences holding a slot (running).", st.active);
+  line("arbiter_slots", "gauge", "Slots (--parallel).", st.slots);
+  line("arbiter_batch_size", "gauge", "Sequences advanced by the last engine round.", st.last_batch);
+  if (st.kv_blocks > 0) {  // continuous batching: the paged KV pool and the batched forwards
+    line("arbiter_kv_blocks", "gauge", "Blocks of the paged KV pool (--kv-blocks), 16 positions each.",
+         st.kv_blocks);
+    line("arbiter_kv_blocks_used", "gauge", "KV blocks held by sequences.", st.kv_blocks - st.kv_free);
+    line("arbiter_kv_blocks_free", "gauge", "KV blocks free.", st.kv_free);
+    line("arbiter_preemptions_total", "counter",
+         "Sequences preempted for KV blocks (freed, to be recomputed), so far.", st.preempted);
+    line("arbiter_batch_rows", "gauge", "Token rows of the last batched forward (decode rows and prefill chunks).",
+         st.last_rows);
+    line("arbiter_batched_forwards_total", "counter", "Batched forwards run so far.", st.steps);
+  }
   auto hist = [&](const char* name, const char* help, const Histogram& h) {
     o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
     int64_t cum = 0;

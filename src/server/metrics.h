@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/scheduler.h"
+
 namespace arbiter::server {
 
 class Metrics {
@@ -15,8 +17,9 @@ class Metrics {
   void tokens(int64_t prompt, int64_t generated);
   void time_to_first_token(double seconds);
   void inter_token_latency(double seconds);
-  /// The whole exposition; queued/active/batch come from the scheduler at scrape time.
-  std::string render(int queued, int active, int slots, int last_batch) const;
+  /// The whole exposition; the scheduler's gauges (queue, sequences, and under continuous
+  /// batching the paged KV pool, preemptions, batched forwards) come from st at scrape time.
+  std::string render(const Scheduler::Stats& st) const;
 
  private:
   struct Histogram {

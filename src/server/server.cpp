@@ -96,7 +96,7 @@ void Server::start() {
   });
   http_->Get("/metrics", [&I](const httplib::Request& req, httplib::Response& res) {
     Scheduler::Stats st = I.sched && I.ready ? I.sched->stats() : Scheduler::Stats{};
-    res.set_content(I.metrics.render(st.queued, st.active, st.slots, st.last_batch), "text/plain; version=0.0.4");
+    res.set_content(I.metrics.render(st), "text/plain; version=0.0.4");
     I.metrics.request(req.path, 200);
   });
 

@@ -2,10 +2,12 @@
 // forward, engine/kv_pool.h) without HTTP:
 // - the batched forward: sequences at their own positions, K/V in scattered blocks, give the
 //   logits of each sequence run alone through a Session, bit for bit (ref; cpu with its
-//   row-invariant matmuls), on the llama, qwen3, mistral and qwen2-moe fixtures;
+//   row-invariant matmuls), on a fixture of every family: llama, qwen3, mistral, qwen2-moe,
+//   gemma2/3 (sliding layers), the hybrids (recurrent state per slot);
 // - on ref, the batching scheduler's streams (greedy, sampled, penalised, logprobs, echo)
 //   equal the time-slice scheduler's: the same arithmetic, reached another way;
 // - batch invariance: greedy outputs alone and in batches of 2, 7 and 64 are identical (ref, cpu);
+//   alone and in batches of 2 and 7 on the gemma and hybrid fixtures, past the sliding window;
 // - a tiny pool: admission waits, preemption recomputes, no sequence lost or changed;
 // - a cancel frees the sequence's blocks within one step; refusals name the reason.
 #include <gtest/gtest.h>
@@ -92,7 +94,7 @@ void batched_forward_equals_sessions(const std::string& model, const DeviceSpec&
   auto be = make_backend(dev);
   be->set_row_invariant(true);
   const int V = m->config.vocab;
-  const std::vector<Piece> seqs = {{{1, 5, 9, 3, 7}, 3}, {{2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 41}, 17},
+  const std::vector<Piece> seqs = {{{1, 5, 9, 3, 7}, 3}, {{2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59}, 17},
                                    {{11, 3}, 1}};
   // Alone: a Session per sequence, the context then the rest as one forward.
   std::vector<std::vector<std::vector<double>>> want;
@@ -112,7 +114,7 @@ void batched_forward_equals_sessions(const std::string& model, const DeviceSpec&
   for (int b = 0; b < 8; ++b)
     for (size_t i = 0; i < seqs.size(); ++i)
       if (int(tables[i].size()) * block_rows < int(seqs[i].ids.size())) tables[i].push_back(next--);
-  auto st = m->arch->make_batch_state(*m, *be, pool_blocks * block_rows, 64);
+  auto st = m->arch->make_batch_state(*m, *be, pool_blocks * block_rows, 64, int(seqs.size()));
   ASSERT_NE(st, nullptr);
   for (int pass = 0; pass < 2; ++pass) {
     std::vector<BatchSeq> batch;
@@ -123,6 +125,7 @@ void batched_forward_equals_sessions(const std::string& model, const DeviceSpec&
       b.pos0 = pass == 0 ? 0 : p.split;
       b.T = pass == 0 ? p.split : int(p.ids.size()) - p.split;
       b.pages = {tables[i].data(), int(tables[i].size()), block_rows};
+      b.slot = int(seqs.size() - 1 - i);  // not the sequence's index: slots are the scheduler's
       b.logits = pass == 0 ? BatchSeq::Logits::None : BatchSeq::Logits::All;
       ids.insert(ids.end(), p.ids.begin() + b.pos0, p.ids.begin() + b.pos0 + b.T);
       batch.push_back(b);
@@ -149,14 +152,44 @@ TEST(Batching, BatchedForwardEqualsEachSequenceAloneBitForBit) {
     for (const char* d : {"ref", "cpu"}) batched_forward_equals_sessions(f, DeviceSpec{d});
 }
 
-TEST(Batching, FamiliesWithoutABatchedForwardAreRefused) {
-  auto m = load_model(test::source_path("tests/fixtures/models/tiny-gemma3"));
-  auto be = make_backend(DeviceSpec{"cpu"});
-  const std::string why = batching_problem(*m, *be);
-  EXPECT_NE(why.find("the gemma family (gemma3) has no batched forward"), std::string::npos) << why;
-  BatchingOptions o;
-  o.ctx = 64;
-  EXPECT_THROW(make_batching_scheduler(*m, *be, o), Error);
+// The sequence of 30 tokens crosses both fixtures' windows (tiny-gemma3 16, tiny-gemma2 24):
+// a sliding layer's queries see only their window of the pool's rows.
+TEST(Batching, BatchedForwardOfGemmaEqualsEachSequenceAloneBitForBit) {
+  for (const char* f : {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-gemma2"})
+    for (const char* d : {"ref", "cpu"}) batched_forward_equals_sessions(f, DeviceSpec{d});
+}
+
+// Each sequence's Mamba2 states live in their own slot: a slot mixed up or not started afresh
+// changes the logits. The chunk size (16) is crossed by the 17-token first forward.
+TEST(Batching, BatchedForwardOfTheHybridsEqualsEachSequenceAloneBitForBit) {
+  for (const char* f : {"tests/fixtures/models/tiny-granite-h", "tests/fixtures/models/tiny-granite-h-moe",
+                        "tests/fixtures/models/tiny-nemotron-h"})
+    for (const char* d : {"ref", "cpu"}) batched_forward_equals_sessions(f, DeviceSpec{d});
+}
+
+TEST(Batching, RefusesTwoSequencesInOneStateSlot) {
+  auto m = load_model(test::source_path("tests/fixtures/models/tiny-granite-h"));
+  auto be = make_backend(DeviceSpec{"ref"});
+  auto st = m->arch->make_batch_state(*m, *be, 64, 8, 2);
+  const std::vector<int32_t> blocks = {0, 1}, ids = {1, 2};
+  std::vector<BatchSeq> batch(2);
+  for (int i = 0; i < 2; ++i) {
+    batch[size_t(i)].T = 1;
+    batch[size_t(i)].pages = {blocks.data() + i, 1, 16};
+    batch[size_t(i)].slot = 1;
+  }
+  ForwardArgs a;
+  a.ids = ids.data();
+  a.T = 2;
+  a.batch = &batch;
+  try {
+    m->arch->forward(*m, *be, *st, a);
+    FAIL() << "two sequences in one slot were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("two batch sequences in state slot 1"), std::string::npos) << e.what();
+  }
+  batch[0].slot = 2;  // outside the state's 2 slots
+  EXPECT_THROW(m->arch->forward(*m, *be, *st, a), Error);
 }
 
 // ---- the scheduler -------------------------------------------------------------------------
@@ -249,6 +282,57 @@ void batch_invariance(const DeviceSpec& dev) {
 TEST(Batching, GreedyOutputsEqualAloneAndInBatchesOf2_7_64OnRef) { batch_invariance(DeviceSpec{"ref"}); }
 TEST(Batching, GreedyOutputsEqualAloneAndInBatchesOf2_7_64OnCpu) { batch_invariance(DeviceSpec{"cpu"}); }
 
+// The same on a fixture of the gemma or hybrid family, from token ids: 7 prompts of 3 to 27
+// tokens and 12 greedy tokens each, so that most run past the sliding window (gemma: 16, 24)
+// and the scan's chunk (the hybrids: 16). Alone each prompt is one forward; in the batches
+// (step_tokens 16) it is cut in chunks where the others leave room, so a result that depended
+// on where a prefill's forwards start (the chunked scan, a sliding layer's first key) shows.
+void fixture_invariance(const std::string& model, const DeviceSpec& dev) {
+  auto m = load_model(test::source_path(model));
+  auto be = make_backend(dev);
+  std::vector<SeqRequest> reqs;
+  for (int i = 0; i < 7; ++i) {
+    SeqRequest r;
+    for (int t = 0; t < 3 + 4 * i; ++t) r.prompt.push_back(int32_t((7 + 13 * i + 31 * t) % m->config.vocab));
+    r.max_tokens = 12;
+    r.top_logprobs = 0;
+    reqs.push_back(r);
+  }
+  BatchingOptions o;
+  o.ctx = 48;
+  std::vector<Outcome> alone;
+  {
+    o.slots = 1;
+    auto s = make_batching_scheduler(*m, *be, o);
+    for (const SeqRequest& r : reqs) alone.push_back(run_all(*s, {r})[0]);
+  }
+  for (int n : {2, 7}) {
+    o.slots = n;
+    o.step_tokens = 16;
+    auto s = make_batching_scheduler(*m, *be, o);
+    const std::vector<Outcome> got = run_all(*s, std::vector<SeqRequest>(reqs.begin(), reqs.begin() + n));
+    for (int i = 0; i < n; ++i) {
+      const Outcome &a = alone[size_t(i)], &g = got[size_t(i)];
+      ASSERT_EQ(a.ids.size(), 12u) << model << " on " << dev.device << ": request " << i << " " << a.error;
+      ASSERT_EQ(g.ids, a.ids) << model << " on " << dev.device << ": request " << i << " in a batch of " << n;
+      for (size_t t = 0; t < g.tokens.size(); ++t)
+        ASSERT_EQ(g.tokens[t].logprob, a.tokens[t].logprob)
+            << model << " on " << dev.device << ": request " << i << " token " << t << " in a batch of " << n;
+    }
+  }
+}
+
+TEST(Batching, GreedyOutputsOfGemmaEqualAloneAndInBatchesOf2_7) {
+  for (const char* f : {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-gemma2"})
+    for (const char* d : {"ref", "cpu"}) fixture_invariance(f, DeviceSpec{d});
+}
+
+TEST(Batching, GreedyOutputsOfTheHybridsEqualAloneAndInBatchesOf2_7) {
+  for (const char* f : {"tests/fixtures/models/tiny-granite-h", "tests/fixtures/models/tiny-granite-h-moe",
+                        "tests/fixtures/models/tiny-nemotron-h"})
+    for (const char* d : {"ref", "cpu"}) fixture_invariance(f, DeviceSpec{d});
+}
+
 // A pool of exactly one context (3 blocks of 16 for ctx 48) shared by 7 sequences that each
 // need 2 blocks: admission waits, growth preempts; every output still equals its alone output.
 TEST(Batching, ATinyPoolPreemptsAndLosesNoSequence) {
@@ -318,19 +402,28 @@ TEST(Batching, RefusesAPoolSmallerThanOneContext) {
   }
 }
 
-// trace --batch-with: a Session whose forwards run inside a batch of other sequences.
+// trace --batch-with: a Session whose forwards run inside a batch of other sequences. The
+// traced forward's logits rows, then (an MoE model) each of its routing picks as a row of
+// layer, position, margin and the expert ids, as a trace records them.
 std::vector<std::vector<double>> traced_logits(Session& s, const std::vector<int32_t>& ctx,
                                                const std::vector<int32_t>& in) {
   s.reset();
   s.context(ctx);
+  RouteLog routes;
+  s.set_route_log(&routes);
   s.forward(in);
+  s.set_route_log(nullptr);
   std::vector<std::vector<double>> rows;
   for (int t = 0; t < s.last_T(); ++t) rows.push_back(s.logits(t));
+  for (const RoutePick& p : routes.picks) {
+    rows.push_back({double(p.layer), double(p.pos), p.margin});
+    rows.back().insert(rows.back().end(), p.ids.begin(), p.ids.end());
+  }
   return rows;
 }
 
-TEST(Batching, ASessionInsideABatchComputesTheSameRows) {
-  auto m = load_model(test::source_path("tests/fixtures/models/tiny-qwen3"));
+void session_inside_a_batch(const std::string& model) {
+  auto m = load_model(test::source_path(model));
   const std::vector<int32_t> ctx = {1, 17, 33, 5, 80, 2, 9, 41, 7, 3, 66, 12, 19, 23, 4, 8, 15, 16, 42, 99};
   const std::vector<int32_t> in = {5, 6, 7, 8, 9, 10, 11};
   for (const char* d : {"ref", "cpu"}) {
@@ -338,14 +431,17 @@ TEST(Batching, ASessionInsideABatchComputesTheSameRows) {
     Session s(*m, *be, 64);
     std::vector<std::vector<double>> plain;
     if (std::string(d) == "ref") plain = traced_logits(s, ctx, in);  // ref: invariant as it is
+    const bool moe = m->config.router.n_experts > 0 || m->config.moe_experts > 0;
+    if (!plain.empty() && moe)  // the traced forward's 7 tokens at every MoE layer were logged
+      EXPECT_GT(plain.size(), in.size() + in.size()) << model;
     std::vector<std::vector<double>> prev;
     for (int n : {1, 2, 7}) {
       s.set_batch_with(n);
       // Twice: the other sequences have moved on (and restarted) by the second chunk.
       for (int rep = 0; rep < 2; ++rep) {
         const std::vector<std::vector<double>> got = traced_logits(s, ctx, in);
-        if (!plain.empty()) EXPECT_EQ(got, plain) << d << " batch_with " << n;
-        if (!prev.empty()) EXPECT_EQ(got, prev) << d << " batch_with " << n;
+        if (!plain.empty()) EXPECT_EQ(got, plain) << model << " on " << d << " batch_with " << n;
+        if (!prev.empty()) EXPECT_EQ(got, prev) << model << " on " << d << " batch_with " << n;
         prev = got;
       }
     }
@@ -353,14 +449,18 @@ TEST(Batching, ASessionInsideABatchComputesTheSameRows) {
   }
 }
 
-TEST(Batching, ASessionInsideABatchRefusesHooksAndUnbatchedFamilies) {
+// qwen3, gemma3 (past its window of 16), granite-h (its companions' Mamba2 states in their
+// own slots, restarted when they restart), and the MoE qwen3-moe and granite-h-moe, whose
+// traced forward's routing is logged from the batch (the traced sequence's rows alone).
+TEST(Batching, ASessionInsideABatchComputesTheSameRows) {
+  for (const char* f : {"tests/fixtures/models/tiny-qwen3", "tests/fixtures/models/tiny-gemma3",
+                        "tests/fixtures/models/tiny-granite-h", "tests/fixtures/models/tiny-qwen3-moe",
+                        "tests/fixtures/models/tiny-granite-h-moe"})
+    session_inside_a_batch(f);
+}
+
+TEST(Batching, ASessionInsideABatchRefusesHooks) {
   auto be = make_backend(DeviceSpec{"cpu"});
-  auto gemma = load_model(test::source_path("tests/fixtures/models/tiny-gemma3"));
-  Session g(*gemma, *be, 32);
-  EXPECT_THROW(g.set_batch_with(2), Error);
-  auto moe = load_model(test::source_path("tests/fixtures/models/tiny-qwen3-moe"));
-  Session q(*moe, *be, 32);
-  EXPECT_THROW(q.set_batch_with(2), Error);
   auto m = load_model(test::source_path("tests/fixtures/models/tiny-llama"));
   Session s(*m, *be, 32);
   s.set_inject(InjectSpec::parse("op=q,scale=2"));

@@ -2,7 +2,8 @@
 // sequence's rows stored through a scattered block table and attended there give exactly the
 // bits of kv_store and attention over a contiguous cache holding the same rows (the same
 // kernel, rows found through the table), and rows of other blocks are never touched. ref runs
-// the same check; the cuda tiers refuse with one line (not on that tier yet).
+// the same check; the cuda tiers refuse with one line (not on that tier yet). Cases with a
+// score scale (and soft cap) are checked against scaled_attention (gemma's layers).
 // Adding a case: a row of kCases.
 #include "tier_util.h"
 
@@ -11,9 +12,12 @@ namespace {
 
 struct Case {
   int T, pos0, H, Hkv, Dh, window, block_rows;
+  Backend::AttentionScores scores;  // {}: attention()'s
 };
 const Case kCases[] = {{1, 0, 4, 2, 16, 0, 16},   {5, 3, 4, 2, 16, 0, 4},  {1, 37, 8, 2, 32, 0, 16},
-                       {17, 16, 4, 4, 8, 0, 16},  {7, 40, 6, 3, 16, 9, 8}, {33, 0, 2, 1, 64, 0, 16}};
+                       {17, 16, 4, 4, 8, 0, 16},  {7, 40, 6, 3, 16, 9, 8}, {33, 0, 2, 1, 64, 0, 16},
+                       {6, 21, 4, 2, 16, 16, 16, {0.25, 0}}, {9, 30, 4, 2, 16, 24, 4, {0.25, 50.0}},
+                       {1, 40, 4, 2, 16, 0, 16, {0.125, 0}}};
 
 // The pages of n positions: blocks taken from the pool's end backwards, every other one, so
 // that no two neighbours are adjacent in the pool.
@@ -46,8 +50,9 @@ void run_case(Backend& be, const OpTier& tier, const Case& c, uint64_t seed) {
     be.kv_store(kb.b, vb.b, kc.b, vc.b, n, p0, kv_dim);
     be.kv_store_paged(kb.b, vb.b, kp.b, vp.b, pages, n, p0, kv_dim);
   }
-  const std::string what = strformat("T=%d pos0=%d H=%d Hkv=%d Dh=%d window=%d block_rows=%d", c.T, c.pos0, c.H,
-                                     c.Hkv, c.Dh, c.window, c.block_rows);
+  const std::string what = strformat("T=%d pos0=%d H=%d Hkv=%d Dh=%d window=%d block_rows=%d scale=%g softcap=%g",
+                                     c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, c.block_rows, c.scores.scale,
+                                     c.scores.softcap);
   // The pool holds each position at its block's row, NaN elsewhere.
   std::vector<double> want_k(size_t(pool_rows) * kv_dim, std::nan("")), want_v = want_k;
   const std::vector<double> k_all = kc.read(), v_all = vc.read();
@@ -60,8 +65,12 @@ void run_case(Backend& be, const OpTier& tier, const Case& c, uint64_t seed) {
   Buf q(be, values(int64_t(c.T) * q_dim, seed + 7, 1.0, compute));
   Buf want(be, int64_t(c.T) * q_dim), got(be, int64_t(c.T) * q_dim);
   got.poison();
-  be.attention(q.b, kc.b, vc.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, want.b);
-  be.attention_paged(q.b, kp.b, vp.b, pages, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, got.b);
+  if (c.scores.scale == 0)
+    be.attention(q.b, kc.b, vc.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, want.b);
+  else
+    be.scaled_attention(q.b, kc.b, vc.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, c.scores.scale,
+                        c.scores.softcap, want.b);
+  be.attention_paged(q.b, kp.b, vp.b, pages, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, c.scores, got.b);
   check_exact("attention_paged", tier, what, seed, got.read(), want.read());
 }
 

@@ -4,7 +4,7 @@
 // quarter of them disconnecting at random after their first chunk, run in one batch. Each
 // stream that is not cut must give exactly its alone text (batch invariance: ref and cpu
 // compute each row independently of the batch). Afterwards no sequence or KV block is left
-// held, the answers are unchanged, a pool smaller than a context and --inject are refused
+// held (/metrics' pool gauges), the answers are unchanged, a pool smaller than a context and --inject are refused
 // at start-up, and SIGTERM exits 0 (under ASan: no leak, no memory error).
 // Add a case: a request shape in `shapes` below; it runs alone and in the batch.
 import { spawnSync } from "node:child_process";
@@ -67,6 +67,12 @@ try {
   }
   check(/arbiter_active_sequences 0\n/.test(metrics), "no active sequence left");
   check(/arbiter_queue_depth 0\n/.test(metrics), "no queued sequence left");
+  // The paged pool's gauges: every block back, the batched forwards counted.
+  const gauge = (name) => Number((metrics.match(new RegExp(`\n${name} (\\d+)\n`)) ?? [])[1]);
+  check(gauge("arbiter_kv_blocks") > 0 && gauge("arbiter_kv_blocks_free") === gauge("arbiter_kv_blocks"),
+        `every KV block free after the batch: ${gauge("arbiter_kv_blocks_free")} of ${gauge("arbiter_kv_blocks")}`);
+  eq(gauge("arbiter_kv_blocks_used"), 0, "no KV block used after the batch");
+  check(gauge("arbiter_batched_forwards_total") > 0, "batched forwards counted");
   eq((await fetch(srv.base + "/health")).status, 200, "healthy after the batch");
   eq((await client.completions.create(body(1))).choices[0].text, alone[1], "same answer after the batch");
 } catch (e) {

@@ -329,11 +329,12 @@ class CpuBackend final : public Backend {
 
   void attention_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
                        const KvPages& pages, int T, int pos0, int H, int Hkv, int Dh, int window,
-                       Buffer& out) override {
-    stats_.record("attention", "cpu.attention_paged" + suffix_);
+                       const AttentionScores& scores, Buffer& out) override {
+    const bool plain = scores.scale == 0 && scores.softcap == 0;
+    stats_.record(plain ? "attention" : "scaled_attention", "cpu.attention_paged" + suffix_);
     check_kv_pages(k_pool, v_pool, Hkv * Dh, pages, pos0 + T, "cpu");
-    attend(q, k_pool, v_pool, T, pos0, H, Hkv, Dh, window, 1.0 / std::sqrt(double(Dh)), 0, out,
-           &pages);
+    attend(q, k_pool, v_pool, T, pos0, H, Hkv, Dh, window,
+           plain ? 1.0 / std::sqrt(double(Dh)) : scores.scale, scores.softcap, out, &pages);
   }
 
   void set_row_invariant(bool on) override { row_invariant_ = on; }
@@ -405,7 +406,9 @@ class CpuBackend final : public Backend {
     a.state = f32(state);
     a.y = f32(y);
     // The decode step runs the recurrence; a prefill the chunked form, as HF does (backend.h).
-    if (T == 1) {
+    // Row-invariant (continuous batching): the recurrence at every T, since the chunked
+    // form's sums depend on where a prefill's chunks start, which the batch decides.
+    if (T == 1 || row_invariant_) {
       stats_.record("ssm_scan", "cpu.ssm_scan");
       ssm_scan_f32(a, pool_);
     } else {
@@ -581,7 +584,7 @@ class CpuBackend final : public Backend {
   bool hugepage_weights_;
   bool act_quant_;
   ActQ8 xq_;  // a T == 1 matmul's x quantized (act_quant_)
-  bool row_invariant_ = false;  // set_row_invariant: the own GEMM at every T
+  bool row_invariant_ = false;  // set_row_invariant: the own GEMM, the scan's recurrence at every T
   struct Copy {
     const void* ptr;
     size_t bytes;

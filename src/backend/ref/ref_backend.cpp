@@ -176,11 +176,13 @@ class RefBackend final : public Backend {
 
   void attention_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
                        const KvPages& pages, int T, int pos0, int H, int Hkv, int Dh, int window,
-                       Buffer& out) override {
-    stats_.record("attention", "ref.attention_paged");
+                       const AttentionScores& scores, Buffer& out) override {
+    const bool plain = scores.scale == 0 && scores.softcap == 0;
+    stats_.record(plain ? "attention" : "scaled_attention", "ref.attention_paged");
     check_kv_pages(k_pool, v_pool, Hkv * Dh, pages, pos0 + T, "ref");
-    attend_rows(q, k_pool, v_pool, T, pos0, H, Hkv, Dh, window, 1.0 / std::sqrt(double(Dh)), 0,
-                out, [&](int j) { return pages.row(j); });
+    attend_rows(q, k_pool, v_pool, T, pos0, H, Hkv, Dh, window,
+                plain ? 1.0 / std::sqrt(double(Dh)) : scores.scale, scores.softcap, out,
+                [&](int j) { return pages.row(j); });
   }
 
   void set_row_invariant(bool) override {}  // every element is one f64 sum in k order

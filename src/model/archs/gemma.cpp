@@ -20,6 +20,7 @@
 #include "io/gguf.h"
 #include "io/gguf_write.h"
 #include "io/json_config.h"
+#include "model/archs/batched.h"
 #include "model/archs/decoder_state.h"
 #include "model/model.h"
 #include "model/rope_config.h"
@@ -294,6 +295,14 @@ class Gemma final : public Arch {
     return std::make_unique<DecoderState>(be, m.config, max_ctx, max_T, /*ring_sliding=*/true);
   }
 
+  // The pool is a DecoderState's caches, paged by BatchSeq; a sliding layer's too (no ring:
+  // its attention finds the window's keys through the table, and the blocks it no longer
+  // sees stay allocated, since the full layers' rows share them).
+  std::unique_ptr<ForwardState> make_batch_state(const Model& m, Backend& be, int pool_rows,
+                                                 int max_T, int) const override {
+    return std::make_unique<DecoderState>(be, m.config, pool_rows, max_T);
+  }
+
   void forward(const Model& m, Backend& be, ForwardState& state,
                const ForwardArgs& a) const override {
     DecoderState& s = static_cast<DecoderState&>(state);
@@ -302,9 +311,10 @@ class Gemma final : public Arch {
     const int T = a.T, pos0 = a.pos0;
     ARB_CHECK(T >= 1 && T <= s.max_T, "[model] forward of %d tokens exceeds scratch width %d", T,
               s.max_T);
-    ARB_CHECK(pos0 + T <= s.max_ctx, "[model] position %d exceeds the KV cache (%d rows)",
-              pos0 + T, s.max_ctx);
+    ARB_CHECK(a.batch || pos0 + T <= s.max_ctx,
+              "[model] position %d exceeds the KV cache (%d rows)", pos0 + T, s.max_ctx);
     ARB_CHECK(a.ids || T == 1, "[model] a forward of %d picked tokens (only one is kept)", T);
+    if (a.batch) check_batch(a);
     const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim, F = c.d_ff;
     const int q_dim = H * Dh, kv_dim = Hkv * Dh;
     const double eps = c.norm_eps;
@@ -340,10 +350,16 @@ class Gemma final : public Arch {
       at.q_rope = tap("q_rope", l, "rope", q_dim, 2, 3);
       at.k_rope = tap("k_rope", l, "rope", kv_dim, 2, 3);
       at.out = tap("attn", l, "attention", q_dim, std::max(Dh, pos0 + T), 4, &geo);
-      be.qk_rope_attention(s.q, s.k, s.v, c.qk_norm ? &lw(kQNorm) : nullptr,
-                           c.qk_norm ? &lw(kKNorm) : nullptr, nw, eps, T, H, Hkv, Dh, pos0, rope,
-                           s.k_cache[size_t(l)], s.v_cache[size_t(l)], window,
-                           {c.attn_scale, c.attn_softcap}, s.att, at);  // att [T, H*Dh]
+      const Tensor* q_norm = c.qk_norm ? &lw(kQNorm) : nullptr;
+      const Tensor* k_norm = c.qk_norm ? &lw(kKNorm) : nullptr;
+      const Backend::AttentionScores scores{c.attn_scale, c.attn_softcap};
+      if (a.batch)  // each sequence's rows at its own positions, against its own pages
+        batch_attention(be, *a.batch, s.q, s.k, s.v, q_norm, k_norm, nw, eps, H, Hkv, Dh, &rope,
+                        s.k_cache[size_t(l)], s.v_cache[size_t(l)], window, scores, s.att);
+      else
+        be.qk_rope_attention(s.q, s.k, s.v, q_norm, k_norm, nw, eps, T, H, Hkv, Dh, pos0, rope,
+                             s.k_cache[size_t(l)], s.v_cache[size_t(l)], window, scores, s.att,
+                             at);  // att [T, H*Dh]
       be.matmul(s.att, lw(kWo), nullptr, T, s.o);  // o [T, D]
       be.apply_tap(tap("o", l, "matmul", D, q_dim, 3), s.o, T, D);
       be.rmsnorm_add(s.o, lw(kPostAttnNorm), nw, T, D, eps, s.x,
@@ -364,14 +380,20 @@ class Gemma final : public Arch {
                      tap("post_ffn_norm", l, "rmsnorm", D, D, 3),
                      tap("ffn_res", l, "add", D, 1, 3));
     }
-    if (!a.logits) return;
-    const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
-                                        tap("logits", -1, "matmul", c.vocab, D, 3)};  // [T, V]
-    be.rmsnorm_matmul(s.x, w.global(kOutNorm), nw, T, D, eps, s.xn,
-                      tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);
-    if (c.final_softcap > 0) {
-      be.softcap(s.logits, int64_t(T) * c.vocab, c.final_softcap);
-      be.apply_tap(tap("logits_softcap", -1, "softcap", c.vocab, 1, 3), s.logits, T, c.vocab);
+    int rows = T;  // logits rows
+    if (a.batch) {
+      rows = batch_logits(be, *a.batch, s.x, w.global(kOutNorm), nw, D, eps, s.xn,
+                          w.global(kLmHead), s.logits);
+    } else {
+      if (!a.logits) return;
+      const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
+                                          tap("logits", -1, "matmul", c.vocab, D, 3)};  // [T, V]
+      be.rmsnorm_matmul(s.x, w.global(kOutNorm), nw, T, D, eps, s.xn,
+                        tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);
+    }
+    if (c.final_softcap > 0 && rows > 0) {
+      be.softcap(s.logits, int64_t(rows) * c.vocab, c.final_softcap);
+      be.apply_tap(tap("logits_softcap", -1, "softcap", c.vocab, 1, 3), s.logits, rows, c.vocab);
     }
   }
 

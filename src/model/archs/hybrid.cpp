@@ -26,6 +26,7 @@
 #include "io/gguf.h"
 #include "io/gguf_write.h"
 #include "io/json_config.h"
+#include "model/archs/batched.h"
 #include "model/archs/decoder_state.h"
 #include "model/archs/hybrid.h"
 #include "model/model.h"
@@ -52,17 +53,23 @@ Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
 
 class HybridState final : public DecoderState {
  public:
-  HybridState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_)
-      : DecoderState(be, c, max_ctx_, max_T_, /*ring_sliding=*/false, kv_layers(c)) {
+  /// seqs: the sequences whose recurrent states it holds (slots; 1 for a Session, the
+  /// batching scheduler's slots for a batched forward, whose K/V caches are its paged pool).
+  HybridState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_, int seqs_ = 1)
+      : DecoderState(be, c, max_ctx_, max_T_, /*ring_sliding=*/false, kv_layers(c)),
+        seqs(seqs_) {
     const int64_t T = max_T_, I = int64_t(c.ssm_heads) * c.ssm_head_dim;
     const int64_t C = I + 2 * int64_t(c.ssm_groups) * c.ssm_state;
+    conv_n_ = (c.ssm_conv - 1) * C;
+    ssm_n_ = I * c.ssm_state;
     for (int l = 0; l < c.n_layer; ++l) {
       const bool m = c.layer_blocks[size_t(l)] == 'M';
-      conv_state.push_back(m ? be.alloc((c.ssm_conv - 1) * C) : Buffer{});
+      conv_state.push_back(m ? be.alloc(seqs * conv_n_) : Buffer{});  // [seqs, K-1, C]
       // The SSM state in the tier's logits type (f32 on cuda, as on cpu; f64 on ref): each
       // token decays and adds to it, so a bf16 state would be rounded T times over.
-      ssm_state.push_back(m ? be.alloc(I * c.ssm_state, /*logits=*/true) : Buffer{});
+      ssm_state.push_back(m ? be.alloc(seqs * ssm_n_, /*logits=*/true) : Buffer{});  // [seqs, nh, hd, N]
     }
+    slot_pos.assign(size_t(seqs), 0);
     if (c.moe_experts > 0) {
       router = be.alloc(T * c.moe_experts);
       moe = be.alloc(T * c.d_model);
@@ -80,26 +87,36 @@ class HybridState final : public DecoderState {
     for (Buffer& b : conv_state) be_.free(b);
     for (Buffer& b : ssm_state) be_.free(b);
   }
-  /// Zeroes every recurrent state (a sequence starting at position 0).
-  void clear_recurrent() {
-    for (std::vector<Buffer>* v : {&conv_state, &ssm_state})
+  /// Zeroes slot's recurrent states (a sequence starting at position 0).
+  void clear_slot(int slot) {
+    for (auto [v, n] : {std::pair{&conv_state, conv_n_}, std::pair{&ssm_state, ssm_n_}})
       for (Buffer& b : *v)
         if (b.n) {
-          const std::vector<double> zeros(size_t(b.n), 0.0);
-          be_.write(b, 0, b.n, zeros.data());
+          const std::vector<double> zeros(size_t(n), 0.0);
+          be_.write(b, slot * n, n, zeros.data());
         }
+    slot_pos[size_t(slot)] = 0;
+  }
+  /// Layer l's conv state [K-1, C] and SSM state [nh, hd, N] of slot.
+  Buffer conv_slot(int l, int slot) const {
+    return buffer_view(conv_state[size_t(l)], slot * conv_n_, conv_n_);
+  }
+  Buffer ssm_slot(int l, int slot) const {
+    return buffer_view(ssm_state[size_t(l)], slot * ssm_n_, ssm_n_);
   }
 
   /// Layer l's routed experts as Backend::moe reads them, built at the layer's first MoE
   /// forward (a decode step would otherwise rebuild 3E views per layer).
   const Backend::MoeExperts& experts(const Model& m, int l);
 
+  const int seqs;
   std::vector<Buffer> conv_state, ssm_state;  // [L]; empty on non-Mamba layers
   Buffer z, xbc, xbc_act, dt, y, yn;           // [max_T, ...]
   Buffer router, moe;                          // [max_T, E], [max_T, D]
-  int ssm_pos = 0;  // tokens the recurrent states have consumed
+  std::vector<int> slot_pos;  // [seqs] tokens each slot's recurrent states have consumed
 
  private:
+  int64_t conv_n_ = 0, ssm_n_ = 0;  // elements of one slot's conv and SSM state
   std::vector<Backend::MoeExperts> experts_;  // [L], filled on first use
   static std::vector<bool> kv_layers(const ModelConfig& c) {
     std::vector<bool> kv(static_cast<size_t>(c.n_layer));
@@ -145,14 +162,42 @@ const StageTap* residual_tap(const ModelConfig& c, const Block& in, int l, const
   return tap(in.res, l, "add", c.d_model, 1, c.residual_mult != 1 ? 4 : 3);
 }
 
+// The mixer's recurrent part for one sequence's T rows at positions pos0..: xbc [T, C] through
+// the causal conv into xbc_act, then the scan with dt [T, nh] into y [T, I], continuing the
+// sequence's conv_state [K-1, C] and ssm_state [nh, hd, N].
+void mamba_mix(const Model& m, Backend& be, int l, int T, int pos0, const Buffer& xbc,
+               const Buffer& dt, Buffer& conv_state, Buffer& ssm_state, Buffer& xbc_act,
+               Buffer& y, const Stages& tap) {
+  const ModelConfig& c = m.config;
+  auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
+  const int nh = c.ssm_heads, hd = c.ssm_head_dim, N = c.ssm_state;
+  const int G = c.ssm_groups, I = nh * hd, C = I + 2 * G * N, K = c.ssm_conv;
+  const Tensor* conv_b = c.ssm_conv_bias ? &lw(kConvB) : nullptr;
+  be.ssm_conv(xbc, lw(kConvW), conv_b, T, C, K, conv_state, xbc_act);
+  be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), xbc_act, T, C);
+  // The conv state keeps the last K-1 input rows: a copy of xBC, one rounding to its type.
+  be.apply_tap(tap.state("ssm_conv_state", l, "ssm_conv", K - 1, C, 1, 1), conv_state, K - 1, C);
+  be.ssm_scan(xbc_act, dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T, nh, hd,
+              G, N, c.ssm_chunk, ssm_state, y);
+  // Each output sums N state terms; each state carries every earlier token's update; a
+  // prefill's chunked form (cpu, cuda) adds a chunk's terms, each with its summed decays.
+  const int chunk_terms = T > 1 ? 2 * std::min(c.ssm_chunk, T) : 0;
+  be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T + chunk_terms, 6), y, T, I);
+  // The state [nh, hd * N], one row per head: each element sums every token's decayed
+  // update so far (plus the chunked form's terms), without the output's sum over N.
+  be.apply_tap(tap.state("ssm_state", l, "ssm_scan", nh, hd * N, pos0 + T + chunk_terms, 6),
+               ssm_state, nh, hd * N);
+}
+
 // x += residual_multiplier * out_proj(rmsnorm_gated(scan(conv(xBC)), z)), z/xBC/dt of
-// rmsnorm(x).
+// rmsnorm(x). The projections and the gated norm run once over all T rows; the conv and the
+// scan per sequence (batch: each on its rows and its slot's states; else the one sequence).
 void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0, const Block& in,
-           const Stages& tap) {
+           const std::vector<BatchSeq>* batch, const Stages& tap) {
   const ModelConfig& c = m.config;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
   const int D = c.d_model, nh = c.ssm_heads, hd = c.ssm_head_dim, N = c.ssm_state;
-  const int G = c.ssm_groups, I = nh * hd, C = I + 2 * G * N, K = c.ssm_conv;
+  const int G = c.ssm_groups, I = nh * hd, C = I + 2 * G * N;
   const Tensor& in_proj = lw(kInProj);
   const Tensor wz = row_slice(in_proj, 0, I, "[z]"), wxbc = row_slice(in_proj, I, C, "[xBC]");
   const Tensor wdt = row_slice(in_proj, I + C, nh, "[dt]");
@@ -162,22 +207,19 @@ void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0, 
       {&wxbc, nullptr, &s.xbc, tap("ssm_xbc", l, "matmul", C, D, 3)},  // xBC [T, C]
       {&wdt, nullptr, &s.dt, tap("ssm_dt", l, "matmul", nh, D, 3)}};   // dt [T, nh]
   be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, proj, 3);
-  const Tensor* conv_b = c.ssm_conv_bias ? &lw(kConvB) : nullptr;
-  be.ssm_conv(s.xbc, lw(kConvW), conv_b, T, C, K, s.conv_state[size_t(l)], s.xbc_act);
-  be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), s.xbc_act, T, C);
-  // The conv state keeps the last K-1 input rows: a copy of xBC, one rounding to its type.
-  be.apply_tap(tap.state("ssm_conv_state", l, "ssm_conv", K - 1, C, 1, 1),
-               s.conv_state[size_t(l)], K - 1, C);
-  be.ssm_scan(s.xbc_act, s.dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T,
-              nh, hd, G, N, c.ssm_chunk, s.ssm_state[size_t(l)], s.y);
-  // Each output sums N state terms; each state carries every earlier token's update; a
-  // prefill's chunked form (cpu, cuda) adds a chunk's terms, each with its summed decays.
-  const int chunk_terms = T > 1 ? 2 * std::min(c.ssm_chunk, T) : 0;
-  be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T + chunk_terms, 6), s.y, T, I);
-  // The state [nh, hd * N], one row per head: each element sums every token's decayed
-  // update so far (plus the chunked form's terms), without the output's sum over N.
-  be.apply_tap(tap.state("ssm_state", l, "ssm_scan", nh, hd * N, pos0 + T + chunk_terms, 6),
-               s.ssm_state[size_t(l)], nh, hd * N);
+  if (!batch) {
+    mamba_mix(m, be, l, T, pos0, s.xbc, s.dt, s.conv_state[size_t(l)], s.ssm_state[size_t(l)],
+              s.xbc_act, s.y, tap);
+  } else {
+    int r = 0;
+    for (const BatchSeq& q : *batch) {
+      Buffer conv = s.conv_slot(l, q.slot), ssm = s.ssm_slot(l, q.slot);
+      Buffer act = batch_rows(s.xbc_act, r, q.T, C), y = batch_rows(s.y, r, q.T, I);
+      mamba_mix(m, be, l, q.T, q.pos0, batch_rows(s.xbc, r, q.T, C), batch_rows(s.dt, r, q.T, nh),
+                conv, ssm, act, y, tap);
+      r += q.T;
+    }
+  }
   const int group = c.ssm_norm_per_group ? I / G : I;
   be.rmsnorm_gated(s.y, s.z, lw(kSsmNorm), T, I, group, c.norm_eps, s.yn);
   be.apply_tap(tap("ssm_norm", l, "rmsnorm_gated", I, group, 4), s.yn, T, I);
@@ -188,7 +230,7 @@ void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0, 
 // x += residual_multiplier * o_proj(attention(q, k, v)), q/k/v of rmsnorm(x), RoPE'd when
 // the config says so.
 void attention(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0,
-               const Block& in, const Stages& tap) {
+               const Block& in, const std::vector<BatchSeq>* batch, const Stages& tap) {
   const ModelConfig& c = m.config;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
   const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim;
@@ -203,7 +245,10 @@ void attention(const Model& m, Backend& be, HybridState& s, int l, int T, int po
       {&lw(kWv), nullptr, &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};
   be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, qkv, 3);
   Buffer &kc = s.k_cache[size_t(l)], &vc = s.v_cache[size_t(l)];
-  if (c.use_rope) {
+  if (batch) {  // each sequence's rows at its own positions, against its own pages
+    batch_attention(be, *batch, s.q, s.k, s.v, nullptr, nullptr, NormWeight::Plain, c.norm_eps, H,
+                    Hkv, Dh, c.use_rope ? &c.rope : nullptr, kc, vc, 0, {c.attn_scale, 0}, s.att);
+  } else if (c.use_rope) {
     Backend::AttentionTaps at;
     at.q_rope = tap("q_rope", l, "rope", q_dim, 2, 3);
     at.k_rope = tap("k_rope", l, "rope", kv_dim, 2, 3);
@@ -473,6 +518,13 @@ std::unique_ptr<ForwardState> Hybrid::make_state(const Model& m, Backend& be, in
   return std::make_unique<HybridState>(be, m.config, max_ctx, max_T);
 }
 
+// The attention layers' caches are the paged pool; each Mamba2 layer keeps seqs recurrent
+// states, one per slot.
+std::unique_ptr<ForwardState> Hybrid::make_batch_state(const Model& m, Backend& be, int pool_rows,
+                                                       int max_T, int seqs) const {
+  return std::make_unique<HybridState>(be, m.config, pool_rows, max_T, seqs);
+}
+
 void Hybrid::forward(const Model& m, Backend& be, ForwardState& state,
                      const ForwardArgs& a) const {
   HybridState& s = static_cast<HybridState&>(state);
@@ -481,17 +533,27 @@ void Hybrid::forward(const Model& m, Backend& be, ForwardState& state,
   const int T = a.T, pos0 = a.pos0, D = c.d_model;
   ARB_CHECK(T >= 1 && T <= s.max_T, "[model] forward of %d tokens exceeds scratch width %d", T,
             s.max_T);
-  ARB_CHECK(pos0 + T <= s.max_ctx, "[model] position %d exceeds the KV cache (%d rows)",
-            pos0 + T, s.max_ctx);
+  ARB_CHECK(a.batch || pos0 + T <= s.max_ctx,
+            "[model] position %d exceeds the KV cache (%d rows)", pos0 + T, s.max_ctx);
   ARB_CHECK(a.ids || T == 1, "[model] a forward of %d picked tokens (only one is kept)", T);
   // The recurrent states hold a summary of every token before pos0: they continue a
   // sequence or start one, and cannot rewind.
-  if (pos0 == 0) s.clear_recurrent(), s.ssm_pos = 0;
-  ARB_CHECK(pos0 == s.ssm_pos,
-            "[model] %s: a forward at position %d, but the Mamba2 states hold %d tokens (they "
-            "cannot rewind; start again at 0)",
-            c.arch.c_str(), pos0, s.ssm_pos);
-  const Stages tap(a.hook, pos0, T, a.routes);
+  std::vector<BatchSeq> one(1);  // without a batch: the one sequence, in slot 0
+  one[0].T = T, one[0].pos0 = pos0;
+  if (a.batch) check_batch(a, s.seqs);
+  const std::vector<BatchSeq>& seqs = a.batch ? *a.batch : one;
+  std::vector<bool> taken(size_t(s.seqs), false);
+  for (const BatchSeq& q : seqs) {
+    ARB_CHECK(!taken[size_t(q.slot)], "[model] two batch sequences in state slot %d", q.slot);
+    taken[size_t(q.slot)] = true;
+    if (q.pos0 == 0) s.clear_slot(q.slot);
+    const int held = s.slot_pos[size_t(q.slot)];
+    ARB_CHECK(q.pos0 == held,
+              "[model] %s: a forward at position %d, but the Mamba2 states hold %d tokens (they "
+              "cannot rewind; start again at 0)",
+              c.arch.c_str(), q.pos0, held);
+  }
+  const Stages tap = a.batch ? batch_stages(a) : Stages(a.hook, pos0, T, a.routes);
 
   const Tensor& embed = w.global(kEmbed);
   if (a.ids) be.embed(embed, a.ids, T, s.x);  // x [T, D]
@@ -506,8 +568,8 @@ void Hybrid::forward(const Model& m, Backend& be, ForwardState& state,
     // add fused into the block's first and last matmuls (Backend's fused ops).
     const Block in{w.layer(l, kNorm), ffn_block ? "ffn_norm" : "attn_norm",
                    ffn_block ? "ffn_res" : "attn_res"};
-    if (b == 'M') mamba(m, be, s, l, T, pos0, in, tap);
-    else if (b == '*') attention(m, be, s, l, T, pos0, in, tap);
+    if (b == 'M') mamba(m, be, s, l, T, pos0, in, a.batch, tap);
+    else if (b == '*') attention(m, be, s, l, T, pos0, in, a.batch, tap);
     else if (b == '-') mlp(m, be, s, l, T, in, tap);
     else moe(m, be, s, l, T, in, tap);
     if (!granite(c)) continue;
@@ -515,14 +577,21 @@ void Hybrid::forward(const Model& m, Backend& be, ForwardState& state,
     if (c.moe_experts > 0) moe(m, be, s, l, T, ffn, tap);
     else mlp(m, be, s, l, T, ffn, tap);
   }
-  s.ssm_pos = pos0 + T;
-  if (!a.logits) return;
-  const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits, nullptr};
-  be.rmsnorm_matmul(s.x, w.global(kOutNorm), NormWeight::Plain, T, D, c.norm_eps, s.xn,
-                    tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [T, V]
-  if (c.logits_scaling != 1) be.scale(s.logits, int64_t(T) * c.vocab, 1.0 / c.logits_scaling);
+  for (const BatchSeq& q : seqs) s.slot_pos[size_t(q.slot)] = q.pos0 + q.T;
+  int rows = T;  // logits rows
+  if (a.batch) {
+    rows = batch_logits(be, *a.batch, s.x, w.global(kOutNorm), NormWeight::Plain, D, c.norm_eps,
+                        s.xn, w.global(kLmHead), s.logits);
+  } else {
+    if (!a.logits) return;
+    const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits, nullptr};
+    be.rmsnorm_matmul(s.x, w.global(kOutNorm), NormWeight::Plain, T, D, c.norm_eps, s.xn,
+                      tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [T, V]
+  }
+  if (c.logits_scaling != 1 && rows > 0)
+    be.scale(s.logits, int64_t(rows) * c.vocab, 1.0 / c.logits_scaling);
   be.apply_tap(tap("logits", -1, "matmul", c.vocab, D, c.logits_scaling != 1 ? 4 : 3),
-               s.logits, T, c.vocab);
+               s.logits, rows, c.vocab);
 }
 
 // Arch's default (every distinct tensor once), but a decode step reads only the routed

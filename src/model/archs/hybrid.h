@@ -76,6 +76,8 @@ class Hybrid final : public Arch {
   std::vector<TensorSpec> tensors(const ModelConfig& c) const override;
   std::unique_ptr<ForwardState> make_state(const Model& m, Backend& be, int max_ctx,
                                            int max_T) const override;
+  std::unique_ptr<ForwardState> make_batch_state(const Model& m, Backend& be, int pool_rows,
+                                                 int max_T, int seqs) const override;
   void forward(const Model& m, Backend& be, ForwardState& state,
                const ForwardArgs& a) const override;
   double weight_bytes_per_step(const Model& m, int rows) const override;

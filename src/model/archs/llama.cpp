@@ -19,6 +19,7 @@
 #include "io/gguf.h"
 #include "io/gguf_write.h"
 #include "io/json_config.h"
+#include "model/archs/batched.h"
 #include "model/archs/decoder_state.h"
 #include "model/archs/moe_ffn.h"
 #include "model/model.h"
@@ -254,7 +255,7 @@ class Llama final : public Arch {
 
   // The pool is a DecoderState's caches: one of pool_rows rows per layer, paged by BatchSeq.
   std::unique_ptr<ForwardState> make_batch_state(const Model& m, Backend& be, int pool_rows,
-                                                 int max_T) const override {
+                                                 int max_T, int) const override {
     return std::make_unique<DecoderState>(be, m.config, pool_rows, max_T);
   }
 
@@ -273,7 +274,7 @@ class Llama final : public Arch {
     const int D = c.d_model, H = c.n_head, Hkv = c.n_head_kv, Dh = c.head_dim, F = c.d_ff;
     const int q_dim = H * Dh, kv_dim = Hkv * Dh;
     const double eps = c.norm_eps;
-    const Stages tap(a.hook, pos0, T, a.routes);
+    const Stages tap = a.batch ? batch_stages(a) : Stages(a.hook, pos0, T, a.routes);
 
     if (a.ids) be.embed(w.global(kEmbed), a.ids, T, s.x);  // x [T, D]
     else be.embed_picked(w.global(kEmbed), s.x);
@@ -304,17 +305,9 @@ class Llama final : public Arch {
       const Tensor* q_norm = c.qk_norm ? &lw(kQNorm) : nullptr;
       const Tensor* k_norm = c.qk_norm ? &lw(kKNorm) : nullptr;
       if (a.batch) {  // each sequence's rows at its own positions, against its own pages
-        int r = 0;
-        for (const BatchSeq& q : *a.batch) {
-          Buffer qv = buffer_view(s.q, int64_t(r) * q_dim, int64_t(q.T) * q_dim);
-          Buffer kv = buffer_view(s.k, int64_t(r) * kv_dim, int64_t(q.T) * kv_dim);
-          Buffer vv = buffer_view(s.v, int64_t(r) * kv_dim, int64_t(q.T) * kv_dim);
-          Buffer ov = buffer_view(s.att, int64_t(r) * q_dim, int64_t(q.T) * q_dim);
-          be.qk_rope_attention_paged(qv, kv, vv, q_norm, k_norm, eps, q.T, H, Hkv, Dh, q.pos0,
-                                     c.rope, s.k_cache[size_t(l)], s.v_cache[size_t(l)], q.pages,
-                                     c.sliding_window, ov);
-          r += q.T;
-        }
+        batch_attention(be, *a.batch, s.q, s.k, s.v, q_norm, k_norm, NormWeight::Plain, eps, H,
+                        Hkv, Dh, &c.rope, s.k_cache[size_t(l)], s.v_cache[size_t(l)],
+                        c.sliding_window, {}, s.att);
       } else {
         be.qk_rope_attention(s.q, s.k, s.v, q_norm, k_norm, NormWeight::Plain, eps, T, H, Hkv, Dh,
                              pos0, c.rope, s.k_cache[size_t(l)], s.v_cache[size_t(l)],
@@ -344,7 +337,11 @@ class Llama final : public Arch {
       const StageTap* ffn_res = tap("ffn_res", l, "add", D, 1, 3);
       be.matmul_add(s.act, lw(kDown), T, s.down, s.x, 1, down, ffn_res);
     }
-    if (a.batch) return batch_logits(m, be, s, *a.batch);
+    if (a.batch) {
+      batch_logits(be, *a.batch, s.x, w.global(kOutNorm), NormWeight::Plain, D, eps, s.xn,
+                   w.global(kLmHead), s.logits);
+      return;
+    }
     if (!a.logits) return;
     const StageTap* final_norm = tap("final_norm", -1, "rmsnorm", D, D, 3);
     const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
@@ -354,40 +351,6 @@ class Llama final : public Arch {
   }
 
   std::vector<SynthPreset> presets() const override;
-
- private:
-  static void check_batch(const ForwardArgs& a) {
-    ARB_CHECK(!a.hook && !a.routes && a.ids,
-              "[model] a batched forward runs no stage hooks, route logs or picked tokens");
-    int rows = 0;
-    for (const BatchSeq& q : *a.batch) {
-      ARB_CHECK(q.T >= 1 && q.pos0 >= 0, "[model] batch sequence of %d rows at %d", q.T, q.pos0);
-      rows += q.T;
-    }
-    ARB_CHECK(rows == a.T, "[model] batch sequences hold %d rows, the forward %d", rows, a.T);
-  }
-
-  // The logits rows each sequence asks for (BatchSeq::logits), in order: the final norm of
-  // those rows alone, packed, then one lm_head matmul over them (the rmsnorm_matmul path
-  // without its taps).
-  static void batch_logits(const Model& m, Backend& be, DecoderState& s,
-                           const std::vector<BatchSeq>& batch) {
-    const int D = m.config.d_model;
-    int r = 0, n = 0;
-    for (const BatchSeq& q : batch) {
-      const int k = q.logit_rows();
-      if (k > 0) {
-        Buffer x = buffer_view(s.x, int64_t(r + q.T - k) * D, int64_t(k) * D);
-        Buffer xn = buffer_view(s.xn, int64_t(n) * D, int64_t(k) * D);
-        be.rmsnorm(x, m.weights.global(kOutNorm), k, D, m.config.norm_eps, xn);
-      }
-      r += q.T;
-      n += k;
-    }
-    if (n > 0) be.matmul(s.xn, m.weights.global(kLmHead), nullptr, n, s.logits);
-  }
-
- public:
 
   void hf_config_json(const ModelConfig& c, nlohmann::json& j) const override {
     j["hidden_size"] = c.d_model;

@@ -1,0 +1,74 @@
+#include "model/archs/batched.h"
+
+#include "core/error.h"
+
+namespace arbiter {
+
+void check_batch(const ForwardArgs& a, int seqs) {
+  ARB_CHECK(!a.hook && a.ids, "[model] a batched forward runs no stage hooks or picked tokens");
+  ARB_CHECK(!a.routes || (a.routes_seq >= 0 && a.routes_seq < int(a.batch->size())),
+            "[model] a batched forward's route log names sequence %d of %zu", a.routes_seq,
+            a.batch->size());
+  int rows = 0;
+  for (const BatchSeq& q : *a.batch) {
+    ARB_CHECK(q.T >= 1 && q.pos0 >= 0, "[model] batch sequence of %d rows at %d", q.T, q.pos0);
+    ARB_CHECK(seqs == 0 || (q.slot >= 0 && q.slot < seqs),
+              "[model] batch sequence in state slot %d of %d", q.slot, seqs);
+    rows += q.T;
+  }
+  ARB_CHECK(rows == a.T, "[model] batch sequences hold %d rows, the forward %d", rows, a.T);
+}
+
+Stages batch_stages(const ForwardArgs& a) {
+  if (!a.routes) return Stages(nullptr, 0, a.T);
+  int r0 = 0;
+  for (int i = 0; i < a.routes_seq; ++i) r0 += (*a.batch)[size_t(i)].T;
+  const BatchSeq& q = (*a.batch)[size_t(a.routes_seq)];
+  return Stages(nullptr, q.pos0, a.T, a.routes, r0, q.T);
+}
+
+Buffer batch_rows(const Buffer& b, int r, int n, int width) {
+  return buffer_view(b, int64_t(r) * width, int64_t(n) * width);
+}
+
+void batch_attention(Backend& be, const std::vector<BatchSeq>& batch, Buffer& q, Buffer& k,
+                     const Buffer& v, const Tensor* q_norm, const Tensor* k_norm, NormWeight nw,
+                     double eps, int H, int Hkv, int Dh, const RopeSpec* rope, Buffer& k_pool,
+                     Buffer& v_pool, int window, const Backend::AttentionScores& scores,
+                     Buffer& out) {
+  const int q_dim = H * Dh, kv_dim = Hkv * Dh;
+  int r = 0;
+  for (const BatchSeq& s : batch) {
+    Buffer qv = batch_rows(q, r, s.T, q_dim), kv = batch_rows(k, r, s.T, kv_dim);
+    Buffer vv = batch_rows(v, r, s.T, kv_dim), ov = batch_rows(out, r, s.T, q_dim);
+    if (rope) {
+      be.qk_rope_attention_paged(qv, kv, vv, q_norm, k_norm, nw, eps, s.T, H, Hkv, Dh, s.pos0,
+                                 *rope, k_pool, v_pool, s.pages, window, scores, ov);
+    } else {
+      ARB_ASSERT(!q_norm && !k_norm);
+      be.kv_store_paged(kv, vv, k_pool, v_pool, s.pages, s.T, s.pos0, kv_dim);
+      be.attention_paged(qv, k_pool, v_pool, s.pages, s.T, s.pos0, H, Hkv, Dh, window, scores,
+                         ov);
+    }
+    r += s.T;
+  }
+}
+
+int batch_logits(Backend& be, const std::vector<BatchSeq>& batch, const Buffer& x,
+                 const Tensor& norm, NormWeight nw, int D, double eps, Buffer& xn,
+                 const Tensor& lm_head, Buffer& logits) {
+  int r = 0, n = 0;
+  for (const BatchSeq& q : batch) {
+    const int k = q.logit_rows();
+    if (k > 0) {
+      Buffer xv = batch_rows(x, r + q.T - k, k, D), xnv = batch_rows(xn, n, k, D);
+      be.norm(xv, norm, nw, k, D, eps, xnv);
+    }
+    r += q.T;
+    n += k;
+  }
+  if (n > 0) be.matmul(xn, lm_head, nullptr, n, logits);
+  return n;
+}
+
+}  // namespace arbiter
