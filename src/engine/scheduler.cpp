@@ -628,9 +628,10 @@ class BatchingScheduler : public Scheduler {
       error = e.what();
       for (Seq* q : in) done.emplace_back(q, FinishReason::Error);
     }
-    for (auto& [q, f] : done) {
+    for (auto& [seq, f] : done) {
+      Seq* q = seq;  // clang 14 (the fuzz build) cannot capture a structured binding
       finish(*q, f, f == FinishReason::Error ? error : std::string());
-      auto it = std::find_if(active.begin(), active.end(), [&](const auto& p) { return p.get() == q; });
+      auto it = std::find_if(active.begin(), active.end(), [q](const auto& p) { return p.get() == q; });
       if (it != active.end()) active.erase(it);
     }
     return int(in.size());
