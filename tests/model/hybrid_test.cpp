@@ -144,6 +144,61 @@ TEST(Hybrid, GreedyIdsOnCpuEqualRef) {
   }
 }
 
+// Nemotron-3-Nano's shared expert (3,712 wide) is wider than its dense MLP (1,856): the
+// forward's scratch must hold the wider (cpu asserted, cuda refused "output holds 950272
+// elements, needs 1900544" at pp512). tiny-nemotron-h with its shared expert widened from 48
+// to 160 columns (its MLP has 128) runs on ref and cpu, and they agree.
+TEST(Hybrid, NemotronSharedExpertWiderThanItsMlp) {
+  const std::string dir = test::source_path("tests/fixtures/models/tiny-nemotron-h");
+  struct Held {
+    SafetensorsSet st;
+    std::vector<float> up, down;
+  };
+  auto held = std::make_shared<Held>(Held{SafetensorsSet::open_dir(dir), {}, {}});
+  const int64_t D = 64, Fs = 160;
+  held->up.resize(size_t(Fs * D));
+  held->down.resize(size_t(D * Fs));
+  for (size_t i = 0; i < held->up.size(); ++i) held->up[i] = float(std::sin(0.37 * double(i))) * 0.1f;
+  for (size_t i = 0; i < held->down.size(); ++i) held->down[i] = float(std::cos(0.23 * double(i))) * 0.1f;
+  HfInMemory src;
+  src.path = dir + " (shared expert widened)";
+  src.format = "test";
+  src.weights_id = "wide-shared-expert";
+  nlohmann::json cfg = nlohmann::json::parse(test::read_file(dir + "/config.json"));
+  ASSERT_LT(cfg["moe_shared_expert_intermediate_size"].get<int>(), cfg["intermediate_size"].get<int>());
+  cfg["moe_shared_expert_intermediate_size"] = Fs;
+  src.config_text = cfg.dump();
+  src.tokenizer_json = test::read_file(dir + "/tokenizer.json");
+  src.tokenizer_config_json = test::read_file(dir + "/tokenizer_config.json");
+  src.eos_ids = {cfg["eos_token_id"].get<int32_t>()};
+  int widened = 0;
+  for (const auto& [name, t] : held->st.tensors()) {
+    Tensor w = t;
+    if (name.find("shared_experts.up_proj") != std::string::npos) {
+      w.dtype = DType::F32, w.shape = {Fs, D}, w.data = held->up.data();
+      ++widened;
+    } else if (name.find("shared_experts.down_proj") != std::string::npos) {
+      w.dtype = DType::F32, w.shape = {D, Fs}, w.data = held->down.data();
+      ++widened;
+    }
+    src.tensors[name] = w;
+  }
+  ASSERT_EQ(widened, 2);
+  src.storage = held;
+  auto m = load_hf_in_memory(std::move(src));
+  ASSERT_EQ(m->config.moe_shared_ff, Fs);
+  const std::vector<int32_t> p = prompt_of("tests/fixtures/models/tiny-nemotron-h", 12);
+  std::vector<std::vector<double>> logits;
+  for (const char* tier : {"ref", "cpu"}) {
+    auto be = make_backend({tier, "", 1});
+    Session s(*m, *be, int(p.size()));
+    s.forward(p);
+    logits.push_back(s.logits(int(p.size()) - 1));
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t v = 0; v < logits[0].size(); ++v) EXPECT_NEAR(logits[1][v], logits[0][v], 1e-3) << v;
+}
+
 // A reset session starts from zeroed states (same logits again); a forward that does not
 // continue where the states stopped is refused (they cannot rewind).
 TEST(Hybrid, TheRecurrentStateRestartsAtZeroAndCannotRewind) {

@@ -18,14 +18,15 @@ namespace arbiter {
 /// cache holds max_ctx rows; with ring_sliding, a sliding layer's (c.layer_sliding) holds
 /// only the window + max_T - 1 latest positions as a ring (kv_store), all its attention can
 /// see, so its size does not grow with max_ctx. A non-empty kv_layers (the hybrids) limits the
-/// caches to the layers it marks; the others get none.
+/// caches to the layers it marks; the others get none. gate, up and act hold rows of ff
+/// values (0: c.d_ff), the widest MLP of the model.
 class DecoderState : public ForwardState {
  public:
   DecoderState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_,
-               bool ring_sliding = false, const std::vector<bool>& kv_layers = {})
+               bool ring_sliding = false, const std::vector<bool>& kv_layers = {}, int64_t ff = 0)
       : be_(be) {
     const int64_t T = max_T_, D = c.d_model, q_dim = int64_t(c.n_head) * c.head_dim;
-    const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = c.d_ff;
+    const int64_t kv_dim = int64_t(c.n_head_kv) * c.head_dim, F = ff > 0 ? ff : c.d_ff;
     max_T = max_T_;
     max_ctx = max_ctx_;
     for (int l = 0; l < c.n_layer; ++l) {

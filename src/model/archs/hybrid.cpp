@@ -51,12 +51,18 @@ Tensor row_slice(const Tensor& W, int64_t r0, int64_t n, const char* part) {
 }
 
 
+// The widest MLP the scratch must hold: the dense MLP's, or Nemotron-H's shared expert's,
+// which may be wider (Nemotron-3-Nano: 3,712 against 1,856; Granite's shared MLP is d_ff).
+int64_t mlp_width(const ModelConfig& c) {
+  return c.moe_experts > 0 && !granite(c) ? std::max<int64_t>(c.d_ff, c.moe_shared_ff) : c.d_ff;
+}
+
 class HybridState final : public DecoderState {
  public:
   /// seqs: the sequences whose recurrent states it holds (slots; 1 for a Session, the
   /// batching scheduler's slots for a batched forward, whose K/V caches are its paged pool).
   HybridState(Backend& be, const ModelConfig& c, int max_ctx_, int max_T_, int seqs_ = 1)
-      : DecoderState(be, c, max_ctx_, max_T_, /*ring_sliding=*/false, kv_layers(c)),
+      : DecoderState(be, c, max_ctx_, max_T_, /*ring_sliding=*/false, kv_layers(c), mlp_width(c)),
         seqs(seqs_) {
     const int64_t T = max_T_, I = int64_t(c.ssm_heads) * c.ssm_head_dim;
     const int64_t C = I + 2 * int64_t(c.ssm_groups) * c.ssm_state;
