@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "engine/scheduler.h"
 
 namespace arbiter {
 class Backend;
@@ -63,6 +64,21 @@ std::vector<int32_t> greedy_by_pick(Session& s, const std::vector<int32_t>& prom
 /// for the top-k).
 std::vector<int32_t> sampled_by_rows(Session& s, const std::vector<int32_t>& prompt, int n,
                                      const SamplerParams& p);
+
+/// What a scheduler streamed for one request (engine/scheduler.h): the prompt's logprobs (when
+/// asked), each token, how it finished. collect() waits for the end (a failure after 10^4 s).
+struct Outcome {
+  std::vector<int32_t> ids;
+  std::vector<TokenLogprob> tokens, prompt;
+  FinishReason finish = FinishReason::Error;
+  std::string error;
+};
+Outcome collect(SeqStream& s);
+/// Submits every request, then collects each stream (a refused submit: an empty Outcome).
+std::vector<Outcome> run_all(Scheduler& s, const std::vector<SeqRequest>& reqs);
+/// n greedy requests of TinyStories-like prompts of 1 to ~40 tokens (7 texts in turn), of 6
+/// to 16 new tokens.
+std::vector<SeqRequest> greedy_requests(const Model& m, int n);
 
 /// A bound weight by its role (model/archs/): "embed", "lm_head", or a layer's "wq" with
 /// layer >= 0. An empty tensor when the model has none.

@@ -184,7 +184,10 @@ class Backend {
   /// ref's always are; cpu then runs its own GEMM at every T, T == 1 included, where it
   /// otherwise runs the GEMV (whose sums are ordered otherwise), and ssm_scan's recurrence at
   /// every T (its chunked form's sums depend on where a forward starts a chunk, which the
-  /// batch decides). The default refuses `on`.
+  /// batch decides). cuda takes the same steps (GEMM at T == 1, no single-token kernels or
+  /// step graphs) but cannot promise the bits: cuBLASLt picks its GEMM per row count, so a
+  /// row's reduction order may move with the batch (tests/cuda measures the effect,
+  /// docs/serve.md). The default refuses `on`.
   virtual void set_row_invariant(bool on);
 
   /// out[n] = silu(gate[n]) * up[n]
@@ -366,6 +369,25 @@ class Backend {
                                  Buffer& k_cache, Buffer& v_cache, int window,
                                  const AttentionScores& scores, Buffer& out,
                                  const AttentionTaps& taps);
+  /// One sequence of attention_batch: its rows [row0, row0 + T) of q, k, v and out, at
+  /// positions pos0.., its K/V rows in the pool at pages.
+  struct PagedSeq {
+    int row0 = 0, T = 0, pos0 = 0;
+    KvPages pages;
+  };
+  /// Each sequence's attention on its own rows of q [rows, H*Dh], k, v [rows, Hkv*Dh] (the
+  /// sequences' rows one after the other), against its own pages of the layer's pool, into
+  /// out [rows, H*Dh]: the per-head q/k norm when given (as nw says), RoPE at the sequence's
+  /// positions when rope is given (without: K/V stored as they are, the hybrids' NoPE
+  /// layers), the K/V store, then attention with `scores` and `window`. The default runs
+  /// each sequence by qk_rope_attention_paged (or kv_store_paged + attention_paged), the
+  /// bits of that sequence alone (ref, cpu); a tier may run the whole batch in one launch per
+  /// stage instead (cuda: each sequence's rows still a function of that sequence alone).
+  virtual void attention_batch(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                               const Tensor* k_norm, NormWeight nw, double eps, int H, int Hkv,
+                               int Dh, const RopeSpec* rope, Buffer& k_pool, Buffer& v_pool,
+                               const std::vector<PagedSeq>& seqs, int window,
+                               const AttentionScores& scores, Buffer& out);
   /// qk_rope_attention over a paged pool (kv_store_paged, attention_paged), without taps:
   /// the batched forward of continuous batching runs no stage hooks.
   void qk_rope_attention_paged(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,

@@ -155,6 +155,28 @@ void Backend::qk_rope_attention_paged(Buffer& q, Buffer& k, const Buffer& v,
   attention_paged(q, k_pool, v_pool, pages, T, pos0, H, Hkv, Dh, window, scores, out);
 }
 
+void Backend::attention_batch(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                              const Tensor* k_norm, NormWeight nw, double eps, int H, int Hkv,
+                              int Dh, const RopeSpec* rope, Buffer& k_pool, Buffer& v_pool,
+                              const std::vector<PagedSeq>& seqs, int window,
+                              const AttentionScores& scores, Buffer& out) {
+  const int q_dim = H * Dh, kv_dim = Hkv * Dh;
+  for (const PagedSeq& s : seqs) {
+    Buffer qv = buffer_view(q, int64_t(s.row0) * q_dim, int64_t(s.T) * q_dim);
+    Buffer kv = buffer_view(k, int64_t(s.row0) * kv_dim, int64_t(s.T) * kv_dim);
+    Buffer vv = buffer_view(v, int64_t(s.row0) * kv_dim, int64_t(s.T) * kv_dim);
+    Buffer ov = buffer_view(out, int64_t(s.row0) * q_dim, int64_t(s.T) * q_dim);
+    if (rope) {
+      qk_rope_attention_paged(qv, kv, vv, q_norm, k_norm, nw, eps, s.T, H, Hkv, Dh, s.pos0, *rope,
+                              k_pool, v_pool, s.pages, window, scores, ov);
+    } else {
+      ARB_ASSERT(!q_norm && !k_norm);
+      kv_store_paged(kv, vv, k_pool, v_pool, s.pages, s.T, s.pos0, kv_dim);
+      attention_paged(qv, k_pool, v_pool, s.pages, s.T, s.pos0, H, Hkv, Dh, window, scores, ov);
+    }
+  }
+}
+
 Buffer buffer_view(const Buffer& b, int64_t off, int64_t n) {
   ARB_ASSERT(off >= 0 && n >= 0 && off + n <= b.n);
   return {static_cast<char*>(b.ptr) + dtype_bytes(b.dtype, off), n, b.dtype};

@@ -144,7 +144,7 @@ static int cmd_bench(int argc, char** argv) {
                  "--depth D runs pp and tg behind D context tokens: tg's context is D plus the tokens\n"
                  "generated (-p sizes the prefill test, not tg's context).\n"
                  "--concurrency 1,8,64 instead measures continuous batching (serve --batching continuous;\n"
-                 "every family, ref and cpu): per level, that many greedy streams of -p prompt and -n new\n"
+                 "every family, every tier): per level, that many greedy streams of -p prompt and -n new\n"
                  "tokens submitted at once; mean time to first token and aggregate decode tok/s.\n");
     return 0;
   }

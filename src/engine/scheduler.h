@@ -117,8 +117,8 @@ std::unique_ptr<Scheduler> make_time_slice_scheduler(const Model& m, Backend& be
 /// which frees its blocks and waits at the queue's head, to be recomputed from its prompt and
 /// the tokens it already streamed. The tier runs row-invariant matmuls while this lives
 /// (Backend::set_row_invariant), so with greedy sampling a request's tokens do not depend on
-/// what else is in the batch. Only families with a batched forward (Arch::make_batch_state)
-/// on ref and cpu: batching_problem() says why not.
+/// what else is in the batch (ref, cpu; cuda measures it: Backend::set_row_invariant). Only
+/// families with a batched forward (Arch::make_batch_state): batching_problem() says why not.
 struct BatchingOptions {
   int slots = 4;
   int ctx = 2048;  // tokens one sequence may hold (prompt + generated)

@@ -27,60 +27,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Outcome {
-  std::vector<int32_t> ids;
-  std::vector<TokenLogprob> tokens, prompt;
-  FinishReason finish = FinishReason::Error;
-  std::string error;
-};
-
-Outcome collect(SeqStream& s) {
-  Outcome o;
-  for (int i = 0; i < 100000; ++i) {
-    auto ev = s.next(100ms);
-    if (!ev) continue;
-    if (ev->kind == SeqEvent::Kind::Prompt) o.prompt = ev->prompt;
-    if (ev->kind == SeqEvent::Kind::Token) {
-      o.ids.push_back(ev->token.id);
-      o.tokens.push_back(ev->token);
-    }
-    if (ev->kind == SeqEvent::Kind::Finished) {
-      o.finish = ev->finish;
-      o.error = ev->error;
-      return o;
-    }
-  }
-  ADD_FAILURE() << "sequence never finished";
-  return o;
-}
-
-std::vector<Outcome> run_all(Scheduler& s, const std::vector<SeqRequest>& reqs) {
-  std::vector<std::shared_ptr<SeqStream>> streams;
-  for (const SeqRequest& r : reqs) {
-    streams.push_back(s.submit(r));
-    EXPECT_NE(streams.back(), nullptr);
-  }
-  std::vector<Outcome> out;
-  for (auto& st : streams) out.push_back(st ? collect(*st) : Outcome{});
-  return out;
-}
+using test::collect;
+using test::Outcome;
+using test::run_all;
 
 const std::string kStories = "models/TinyStories-656K";
 
-// Prompts of 1 to ~40 tokens (several blocks, several chunks at a small step budget).
-std::vector<SeqRequest> greedy_requests(const Model& m, int n) {
-  const char* texts[] = {"Once upon a time", "The dog", "Lily and Ben went to the park to play with a red ball. They",
-                         "One day", "Tom had a big box of toys and he did not want to share them with his sister", "A",
-                         "The sun was hot and the children wanted to swim in the lake near the old house where"};
-  std::vector<SeqRequest> r;
-  for (int i = 0; i < n; ++i) {
-    SeqRequest q;
-    q.prompt = m.tokenizer->encode(texts[i % 7], true, false);
-    q.max_tokens = 6 + (i * 5) % 11;
-    r.push_back(q);
-  }
-  return r;
-}
+using test::greedy_requests;
 
 // ---- the batched forward ------------------------------------------------------------------
 

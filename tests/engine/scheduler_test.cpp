@@ -18,27 +18,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Outcome {
-  std::vector<int32_t> ids;
-  std::vector<TokenLogprob> prompt;
-  FinishReason finish = FinishReason::Error;
-};
-
-Outcome collect(SeqStream& s) {
-  Outcome o;
-  for (int i = 0; i < 100000; ++i) {
-    auto ev = s.next(100ms);
-    if (!ev) continue;
-    if (ev->kind == SeqEvent::Kind::Prompt) o.prompt = ev->prompt;
-    if (ev->kind == SeqEvent::Kind::Token) o.ids.push_back(ev->token.id);
-    if (ev->kind == SeqEvent::Kind::Finished) {
-      o.finish = ev->finish;
-      return o;
-    }
-  }
-  ADD_FAILURE() << "sequence never finished";
-  return o;
-}
+using test::collect;
+using test::Outcome;
 
 TEST(Scheduler, InterleavedSequencesEqualEachAlone) {
   auto m = load_model(test::source_path("models/TinyStories-656K"));

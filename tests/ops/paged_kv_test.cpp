@@ -2,8 +2,11 @@
 // sequence's rows stored through a scattered block table and attended there give exactly the
 // bits of kv_store and attention over a contiguous cache holding the same rows (the same
 // kernel, rows found through the table), and rows of other blocks are never touched. ref runs
-// the same check; the cuda tiers refuse with one line (not on that tier yet). Cases with a
-// score scale (and soft cap) are checked against scaled_attention (gemma's layers).
+// the same check. On cuda the store is exact too, but the paged attention is the flash
+// kernel without key splits (paged.cpp), where attention() over a cache picks the decode,
+// tensor-core or split kernels: there the two agree within twice the tolerance of either
+// against ref. Cases with a score scale (and soft cap) are checked against scaled_attention
+// (gemma's layers).
 // Adding a case: a row of kCases.
 #include "tier_util.h"
 
@@ -71,7 +74,11 @@ void run_case(Backend& be, const OpTier& tier, const Case& c, uint64_t seed) {
     be.scaled_attention(q.b, kc.b, vc.b, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, c.scores.scale,
                         c.scores.softcap, want.b);
   be.attention_paged(q.b, kp.b, vp.b, pages, c.T, c.pos0, c.H, c.Hkv, c.Dh, c.window, c.scores, got.b);
-  check_exact("attention_paged", tier, what, seed, got.read(), want.read());
+  if (!tier.cuda) return check_exact("attention_paged", tier, what, seed, got.read(), want.read());
+  const int keys = c.window > 0 ? std::min(P, c.window) : P;
+  // Two results each within attention's bound of the truth: their difference within 4x it.
+  check_close("attention_paged", tier, what, seed, got.read(), want.read(),
+              4 * nmse_bound(compute, compute, c.Dh + keys, 13));
 }
 
 class PagedKv : public OpTest {};
@@ -80,19 +87,6 @@ TEST_P(PagedKv, EqualsTheContiguousCacheBitForBit) {
   const OpTier& tier = GetParam();
   ARB_TIER_OR_SKIP(be, tier);
   uint64_t seed = 900;
-  if (tier.cuda) {  // not on the cuda tier yet: a refusal, never another tier's path
-    int blocks = 0;
-    const std::vector<int32_t> b = scattered_blocks(4, 16, blocks);
-    Buf k(*be, 64), kp(*be, int64_t(blocks) * 16 * 64);
-    try {
-      be->kv_store_paged(k.b, k.b, kp.b, kp.b, {b.data(), int(b.size()), 16}, 1, 0, 64);
-      FAIL() << "the cuda tier accepted kv_store_paged";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("continuous batching: not on the cuda tier yet"), std::string::npos)
-          << e.what();
-    }
-    return;
-  }
   for (const Case& c : kCases) run_case(*be, tier, c, seed += 10);
 }
 

@@ -35,13 +35,13 @@ __device__ __forceinline__ float cap_score(float s, float softcap) {
 }
 
 /// Stages keys [k0, min(k0 + kTile, ke)) of one KV head into k_s / v_s as f32 (rows past ke
-/// are zero; key p at cache row ring_row(p, ring0, rows)). Each thread issues kBatch 16-byte
+/// are zero; key p at cache row key_row(p, ring0, rows, pages, block_rows)). Each thread issues kBatch 16-byte
 /// loads of K and of V before it converts and stores any of them, so a tile costs about one
 /// memory latency, not one per element.
 template <class T>
 __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int ke, int kv_dim,
-                                          int ring0, int rows, int hk, int Dh, float* k_s,
-                                          float* v_s) {
+                                          int ring0, int rows, const int* pages, int block_rows,
+                                          int hk, int Dh, float* k_s, float* v_s) {
   constexpr int V = Vec16<T>::N, kBatch = 4, kThreads = kWarps * 32;
   const int ldk = Dh + 1;
   if (Dh % V == 0) {
@@ -53,7 +53,8 @@ __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int 
         const int c = base + b * kThreads + int(threadIdx.x);
         const int j = c / cpr, d = (c % cpr) * V, key = k0 + j;
         if (c < n && key < ke) {
-          const int64_t off = ring_row(key, ring0, rows) * kv_dim + int64_t(hk) * Dh + d;
+          const int64_t off =
+              key_row(key, ring0, rows, pages, block_rows) * kv_dim + int64_t(hk) * Dh + d;
           kb[b] = __ldg(reinterpret_cast<const uint4*>(kc + off));
           vb[b] = __ldg(reinterpret_cast<const uint4*>(vc + off));
         } else {
@@ -79,7 +80,8 @@ __device__ __forceinline__ void load_tile(const T* kc, const T* vc, int k0, int 
       const int j = idx / Dh, d = idx % Dh, key = k0 + j;
       float kv = 0.f, vv = 0.f;
       if (key < ke) {
-        const int64_t off = ring_row(key, ring0, rows) * kv_dim + int64_t(hk) * Dh + d;
+        const int64_t off =
+            key_row(key, ring0, rows, pages, block_rows) * kv_dim + int64_t(hk) * Dh + d;
         kv = to_f(kc[off]);
         vv = to_f(vc[off]);
       }
@@ -139,11 +141,24 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
   griddep_wait();
   griddep_launch();
   const int Dh = a.Dh, H = a.H, group = a.H / a.Hkv, kv_dim = a.Hkv * a.Dh, ldk = a.Dh + 1;
-  const int hk = blockIdx.y, split = blockIdx.z;
-  const int rows_head = a.T * group;  // rows of this KV head: row -> (t = row / group, g)
+  const int hk = blockIdx.y;
+  // One sequence's rows (a batch's: blockIdx.z names the sequence, AttnArgs::seqs).
+  int split = blockIdx.z, T_ = a.T, pos0 = 0, qrow0 = 0;
+  const int* pages = nullptr;
+  if (a.seqs) {
+    const int* sd = a.seqs + kSeqWords * blockIdx.z;
+    qrow0 = sd[0];
+    T_ = sd[1];
+    pos0 = sd[2];
+    pages = a.blocks + sd[3];
+    split = 0;
+  } else {
+    pos0 = pos_of(a.pos);
+  }
+  const int rows_head = T_ * group;  // rows of this KV head: row -> (t = row / group, g)
   const int row0 = blockIdx.x * kRows;
-  const int pos0 = pos_of(a.pos);
-  const T* q = static_cast<const T*>(a.q);
+  if (row0 >= rows_head) return;  // block-uniform: past a shorter sequence of the batch
+  const T* q = static_cast<const T*>(a.q) + int64_t(qrow0) * H * Dh;
   const T* kc = static_cast<const T*>(a.k_cache);
   const T* vc = static_cast<const T*>(a.v_cache);
   float* q_s = smem;                 // [kRows][Dh]
@@ -159,7 +174,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
   chunk = (chunk + kTile - 1) / kTile * kTile;
   const int ks = lo + split * chunk;
   const int ke = min(hi + 1, ks + chunk);
-  const int base = ring_base(lo, a.rows);
+  const int base = pages ? 0 : ring_base(lo, a.rows);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int qi[kRowsPerWarp], qlo[kRowsPerWarp], orow[kRowsPerWarp];
@@ -172,7 +187,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
     const int t = row / group, h = hk * group + row % group;
     qi[i] = pos0 + t;
     qlo[i] = a.window > 0 ? max(0, qi[i] - a.window + 1) : 0;
-    orow[i] = t * H + h;
+    orow[i] = (qrow0 + t) * H + h;
     m[i] = -INFINITY;
     l[i] = 0.f;
 #pragma unroll
@@ -183,7 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a) {
     load_queries<T>(q, row0, rows_head, group, hk, H, Dh, q_s);
     for (int k0 = ks; k0 < ke; k0 += kTile) {
       __syncthreads();  // the previous tile is consumed (and q_s is written, first time)
-      load_tile<T>(kc, vc, k0, ke, kv_dim, base, a.rows, hk, Dh, k_s, v_s);
+      load_tile<T>(kc, vc, k0, ke, kv_dim, base, a.rows, pages, a.block_rows, hk, Dh, k_s, v_s);
       __syncthreads();
 
       // Scores: lane j owns key k0 + j, all rows of this warp at once.
@@ -281,7 +296,9 @@ __global__ void attn_combine_kernel(const float* part, int rows, int n_splits, i
 template <class T, int DCH>
 void attn_launch(const AttnArgs& a, cudaStream_t s) {
   const int group = a.H / a.Hkv;
-  dim3 grid(unsigned((a.T * group + kRows - 1) / kRows), unsigned(a.Hkv), unsigned(a.n_splits));
+  ARB_ASSERT(!a.seqs || a.n_splits == 1);
+  dim3 grid(unsigned((a.T * group + kRows - 1) / kRows), unsigned(a.Hkv),
+            unsigned(a.seqs ? a.n_seqs : a.n_splits));
   launch_k(attn_kernel<T, DCH>, grid, dim3(kWarps * 32), attn_smem_bytes(a.Dh), s, a);
   ARB_LAUNCHED("attn_kernel", s);
   if (a.n_splits > 1) {

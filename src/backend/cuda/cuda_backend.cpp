@@ -291,7 +291,7 @@ void CudaBackend::matmul(const Buffer& x, const Tensor& W, const Tensor* bias, i
   const void* wp = m.ptr;
   const int64_t ld = m.ld;
   void* op = out.ptr;
-  if (T == 1 && tuning_.gemv) {
+  if (single_token(T) && tuning_.gemv) {
     stats_.record("matmul", prov_gemv_);
     submit({3, int64_t(xp), int64_t(wp), ld, int64_t(bp), N, K, int(ot), int64_t(op)}, false, 0,
            [=, this](const cuda::StepCtx&) {
@@ -519,7 +519,7 @@ void CudaBackend::ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor
                            int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
                            Buffer& y) {
   // The decode step runs the recurrence; a prefill the chunked form, as HF does (backend.h).
-  stats_.record("ssm_scan", T > 1 ? "cuda.ssm_scan_chunked" : "cuda.ssm_scan");
+  stats_.record("ssm_scan", T > 1 && !row_invariant_ ? "cuda.ssm_scan_chunked" : "cuda.ssm_scan");
   ARB_CHECK(T >= 0 && nh >= 1 && hd >= 1 && G >= 1 && nh % G == 0 && N >= 1 &&
                 N <= cuda::kMaxScanState,
             "[cuda] ssm_scan: %d heads of %d, %d groups, state size %d (groups must divide the "
@@ -551,13 +551,14 @@ void CudaBackend::ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor
   a.chunk = chunk;
   a.state = static_cast<float*>(state.ptr);
   a.y = y.ptr;
+  a.recurrence = row_invariant_;
   if (const int64_t n = cuda::ssm_scan_scratch_floats(a); n > 0) {
     ensure(scan_, size_t(n) * sizeof(float));
     a.scratch = static_cast<float*>(scan_.ptr);
   }
   submit({31, int64_t(a.xbc), int64_t(a.dt_raw), int64_t(a.a_log), int64_t(a.d),
           int64_t(a.dt_bias), cuda::sig_bits(a.dt_min), cuda::sig_bits(a.dt_max), T, nh, hd, G, N,
-          chunk, int64_t(a.state), int64_t(a.y), int64_t(a.scratch)},
+          chunk, int64_t(a.state), int64_t(a.y), int64_t(a.scratch), a.recurrence},
          false, 0, [=, this](const cuda::StepCtx&) { cuda::launch_ssm_scan(ct_, a, stream_); });
 }
 
@@ -769,7 +770,7 @@ void CudaBackend::embed_ids(const Tensor& table, const int32_t* ids, int T, Buff
   for (int t = 0; ids && t < T; ++t)
     ARB_CHECK(ids[t] >= 0 && ids[t] < m.rows, "[cuda] embed: token id %d outside [0, %lld)",
               ids[t], (long long)m.rows);
-  const bool step = T == 1 && tuning_.graphs;
+  const bool step = single_token(T) && tuning_.graphs;
   if (step) {
     graph_->open(ids ? ids[0] : 0, !ids);
   } else if (ids) {

@@ -102,6 +102,22 @@ class CudaBackend final : public Backend {
                          Buffer& v_cache, int window, const AttentionScores& scores,
                          Buffer& out, const AttentionTaps& taps) override;
 
+  // Continuous batching (paged.cpp): the paged pool's store and attention, and every
+  // sequence of a batched forward in one launch per stage. Row invariance turns off the
+  // single-token paths (GEMV, fused decode kernels, step graphs): a lone decoding sequence
+  // then runs the batch's kernels.
+  void kv_store_paged(const Buffer& k, const Buffer& v, Buffer& k_pool, Buffer& v_pool,
+                      const KvPages& pages, int T, int pos0, int kv_dim) override;
+  void attention_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
+                       const KvPages& pages, int T, int pos0, int H, int Hkv, int Dh, int window,
+                       const AttentionScores& scores, Buffer& out) override;
+  void attention_batch(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                       const Tensor* k_norm, NormWeight nw, double eps, int H, int Hkv, int Dh,
+                       const RopeSpec* rope, Buffer& k_pool, Buffer& v_pool,
+                       const std::vector<PagedSeq>& seqs, int window,
+                       const AttentionScores& scores, Buffer& out) override;
+  void set_row_invariant(bool on) override;
+
   // Greedy decode with the token kept on the device (cuda_backend.cpp).
   void pick_greedy(const Buffer& logits, int row, int V) override;
   void embed_picked(const Tensor& table, Buffer& out) override;
@@ -138,6 +154,9 @@ class CudaBackend final : public Backend {
                    tuning_.graph_segment_ops);
   }
   void flush() { graph_->flush(); }
+  /// Whether a forward of T rows takes the single-token kernels (GEMV, the fused decode ops,
+  /// a step graph): T == 1, unless row invariance asks for the batch's kernels.
+  bool single_token(int T) const { return T == 1 && !row_invariant_; }
   /// Grows a workspace. Queued launches may point at the old block: run them first.
   void ensure(cuda::DevBuf& b, size_t bytes);
 
@@ -222,6 +241,27 @@ class CudaBackend final : public Backend {
   /// The records of the latest stage_taps, as f64 into their StageTaps' vectors.
   void collect_taps();
 
+  // paged.cpp
+  /// A batched attention's rows and sequences on the device (one array, batch_meta).
+  struct BatchMeta {
+    int rows = 0, max_T = 0, positions = 0, n_seqs = 0, block_rows = 0;
+    const int* pos = nullptr;     // [rows] each row's position
+    const int* dst = nullptr;     // [rows] each row's pool row
+    const int* seqs = nullptr;    // [n_seqs x cuda::kSeqWords] (cuda::AttnArgs::seqs)
+    const int* blocks = nullptr;  // the sequences' block tables, one after the other
+  };
+  /// Checks the sequences against the pool and uploads their array when it differs from the
+  /// latest upload (the layers of one forward share it); fills m.
+  const int* batch_meta(const std::vector<PagedSeq>& seqs, const Buffer& k_pool,
+                        const Buffer& v_pool, int kv_dim, BatchMeta& m);
+  /// k, v [m.rows, kv_dim] to their pool rows.
+  void store_paged(const Buffer& k, const Buffer& v, Buffer& k_pool, Buffer& v_pool,
+                   const BatchMeta& m, int kv_dim);
+  /// Every sequence's attention over its pages in one launch.
+  void attend_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
+                    const BatchMeta& m, int H, int Hkv, int Dh, int window,
+                    const AttentionScores& scores, Buffer& out);
+
   /// A MoE layer's device tables of expert weight pointers (built at the layer's first call,
   /// uploading every expert, and kept until the next prepare()).
   const cuda::MoeTables& moe_tables(const MoeExperts& ex, int D, int F);
@@ -245,6 +285,9 @@ class CudaBackend final : public Backend {
   cuda::DevBuf qw_;  // a tile of a packed matrix's rows dequantized for the GEMM (T > 1)
   cuda::DevBuf ids_, part_, acc_, sum_out_, sum_scratch_, targets_, tap_mem_;
   cuda::DevBuf scan_;  // the chunked ssm_scan's chunk states (cuda::ScanArgs::scratch)
+  cuda::DevBuf meta_;  // the latest batch_meta array, and its host copy
+  std::vector<int> meta_host_, meta_next_;
+  bool row_invariant_ = false;
   std::vector<TapRecord> records_;  // of the latest stage_taps
   // One table per RoPE the models use: gemma's local and global layers alternate two, and a
   // single cached table was rebuilt on the host at every switch (gemma3-1b decoded at 52 tok/s).

@@ -67,6 +67,13 @@ __device__ __forceinline__ int64_t ring_row(int key, int base, int rows) {
   const int r = key - base;
   return r < rows ? r : r - rows;
 }
+/// A key's row: through a paged pool's block table when `pages` is given (AttnArgs::blocks),
+/// else ring_row.
+__device__ __forceinline__ int64_t key_row(int key, int base, int rows, const int* pages,
+                                           int block_rows) {
+  return pages ? int64_t(pages[key / block_rows]) * block_rows + key % block_rows
+               : ring_row(key, base, rows);
+}
 
 /// Programmatic dependent launch (sm_90). Every kernel of the tier calls griddep_wait()
 /// before it reads anything an earlier kernel wrote (or writes anything an earlier kernel

@@ -134,13 +134,13 @@ __global__ void rope_kernel(T* x, int T_, int nh, int Dh, PosRef pos, const floa
   griddep_launch();
   const int half = Dh / 2;
   const int64_t n = int64_t(T_) * nh * half;
-  const int pos0 = pos_of(pos);
+  const int pos0 = pos.rows ? 0 : pos_of(pos);
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int i = int(idx % half);
     const int64_t th = idx / half;  // t * nh + h
     const int t = int(th / nh);
-    const float2 c = cs[int64_t(pos0 + t) * half + i];
+    const float2 c = cs[int64_t(pos.rows ? pos.rows[t] : pos0 + t) * half + i];
     const int a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
     T* head = x + th * Dh;
     const float xa = to_f(head[a]), xb = to_f(head[b]);
@@ -151,13 +151,15 @@ __global__ void rope_kernel(T* x, int T_, int nh, int Dh, PosRef pos, const floa
 
 template <class T>
 __global__ void kv_store_kernel(const T* k, const T* v, T* kc, T* vc, int64_t n, PosRef pos,
-                                int kv_dim, int rows) {
+                                int kv_dim, int rows, const int* dst) {
   griddep_wait();
   griddep_launch();
-  const int p0 = pos_of(pos);
+  const int p0 = dst ? 0 : pos_of(pos);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / kv_dim, at = int64_t((p0 + t) % rows) * kv_dim + (i - t * kv_dim);
+    const int64_t t = i / kv_dim;
+    const int64_t row = dst ? int64_t(dst[t]) : int64_t((p0 + t) % rows);
+    const int64_t at = row * kv_dim + (i - t * kv_dim);
     kc[at] = k[i];
     vc[at] = v[i];
   }
@@ -456,13 +458,13 @@ void launch_rope(DType ct, void* x, int T, int nh, int Dh, PosRef pos, const flo
 }
 
 void launch_kv_store(DType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
-                     PosRef pos, int kv_dim, int rows, cudaStream_t s) {
+                     PosRef pos, int kv_dim, int rows, cudaStream_t s, const int* dst) {
   const int64_t n = int64_t(T) * kv_dim;
   ARB_DISPATCH_CTYPE(ct, E,
                      launch_k(kv_store_kernel<E>, dim3(blocks_for(n)), dim3(kThreads), 0, s,
                               static_cast<const E*>(k), static_cast<const E*>(v),
                               static_cast<E*>(k_cache), static_cast<E*>(v_cache), n, pos, kv_dim,
-                              rows));
+                              rows, dst));
   ARB_LAUNCHED("kv_store_kernel", s);
 }
 

@@ -19,7 +19,7 @@ using cuda::PosRef;
 void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                                  double eps, Buffer& xn, const StageTap* norm_tap,
                                  const MatmulTarget* outs, int n_outs) {
-  const bool step = T == 1 && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3;
+  const bool step = single_token(T) && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3;
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
   for (int i = 0; step && i < n_outs; ++i) mats[i] = &weights_->matrix(*outs[i].W);
   if (step && mats[0]->packed() &&
@@ -63,7 +63,7 @@ void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, i
                               double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
                               GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
                               const GluTaps& taps) {
-  const bool step = T == 1 && tuning_.gemv && tuning_.fused;
+  const bool step = single_token(T) && tuning_.gemv && tuning_.fused;
   const cuda::DevMat* gm = step ? &weights_->matrix(w_gate) : nullptr;
   const cuda::DevMat* um = step ? &weights_->matrix(w_up) : nullptr;
   if (step && gm->packed() && act_fn == GluAct::SiLU &&
@@ -107,7 +107,7 @@ void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, i
 void CudaBackend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp,
                              Buffer& residual, double scale, const StageTap* product,
                              const StageTap* sum) {
-  const cuda::DevMat* mp = T == 1 && tuning_.gemv && tuning_.fused ? &weights_->matrix(W) : nullptr;
+  const cuda::DevMat* mp = single_token(T) && tuning_.gemv && tuning_.fused ? &weights_->matrix(W) : nullptr;
   // The packed form has no residual scale (Granite): the composition then.
   if (mp && mp->packed() && scale == 1 && packed_matmul_add(x, *mp, residual, product, sum))
     return;
@@ -218,7 +218,7 @@ const float* CudaBackend::target_bias(const MatmulTarget& o, int64_t rows) {
 /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
 bool CudaBackend::qk_fusable(int T, int Hkv, int Dh, int pos0, const RopeSpec& rope, const Buffer& k_cache,
                 const Buffer& v_cache) const {
-  return T == 1 && tuning_.fused && cuda::qk_rope_fusable(ct_, Dh) && Dh == rope.dims &&
+  return single_token(T) && tuning_.fused && cuda::qk_rope_fusable(ct_, Dh) && Dh == rope.dims &&
          pos0 >= 0 && int64_t(pos0 + 1) * Hkv * Dh <= std::min(k_cache.n, v_cache.n);
 }
 

@@ -22,10 +22,13 @@ inline size_t ctype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 
 
 /// A position either passed by value (eager launches) or read on the device from a scalar
-/// that is written before each replay of a captured decode graph (dev != nullptr).
+/// that is written before each replay of a captured decode graph (dev != nullptr). Row t of
+/// an op is at position pos + t, or, with `rows` (a batched forward's rows, each sequence at
+/// its own positions), at rows[t].
 struct PosRef {
   const int* dev = nullptr;
   int host = 0;
+  const int* rows = nullptr;
 };
 
 /// A stage tap inside a fused kernel (backend/tap.h), in device memory: at element i of the
@@ -57,14 +60,15 @@ void launch_embed(DType ct, const void* table, int64_t ld, int64_t D, const int3
 /// out[R, N] = x / sqrt(mean(x^2) + eps) * w; out may alias x. One warp per row.
 void launch_rmsnorm(DType ct, const void* x, const float* w, int R, int N, float eps, void* out,
                     cudaStream_t s);
-/// In place on x[T, nh, Dh]: rotates pairs (a, b) of each head by the angle of position
-/// pos + t and frequency i, read from cs[(pos + t) * Dh/2 + i] = (cos, sin).
+/// In place on x[T, nh, Dh]: rotates pairs (a, b) of each head by the angle of row t's
+/// position p (PosRef) and frequency i, read from cs[p * Dh/2 + i] = (cos, sin).
 void launch_rope(DType ct, void* x, int T, int nh, int Dh, PosRef pos, const float2* cs,
                  bool adjacent, cudaStream_t s);
 /// k_cache[((pos + t) % rows) * kv_dim + j] = k[t * kv_dim + j], same for v (a cache of
-/// `rows` rows; a ring when rows < pos + T).
+/// `rows` rows; a ring when rows < pos + T); with dst, row t goes to cache row dst[t] (a
+/// paged pool) and pos and rows are not read.
 void launch_kv_store(DType ct, const void* k, const void* v, void* k_cache, void* v_cache, int T,
-                     PosRef pos, int kv_dim, int rows, cudaStream_t s);
+                     PosRef pos, int kv_dim, int rows, cudaStream_t s, const int* dst = nullptr);
 /// out[n] = silu(gate[n]) * up[n]
 void launch_swiglu(DType ct, const void* gate, const void* up, int64_t n, void* out,
                    cudaStream_t s);
@@ -107,11 +111,14 @@ struct ScanArgs {
   /// The chunked form's workspace (T > 1), ssm_scan_scratch_floats(...) floats: each chunk's
   /// state [ceil(T / Q), nh, hd, N], then each chunk's decay [ceil(T / Q), nh].
   float* scratch = nullptr;
+  /// The recurrence at every T (row invariance: the chunked form's sums depend on where a
+  /// forward starts a chunk, which a batch decides).
+  bool recurrence = false;
 };
 /// f32 elements of the chunked scan's workspace for these arguments.
 int64_t ssm_scan_scratch_floats(const ScanArgs& a);
-/// T == 1 (the decode step): a warp per state row (h, p), its N values in registers.
-/// T > 1: the chunked form (SSD) in three kernels, parallel over chunks but for one pass over
+/// T == 1 (the decode step) or `recurrence`: a warp per state row (h, p), its N values in
+/// registers, token by token. T > 1: the chunked form (SSD) in three kernels, parallel over chunks but for one pass over
 /// the chunk states in order (ssm.cu).
 void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s);
 /// Backend::rmsnorm_gated: out[R, W] = w * v / rms(v), v = y * silu(z), the RMS over each
@@ -305,7 +312,17 @@ struct AttnArgs {
   float softcap = 0.f;
   /// Cache rows: position p is at row p % rows (a ring when rows < the positions; kv_store).
   int rows = 0;
+  /// A batched forward's sequences (attention_batch), launch_attention with n_splits 1 only:
+  /// n_seqs descriptors of kSeqWords ints in device memory, (row0, T, pos0, first): the
+  /// sequence's query rows start at row0 of q and out, its key p sits at pool row
+  /// blocks[first + p / block_rows] * block_rows + p % block_rows. T is then the most rows of
+  /// one sequence; pos and rows are not read.
+  const int* seqs = nullptr;
+  int n_seqs = 0;
+  const int* blocks = nullptr;
+  int block_rows = 0;
 };
+constexpr int kSeqWords = 4;
 /// Largest head size the attention kernels take.
 constexpr int kMaxHeadDim = 256;
 /// Sets the dynamic shared-memory limits of the attention kernels (once per device).

@@ -65,7 +65,8 @@ const cuda::MoeTables& CudaBackend::moe_tables(const MoeExperts& ex, int D, int 
 
 void CudaBackend::moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T,
                       Buffer& out, std::vector<Route>* routes) {
-  stats_.record("moe", T == 1 ? "cuda.moe_decode" : "cuda.moe_grouped");
+  const bool decode = single_token(T);  // else the grouped kernels (T == 1 under row invariance)
+  stats_.record("moe", decode ? "cuda.moe_decode" : "cuda.moe_grouped");
   int D = 0, F = 0;
   moe_check_experts(*this, ex, D, F);
   const RouterSpec& rs = ex.spec;
@@ -92,7 +93,7 @@ void CudaBackend::moe(const Buffer& logits, const Buffer& x, const MoeExperts& e
   const size_t o_ids = carve(n * 4), o_w = carve(n * 4), o_margin = carve(size_t(T) * 8),
                o_off = carve(size_t(E + 1) * 4), o_tiles = carve(size_t(E + 1) * 4),
                o_tok = carve(n * 4), o_row = carve(n * 4), o_act = carve(n * F * es),
-               o_y = carve(T == 1 ? 0 : n * D * es);
+               o_y = carve(decode ? 0 : n * D * es);
   ensure(moe_ws_, at);
   uint8_t* ws = static_cast<uint8_t*>(moe_ws_.ptr);
   cuda::MoeRouteArgs ra;
@@ -115,7 +116,7 @@ void CudaBackend::moe(const Buffer& logits, const Buffer& x, const MoeExperts& e
           cuda::sig_bits(ra.norm_eps), cuda::sig_bits(ra.scale), ra.n_group, ra.topk_group,
           int64_t(ws)},
          false, 0, [=, this](const cuda::StepCtx&) { cuda::launch_moe_route(ct_, ra, stream_); });
-  if (T == 1) {
+  if (decode) {
     submit({45, int64_t(t.up), t.ld_in, t.ld_down, D, F, k, t.relu2, int64_t(xp), int64_t(ws),
             int64_t(op)},
            false, 0,

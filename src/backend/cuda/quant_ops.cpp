@@ -37,7 +37,7 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
   const void* wp = m.ptr;
   const int64_t rb = m.ld;
   void* op = out.ptr;
-  if (T == 1 && tuning_.gemv && cuda::qgemv_fits(qt, K)) {
+  if (single_token(T) && tuning_.gemv && cuda::qgemv_fits(qt, K)) {
     stats_.record("matmul", packed_provider("cuda.gemv_", qt));
     const cuda::QGemvSeg seg{wp, bp, op, N, ot == DType::F32 ? 1 : 0};
     submit({48, int64_t(xp), int64_t(wp), rb, int64_t(bp), N, K, int(ot), int64_t(op), int(qt)},

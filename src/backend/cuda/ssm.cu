@@ -276,13 +276,13 @@ void launch_ssm_conv(DType ct, const void* x, const float* w, const float* b, in
 }
 
 int64_t ssm_scan_scratch_floats(const ScanArgs& a) {
-  if (a.T <= 1) return 0;
+  if (a.T <= 1 || a.recurrence) return 0;
   const int Q = std::min(a.chunk, a.T), n_chunks = (a.T + Q - 1) / Q;
   return int64_t(n_chunks) * a.nh * (int64_t(a.hd) * a.N + 1);
 }
 
 void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s) {
-  if (a.T > 1) {
+  if (a.T > 1 && !a.recurrence) {
     const int Q = std::min(a.chunk, a.T), n_chunks = (a.T + Q - 1) / Q;
     const int64_t per_head = int64_t(a.hd) * a.N, states = a.nh * per_head;
     float *cstate = a.scratch, *cdecay = a.scratch + n_chunks * states;

@@ -36,22 +36,14 @@ void batch_attention(Backend& be, const std::vector<BatchSeq>& batch, Buffer& q,
                      double eps, int H, int Hkv, int Dh, const RopeSpec* rope, Buffer& k_pool,
                      Buffer& v_pool, int window, const Backend::AttentionScores& scores,
                      Buffer& out) {
-  const int q_dim = H * Dh, kv_dim = Hkv * Dh;
+  std::vector<Backend::PagedSeq> seqs;
   int r = 0;
   for (const BatchSeq& s : batch) {
-    Buffer qv = batch_rows(q, r, s.T, q_dim), kv = batch_rows(k, r, s.T, kv_dim);
-    Buffer vv = batch_rows(v, r, s.T, kv_dim), ov = batch_rows(out, r, s.T, q_dim);
-    if (rope) {
-      be.qk_rope_attention_paged(qv, kv, vv, q_norm, k_norm, nw, eps, s.T, H, Hkv, Dh, s.pos0,
-                                 *rope, k_pool, v_pool, s.pages, window, scores, ov);
-    } else {
-      ARB_ASSERT(!q_norm && !k_norm);
-      be.kv_store_paged(kv, vv, k_pool, v_pool, s.pages, s.T, s.pos0, kv_dim);
-      be.attention_paged(qv, k_pool, v_pool, s.pages, s.T, s.pos0, H, Hkv, Dh, window, scores,
-                         ov);
-    }
+    seqs.push_back({r, s.T, s.pos0, s.pages});
     r += s.T;
   }
+  be.attention_batch(q, k, v, q_norm, k_norm, nw, eps, H, Hkv, Dh, rope, k_pool, v_pool, seqs,
+                     window, scores, out);
 }
 
 int batch_logits(Backend& be, const std::vector<BatchSeq>& batch, const Buffer& x,

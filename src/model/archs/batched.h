@@ -24,10 +24,8 @@ Stages batch_stages(const ForwardArgs& a);
 Buffer batch_rows(const Buffer& b, int r, int n, int width);
 
 /// Each sequence's attention on its own rows of q [T, H*Dh], k, v [T, Hkv*Dh] (the batch's
-/// rows in sequence order), against its own pages of the layer's pool, into out [T, H*Dh]:
-/// the per-head q/k norm when given (as nw says), RoPE at the sequence's positions when rope
-/// is given (without: K/V stored as they are, the hybrids' NoPE layers), then attention with
-/// `scores` and `window` (Backend::qk_rope_attention_paged, kv_store_paged, attention_paged).
+/// rows in sequence order), against its own pages of the layer's pool, into out [T, H*Dh]
+/// (Backend::attention_batch, which says what it does).
 void batch_attention(Backend& be, const std::vector<BatchSeq>& batch, Buffer& q, Buffer& k,
                      const Buffer& v, const Tensor* q_norm, const Tensor* k_norm, NormWeight nw,
                      double eps, int H, int Hkv, int Dh, const RopeSpec* rope, Buffer& k_pool,
