@@ -7,7 +7,12 @@
 //    (hf_reference_test.cpp), every op served by a CUDA provider;
 //  - bf16: no NaN, logits within 5% (relative L2) of ref's, about 13 units of bf16's
 //    roundoff (2^-8) through the few layers, and top-1 equal to ref's where ref's leads by
-//    >= 2.0 (cuda_model_test.cpp; the fixtures' random logits are seldom that decided);
+//    >= 2.0 (cuda_model_test.cpp; the fixtures' random logits are seldom that decided). On
+//    the MoE fixtures no routing flip may be decided (verify/judge/route_flips.h), and the 5%
+//    holds up to the first near-tie flip: a token sent to other experts has other logits, and
+//    every later position reads its K/V and state (tiny-granite-h-moe on an H200: a flip at
+//    position 5, layer 2, ref margin 0.0019, then rel L2 0.157 where the 5 positions before
+//    it stay within 0.011; every decided position agrees);
 //  - the recurrent states (conv window, f32 SSM state) and the sliding layers' ring caches
 //    on the device: token-by-token decode (max_T 1: a ring of the window alone, wrapping) and
 //    prefill in pieces of 5 (tiny-gemma3's ring of 16 + 5 - 1 rows wraps) give the logits of
@@ -25,6 +30,8 @@
 #include "cuda/cuda_test_util.h"
 #include "engine/session.h"
 #include "model/model.h"
+#include "model/stage.h"
+#include "verify/judge/route_flips.h"
 
 namespace arbiter::test {
 namespace {
@@ -65,15 +72,35 @@ TEST_P(CudaFamilies, Bf16AgreesWithRefAtDecidedPositions) {
   for (int t = 0; t < 64; ++t) ids[size_t(t)] = int32_t((t * 37 + 11) % m->config.vocab);
   auto ref = make_ref_backend();
   Session sc(*m, *cu, 64), sr(*m, *ref, 64);
+  RouteLog rc, rr;
+  sc.set_route_log(&rc);
+  sr.set_route_log(&rr);
   sc.forward(ids);
   sr.forward(ids);
+  auto samples = [](const RouteLog& log) {
+    std::vector<verify::RouteSample> v;
+    for (const RoutePick& p : log.picks) v.push_back({0, p.pos, p.layer, p.ids, p.margin});
+    return v;
+  };
+  const verify::RouteFlips flips =
+      verify::count_route_flips(samples(rr), samples(rc), verify::kRouteDecided);
+  // The first position routed differently at any layer (expert sets compared as sets).
+  int first_flip = 64;
+  ASSERT_EQ(rc.picks.size(), rr.picks.size());
+  for (size_t i = 0; i < rr.picks.size(); ++i) {
+    std::vector<int> a = rr.picks[i].ids, b = rc.picks[i].ids;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    ASSERT_EQ(rr.picks[i].pos, rc.picks[i].pos);
+    if (a != b) first_flip = std::min(first_flip, rr.picks[i].pos);
+  }
   int decided = 0, agree = 0;
   int64_t nonfinite = 0;
   double worst = 0;
   for (int t = 0; t < 64; ++t) {
     const std::vector<double> lc = sc.logits(t), lr = sr.logits(t);
     for (double v : lc) nonfinite += !std::isfinite(v);
-    worst = std::max(worst, rel_l2(lc, lr));
+    if (t < first_flip) worst = std::max(worst, rel_l2(lc, lr));
     std::vector<double> top = lr;
     std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<double>());
     if (top[0] - top[1] >= 2.0) {
@@ -81,9 +108,15 @@ TEST_P(CudaFamilies, Bf16AgreesWithRefAtDecidedPositions) {
       agree += argmax(lc) == argmax(lr);
     }
   }
-  std::printf("[ bf16     ] %-20s rel L2 <= %.3g, decided %d of 64, top-1 agree %d\n", GetParam(),
-              worst, decided, agree);
+  std::printf("[ bf16     ] %-20s rel L2 <= %.3g over %d positions, decided %d of 64, top-1 "
+              "agree %d; routing flips %lld of %lld (decided %lld)\n",
+              GetParam(), worst, first_flip, decided, agree, (long long)flips.flips,
+              (long long)flips.pairs, (long long)flips.decided);
+  for (const verify::RouteFlip& f : flips.worst)
+    std::printf("             flip at position %d layer %d, ref margin %.3g\n", f.pos, f.layer,
+                f.ref_margin);
   EXPECT_EQ(nonfinite, 0);
+  EXPECT_EQ(flips.decided, 0);
   EXPECT_LT(worst, 0.05);
   EXPECT_EQ(agree, decided);
 }
