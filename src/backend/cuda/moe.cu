@@ -6,7 +6,8 @@
 //             them, so the device picks what the host oracle would pick from the same stored
 //             logits (only the order of the softmax's sum differs: ~1e-16 relative).
 //   decode:   T == 1. A warp per output row: gate/up rows of the slot's expert (its id read
-//             from the router's output), then the down rows, summed over the slots.
+//             from the router's output, both rows read together), then the down rows (a warp
+//             per slot), summed over the slots.
 //   prefill:  T > 1. A counting sort of the (token, slot) pairs by expert (one block), then a
 //             tiled GEMM over the groups (tiles of kMoeTileRows rows of one expert), gate/up
 //             and down, then the weighted sum per token. Grids are sized for the worst
@@ -162,6 +163,7 @@ __device__ __forceinline__ float warp_dot(const T* w, const T* x, int K) {
   const int lane = threadIdx.x % 32;
   float acc = 0.f;
   if (K % V == 0 && aligned16(w) && aligned16(x)) {
+#pragma unroll 4
     for (int c = lane * V; c < K; c += 32 * V) {
       float wf[V], xf[V];
       load16(w + c, wf);
@@ -173,6 +175,35 @@ __device__ __forceinline__ float warp_dot(const T* w, const T* x, int K) {
     for (int c = lane; c < K; c += 32) acc = fmaf(to_f(w[c]), to_f(x[c]), acc);
   }
   return warp_sum(acc);
+}
+
+// warp_dot(a, x, K) and warp_dot(b, x, K), the same sums, with both rows' loads in flight at
+// once rather than one row's after the other's.
+template <class T>
+__device__ __forceinline__ void warp_dot2(const T* a, const T* b, const T* x, int K, float& da,
+                                          float& db) {
+  constexpr int V = Vec16<T>::N;
+  const int lane = threadIdx.x % 32;
+  if (!(K % V == 0 && aligned16(a) && aligned16(b) && aligned16(x))) {
+    da = warp_dot(a, x, K);
+    db = warp_dot(b, x, K);
+    return;
+  }
+  float acc_a = 0.f, acc_b = 0.f;
+#pragma unroll 4
+  for (int c = lane * V; c < K; c += 32 * V) {
+    float af[V], bf[V], xf[V];
+    load16(a + c, af);
+    load16(b + c, bf);
+    load16(x + c, xf);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      acc_a = fmaf(af[i], xf[i], acc_a);
+      acc_b = fmaf(bf[i], xf[i], acc_b);
+    }
+  }
+  da = warp_sum(acc_a);
+  db = warp_sum(acc_b);
 }
 
 // The activation of rounded projections, as swiglu_kernel / relu2_kernel compute it.
@@ -199,32 +230,44 @@ __global__ void moe_gateup_gemv(MoeTables w, const T* x, const int* ids, T* act)
   if (f >= w.F) return;
   const int e = ids[slot];
   const T* up = static_cast<const T*>(w.up[e]) + int64_t(f) * w.ld_in;
-  const float u = warp_dot(up, x, w.D);
-  float g = 0.f;
-  if (!kRelu2) g = warp_dot(static_cast<const T*>(w.gate[e]) + int64_t(f) * w.ld_in, x, w.D);
+  float u = 0.f, g = 0.f;
+  if (kRelu2) u = warp_dot(up, x, w.D);
+  else warp_dot2(up, static_cast<const T*>(w.gate[e]) + int64_t(f) * w.ld_in, x, w.D, u, g);
   if (threadIdx.x % 32 == 0) act[int64_t(slot) * w.F + f] = expert_act<T, kRelu2>(g, u);
 }
 
-// out[d] = sum over the slots in ascending expert id of weight * T(act[slot] . down_e[d]).
+// out[d] = sum over the slots in ascending expert id of weight * T(act[slot] . down_e[d]): a
+// warp per (row, slot), so the k experts' rows are read at once (a warp that walked the slots
+// one after the other waited for memory k times: 18 us of qwen3-30b-a3b's layer for 6 us of
+// bytes, docs/evidence/h200/profile-s20.txt); a block takes rows_per_block rows (blocks of at
+// least 8 warps when k is small), and a thread per row sums its k products in ascending
+// expert id.
 template <class T>
-__global__ void moe_down_gemv(MoeTables w, const T* act, const int* ids, const float* weights,
-                              T* out) {
+__global__ void moe_down_gemv(MoeTables w, int rows_per_block, const T* act, const int* ids,
+                              const float* weights, T* out) {
+  __shared__ float y_of[32], w_of[32];  // [row of the block][rank]
   griddep_wait();
   griddep_launch();
-  const int d = blockIdx.x * kDecodeWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (d >= w.D) return;
-  const int my_id = lane < w.k ? ids[lane] : INT_MAX;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = warp / w.k, slot = warp % w.k, d = blockIdx.x * rows_per_block + r;
+  const int e = ids[slot];
   int rank = 0;  // the slot's place in ascending expert id (a token's experts are distinct)
-  for (int j = 0; j < w.k; ++j) rank += ids[j] < my_id;
-  float acc = 0.f;
-  for (int r = 0; r < w.k; ++r) {
-    const int slot = __ffs(__ballot_sync(kFull, lane < w.k && rank == r)) - 1;
-    const int e = __shfl_sync(kFull, my_id, slot);
+  for (int j = 0; j < w.k; ++j) rank += ids[j] < e;
+  if (d < w.D) {
     const float y = warp_dot(static_cast<const T*>(w.down[e]) + int64_t(d) * w.ld_down,
                              act + int64_t(slot) * w.F, w.F);
-    acc = fmaf(weights[slot], to_f(from_f<T>(y)), acc);
+    if (lane == 0) {
+      y_of[r * w.k + rank] = y;
+      w_of[r * w.k + rank] = weights[slot];
+    }
   }
-  if (lane == 0) out[d] = from_f<T>(acc);
+  __syncthreads();
+  const int row = blockIdx.x * rows_per_block + int(threadIdx.x);
+  if (int(threadIdx.x) >= rows_per_block || row >= w.D) return;
+  float acc = 0.f;
+  for (int q = 0; q < w.k; ++q)
+    acc = fmaf(w_of[threadIdx.x * w.k + q], to_f(from_f<T>(y_of[threadIdx.x * w.k + q])), acc);
+  out[row] = from_f<T>(acc);
 }
 
 // --- prefill (T > 1) ------------------------------------------------------------------------
@@ -386,8 +429,8 @@ void launch_moe_route(DType ct, const MoeRouteArgs& a, cudaStream_t s) {
 void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* ids,
                        const float* weights, void* act, void* out, cudaStream_t s) {
   const dim3 block(32 * kDecodeWarps);
-  const dim3 gu((w.F + kDecodeWarps - 1) / kDecodeWarps, w.k), dn((w.D + kDecodeWarps - 1) /
-                                                                  kDecodeWarps);
+  const int rows = std::max(1, 8 / w.k);  // down rows per block (8 / k warps of k slots)
+  const dim3 gu((w.F + kDecodeWarps - 1) / kDecodeWarps, w.k), dn((w.D + rows - 1) / rows);
   ARB_DISPATCH_CTYPE(ct, T, {
     if (w.relu2)
       launch_decode_k(moe_gateup_gemv<T, true>, gu, block, 0, s, w, static_cast<const T*>(x),
@@ -396,8 +439,8 @@ void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* i
       launch_decode_k(moe_gateup_gemv<T, false>, gu, block, 0, s, w, static_cast<const T*>(x),
                       ids, static_cast<T*>(act));
     ARB_LAUNCHED("moe_gateup_gemv", s);
-    launch_decode_k(moe_down_gemv<T>, dn, block, 0, s, w, static_cast<const T*>(act), ids,
-                    weights, static_cast<T*>(out));
+    launch_decode_k(moe_down_gemv<T>, dn, dim3(32 * w.k * rows), 0, s, w, rows,
+                    static_cast<const T*>(act), ids, weights, static_cast<T*>(out));
   });
   ARB_LAUNCHED("moe_down_gemv", s);
 }
