@@ -5,6 +5,8 @@
 //    every family (dense, gemma's sliding layers, MoE, the Mamba2 hybrids): cuda f32 within
 //    the f32 bound of ref (the HF-reference bound of cuda_families_test.cpp), bf16 with ref's
 //    top-1 at every decided position (ref leads by >= 2 logits);
+//  - batched forwards replayed as CUDA graphs (a step's launches captured at the second
+//    sighting of their signature) give the bits of the same forwards run op by op;
 //  - batch invariance, measured: greedy outputs of 7 prompts alone and in batches of 2, 7
 //    and 64 through the batching scheduler. cuBLASLt may order a row's sums differently at
 //    another row count, so cuda does not promise the bits (backend.h set_row_invariant); it
@@ -69,6 +71,41 @@ TEST(CudaBatching, BatchWithForwardsAgreeWithRef) {
     }
   }
 }
+
+#if ARBITER_HAVE_CUDA
+TEST(CudaBatching, GraphReplaysOfBatchedForwardsEqualOpByOp) {
+  ARB_CUDA_OR_SKIP(cu, "bf16");
+  for (const char* f : {"tests/fixtures/models/tiny-qwen3", "tests/fixtures/models/tiny-qwen3-moe",
+                        "tests/fixtures/models/tiny-granite-h"}) {
+    auto m = load_model(source_path(f));
+    std::vector<int32_t> ids(30);
+    for (int t = 0; t < 30; ++t) ids[size_t(t)] = int32_t((t * 37 + 11) % m->config.vocab);
+    auto run = [&](bool graphs) {
+      CudaTuning t = cuda_tuning(*cu);
+      t.graphs = graphs;
+      cuda_set_tuning(*cu, t);
+      Session s(*m, *cu, 64);
+      s.set_batch_with(3);  // companions of 1, 2 and 3 rows a forward
+      s.context(std::vector<int32_t>(ids.begin(), ids.begin() + 10));
+      std::vector<std::vector<double>> rows;
+      for (int i = 10; i < 30; ++i) {  // single-token forwards of this sequence, in a batch
+        s.forward({ids[size_t(i)]});
+        rows.push_back(s.logits(0));
+      }
+      return rows;
+    };
+    const CudaGraphStats before = cuda_graph_stats(*cu);
+    const std::vector<std::vector<double>> replayed = run(true);
+    const CudaGraphStats after = cuda_graph_stats(*cu);
+    const std::vector<std::vector<double>> eager = run(false);
+    std::printf("[ batch    ] %-40s graphs: %lld replays, %lld captures, %lld op by op\n", f,
+                (long long)(after.replays - before.replays), (long long)(after.captures - before.captures),
+                (long long)(after.eager_steps - before.eager_steps));
+    EXPECT_GT(after.replays - before.replays, 10) << f;
+    for (size_t i = 0; i < eager.size(); ++i) ASSERT_EQ(replayed[i], eager[i]) << f << " step " << i;
+  }
+}
+#endif
 
 void measured_invariance(const std::string& dtype) {
   ARB_CUDA_OR_SKIP(cu, dtype);

@@ -777,6 +777,10 @@ void CudaBackend::embed_ids(const Tensor& table, const int32_t* ids, int T, Buff
     ensure(ids_, size_t(T) * sizeof(int32_t));
     ARB_CUDA(cudaMemcpyAsync(ids_.ptr, ids, size_t(T) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream_));
+    // A batched forward (row invariance: continuous batching) replays as a graph too, once its
+    // launches' signature has been seen: its ids went up just now, and its rows' positions and
+    // block tables go up with its first attention (paged.cpp), before the launches run.
+    if (row_invariant_ && tuning_.graphs) graph_->open_batch();
   }
   const int32_t* eager_ids = ids ? static_cast<const int32_t*>(ids_.ptr) : graph_->slots() + 1;
   const void* tp = m.ptr;
@@ -784,16 +788,17 @@ void CudaBackend::embed_ids(const Tensor& table, const int32_t* ids, int T, Buff
   void* op = out.ptr;
   if (m.packed()) {  // the gathered rows dequantized on the device
     const DType qt = m.st;
-    submit({1, int64_t(tp), ld, D, T, int64_t(op), int(qt)}, false, 0,
+    submit({1, int64_t(tp), ld, D, T, int64_t(op), int(qt), int64_t(eager_ids)}, false, 0,
            [=, this](const cuda::StepCtx& c) {
              cuda::launch_dequant_rows(ct_, qt, tp, ld, step ? c.ids_dev : eager_ids, 0, T,
                                        int(D), op, D, stream_);
            });
     return;
   }
-  submit({1, int64_t(tp), ld, D, T, int64_t(op)}, false, 0, [=, this](const cuda::StepCtx& c) {
-    cuda::launch_embed(ct_, tp, ld, D, step ? c.ids_dev : eager_ids, T, op, stream_);
-  });
+  submit({1, int64_t(tp), ld, D, T, int64_t(op), int64_t(eager_ids)}, false, 0,
+         [=, this](const cuda::StepCtx& c) {
+           cuda::launch_embed(ct_, tp, ld, D, step ? c.ids_dev : eager_ids, T, op, stream_);
+         });
 }
 
 /// (cos, sin) of pos * inv_freq[i] for positions [0, P): angles and their cos/sin in f64

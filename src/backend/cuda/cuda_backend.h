@@ -22,7 +22,8 @@ struct CudaGraphStats {
 /// _ATTN_MMA, each on unless "0").
 struct CudaTuning {
   bool gemv = true;    // T == 1 matmuls by the hand-written GEMV (else cuBLASLt)
-  bool graphs = true;  // capture and replay single-token forwards
+  bool graphs = true;  // capture and replay single-token forwards, and batched forwards
+                       // under row invariance (continuous batching)
   bool fused = true;   // T == 1 fused ops (ARBITER_CUDA_FUSED): norm+GEMV, q/k norm+RoPE+KV
                        // store, GEMV+residual add; off: the ops one by one
   bool pdl = true;     // programmatic dependent launch (ARBITER_CUDA_PDL); process-wide

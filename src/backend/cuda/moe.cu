@@ -237,37 +237,31 @@ __global__ void moe_gateup_gemv(MoeTables w, const T* x, const int* ids, T* act)
 }
 
 // out[d] = sum over the slots in ascending expert id of weight * T(act[slot] . down_e[d]): a
-// warp per (row, slot), so the k experts' rows are read at once (a warp that walked the slots
-// one after the other waited for memory k times: 18 us of qwen3-30b-a3b's layer for 6 us of
-// bytes, docs/evidence/h200/profile-s20.txt); a block takes rows_per_block rows (blocks of at
-// least 8 warps when k is small), and a thread per row sums its k products in ascending
-// expert id.
+// block per row d and a warp per slot, so the k experts' rows are read at once (a warp that
+// walked the slots one after the other waited for memory k times: 18 us of qwen3-30b-a3b's
+// layer for 6 us of bytes, docs/evidence/h200/profile-s20.txt); one thread then sums the k
+// products in ascending expert id.
 template <class T>
-__global__ void moe_down_gemv(MoeTables w, int rows_per_block, const T* act, const int* ids,
-                              const float* weights, T* out) {
-  __shared__ float y_of[32], w_of[32];  // [row of the block][rank]
+__global__ void moe_down_gemv(MoeTables w, const T* act, const int* ids, const float* weights,
+                              T* out) {
+  __shared__ float y_of[kMoeMaxTopK], w_of[kMoeMaxTopK];  // by rank
   griddep_wait();
   griddep_launch();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = warp / w.k, slot = warp % w.k, d = blockIdx.x * rows_per_block + r;
+  const int d = blockIdx.x, slot = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int e = ids[slot];
   int rank = 0;  // the slot's place in ascending expert id (a token's experts are distinct)
   for (int j = 0; j < w.k; ++j) rank += ids[j] < e;
-  if (d < w.D) {
-    const float y = warp_dot(static_cast<const T*>(w.down[e]) + int64_t(d) * w.ld_down,
-                             act + int64_t(slot) * w.F, w.F);
-    if (lane == 0) {
-      y_of[r * w.k + rank] = y;
-      w_of[r * w.k + rank] = weights[slot];
-    }
+  const float y = warp_dot(static_cast<const T*>(w.down[e]) + int64_t(d) * w.ld_down,
+                           act + int64_t(slot) * w.F, w.F);
+  if (lane == 0) {
+    y_of[rank] = y;
+    w_of[rank] = weights[slot];
   }
   __syncthreads();
-  const int row = blockIdx.x * rows_per_block + int(threadIdx.x);
-  if (int(threadIdx.x) >= rows_per_block || row >= w.D) return;
+  if (threadIdx.x != 0) return;
   float acc = 0.f;
-  for (int q = 0; q < w.k; ++q)
-    acc = fmaf(w_of[threadIdx.x * w.k + q], to_f(from_f<T>(y_of[threadIdx.x * w.k + q])), acc);
-  out[row] = from_f<T>(acc);
+  for (int r = 0; r < w.k; ++r) acc = fmaf(w_of[r], to_f(from_f<T>(y_of[r])), acc);
+  out[d] = from_f<T>(acc);
 }
 
 // --- prefill (T > 1) ------------------------------------------------------------------------
@@ -429,8 +423,7 @@ void launch_moe_route(DType ct, const MoeRouteArgs& a, cudaStream_t s) {
 void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* ids,
                        const float* weights, void* act, void* out, cudaStream_t s) {
   const dim3 block(32 * kDecodeWarps);
-  const int rows = std::max(1, 8 / w.k);  // down rows per block (8 / k warps of k slots)
-  const dim3 gu((w.F + kDecodeWarps - 1) / kDecodeWarps, w.k), dn((w.D + rows - 1) / rows);
+  const dim3 gu((w.F + kDecodeWarps - 1) / kDecodeWarps, w.k), dn(w.D);
   ARB_DISPATCH_CTYPE(ct, T, {
     if (w.relu2)
       launch_decode_k(moe_gateup_gemv<T, true>, gu, block, 0, s, w, static_cast<const T*>(x),
@@ -439,8 +432,8 @@ void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* i
       launch_decode_k(moe_gateup_gemv<T, false>, gu, block, 0, s, w, static_cast<const T*>(x),
                       ids, static_cast<T*>(act));
     ARB_LAUNCHED("moe_gateup_gemv", s);
-    launch_decode_k(moe_down_gemv<T>, dn, dim3(32 * w.k * rows), 0, s, w, rows,
-                    static_cast<const T*>(act), ids, weights, static_cast<T*>(out));
+    launch_decode_k(moe_down_gemv<T>, dn, dim3(32 * w.k), 0, s, w, static_cast<const T*>(act),
+                    ids, weights, static_cast<T*>(out));
   });
   ARB_LAUNCHED("moe_down_gemv", s);
 }

@@ -30,6 +30,11 @@ void StepGraph::open(int token, bool on_device) {
   token_on_device_ = on_device;
 }
 
+void StepGraph::open_batch() {
+  open(0, false);
+  uploaded_ = true;
+}
+
 void StepGraph::clear() {
   for (CachedGraph& g : graphs_) cudaGraphExecDestroy(g.exec);
   graphs_.clear();

@@ -33,6 +33,10 @@ class StepGraph {
   /// Opens a single-token step: launches submitted until flush() are queued. token: the
   /// step's id, or (on_device) the latest pick, already in the device token slot.
   void open(int token, bool on_device);
+  /// Opens a batched forward (continuous batching) as a step: its launches read nothing from
+  /// the step's slots (its ids, positions and block tables are in device buffers the backend
+  /// fills before them), so nothing is uploaded, and it runs whole at flush() as one segment.
+  void open_batch();
   bool is_open() const { return open_; }
   /// Runs a launch now, or queues it in the open step. sig identifies the launch (all
   /// arguments but the position); pos_dep marks launches that read pos0; advances_pos: the
