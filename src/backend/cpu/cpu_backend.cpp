@@ -337,6 +337,68 @@ class CpuBackend final : public Backend {
            plain ? 1.0 / std::sqrt(double(Dh)) : scores.scale, scores.softcap, out, &pages);
   }
 
+  // The default's arithmetic (each row normalised, rotated and stored as alone; each (head,
+  // token) unit attended by the same kernel), with one pool wake for every sequence's
+  // attention units instead of one per sequence and layer (64 streams: 64 per layer).
+  void attention_batch(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
+                       const Tensor* k_norm, NormWeight nw, double eps, int H, int Hkv, int Dh,
+                       const RopeSpec* rope, Buffer& k_pool, Buffer& v_pool,
+                       const std::vector<PagedSeq>& seqs, int window,
+                       const AttentionScores& scores, Buffer& out) override {
+    ARB_CHECK(Hkv > 0 && H % Hkv == 0, "[cpu] attention_batch: H %d, Hkv %d", H, Hkv);
+    ARB_ASSERT(rope || (!q_norm && !k_norm));
+    const int q_dim = H * Dh, kv_dim = Hkv * Dh;
+    int rows = 0;
+    for (const PagedSeq& sq : seqs) {
+      ARB_CHECK(sq.row0 == rows && sq.T >= 1, "[cpu] attention_batch: sequence rows out of order");
+      rows += sq.T;
+    }
+    if (q_norm) norm(q, *q_norm, nw, rows * H, Dh, eps, q);
+    if (k_norm) norm(k, *k_norm, nw, rows * Hkv, Dh, eps, k);
+    const bool plain = scores.scale == 0 && scores.softcap == 0;
+    stats_.record(plain ? "attention" : "scaled_attention", "cpu.attention_paged" + suffix_);
+    std::vector<AttentionArgs> args;
+    std::vector<int64_t> first_unit;  // of each sequence, in one numbering
+    int64_t units = 0;
+    for (const PagedSeq& sq : seqs) {
+      Buffer qv = buffer_view(q, int64_t(sq.row0) * q_dim, int64_t(sq.T) * q_dim);
+      Buffer kv = buffer_view(k, int64_t(sq.row0) * kv_dim, int64_t(sq.T) * kv_dim);
+      const Buffer vv = buffer_view(v, int64_t(sq.row0) * kv_dim, int64_t(sq.T) * kv_dim);
+      if (rope) {
+        this->rope(qv, sq.T, H, Dh, sq.pos0, *rope);
+        this->rope(kv, sq.T, Hkv, Dh, sq.pos0, *rope);
+      }
+      kv_store_paged(kv, vv, k_pool, v_pool, sq.pages, sq.T, sq.pos0, kv_dim);
+      AttentionArgs a;
+      a.rows = kv_cache_rows(k_pool, v_pool, kv_dim);
+      a.blocks = sq.pages.blocks;
+      a.block_rows = sq.pages.block_rows;
+      a.q = f32(q) + int64_t(sq.row0) * q_dim;
+      a.k_cache = f32(k_pool);
+      a.v_cache = f32(v_pool);
+      a.out = f32(out) + int64_t(sq.row0) * q_dim;
+      a.T = sq.T;
+      a.pos0 = sq.pos0;
+      a.H = H;
+      a.Hkv = Hkv;
+      a.Dh = Dh;
+      a.window = window;
+      a.scale = plain ? 1.0 / std::sqrt(double(Dh)) : scores.scale;
+      a.softcap = scores.softcap;
+      args.push_back(a);
+      first_unit.push_back(units);
+      units += int64_t(H) * sq.T;
+    }
+    ARB_ASSERT(out.n >= int64_t(rows) * q_dim);
+    pool_.parallel_for(units, [&](int64_t u0, int64_t u1) {
+      size_t i = size_t(std::upper_bound(first_unit.begin(), first_unit.end(), u0) - first_unit.begin()) - 1;
+      for (; i < args.size() && first_unit[i] < u1; ++i) {
+        const int64_t base = first_unit[i], end = base + int64_t(H) * args[i].T;
+        rows_->attention(args[i], std::max(u0, base) - base, std::min(u1, end) - base);
+      }
+    });
+  }
+
   void set_row_invariant(bool on) override { row_invariant_ = on; }
 
   void scaled_attention(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T,
