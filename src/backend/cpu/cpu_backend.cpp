@@ -369,27 +369,15 @@ class CpuBackend final : public Backend {
         this->rope(kv, sq.T, Hkv, Dh, sq.pos0, *rope);
       }
       kv_store_paged(kv, vv, k_pool, v_pool, sq.pages, sq.T, sq.pos0, kv_dim);
-      AttentionArgs a;
-      a.rows = kv_cache_rows(k_pool, v_pool, kv_dim);
-      a.blocks = sq.pages.blocks;
-      a.block_rows = sq.pages.block_rows;
-      a.q = f32(q) + int64_t(sq.row0) * q_dim;
-      a.k_cache = f32(k_pool);
-      a.v_cache = f32(v_pool);
-      a.out = f32(out) + int64_t(sq.row0) * q_dim;
-      a.T = sq.T;
-      a.pos0 = sq.pos0;
-      a.H = H;
-      a.Hkv = Hkv;
-      a.Dh = Dh;
-      a.window = window;
-      a.scale = plain ? 1.0 / std::sqrt(double(Dh)) : scores.scale;
-      a.softcap = scores.softcap;
+      Buffer ov = buffer_view(out, int64_t(sq.row0) * q_dim, int64_t(sq.T) * q_dim);
+      const AttentionArgs a =
+          attention_args(qv, k_pool, v_pool, sq.T, sq.pos0, H, Hkv, Dh, window,
+                         plain ? 1.0 / std::sqrt(double(Dh)) : scores.scale, scores.softcap, ov,
+                         &sq.pages);
       args.push_back(a);
       first_unit.push_back(units);
       units += int64_t(H) * sq.T;
     }
-    ARB_ASSERT(out.n >= int64_t(rows) * q_dim);
     pool_.parallel_for(units, [&](int64_t u0, int64_t u1) {
       size_t i = size_t(std::upper_bound(first_unit.begin(), first_unit.end(), u0) - first_unit.begin()) - 1;
       for (; i < args.size() && first_unit[i] < u1; ++i) {
@@ -557,9 +545,12 @@ class CpuBackend final : public Backend {
 
  private:
   // pages: a paged pool (checked by the caller) instead of a cache or ring.
-  void attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
-              int H, int Hkv, int Dh, int window, double scale, double softcap, Buffer& out,
-              const KvPages* pages = nullptr) {
+  // The attention kernel's arguments for T queries at pos0 over a cache, or over a paged pool
+  // when pages is given (rows found through its block table).
+  static AttentionArgs attention_args(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache,
+                                      int T, int pos0, int H, int Hkv, int Dh, int window,
+                                      double scale, double softcap, Buffer& out,
+                                      const KvPages* pages) {
     ARB_ASSERT(Hkv > 0 && H % Hkv == 0);
     ARB_ASSERT(q.n >= int64_t(T) * H * Dh && out.n >= int64_t(T) * H * Dh);
     AttentionArgs a;
@@ -582,6 +573,14 @@ class CpuBackend final : public Backend {
     a.window = window;
     a.scale = scale;
     a.softcap = softcap;
+    return a;
+  }
+
+  void attend(const Buffer& q, const Buffer& k_cache, const Buffer& v_cache, int T, int pos0,
+              int H, int Hkv, int Dh, int window, double scale, double softcap, Buffer& out,
+              const KvPages* pages = nullptr) {
+    const AttentionArgs a =
+        attention_args(q, k_cache, v_cache, T, pos0, H, Hkv, Dh, window, scale, softcap, out, pages);
     // Units are (head, token) with the head outermost, so static chunks split the heads and
     // each thread gets the same mix of short (early) and long (late) causal rows.
     pool_.parallel_for(int64_t(H) * T, [&](int64_t u0, int64_t u1) { rows_->attention(a, u0, u1); });
