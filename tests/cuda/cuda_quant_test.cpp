@@ -2,7 +2,8 @@
 //  - the packed GEMV's paths, which the op tests' small shapes (one piece per row) do not all
 //    reach: rows of several pieces in groups of 4 rows per warp, of 2 (long rows: x takes more
 //    shared memory), of 1, and rows too long for shared memory (dequantized, then cuBLASLt);
-//    every format, against ref within the op tests' bound (tests/ops/matmul_test.cpp);
+//    the tensor-core kernel's (Q4_K, Q6_K in bf16/f16) partial tiles and splits of K; every
+//    format, against ref within the op tests' bound (tests/ops/matmul_test.cpp);
 //  - a prefill whose matrix is dequantized in two tiles, with a bias;
 //  - the fused decode forms on packed rows, bit for bit their compositions;
 //  - a whole Q4_K_M model (synth tiny-qwen3-256: Q4_K and Q6_K matrices, a tied Q6_K
@@ -122,20 +123,29 @@ void check_matmul(Backend& be, const char* tier, DType compute, const Shape& s, 
 }
 
 TEST(CudaQuant, PackedGemvOverPiecesRowGroupsAndLongRows) {
-  for (const char* dt : {"f32", "bf16"}) {
+  for (const char* dt : {"f32", "bf16", "f16"}) {
     ARB_CUDA_OR_SKIP(cu, dt);
     const DType compute = dtype_from_name(dt);
     const std::string gemm = std::string("cublaslt.gemm_") + dt + "_from_";
-    // K 4096: 4 row pieces (2 for Q6_K/Q3_K), 4 rows per warp, N not a multiple of 4.
-    // K 12288: x takes 54 KB of shared memory, 2 rows per warp. K 32768: 1 row per warp.
-    // K 49152: x does not fit shared memory: dequantized rows and cuBLASLt.
+    // The CUDA-core kernel: K 4096: 4 row pieces (2 for Q6_K/Q3_K), 4 rows per warp, N not a
+    // multiple of 4. K 12288: x takes 54 KB of shared memory, 2 rows per warp. K 32768: 1 row
+    // per warp. K 49152: x does not fit shared memory: dequantized rows and cuBLASLt.
+    // The tensor-core kernel (Q4_K, Q6_K in bf16/f16): tiles of 16 rows, the last one partial
+    // (37, 6, 3, 2, 19, 33 rows), 1 to 8 warps a tile, and no limit on K.
     const Shape shapes[] = {{1, 37, 4096, true, false, "cuda.gemv_"},
                             {1, 6, 12288, false, true, "cuda.gemv_"},
                             {1, 3, 32768, false, false, "cuda.gemv_"},
-                            {1, 2, 49152, false, false, gemm.c_str()}};
+                            {1, 2, 49152, false, false, gemm.c_str()},
+                            {1, 19, 256, false, false, "cuda.gemv_"},
+                            {1, 33, 1024, true, false, "cuda.gemv_"}};
     uint64_t seed = 500;
-    for (DType st : kPacked)
-      for (const Shape& s : shapes) check_matmul(*cu, dt, compute, s, st, seed++);
+    for (DType st : kPacked) {
+      const bool mma = compute != DType::F32 && (st == DType::Q4_K || st == DType::Q6_K);
+      for (Shape s : shapes) {
+        if (mma) s.provider = "cuda.gemv_";
+        check_matmul(*cu, dt, compute, s, st, seed++);
+      }
+    }
   }
 }
 

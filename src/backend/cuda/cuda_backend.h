@@ -19,7 +19,7 @@ struct CudaGraphStats {
 };
 
 /// Kernel choices (defaults from ARBITER_CUDA_GEMV / _GRAPH / _FUSED / _PDL / _ATTN_DIRECT /
-/// _ATTN_MMA, each on unless "0").
+/// _ATTN_MMA / _QGEMV_MMA, each on unless "0").
 struct CudaTuning {
   bool gemv = true;    // T == 1 matmuls by the hand-written GEMV (else cuBLASLt)
   bool graphs = true;  // capture and replay single-token forwards, and batched forwards
@@ -29,6 +29,8 @@ struct CudaTuning {
   bool pdl = true;     // programmatic dependent launch (ARBITER_CUDA_PDL); process-wide
   bool attn_direct = true;  // T == 1 attention by the direct decode kernel (one launch, keys
                             // from global memory; ARBITER_CUDA_ATTN_DIRECT); off: flash + combine
+  bool qgemv_mma = true;  // T == 1 matmuls of Q4_K/Q6_K rows on tensor cores (bf16/f16;
+                          // ARBITER_CUDA_QGEMV_MMA); off: the CUDA-core packed GEMV
   bool attn_mma = true;  // T > 1 attention on tensor cores (bf16/f16, Dh 64/128;
                          // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel
   int attn_split_keys = 256;  // direct decode attention: the fewest keys per key split (the

@@ -9,8 +9,10 @@
 #include "backend/cuda/quant_decode.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "core/quant.h"
@@ -120,6 +122,25 @@ __device__ __forceinline__ void store_ct(DType ct, void* p, int i, float f) {
   else static_cast<float*>(p)[i] = f;
 }
 
+/// Stacked row `stacked` done: v = its row of W @ x (v2: the up row's, SwiGLU form), written
+/// as the launch's form writes it.
+template <bool SW>
+__device__ __forceinline__ void qgemv_store(const QGemvArgs& a, int stacked, float v, float v2) {
+  int row;
+  const QGemvSeg& sg = a.seg[locate(a, stacked, row)];
+  if constexpr (SW) {
+    // act = silu(gate) * up, gate and up rounded first: matmul, matmul, swiglu's bits.
+    const float gt = round_ct(a.ct, v), up = round_ct(a.ct, v2);
+    store_ct(a.ct, sg.out, row, gt / (1.0f + expf(-gt)) * up);
+  } else if (a.mode == kQGemvAdd) {  // res += product rounded: matmul then add's bits
+    store_ct(a.ct, sg.out, row, load_ct(a.ct, sg.out, row) + round_ct(a.ct, v));
+  } else {
+    const float y = sg.bias ? v + sg.bias[row] : v;
+    if (sg.out_f32) static_cast<float*>(sg.out)[row] = y;
+    else store_ct(a.ct, sg.out, row, y);
+  }
+}
+
 template <DType Q, int ROWS, bool SW>
 __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
   using F = Fmt<Q>;
@@ -209,20 +230,7 @@ __global__ void __launch_bounds__(kQWarps * 32) qgemv_kernel(QGemvArgs a) {
     for (int r = 0; r < ROWS; ++r) {
       const float v = warp_sum(acc[r]);
       const float v2 = SW ? warp_sum(acc[SW ? r + ROWS : r]) : 0.f;
-      if (lane != 0 || g * ROWS + r >= a.N) continue;
-      int row;
-      const QGemvSeg& sg = a.seg[locate(a, g * ROWS + r, row)];
-      if constexpr (SW) {
-        // act = silu(gate) * up, gate and up rounded first: matmul, matmul, swiglu's bits.
-        const float gt = round_ct(a.ct, v), up = round_ct(a.ct, v2);
-        store_ct(a.ct, sg.out, row, gt / (1.0f + expf(-gt)) * up);
-      } else if (a.mode == kQGemvAdd) {  // res += product rounded: matmul then add's bits
-        store_ct(a.ct, sg.out, row, load_ct(a.ct, sg.out, row) + round_ct(a.ct, v));
-      } else {
-        const float y = sg.bias ? v + sg.bias[row] : v;
-        if (sg.out_f32) static_cast<float*>(sg.out)[row] = y;
-        else store_ct(a.ct, sg.out, row, y);
-      }
+      if (lane == 0 && g * ROWS + r < a.N) qgemv_store<SW>(a, g * ROWS + r, v, v2);
     }
   }
   cp_async_wait<0>();
@@ -238,20 +246,21 @@ size_t qgemv_smem(int K, int rows) {
 // static table.
 constexpr size_t kQSmemMax = 226 * 1024;
 
-/// Blocks of one GEMV kernel resident per SM with `smem` bytes (the occupancy calculator,
-/// cached per kernel and size; the first call also lifts the kernel's shared-memory limit).
+/// Blocks of one GEMV kernel resident per SM with `smem` bytes and `threads` a block (the
+/// occupancy calculator, cached per kernel, size and threads; the first call also lifts the
+/// kernel's shared-memory limit).
 template <class Kernel>
-int resident_blocks(Kernel k, size_t smem) {
+int resident_blocks(Kernel k, size_t smem, int threads = kQWarps * 32) {
   static std::mutex mu;
-  static std::map<std::pair<const void*, size_t>, int> cache;
+  static std::map<std::tuple<const void*, size_t, int>, int> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(reinterpret_cast<const void*>(k), smem);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(k), smem, threads);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int n = 0;
   prefer_max_shared(reinterpret_cast<const void*>(k));  // as launch_decode_k will
   ARB_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kQSmemMax)));
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kQWarps * 32, smem) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, smem) != cudaSuccess) {
     cudaGetLastError();
     n = 1;
   }
@@ -295,6 +304,333 @@ bool qgemv_typed(const QGemvArgs& a, int sm_count, cudaStream_t s) {
                                 : qgemv_rows_launch<Q, false>(a, sm_count, s);
 }
 
+// --- the decode GEMV on tensor cores (Q4_K and Q6_K, bf16 and f16) --------------------------
+// A tile is 16 rows (the SwiGLU form: 8 gate rows in the MMA's rows 0..7 and the same 8 up rows
+// in 8..15). A block of S warps runs tiles blockIdx.x, + gridDim.x, ...; warp w takes
+// super-blocks w, w + S, ... of each, each lane loading its bytes of rows g and g + 8 straight
+// into registers, the next super-block's (across tiles too) while it computes the current one.
+// S depends on K only (qmma_split), so a row's sum does not depend on how many rows a launch
+// stacks or on the form. (A cp.async ring of 3-4 super-blocks per warp in shared memory, 3
+// blocks an SM, measured slower on the H200: 280 against 303 tok/s, qwen3-8b Q4_K_M.)
+//
+// A super-block is one chain of m16n8k16 MMAs (f32 accumulators): A = 16 rows x 16 quants as
+// q - off, exact in the compute type (the quant becomes the low mantissa of 128 (bf16) or 1024
+// (f16), whose last place is 1, and 128 + off or 1024 + off is subtracted); B = x. B's and D's 8
+// columns stand for the super-block's 8 scale groups (Q4_K: sub-blocks of 32; Q6_K: a half's 8
+// groups of 16, so a chain per half): column j of B holds x where the MMA's quants belong to
+// group j and 0 elsewhere, so D[row, j] is group j's sum of q x, every product exact. Then per
+// (row, group) the scales in f32: a D + b sum(x) (b the min's term, Q4_K), summed in group order
+// per lane, then the quad's shuffle tree (each lane holds 2 groups of 2 rows), then the warps in
+// order. A lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 of A and D and column g of
+// B; within an MMA its 4 k slots stand for 4 quants of one group (any order of k serves, as
+// long as A and B share it).
+constexpr int kMmaRows = 16, kMmaMaxWarps = 8;
+
+template <bool F16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (F16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Bytes 0 and 2 of v (sel 0x4240) or 1 and 3 (0x4341), quants below 128, as a pair of the
+/// compute type holding q - OFF exactly (lower k in the low half).
+template <bool F16, int OFF>
+__device__ __forceinline__ uint32_t quant_pair(uint32_t v, unsigned sel) {
+  constexpr uint32_t kBias = (F16 ? 0x6400u : 0x4300u) + OFF;
+  const uint32_t m = __byte_perm(v, F16 ? 0x64646464u : 0x43434343u, sel);
+  uint32_t r;
+  if constexpr (F16) asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(m), "r"(kBias | kBias << 16));
+  else asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(m), "r"(kBias | kBias << 16));
+  return r;
+}
+/// The sum of the two values of a pair of the compute type, in f32.
+template <bool F16>
+__device__ __forceinline__ float pair_sum(uint32_t p) {
+  return F16 ? __half2float(__ushort_as_half(uint16_t(p))) +
+                   __half2float(__ushort_as_half(uint16_t(p >> 16)))
+             : __uint_as_float(p << 16) + __uint_as_float(p & 0xFFFF0000u);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ uint4 ldg16(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+/// 8 bytes at p, which is only 2-byte aligned (Q6_K's 210-byte blocks): three aligned words
+/// and two funnel shifts.
+__device__ __forceinline__ void ld8_a2(const uint8_t* p, uint32_t& w0, uint32_t& w1) {
+  const uintptr_t ad = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* base = reinterpret_cast<const uint32_t*>(ad & ~uintptr_t(3));
+  const unsigned sh = unsigned(ad & 3) * 8;
+  const uint32_t x0 = __ldg(base), x1 = __ldg(base + 1), x2 = __ldg(base + 2);
+  w0 = __funnelshift_r(x0, x1, sh);
+  w1 = __funnelshift_r(x1, x2, sh);
+}
+/// The pairs of x that MMA k slots (2t, 2t + 1) and (2t + 8, 2t + 9) take from 4 consecutive
+/// values x0..x3 held as words (x0, x1), (x2, x3): (x0, x2) and (x1, x3), matching quant_pair's
+/// bytes 0, 2 and 1, 3 of a word of 4 quants.
+__device__ __forceinline__ void x_pairs(uint32_t w01, uint32_t w23, uint32_t& lo, uint32_t& hi) {
+  lo = __byte_perm(w01, w23, 0x5410);
+  hi = __byte_perm(w01, w23, 0x7632);
+}
+
+template <DType Q>
+struct MmaFmt;
+
+template <>
+struct MmaFmt<DType::Q4_K> {
+  // Lane t reads bytes 16 t..16 t + 15 of each 64-byte half c of qs: sub-block pair
+  // p = 2c + t / 2, values l = 16 (t % 2) + 4i + byte of word i, the low nibbles group 2p, the
+  // high ones 2p + 1. So the MMA of (c, i, nibble) puts group 4c + 2 (t / 2) + nibble in lane
+  // t's k slots, and lane (g, t) holds x in B only where that group is g: for c = g / 4,
+  // nibble = g % 2 and t / 2 = (g / 2) % 2 (the lane then holds half of group g's x).
+  static constexpr int BB = 144;
+  struct Lane {
+    uint4 h, q0, q1;  // d, dmin, scales; this lane's 16 bytes of qs halves 0 and 1
+  };
+  __device__ __forceinline__ static void load(const uint8_t* b, int t, Lane& o) {
+    o.h = ldg16(b);
+    o.q0 = ldg16(b + 16 + 16 * t);
+    o.q1 = ldg16(b + 80 + 16 * t);
+  }
+  template <bool F16>
+  __device__ __forceinline__ static void step(const Lane (&L)[2], const uint16_t* x, int sb,
+                                              int g, int t, float (&acc)[2]) {
+    uint32_t xlo[4] = {0, 0, 0, 0}, xhi[4] = {0, 0, 0, 0};
+    float half = 0.f;  // this lane's half of group g's sum of x (0 in the lanes without x)
+    if ((t >> 1) == ((g >> 1) & 1)) {
+      const uint16_t* xp = x + 256 * sb + 32 * g + 16 * (t & 1);
+      const uint4 v0 = ldg16(xp), v1 = ldg16(xp + 8);
+      const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) half += pair_sum<F16>(w[i]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x_pairs(w[2 * i], w[2 * i + 1], xlo[i], xhi[i]);
+    }
+    // Group j's sum: its two halves (lanes 4j + 2 ((j / 2) % 2) + 0, 1); this lane's groups are
+    // 2t and 2t + 1.
+    const float whole = half + __shfl_xor_sync(0xffffffffu, half, 1);
+    const float sx0 = __shfl_sync(0xffffffffu, whole, 8 * t + 2 * (t & 1));
+    const float sx1 = __shfl_sync(0xffffffffu, whole, 8 * t + 4 + 2 * (t & 1));
+    float D[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int nib = 0; nib < 2; ++nib) {
+          const uint32_t mk = (c == (g >> 2) && nib == (g & 1)) ? ~0u : 0u;
+          uint32_t A[4];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t w = word(c ? L[r].q1 : L[r].q0, i);
+            const uint32_t v = (nib ? w >> 4 : w) & 0x0F0F0F0Fu;
+            A[r] = quant_pair<F16, 0>(v, 0x4240);
+            A[2 + r] = quant_pair<F16, 0>(v, 0x4341);
+          }
+          mma_16816<F16>(D, A, xlo[i] & mk, xhi[i] & mk);
+        }
+    // D[2r + e] = row g + 8r, group 2t + e; its scale and min (ggml's get_scale_min_k4) from
+    // bytes 2t + e of the 12 scale bytes, the header's words y, z, w.
+    const unsigned sh = 16 * (t & 1);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint4 h = L[r].h;
+      const uint32_t scw = t >= 2 ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u)
+                                  : h.y & 0x3F3F3F3Fu;
+      const uint32_t mw = t >= 2 ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u)
+                                 : h.z & 0x3F3F3F3Fu;
+      const float d = __half2float(__ushort_as_half(uint16_t(h.x)));
+      const float dmin = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
+      const float a0 = d * float((scw >> sh) & 0xFF), a1 = d * float((scw >> (sh + 8)) & 0xFF);
+      const float b0 = -(dmin * float((mw >> sh) & 0xFF));
+      const float b1 = -(dmin * float((mw >> (sh + 8)) & 0xFF));
+      acc[r] += fmaf(a0, D[2 * r], b0 * sx0);
+      acc[r] += fmaf(a1, D[2 * r + 1], b1 * sx1);
+    }
+  }
+};
+
+template <>
+struct MmaFmt<DType::Q6_K> {
+  // Per half n (128 values, scales 8n..8n + 7 for groups of 16), lane t reads the 8 bytes
+  // 8t..8t + 7 of ql[64n..] (a), of ql[64n + 32..] (b) and of qh[32n..]: values l = 8t + 4w +
+  // byte of word w in each quarter k of the half (value 32k + l: a's low nibbles for k = 0, b's
+  // for 1, a's high for 2, b's high for 3, with bits 2k of qh above). The MMA of (k, w) puts
+  // group 2k + t / 2 in lane t's k slots: lane (g, t) holds x in B for k = g / 2 when
+  // t / 2 = g % 2.
+  static constexpr int BB = 210;
+  struct Lane {
+    uint32_t a[2][2], b[2][2], qh[2][2];  // [half][word]
+    uint32_t sc;  // int8 scales 2t, 2t + 1 of half 0 (bits 0..15) and half 1 (16..31)
+    uint32_t d;   // f16 bits
+  };
+  __device__ __forceinline__ static void load(const uint8_t* b, int t, Lane& o) {
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      ld8_a2(b + 64 * n + 8 * t, o.a[n][0], o.a[n][1]);
+      ld8_a2(b + 64 * n + 32 + 8 * t, o.b[n][0], o.b[n][1]);
+      ld8_a2(b + 128 + 32 * n + 8 * t, o.qh[n][0], o.qh[n][1]);
+    }
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
+    o.sc = uint32_t(__ldg(h + 96 + t)) | uint32_t(__ldg(h + 100 + t)) << 16;
+    o.d = __ldg(h + 104);
+  }
+  template <bool F16>
+  __device__ __forceinline__ static void step(const Lane (&L)[2], const uint16_t* x, int sb,
+                                              int g, int t, float (&acc)[2]) {
+    const bool act = (t >> 1) == (g & 1);
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      uint32_t xlo[2] = {0, 0}, xhi[2] = {0, 0};
+      if (act) {
+        const uint4 v = ldg16(x + 256 * sb + 128 * n + 32 * (g >> 1) + 8 * t);
+        x_pairs(v.x, v.y, xlo[0], xhi[0]);
+        x_pairs(v.z, v.w, xlo[1], xhi[1]);
+      }
+      float D[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+          const uint32_t mk = k == (g >> 1) ? ~0u : 0u;
+          uint32_t A[4];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t lo = (k % 2 ? L[r].b[n][w] : L[r].a[n][w]) >> (4 * (k / 2));
+            const uint32_t h = L[r].qh[n][w];
+            const uint32_t hi = k == 0 ? h << 4 : k == 1 ? h << 2 : k == 2 ? h : h >> 2;
+            const uint32_t v = (lo & 0x0F0F0F0Fu) | (hi & 0x30303030u);
+            A[r] = quant_pair<F16, 32>(v, 0x4240);
+            A[2 + r] = quant_pair<F16, 32>(v, 0x4341);
+          }
+          mma_16816<F16>(D, A, xlo[w] & mk, xhi[w] & mk);
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float d = __half2float(__ushort_as_half(uint16_t(L[r].d)));
+        const uint32_t s = L[r].sc >> (16 * n);
+        acc[r] += (d * float(int8_t(s & 0xFF))) * D[2 * r];
+        acc[r] += (d * float(int8_t((s >> 8) & 0xFF))) * D[2 * r + 1];
+      }
+    }
+  }
+};
+
+template <DType Q, bool F16, bool SW>
+__global__ void __launch_bounds__(kMmaMaxWarps * 32, 2) qmma_kernel(QGemvArgs a, int S) {
+  using M = MmaFmt<Q>;
+  constexpr int OUT = SW ? 8 : 16;  // output rows per tile
+  __shared__ float part[2][kMmaMaxWarps][kMmaRows];  // the warps' sums, by tile parity
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int nsb = a.K / 256, ntiles = (a.N + OUT - 1) / OUT;
+  // This lane's rows of a tile: g and g + 8 (SW: gate row g and up row g); past N, the last.
+  auto row_ptr = [&](int tile, int r) {
+    const int row = min(tile * OUT + g + (SW ? 0 : 8 * r), a.N - 1);
+    int rr;
+    const int si = locate(a, row, rr);
+    return static_cast<const uint8_t*>(SW && r ? a.W2 : a.seg[si].W) + int64_t(rr) * a.rb;
+  };
+  auto load = [&](int tile, int sb, typename M::Lane (&L)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) M::load(row_ptr(tile, r) + int64_t(sb) * M::BB, t, L[r]);
+  };
+  float acc[2] = {0.f, 0.f};
+  int parity = 0;
+  auto finish = [&](int tile) {  // tile's sums: lanes, quads, then the warps in order
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float v = acc[r];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (t == 0) part[parity][warp][g + 8 * r] = v;
+      acc[r] = 0.f;
+    }
+    __syncthreads();
+    if (threadIdx.x < OUT) {
+      float v = 0.f, v2 = 0.f;
+      for (int w = 0; w < S; ++w) {
+        v += part[parity][w][threadIdx.x];
+        if (SW) v2 += part[parity][w][8 + threadIdx.x];
+      }
+      const int row = tile * OUT + int(threadIdx.x);
+      if (row < a.N) qgemv_store<SW>(a, row, v, v2);
+    }
+    parity ^= 1;  // the next tile's sums go to the other half: no second barrier
+  };
+  // The work of this warp: (tile, super-block) in order, the next one's bytes always loading.
+  int tile = blockIdx.x, sb = warp;
+  auto advance = [&](int& tl, int& s) {
+    if ((s += S) >= nsb) s = warp, tl += gridDim.x;
+  };
+  typename M::Lane bufA[2], bufB[2];
+  if (tile < ntiles) load(tile, sb, bufA);
+  griddep_wait();
+  griddep_launch();
+  const uint16_t* x = static_cast<const uint16_t*>(a.x);
+  // Two register sets in turn.
+  while (tile < ntiles) {
+    int nt = tile, ns = sb;
+    advance(nt, ns);
+    if (nt < ntiles) load(nt, ns, bufB);
+    M::template step<F16>(bufA, x, sb, g, t, acc);
+    if (nt != tile) finish(tile);
+    tile = nt, sb = ns;
+    if (tile >= ntiles) break;
+    advance(nt, ns);
+    if (nt < ntiles) load(nt, ns, bufA);
+    M::template step<F16>(bufB, x, sb, g, t, acc);
+    if (nt != tile) finish(tile);
+    tile = nt, sb = ns;
+  }
+}
+
+/// Warps per tile for rows of nsb super-blocks: every warp at least one super-block, at most
+/// ARBITER_CUDA_QMMA_WARPS (default 8).
+int qmma_split(int nsb) {
+  static const int most = [] {
+    const char* e = std::getenv("ARBITER_CUDA_QMMA_WARPS");
+    const int v = e ? std::atoi(e) : kMmaMaxWarps;
+    return std::clamp(v, 1, kMmaMaxWarps);
+  }();
+  return std::max(1, std::min(most, nsb));
+}
+
+/// Whether the tensor-core GEMV takes format qt in compute type ct.
+bool qmma_takes(DType ct, DType qt, int K) {
+  return (ct == DType::BF16 || ct == DType::F16) && (qt == DType::Q4_K || qt == DType::Q6_K) &&
+         K % 256 == 0;
+}
+
+template <DType Q, bool F16, bool SW>
+void qmma_launch(const QGemvArgs& a, int sm_count, cudaStream_t s) {
+  const int S = qmma_split(a.K / 256);
+  const int tiles = (a.N + (SW ? 8 : 16) - 1) / (SW ? 8 : 16);
+  const int blocks =
+      std::min(tiles, resident_blocks(qmma_kernel<Q, F16, SW>, 0, 32 * S) * sm_count);
+  launch_decode_k(qmma_kernel<Q, F16, SW>, dim3(blocks), dim3(32 * S), 0, s, a, S);
+}
+
+template <DType Q>
+void qmma_typed(const QGemvArgs& a, int sm_count, cudaStream_t s) {
+  const bool sw = a.mode == kQGemvSwiglu;
+  if (a.ct == DType::F16)
+    sw ? qmma_launch<Q, true, true>(a, sm_count, s) : qmma_launch<Q, true, false>(a, sm_count, s);
+  else
+    sw ? qmma_launch<Q, false, true>(a, sm_count, s)
+       : qmma_launch<Q, false, false>(a, sm_count, s);
+}
+
 // --- dequantization into the compute type ---------------------------------------------------
 template <class T>
 __device__ __forceinline__ T from_d(double v);
@@ -308,37 +644,60 @@ __device__ __forceinline__ __nv_bfloat16 from_d<__nv_bfloat16>(double v) {
 }
 
 /// dst[r, :K] (row stride ld) = row (ids ? ids[r] : row0 + r) of W, for r < rows: a thread per
-/// unit; each value exact in f64 (unit_value), then rounded once to T.
+/// 16 bytes of output (8 bf16/f16 or 4 f32 values of a unit), consecutive threads writing
+/// consecutive pieces (one 16-byte store each when `vec`: dst and ld allow it); each value
+/// exact in f64 (unit_value), then rounded once to T.
 template <DType Q, class T>
 __global__ void dequant_kernel(const uint8_t* W, int64_t rb, const int32_t* ids, int64_t row0,
-                               int rows, int K, T* dst, int64_t ld) {
+                               int rows, int K, T* dst, int64_t ld, bool vec) {
   using F = Fmt<Q>;
-  constexpr int UPB = F::B / 32;
+  constexpr int UPB = F::B / 32, V = 16 / int(sizeof(T)), P = 32 / V;
   griddep_wait();  // ids may be the previous kernel's pick
   griddep_launch();
   const int upr = K / 32;
-  const int64_t total = int64_t(rows) * upr;
+  const int64_t total = int64_t(rows) * upr * P;
+  const float* tab = F::kTable == 2 ? kTableMXFP4 : kTableIQ4NL;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int r = int(i / upr), gu = int(i % upr);
+    const int64_t unit = i / P;
+    const int piece = int(i % P), r = int(unit / upr), gu = int(unit % upr);
     const int64_t src = ids ? int64_t(ids[r]) : row0 + r;
     Unit u;
     F::unit(W + src * rb + int64_t(gu / UPB) * F::BB, gu % UPB, u);
-    T* o = dst + int64_t(r) * ld + int64_t(gu) * 32;
-    const float* tab = F::kTable == 2 ? kTableMXFP4 : kTableIQ4NL;
+    union {
+      T v[V];
+      uint4 u4;
+    } out;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) o[j] = from_d<T>(unit_value<F>(u, j, tab));
+    for (int w = 0; w < V / 4; ++w) {
+      const int word = piece * (V / 4) + w;
+      uint32_t q = u.q[0];
+#pragma unroll
+      for (int k = 1; k < 8; ++k) q = word == k ? u.q[k] : q;  // no local-memory indexing
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        out.v[4 * w + b] = from_d<T>(unit_value<F>(u, q, 4 * word + b, tab));
+    }
+    T* o = dst + int64_t(r) * ld + int64_t(gu) * 32 + piece * V;
+    if (vec) {
+      *reinterpret_cast<uint4*>(o) = out.u4;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) o[j] = out.v[j];
+    }
   }
 }
 
 template <DType Q>
 void dequant_typed(DType ct, const uint8_t* W, int64_t rb, const int32_t* ids, int64_t row0,
                    int rows, int K, void* dst, int64_t ld, cudaStream_t s) {
-  const int64_t units = int64_t(rows) * (K / 32);
-  const int blocks = int(std::clamp<int64_t>((units + 255) / 256, 1, int64_t(1) << 16));
+  const size_t es = ctype_size(ct);
+  const int64_t pieces = int64_t(rows) * (K / 32) * (32 * int64_t(es) / 16);
+  const int blocks = int(std::clamp<int64_t>((pieces + 255) / 256, 1, int64_t(1) << 16));
+  const bool vec = reinterpret_cast<uintptr_t>(dst) % 16 == 0 && (ld * int64_t(es)) % 16 == 0;
   ARB_DISPATCH_CTYPE(ct, T,
                      launch_decode_k(dequant_kernel<Q, T>, dim3(blocks), dim3(256), 0, s, W, rb,
-                                     ids, row0, rows, K, static_cast<T*>(dst), ld));
+                                     ids, row0, rows, K, static_cast<T*>(dst), ld, vec));
 }
 
 /// f.template run<Q>() for the packed format qt.
@@ -406,12 +765,13 @@ bool packed_on_device(DType t) {
   }
 }
 
-bool qgemv_fits(DType qt, int K, int mode) {
+bool qgemv_fits(DType ct, DType qt, int K, int mode, bool mma) {
+  if (mma && qmma_takes(ct, qt, K)) return true;
   return dispatch_packed(qt, FitsFn{K, mode == kQGemvSwiglu});
 }
 
 void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* seg, int n_seg,
-                  const void* W2, int64_t rb, int K, int sm_count, cudaStream_t s) {
+                  const void* W2, int64_t rb, int K, bool mma, int sm_count, cudaStream_t s) {
   ARB_CHECK(n_seg >= 1 && n_seg <= 3 && (n_seg == 1 || mode == kQGemvPlain),
             "[cuda] packed gemv: %d matrices in mode %d", n_seg, mode);
   QGemvArgs a;
@@ -427,6 +787,12 @@ void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* s
   a.W2 = static_cast<const uint8_t*>(W2);
   a.rb = rb;
   a.K = K;
+  if (mma && qmma_takes(ct, qt, K)) {
+    qt == DType::Q4_K ? qmma_typed<DType::Q4_K>(a, sm_count, s)
+                      : qmma_typed<DType::Q6_K>(a, sm_count, s);
+    ARB_LAUNCHED("qmma_kernel", s);
+    return;
+  }
   const bool ok = dispatch_packed(qt, GemvFn{a, sm_count, s});
   ARB_CHECK(ok, "[cuda] packed gemv: %s rows of %d values do not fit shared memory",
             dtype_name(qt), K);

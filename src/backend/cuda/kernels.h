@@ -204,13 +204,16 @@ struct QGemvSeg {
   int rows = 0;
   int out_f32 = 0;
 };
-/// Whether the packed GEMV takes rows of K values of format qt in that form (x and the rows'
-/// pieces must fit shared memory); otherwise the rows are dequantized and multiplied densely.
-bool qgemv_fits(DType qt, int K, int mode = kQGemvPlain);
+/// Whether the packed GEMV takes rows of K values of format qt in that form (the tensor-core
+/// kernel, when `mma`: Q4_K and Q6_K in bf16/f16, any K of whole super-blocks; else x and the
+/// rows' pieces must fit shared memory); otherwise the rows are dequantized and multiplied
+/// densely.
+bool qgemv_fits(DType ct, DType qt, int K, int mode, bool mma);
 /// Every W packed blocks of format qt, rb bytes from one row to the next (a multiple of 16);
-/// x[K] in ct, never quantized: each weight is dequantized in registers, f32 accumulation.
+/// x[K] in ct, never quantized: each weight is dequantized in registers, f32 accumulation (on
+/// tensor cores when `mma` and qgemv_fits says so: the quants exact in ct, f32 accumulators).
 void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* seg, int n_seg,
-                  const void* W2, int64_t rb, int K, int sm_count, cudaStream_t s);
+                  const void* W2, int64_t rb, int K, bool mma, int sm_count, cudaStream_t s);
 /// dst[r, :K] (ct, row stride ld elements) = the values of row (ids ? ids[r] : row0 + r) of
 /// the packed W, r < rows, each the exact value rounded once to ct (ids: device memory).
 void launch_dequant_rows(DType ct, DType qt, const void* W, int64_t rb, const int32_t* ids,

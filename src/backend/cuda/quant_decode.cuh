@@ -255,13 +255,18 @@ struct Fmt<DType::MXFP4> {  // 2^(e - 128) * kvalues_mxfp4[q] (E2M1 doubled)
   }
 };
 
-/// Value j of a decoded unit of format F, exactly (tab: F's codebook when F::kTable).
+/// Value j of a decoded unit of format F, exactly (tab: F's codebook when F::kTable), w being
+/// the unit's word u.q[j / 4].
 template <class F>
-ARB_HD double unit_value(const Unit& u, int j, const float* tab) {
-  const int q = (u.q[j / 4] >> (8 * (j % 4))) & 0xFF;
+ARB_HD double unit_value(const Unit& u, uint32_t w, int j, const float* tab) {
+  const int q = (w >> (8 * (j % 4))) & 0xFF;
   const double v = F::kTable ? double(tab[q]) : double(q - F::kOff);
   const double y = double(j < 16 ? u.a0 : u.a1) * v;
   return F::kMin ? y + double(j < 16 ? u.b0 : u.b1) : y;
+}
+template <class F>
+ARB_HD double unit_value(const Unit& u, int j, const float* tab) {
+  return unit_value<F>(u, u.q[j / 4], j, tab);
 }
 
 }  // namespace arbiter::cuda

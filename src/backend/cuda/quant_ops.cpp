@@ -37,13 +37,14 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
   const void* wp = m.ptr;
   const int64_t rb = m.ld;
   void* op = out.ptr;
-  if (single_token(T) && tuning_.gemv && cuda::qgemv_fits(qt, K)) {
+  if (single_token(T) && tuning_.gemv &&
+      cuda::qgemv_fits(ct_, qt, K, cuda::kQGemvPlain, tuning_.qgemv_mma)) {
     stats_.record("matmul", packed_provider("cuda.gemv_", qt));
     const cuda::QGemvSeg seg{wp, bp, op, N, ot == DType::F32 ? 1 : 0};
     submit({48, int64_t(xp), int64_t(wp), rb, int64_t(bp), N, K, int(ot), int64_t(op), int(qt)},
            false, 0, [=, this](const cuda::StepCtx&) {
-             cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, &seg, 1, nullptr, rb, K, sm_,
-                                stream_);
+             cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, &seg, 1, nullptr, rb, K,
+                                tuning_.qgemv_mma, sm_, stream_);
            });
     return;
   }
@@ -92,7 +93,8 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
                                         const cuda::DevMat* const* mats) {
   const int T = 1;
   for (int i = 0; i < n_outs; ++i) {
-    if (!mats[i]->packed() || mats[i]->cols != D || !cuda::qgemv_fits(mats[i]->st, D) ||
+    if (!mats[i]->packed() || mats[i]->cols != D ||
+        !cuda::qgemv_fits(ct_, mats[i]->st, D, cuda::kQGemvPlain, tuning_.qgemv_mma) ||
         (outs[i].out->dtype != DType::F32 && outs[i].out->dtype != ct_))
       return false;
   }
@@ -116,7 +118,8 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
     }
     stats_.record("rmsnorm_matmul", packed_provider("cuda.gemv_", qt));
     submit(std::move(sig), false, 0, [=, this](const cuda::StepCtx&) {
-      cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, seg, n, nullptr, rb, D, sm_, stream_);
+      cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, seg, n, nullptr, rb, D,
+                         tuning_.qgemv_mma, sm_, stream_);
     });
   }
   for (int i = 0; i < n_outs; ++i) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
@@ -128,7 +131,9 @@ bool CudaBackend::packed_matmul_add(const Buffer& x, const cuda::DevMat& m, Buff
   const int T = 1;
   // A tapped product is a value the fused form never rounds out: the composition then.
   if (product) return false;
-  if (!m.packed() || !cuda::qgemv_fits(m.st, int(m.cols), cuda::kQGemvAdd)) return false;
+  if (!m.packed() ||
+      !cuda::qgemv_fits(ct_, m.st, int(m.cols), cuda::kQGemvAdd, tuning_.qgemv_mma))
+    return false;
   check_act(x, m.cols, "matmul_add x");
   check_act(residual, m.rows, "matmul_add residual");
   stats_.record("matmul_add", packed_provider("cuda.gemv_add_", m.st));
@@ -141,7 +146,8 @@ bool CudaBackend::packed_matmul_add(const Buffer& x, const cuda::DevMat& m, Buff
   const cuda::QGemvSeg seg{wp, nullptr, rp, N, 0};
   submit({51, int64_t(xp), int64_t(wp), rb, N, K, int64_t(rp), int(qt)}, false, 0,
          [=, this](const cuda::StepCtx&) {
-           cuda::launch_qgemv(ct_, qt, cuda::kQGemvAdd, xp, &seg, 1, nullptr, rb, K, sm_, stream_);
+           cuda::launch_qgemv(ct_, qt, cuda::kQGemvAdd, xp, &seg, 1, nullptr, rb, K,
+                              tuning_.qgemv_mma, sm_, stream_);
          });
   apply_tap(sum, residual, T, N);
   return true;
@@ -154,7 +160,7 @@ bool CudaBackend::packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWe
   // Tapped gate or up: values the fused form never rounds out: the composition then.
   if (taps.gate || taps.up) return false;
   if (!g.packed() || u.st != g.st || u.rows != g.rows || u.cols != D || g.cols != D ||
-      u.ld != g.ld || !cuda::qgemv_fits(g.st, D, cuda::kQGemvSwiglu))
+      u.ld != g.ld || !cuda::qgemv_fits(ct_, g.st, D, cuda::kQGemvSwiglu, tuning_.qgemv_mma))
     return false;
   check_act(act, g.rows, "rmsnorm_glu act");
   stats_.record("rmsnorm_glu", packed_provider("cuda.gemv_swiglu_", g.st));
@@ -171,7 +177,8 @@ bool CudaBackend::packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWe
   const cuda::QGemvSeg seg{gp, nullptr, ap, F, 0};
   submit({52, int64_t(xp), int64_t(gp), int64_t(up), rb, F, D, int64_t(ap), int(qt)}, false, 0,
          [=, this](const cuda::StepCtx&) {
-           cuda::launch_qgemv(ct_, qt, cuda::kQGemvSwiglu, xp, &seg, 1, up, rb, D, sm_, stream_);
+           cuda::launch_qgemv(ct_, qt, cuda::kQGemvSwiglu, xp, &seg, 1, up, rb, D,
+                              tuning_.qgemv_mma, sm_, stream_);
          });
   apply_tap(taps.act, act, T, F);
   return true;
