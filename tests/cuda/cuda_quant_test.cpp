@@ -2,7 +2,7 @@
 //  - the packed GEMV's paths, which the op tests' small shapes (one piece per row) do not all
 //    reach: rows of several pieces in groups of 4 rows per warp, of 2 (long rows: x takes more
 //    shared memory), of 1, and rows too long for shared memory (dequantized, then cuBLASLt);
-//    the tensor-core kernel's (Q4_K, Q6_K in bf16/f16) partial tiles and splits of K; every
+//    the tensor-core kernel's (Q4_K, Q5_K, Q6_K in bf16/f16) partial tiles and splits of K; every
 //    format, against ref within the op tests' bound (tests/ops/matmul_test.cpp);
 //  - a prefill whose matrix is dequantized in two tiles, with a bias;
 //  - the fused decode forms on packed rows, bit for bit their compositions;
@@ -130,7 +130,7 @@ TEST(CudaQuant, PackedGemvOverPiecesRowGroupsAndLongRows) {
     // The CUDA-core kernel: K 4096: 4 row pieces (2 for Q6_K/Q3_K), 4 rows per warp, N not a
     // multiple of 4. K 12288: x takes 54 KB of shared memory, 2 rows per warp. K 32768: 1 row
     // per warp. K 49152: x does not fit shared memory: dequantized rows and cuBLASLt.
-    // The tensor-core kernel (Q4_K, Q6_K in bf16/f16): tiles of 16 rows, the last one partial
+    // The tensor-core kernel (Q4_K, Q5_K, Q6_K in bf16/f16): tiles of 16 rows, the last one partial
     // (37, 6, 3, 2, 19, 33 rows), 1 to 8 warps a tile, and no limit on K.
     const Shape shapes[] = {{1, 37, 4096, true, false, "cuda.gemv_"},
                             {1, 6, 12288, false, true, "cuda.gemv_"},
@@ -140,7 +140,8 @@ TEST(CudaQuant, PackedGemvOverPiecesRowGroupsAndLongRows) {
                             {1, 33, 1024, true, false, "cuda.gemv_"}};
     uint64_t seed = 500;
     for (DType st : kPacked) {
-      const bool mma = compute != DType::F32 && (st == DType::Q4_K || st == DType::Q6_K);
+      const bool mma = compute != DType::F32 &&
+                       (st == DType::Q4_K || st == DType::Q5_K || st == DType::Q6_K);
       for (Shape s : shapes) {
         if (mma) s.provider = "cuda.gemv_";
         check_matmul(*cu, dt, compute, s, st, seed++);
@@ -171,7 +172,7 @@ TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
   auto norm = make_tensor("norm", {D}, nv, DType::F32);
   const std::vector<double> x = values(D, 2, 1.0, DType::BF16),
                             resid = values(D, 3, 1.0, DType::BF16);
-  for (DType st : {DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+  for (DType st : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0}) {
     SCOPED_TRACE(dtype_name(st));
     auto g = make_tensor("gate", {F, D}, values(int64_t(F) * D, 4, 0.05, DType::F32), st);
     auto u = make_tensor("up", {F, D}, values(int64_t(F) * D, 5, 0.05, DType::F32), st);

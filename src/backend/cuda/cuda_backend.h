@@ -29,7 +29,7 @@ struct CudaTuning {
   bool pdl = true;     // programmatic dependent launch (ARBITER_CUDA_PDL); process-wide
   bool attn_direct = true;  // T == 1 attention by the direct decode kernel (one launch, keys
                             // from global memory; ARBITER_CUDA_ATTN_DIRECT); off: flash + combine
-  bool qgemv_mma = true;  // T == 1 matmuls of Q4_K/Q6_K rows on tensor cores (bf16/f16;
+  bool qgemv_mma = true;  // T == 1 matmuls of Q4_K/Q5_K/Q6_K rows on tensor cores (bf16/f16;
                           // ARBITER_CUDA_QGEMV_MMA); off: the CUDA-core packed GEMV
   bool attn_mma = true;  // T > 1 attention on tensor cores (bf16/f16, Dh 64/128;
                          // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel

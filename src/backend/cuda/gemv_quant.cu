@@ -304,7 +304,7 @@ bool qgemv_typed(const QGemvArgs& a, int sm_count, cudaStream_t s) {
                                 : qgemv_rows_launch<Q, false>(a, sm_count, s);
 }
 
-// --- the decode GEMV on tensor cores (Q4_K and Q6_K, bf16 and f16) --------------------------
+// --- the decode GEMV on tensor cores (Q4_K, Q5_K and Q6_K, bf16 and f16) -------------------
 // A tile is 16 rows (the SwiGLU form: 8 gate rows in the MMA's rows 0..7 and the same 8 up rows
 // in 8..15). A block of S warps runs tiles blockIdx.x, + gridDim.x, ...; warp w takes
 // super-blocks w, w + S, ... of each, each lane loading its bytes of rows g and g + 8 straight
@@ -316,10 +316,10 @@ bool qgemv_typed(const QGemvArgs& a, int sm_count, cudaStream_t s) {
 // A super-block is one chain of m16n8k16 MMAs (f32 accumulators): A = 16 rows x 16 quants as
 // q - off, exact in the compute type (the quant becomes the low mantissa of 128 (bf16) or 1024
 // (f16), whose last place is 1, and 128 + off or 1024 + off is subtracted); B = x. B's and D's 8
-// columns stand for the super-block's 8 scale groups (Q4_K: sub-blocks of 32; Q6_K: a half's 8
-// groups of 16, so a chain per half): column j of B holds x where the MMA's quants belong to
-// group j and 0 elsewhere, so D[row, j] is group j's sum of q x, every product exact. Then per
-// (row, group) the scales in f32: a D + b sum(x) (b the min's term, Q4_K), summed in group order
+// columns stand for the super-block's 8 scale groups (Q4_K/Q5_K: sub-blocks of 32; Q6_K: a
+// half's 8 groups of 16, so a chain per half): column j of B holds x where the MMA's quants
+// belong to group j and 0 elsewhere, so D[row, j] is group j's sum of q x, every product exact.
+// Then per (row, group) the scales in f32: a D + b sum(x) (b the min's term), in group order
 // per lane, then the quad's shuffle tree (each lane holds 2 groups of 2 rows), then the warps in
 // order. A lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 of A and D and column g of
 // B; within an MMA its 4 k slots stand for 4 quants of one group (any order of k serves, as
@@ -387,21 +387,25 @@ __device__ __forceinline__ void x_pairs(uint32_t w01, uint32_t w23, uint32_t& lo
 template <DType Q>
 struct MmaFmt;
 
-template <>
-struct MmaFmt<DType::Q4_K> {
+/// Q4_K and Q5_K (kFifth: Q5_K's fifth bit of value l of sub-block s is bit s of qh[l]).
+template <bool kFifth>
+struct MmaKQuant {
   // Lane t reads bytes 16 t..16 t + 15 of each 64-byte half c of qs: sub-block pair
   // p = 2c + t / 2, values l = 16 (t % 2) + 4i + byte of word i, the low nibbles group 2p, the
-  // high ones 2p + 1. So the MMA of (c, i, nibble) puts group 4c + 2 (t / 2) + nibble in lane
-  // t's k slots, and lane (g, t) holds x in B only where that group is g: for c = g / 4,
-  // nibble = g % 2 and t / 2 = (g / 2) % 2 (the lane then holds half of group g's x).
-  static constexpr int BB = 144;
+  // high ones 2p + 1 (Q5_K: and bytes 16 (t % 2)..+15 of qh, whose bit 2p + nibble tops them).
+  // So the MMA of (c, i, nibble) puts group 4c + 2 (t / 2) + nibble in lane t's k slots, and
+  // lane (g, t) holds x in B only where that group is g: for c = g / 4, nibble = g % 2 and
+  // t / 2 = (g / 2) % 2 (the lane then holds half of group g's x).
+  static constexpr int BB = kFifth ? 176 : 144, kQs = kFifth ? 48 : 16;
   struct Lane {
     uint4 h, q0, q1;  // d, dmin, scales; this lane's 16 bytes of qs halves 0 and 1
+    uint4 qh;         // Q5_K: this lane's 16 bytes of qh
   };
   __device__ __forceinline__ static void load(const uint8_t* b, int t, Lane& o) {
     o.h = ldg16(b);
-    o.q0 = ldg16(b + 16 + 16 * t);
-    o.q1 = ldg16(b + 80 + 16 * t);
+    o.q0 = ldg16(b + kQs + 16 * t);
+    o.q1 = ldg16(b + kQs + 64 + 16 * t);
+    if constexpr (kFifth) o.qh = ldg16(b + 16 + 16 * (t & 1));
   }
   template <bool F16>
   __device__ __forceinline__ static void step(const Lane (&L)[2], const uint16_t* x, int sb,
@@ -434,7 +438,9 @@ struct MmaFmt<DType::Q4_K> {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const uint32_t w = word(c ? L[r].q1 : L[r].q0, i);
-            const uint32_t v = (nib ? w >> 4 : w) & 0x0F0F0F0Fu;
+            uint32_t v = (nib ? w >> 4 : w) & 0x0F0F0F0Fu;
+            if constexpr (kFifth)
+              v |= ((word(L[r].qh, i) >> (4 * c + 2 * (t >> 1) + nib)) & 0x01010101u) << 4;
             A[r] = quant_pair<F16, 0>(v, 0x4240);
             A[2 + r] = quant_pair<F16, 0>(v, 0x4341);
           }
@@ -460,6 +466,11 @@ struct MmaFmt<DType::Q4_K> {
     }
   }
 };
+
+template <>
+struct MmaFmt<DType::Q4_K> : MmaKQuant<false> {};
+template <>
+struct MmaFmt<DType::Q5_K> : MmaKQuant<true> {};
 
 template <>
 struct MmaFmt<DType::Q6_K> {
@@ -608,8 +619,8 @@ int qmma_split(int nsb) {
 
 /// Whether the tensor-core GEMV takes format qt in compute type ct.
 bool qmma_takes(DType ct, DType qt, int K) {
-  return (ct == DType::BF16 || ct == DType::F16) && (qt == DType::Q4_K || qt == DType::Q6_K) &&
-         K % 256 == 0;
+  return (ct == DType::BF16 || ct == DType::F16) &&
+         (qt == DType::Q4_K || qt == DType::Q5_K || qt == DType::Q6_K) && K % 256 == 0;
 }
 
 template <DType Q, bool F16, bool SW>
@@ -788,8 +799,9 @@ void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* s
   a.rb = rb;
   a.K = K;
   if (mma && qmma_takes(ct, qt, K)) {
-    qt == DType::Q4_K ? qmma_typed<DType::Q4_K>(a, sm_count, s)
-                      : qmma_typed<DType::Q6_K>(a, sm_count, s);
+    if (qt == DType::Q4_K) qmma_typed<DType::Q4_K>(a, sm_count, s);
+    else if (qt == DType::Q5_K) qmma_typed<DType::Q5_K>(a, sm_count, s);
+    else qmma_typed<DType::Q6_K>(a, sm_count, s);
     ARB_LAUNCHED("qmma_kernel", s);
     return;
   }

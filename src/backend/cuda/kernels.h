@@ -205,7 +205,7 @@ struct QGemvSeg {
   int out_f32 = 0;
 };
 /// Whether the packed GEMV takes rows of K values of format qt in that form (the tensor-core
-/// kernel, when `mma`: Q4_K and Q6_K in bf16/f16, any K of whole super-blocks; else x and the
+/// kernel, when `mma`: Q4_K/Q5_K/Q6_K in bf16/f16, any K of whole super-blocks; else x and the
 /// rows' pieces must fit shared memory); otherwise the rows are dequantized and multiplied
 /// densely.
 bool qgemv_fits(DType ct, DType qt, int K, int mode, bool mma);
