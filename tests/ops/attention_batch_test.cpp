@@ -4,7 +4,7 @@
 // the rows it gets inside the batch. The sequences mix prefill chunks and decode rows behind
 // contexts of different lengths, with scattered pages; the forms of llama (plain), qwen3
 // (q/k norms), gemma (1 + w norms, score scale, soft cap, sliding window) and the hybrids'
-// NoPE layers. Adding a case: a row of kCases.
+// NoPE layers, and decode steps of one row per sequence. Adding a case: a row of kCases.
 #include <algorithm>
 
 #include "tier_util.h"
@@ -34,6 +34,11 @@ const Case kCases[] = {
     {4, 1, 256, 64, true, true, NormWeight::OnePlus, {0.0625, 0}, {{1, 100}, {7, 0}, {1, 63}}},
     {8, 4, 16, 0, false, true, NormWeight::Plain, {0.25, 50.0}, {{2, 30}, {1, 7}, {6, 1}}},
     {6, 3, 16, 0, false, false, NormWeight::Plain, {}, {{1, 33}, {4, 0}, {1, 1}}},
+    // Decode steps (a row per sequence: cuda's direct decode kernel, paged.cpp).
+    {16, 8, 128, 0, true, true, NormWeight::Plain, {}, {{1, 700}, {1, 5}, {1, 64}, {1, 129}}},
+    {8, 2, 64, 24, false, true, NormWeight::Plain, {}, {{1, 30}, {1, 60}, {1, 2}}},
+    {4, 1, 256, 64, true, true, NormWeight::OnePlus, {0.0625, 0}, {{1, 100}, {1, 0}, {1, 63}}},
+    {8, 4, 32, 0, false, true, NormWeight::Plain, {0.25, 50.0}, {{1, 30}, {1, 7}}},
 };
 
 // Each sequence's pages: its blocks every third block of the pool, interleaved with the other

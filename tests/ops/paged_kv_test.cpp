@@ -5,8 +5,9 @@
 // the same check. On cuda the store is exact too, but the paged attention is the flash
 // kernel without key splits (paged.cpp), where attention() over a cache picks the decode,
 // tensor-core or split kernels: there the two agree within twice the tolerance of either
-// against ref. Cases with a score scale (and soft cap) are checked against scaled_attention
-// (gemma's layers).
+// against ref (a single query row goes to the direct decode kernel in both, but with a KV
+// group per block in the paged form, a query head per block over the cache). Cases with a
+// score scale (and soft cap) are checked against scaled_attention (gemma's layers).
 // Adding a case: a row of kCases.
 #include "tier_util.h"
 
@@ -20,7 +21,8 @@ struct Case {
 const Case kCases[] = {{1, 0, 4, 2, 16, 0, 16},   {5, 3, 4, 2, 16, 0, 4},  {1, 37, 8, 2, 32, 0, 16},
                        {17, 16, 4, 4, 8, 0, 16},  {7, 40, 6, 3, 16, 9, 8}, {33, 0, 2, 1, 64, 0, 16},
                        {6, 21, 4, 2, 16, 16, 16, {0.25, 0}}, {9, 30, 4, 2, 16, 24, 4, {0.25, 50.0}},
-                       {1, 40, 4, 2, 16, 0, 16, {0.125, 0}}};
+                       {1, 40, 4, 2, 16, 0, 16, {0.125, 0}}, {1, 200, 16, 4, 128, 0, 16, {}},
+                       {1, 90, 8, 2, 64, 32, 8, {0.125, 0}}, {1, 300, 4, 1, 256, 0, 16, {}}};
 
 // The pages of n positions: blocks taken from the pool's end backwards, every other one, so
 // that no two neighbours are adjacent in the pool.

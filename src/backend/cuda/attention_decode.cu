@@ -103,7 +103,18 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   // Before griddep_wait, what no kernel of this step writes: the position (uploaded before
   // the step), the cache rows of earlier positions (written by earlier steps: complete before
   // the kernel this one follows started), the q/k norm weights and the RoPE row.
-  const int pos = pos_of(a.pos);
+  // A batch's sequence (AttnArgs::seqs, blockIdx.z; one query row each): its q and output
+  // rows, position and block table; the descriptors were uploaded before the forward.
+  int pos, qrow = 0;
+  const int* pages = nullptr;
+  if (a.seqs) {
+    const int* sd = a.seqs + kSeqWords * blockIdx.z;
+    qrow = sd[0];
+    pos = sd[2];
+    pages = a.blocks + sd[3];
+  } else {
+    pos = pos_of(a.pos);
+  }
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int S = min(int(gridDim.y), (pos - lo + a.split_keys) / a.split_keys);
   if (split >= S) return;
@@ -123,8 +134,9 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     zero_slice(k);
     zero_slice(v);
     if (key < kend) {
-      load_slice(kc + ring_row(key, base, a.rows) * kv_dim, k);
-      load_slice(vc + ring_row(key, base, a.rows) * kv_dim, v);
+      const int64_t row = key_row(key, base, a.rows, pages, a.block_rows) * kv_dim;
+      load_slice(kc + row, k);
+      load_slice(vc + row, v);
     }
   };
   Slice<T, E> kr, vr, kn, vn;
@@ -133,7 +145,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     if (kDeep) load_kv(ks + koff + KPB, kn, vn);
   };
   if (kQk) load_first();
-  const T* qp = static_cast<const T*>(a.q);
+  const T* qp = static_cast<const T*>(a.q) + int64_t(qrow) * a.H * Dh;
+  T* const outp = static_cast<T*>(a.out) + int64_t(qrow) * a.H * Dh;
   float* qks = dec_o + kDecWarps * hb * Dh;  // kQk: the block's roped q heads, then k
   float* nws = qks + (hb + 1) * Dh;          // kQk: q norm weights, k norm weights
   float2* css = reinterpret_cast<float2*>(nws + 2 * Dh);  // kQk: the position's RoPE row
@@ -303,7 +316,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       O = fmaf(dec_o[(w * hb + g) * Dh + d], cw, O);
     }
     if (S == 1) {
-      static_cast<T*>(a.out)[int64_t(h) * Dh + d] = from_f<T>(O / L);
+      outp[int64_t(h) * Dh + d] = from_f<T>(O / L);
     } else {
       float* pr = a.part + (int64_t(h) * S + split) * stride;
       pr[d] = O;
@@ -369,7 +382,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     float acc = 0.f;
 #pragma unroll 8
     for (int s2 = 0; s2 < S; ++s2) acc = fmaf(__ldcg(pr + s2 * stride + d), dec_ws[g][s2], acc);
-    static_cast<T*>(a.out)[int64_t(h) * Dh + d] = from_f<T>(acc / dec_sum[g]);
+    outp[int64_t(h) * Dh + d] = from_f<T>(acc / dec_sum[g]);
   }
   if (threadIdx.x == 0) counters[blockIdx.x] = 0u;  // ready for the next launch (graph replays too)
 }
@@ -418,7 +431,10 @@ void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& 
   // at most one per KV head waits, far fewer than the device has block slots.
   ARB_CHECK(hb == group || a.Hkv <= kMaxSplitColumnsKvHeads,
             "[cuda] attention_decode: %d KV heads in columns of %d heads", a.Hkv, hb);
-  const dim3 grid(unsigned(a.H / hb), unsigned(a.n_splits));
+  ARB_CHECK(!a.seqs || (a.n_splits == 1 && !kQk),
+            "[cuda] attention_decode: a batch of sequences with %d key splits%s", a.n_splits,
+            kQk ? " and the fused q/k RoPE" : "");
+  const dim3 grid(unsigned(a.H / hb), unsigned(a.n_splits), unsigned(a.seqs ? a.n_seqs : 1));
   const size_t smem = attn_decode_smem_bytes(hb, a.Dh, kQk);
   if (hb <= 2) attn_decode_launch<T, 4, kQk, kTap>(a, counters, qk, grid, smem, s);
   else if (hb <= 4) attn_decode_launch<T, 2, kQk, kTap>(a, counters, qk, grid, smem, s);

@@ -245,6 +245,7 @@ class CudaBackend final : public Backend {
   /// A batched attention's rows and sequences on the device (one array, batch_meta).
   struct BatchMeta {
     int rows = 0, max_T = 0, positions = 0, n_seqs = 0, block_rows = 0;
+    int n_multi = 0;              // sequences of more than one row: the first descriptors
     const int* pos = nullptr;     // [rows] each row's position
     const int* dst = nullptr;     // [rows] each row's pool row
     const int* seqs = nullptr;    // [n_seqs x cuda::kSeqWords] (cuda::AttnArgs::seqs)
@@ -257,7 +258,8 @@ class CudaBackend final : public Backend {
   /// k, v [m.rows, kv_dim] to their pool rows.
   void store_paged(const Buffer& k, const Buffer& v, Buffer& k_pool, Buffer& v_pool,
                    const BatchMeta& m, int kv_dim);
-  /// Every sequence's attention over its pages in one launch.
+  /// Every sequence's attention over its pages: one launch, or two when the direct decode
+  /// kernel takes the sequences of one row (the flash kernel the others).
   void attend_paged(const Buffer& q, const Buffer& k_pool, const Buffer& v_pool,
                     const BatchMeta& m, int H, int Hkv, int Dh, int window,
                     const AttentionScores& scores, Buffer& out);

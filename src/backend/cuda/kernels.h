@@ -209,11 +209,17 @@ struct QGemvSeg {
 /// rows' pieces must fit shared memory); otherwise the rows are dequantized and multiplied
 /// densely.
 bool qgemv_fits(DType ct, DType qt, int K, int mode, bool mma);
+/// Whether launch_qgemv takes a norm_w in that form: the tensor-core kernel, plain or SwiGLU,
+/// rows the fused bf16/f16 GEMV could take (gemv_fusable).
+bool qgemv_norm_fits(DType ct, DType qt, int K, int mode, bool mma);
 /// Every W packed blocks of format qt, rb bytes from one row to the next (a multiple of 16);
 /// x[K] in ct, never quantized: each weight is dequantized in registers, f32 accumulation (on
 /// tensor cores when `mma` and qgemv_fits says so: the quants exact in ct, f32 accumulators).
+/// norm_w (f32, qgemv_norm_fits): the products take rmsnorm(x; norm_w, eps) instead of x, the
+/// bits the rmsnorm op gives, computed by every block into shared memory.
 void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* seg, int n_seg,
-                  const void* W2, int64_t rb, int K, bool mma, int sm_count, cudaStream_t s);
+                  const void* W2, int64_t rb, int K, bool mma, int sm_count, cudaStream_t s,
+                  const float* norm_w = nullptr, float eps = 0.f);
 /// dst[r, :K] (ct, row stride ld elements) = the values of row (ids ? ids[r] : row0 + r) of
 /// the packed W, r < rows, each the exact value rounded once to ct (ids: device memory).
 void launch_dequant_rows(DType ct, DType qt, const void* W, int64_t rb, const int32_t* ids,
@@ -315,7 +321,8 @@ struct AttnArgs {
   float softcap = 0.f;
   /// Cache rows: position p is at row p % rows (a ring when rows < the positions; kv_store).
   int rows = 0;
-  /// A batched forward's sequences (attention_batch), launch_attention with n_splits 1 only:
+  /// A batched forward's sequences (attention_batch), with n_splits 1 only: launch_attention,
+  /// and launch_attention_decode when every sequence has one query row (without qk):
   /// n_seqs descriptors of kSeqWords ints in device memory, (row0, T, pos0, first): the
   /// sequence's query rows start at row0 of q and out, its key p sits at pool row
   /// blocks[first + p / block_rows] * block_rows + p % block_rows. T is then the most rows of
