@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <thread>
 
@@ -316,7 +317,9 @@ class TimeSliceScheduler : public Scheduler {
 // A sequence's logits row of a batched forward.
 class BatchRow final : public LogitsRow {
  public:
-  BatchRow(Backend& be, const Buffer& logits, int row, int V) : be_(be), logits_(logits), row_(row), V_(V) {}
+  /// picked >= 0: the row's greedy token, already taken from the step's shared summary.
+  BatchRow(Backend& be, const Buffer& logits, int row, int V, int32_t picked)
+      : be_(be), logits_(logits), row_(row), V_(V), picked_(picked) {}
   int vocab() const override { return V_; }
   std::vector<double> values() override {
     std::vector<double> v(static_cast<size_t>(V_));
@@ -330,6 +333,7 @@ class BatchRow final : public LogitsRow {
     return out[0];
   }
   int32_t greedy() override {
+    if (picked_ >= 0) return picked_;
     be_.pick_greedy(logits_, row_, V_);
     return be_.take_pick();
   }
@@ -338,6 +342,7 @@ class BatchRow final : public LogitsRow {
   Backend& be_;
   const Buffer& logits_;
   int row_, V_;
+  int32_t picked_;
 };
 
 class BatchingScheduler : public Scheduler {
@@ -613,6 +618,7 @@ class BatchingScheduler : public Scheduler {
       a.T = int(ids.size());
       a.batch = &batch;
       m_.arch->forward(m_, be_, *state_, a);
+      const std::vector<int32_t> picked = greedy_picks(in, batch);
       int row = 0;  // logits row
       for (size_t i = 0; i < in.size(); ++i) {
         Seq& q = *in[i];
@@ -620,7 +626,7 @@ class BatchingScheduler : public Scheduler {
         if (batch[i].logits == BatchSeq::Logits::All) echo_rows(q, row, n);
         q.fed += q.T;
         if (q.fed == q.tokens()) {
-          if (auto f = next(q, row + n - 1)) done.emplace_back(&q, *f);
+          if (auto f = next(q, row + n - 1, picked[i])) done.emplace_back(&q, *f);
         }
         row += n;
       }
@@ -637,6 +643,36 @@ class BatchingScheduler : public Scheduler {
     return int(in.size());
   }
 
+  // The greedy tokens of the sequences that take one this step by summarize's top-1 alone
+  // (temperature 0, no penalties or logprobs), from one summary of their rows (one wait on
+  // the tier, not a pick and a wait per sequence); -1 for the others, which choose their own.
+  // The same token as pick_greedy's (backend.h), so this only saves time.
+  std::vector<int32_t> greedy_picks(const std::vector<Seq*>& in, const std::vector<BatchSeq>& batch) {
+    std::vector<int32_t> picked(in.size(), -1);
+    std::vector<int> rows(in.size(), -1);
+    int row = 0, lo = std::numeric_limits<int>::max(), hi = -1, n = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Seq& q = *in[i];
+      row += batch[i].logit_rows();
+      const bool greedy = q.fed + q.T == q.tokens() && (q.prompt_done || q.req.max_tokens != 0) &&
+                          q.req.top_logprobs < 0 && !q.req.penalties.active() &&
+                          q.req.sampling.temperature == 0;
+      if (!greedy) continue;
+      rows[i] = row - 1;
+      lo = std::min(lo, row - 1);
+      hi = std::max(hi, row - 1);
+      ++n;
+    }
+    if (n < 2) return picked;
+    const int V = m_.config.vocab, R = hi - lo + 1;
+    std::vector<LogitsSummary> sum;
+    be_.summarize(buffer_view(state_->logits, int64_t(lo) * V, int64_t(R) * V), R, V, 1,
+                  std::vector<int32_t>(size_t(R), -1).data(), sum);
+    for (size_t i = 0; i < in.size(); ++i)
+      if (rows[i] >= 0) picked[i] = sum[size_t(rows[i] - lo)].top_ids[0];
+    return picked;
+  }
+
   // Echo: the prompt logprobs of logits rows [row, row + n), positions fed.. of q.
   void echo_rows(Seq& q, int row, int n) {
     const int V = m_.config.vocab;
@@ -651,7 +687,7 @@ class BatchingScheduler : public Scheduler {
 
   // q's tokens are all in the pool and `row` holds the logits after them: the prompt's echo
   // the first time, then the next token. A value: q finished.
-  std::optional<FinishReason> next(Seq& q, int row) {
+  std::optional<FinishReason> next(Seq& q, int row, int32_t picked) {
     if (!q.prompt_done) {
       q.prompt_done = true;
       if (q.req.prompt_logprobs >= 0) {
@@ -662,7 +698,7 @@ class BatchingScheduler : public Scheduler {
       }
       if (q.req.max_tokens == 0) return FinishReason::Length;
     }
-    BatchRow r(be_, state_->logits, row, m_.config.vocab);
+    BatchRow r(be_, state_->logits, row, m_.config.vocab, picked);
     return deliver(q.req, *q.stream, q.generated, choose_token(r, q.req, *q.sampler, q.generated), o_.ctx);
   }
 };

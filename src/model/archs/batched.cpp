@@ -49,16 +49,28 @@ void batch_attention(Backend& be, const std::vector<BatchSeq>& batch, Buffer& q,
 int batch_logits(Backend& be, const std::vector<BatchSeq>& batch, const Buffer& x,
                  const Tensor& norm, NormWeight nw, int D, double eps, Buffer& xn,
                  const Tensor& lm_head, Buffer& logits) {
-  int r = 0, n = 0;
+  // Each sequence's last k rows of x, normalised into consecutive rows of xn; rows that
+  // follow each other in x (a step of decoding sequences: all of them) in one norm.
+  int r = 0, n = 0, run_x = 0, run_n = 0, run = 0;
+  auto flush = [&] {
+    if (run == 0) return;
+    Buffer xv = batch_rows(x, run_x, run, D), xnv = batch_rows(xn, run_n, run, D);
+    be.norm(xv, norm, nw, run, D, eps, xnv);
+  };
   for (const BatchSeq& q : batch) {
     const int k = q.logit_rows();
-    if (k > 0) {
-      Buffer xv = batch_rows(x, r + q.T - k, k, D), xnv = batch_rows(xn, n, k, D);
-      be.norm(xv, norm, nw, k, D, eps, xnv);
+    const int first = r + q.T - k;
+    if (k > 0 && (run == 0 || first != run_x + run)) {
+      flush();
+      run_x = first;
+      run_n = n;
+      run = 0;
     }
+    run += k;
     r += q.T;
     n += k;
   }
+  flush();
   if (n > 0) be.matmul(xn, lm_head, nullptr, n, logits);
   return n;
 }
