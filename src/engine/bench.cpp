@@ -590,11 +590,12 @@ BatchBenchResult run_batch_bench(const Model& m, Backend& be, int streams, const
   r.step_bytes = m.arch->weight_bytes_per_step(m, streams) +
                  streams * m.arch->state_bytes_per_token(m.config, r.context, kv_elem_bytes(be));
   r.flops_per_token = m.arch->flops_per_token(m.config, 1, int(r.context));
-  // The compute peak of a device tier is its matmul at the prefill's P rows, as in the
-  // single-stream test, not at S: at a few rows the matmul is bound by the weights' bytes,
-  // and its rate there (cuda at one row: ~0.4 TFLOP/s) is no compute limit.
+  // The compute peak of a device tier is its matmul at kPeakRows rows or more, not at S or
+  // P: at a few rows the matmul is bound by the weights' bytes, and its rate there (cuda at
+  // one row: ~0.4 TFLOP/s; qwen3-8b at 64: ~150 TFLOP/s) is no compute limit.
+  constexpr int kPeakRows = 1024;
   LimitProbes probes(m, be, is_host_tier(be.device_name()), resolve_threads(opt.threads),
-                     std::max(streams, opt.n_prompt));
+                     std::max({streams, opt.n_prompt, kPeakRows}));
   auto limits = [&](double bw_gbs, double peak_gflops) {
     return std::make_pair(streams * bw_gbs * 1e9 / r.step_bytes, peak_gflops * 1e9 / r.flops_per_token);
   };
