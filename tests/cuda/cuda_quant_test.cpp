@@ -163,7 +163,8 @@ TEST(CudaQuant, PrefillDequantizesTilesOfRows) {
 // The fused decode forms on packed rows (quant_ops.cpp): norm + gate/up GEMV + SwiGLU, GEMV +
 // residual add, norm + q/k/v (matrices of one format stacked in one launch), each the bits of
 // its composition (rmsnorm, matmul, matmul, swiglu; matmul, add; rmsnorm, matmuls) and served
-// by its packed provider; a tapped gate runs the composition.
+// by its packed provider, the norm inside the tensor-core kernel's launches unless tapped; a
+// tapped gate runs the composition.
 TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
   ARB_CUDA_OR_SKIP(cu, "bf16");
   const int F = 768, D = 1024;
@@ -191,16 +192,18 @@ TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
       return act.read();
     };
     const std::string name = dtype_name(st);
+    // The tensor-core kernel's formats take the norm into the launch.
+    const bool norm_inside = st != DType::Q8_0;
+    const std::string glu = norm_inside ? "cuda.norm_gemv_swiglu_" : "cuda.gemv_swiglu_";
     cu->stats().reset();
     const std::vector<double> act = swiglu(false, nullptr);
-    EXPECT_EQ(served(*cu, "rmsnorm_glu", "cuda.gemv_swiglu_" + name), 1);
+    EXPECT_EQ(served(*cu, "rmsnorm_glu", glu + name), 1);
     const OpTier tier{"cuda_bf16", DType::BF16, true, nullptr};
     check_exact("rmsnorm_glu.packed", tier, name, 0, act, swiglu(true, nullptr));
     TapSet taps(4);
     cu->stats().reset();
     check_exact("rmsnorm_glu.packed_tapped", tier, name, 0, swiglu(false, &taps), act);
-    EXPECT_EQ(served(*cu, "rmsnorm_glu", "cuda.gemv_swiglu_" + name), 0)
-        << "a tapped gate runs the composition";
+    EXPECT_EQ(served(*cu, "rmsnorm_glu", glu + name), 0) << "a tapped gate runs the composition";
     EXPECT_EQ(taps.records[3], act) << "the act tap records the output";
 
     auto madd = [&](bool composed) {
@@ -220,15 +223,15 @@ TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
   auto k = make_tensor("k", {Nkv, D}, values(int64_t(Nkv) * D, 8, 0.05, DType::F32), DType::Q4_K);
   auto v = make_tensor("v", {Nkv, D}, values(int64_t(Nkv) * D, 9, 0.05, DType::F32), DType::Q6_K);
   const OpTier tier{"cuda_bf16", DType::BF16, true, nullptr};
-  auto qkv = [&](bool composed, TapSet& taps) {
+  auto qkv = [&](bool composed, const StageTap* norm_tap, const StageTap* v_tap) {
     Buf xb(*cu, x), xn(*cu, D), qb(*cu, Nq), kb(*cu, Nkv), vb(*cu, Nkv);
     for (Buf* b : {&qb, &kb, &vb}) b->poison();
     const Backend::MatmulTarget outs[3] = {{&q->t, nullptr, &qb.b, nullptr},
                                            {&k->t, nullptr, &kb.b, nullptr},
-                                           {&v->t, nullptr, &vb.b, taps[1]}};
-    if (composed) cu->Backend::rmsnorm_matmul(xb.b, norm->t, NormWeight::Plain, 1, D, 1e-6, xn.b, taps[0],
+                                           {&v->t, nullptr, &vb.b, v_tap}};
+    if (composed) cu->Backend::rmsnorm_matmul(xb.b, norm->t, NormWeight::Plain, 1, D, 1e-6, xn.b, norm_tap,
                                            outs, 3);
-    else cu->rmsnorm_matmul(xb.b, norm->t, NormWeight::Plain, 1, D, 1e-6, xn.b, taps[0], outs, 3);
+    else cu->rmsnorm_matmul(xb.b, norm->t, NormWeight::Plain, 1, D, 1e-6, xn.b, norm_tap, outs, 3);
     std::vector<double> all = qb.read(), kv = kb.read(), vv = vb.read();
     all.insert(all.end(), kv.begin(), kv.end());
     all.insert(all.end(), vv.begin(), vv.end());
@@ -236,13 +239,19 @@ TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
   };
   TapSet tf(2), tc(2);
   cu->stats().reset();
-  const std::vector<double> fused = qkv(false, tf);
+  const std::vector<double> fused = qkv(false, tf[0], tf[1]);
   EXPECT_EQ(served(*cu, "rmsnorm_matmul", "cuda.gemv_q4_k"), 1) << "q and k in one launch";
   EXPECT_EQ(served(*cu, "rmsnorm_matmul", "cuda.gemv_q6_k"), 1);
-  check_exact("rmsnorm_matmul.packed", tier, "q4_k q, k; q6_k v", 0, fused, qkv(true, tc));
+  check_exact("rmsnorm_matmul.packed", tier, "q4_k q, k; q6_k v", 0, fused, qkv(true, tc[0], tc[1]));
   for (size_t i = 0; i < 2; ++i)
     check_exact("rmsnorm_matmul.packed_record", tier, "tap " + std::to_string(i), 0,
                 tf.records[i], tc.records[i]);
+  // Untapped, each launch normalises x itself: the composition's bits still.
+  cu->stats().reset();
+  const std::vector<double> inside = qkv(false, nullptr, nullptr);
+  EXPECT_EQ(served(*cu, "rmsnorm_matmul", "cuda.norm_gemv_q4_k"), 1);
+  EXPECT_EQ(served(*cu, "rmsnorm_matmul", "cuda.norm_gemv_q6_k"), 1);
+  check_exact("rmsnorm_matmul.packed_norm_inside", tier, "q4_k q, k; q6_k v", 0, inside, fused);
 }
 
 std::vector<int32_t> greedy(const Model& m, Backend& be, const std::vector<int32_t>& prompt, int n) {

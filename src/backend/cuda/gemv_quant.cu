@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "core/quant.h"
@@ -99,6 +100,8 @@ struct QGemvArgs {
   const uint8_t* W2 = nullptr;  // kQGemvSwiglu: the up rows (seg[0].W: the gate rows)
   int64_t rb = 0;  // bytes from one row to the next (every matrix)
   int N = 0, K = 0;  // N: the rows of all segments
+  const float* norm_w = nullptr;  // the tensor-core kernel: x normalised first (launch_qgemv)
+  float eps = 0.f;
 };
 
 /// The segment of stacked row `row` and the row within it.
@@ -365,6 +368,12 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 __device__ __forceinline__ uint4 ldg16(const void* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
+/// 8 values of x: from global memory, or (XS) from the block's normalised copy in shared memory.
+template <bool XS>
+__device__ __forceinline__ uint4 ldx16(const uint16_t* p) {
+  if constexpr (XS) return *reinterpret_cast<const uint4*>(p);
+  else return ldg16(p);
+}
 /// 8 bytes at p, which is only 2-byte aligned (Q6_K's 210-byte blocks): three aligned words
 /// and two funnel shifts.
 __device__ __forceinline__ void ld8_a2(const uint8_t* p, uint32_t& w0, uint32_t& w1) {
@@ -406,14 +415,14 @@ struct MmaKQuant {
     o.q1 = ldg16(b + kQs + 64 + 16 * t);
     if constexpr (kFifth) o.qh = ldg16(b + 16 + 16 * (t & 1));
   }
-  template <bool F16>
+  template <bool F16, bool XS>
   __device__ __forceinline__ static void step(const Lane (&L)[2], const uint16_t* x, int sb,
                                               int g, int t, float (&acc)[2]) {
     uint32_t xlo[4] = {0, 0, 0, 0}, xhi[4] = {0, 0, 0, 0};
     float half = 0.f;  // this lane's half of group g's sum of x (0 in the lanes without x)
     if ((t >> 1) == ((g >> 1) & 1)) {
       const uint16_t* xp = x + 256 * sb + 32 * g + 16 * (t & 1);
-      const uint4 v0 = ldg16(xp), v1 = ldg16(xp + 8);
+      const uint4 v0 = ldx16<XS>(xp), v1 = ldx16<XS>(xp + 8);
       const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
       for (int i = 0; i < 8; ++i) half += pair_sum<F16>(w[i]);
@@ -496,7 +505,7 @@ struct MmaFmt<DType::Q6_K> {
     o.sc = uint32_t(__ldg(h + 96 + t)) | uint32_t(__ldg(h + 100 + t)) << 16;
     o.d = __ldg(h + 104);
   }
-  template <bool F16>
+  template <bool F16, bool XS>
   __device__ __forceinline__ static void step(const Lane (&L)[2], const uint16_t* x, int sb,
                                               int g, int t, float (&acc)[2]) {
     const bool act = (t >> 1) == (g & 1);
@@ -504,7 +513,7 @@ struct MmaFmt<DType::Q6_K> {
     for (int n = 0; n < 2; ++n) {
       uint32_t xlo[2] = {0, 0}, xhi[2] = {0, 0};
       if (act) {
-        const uint4 v = ldg16(x + 256 * sb + 128 * n + 32 * (g >> 1) + 8 * t);
+        const uint4 v = ldx16<XS>(x + 256 * sb + 128 * n + 32 * (g >> 1) + 8 * t);
         x_pairs(v.x, v.y, xlo[0], xhi[0]);
         x_pairs(v.z, v.w, xlo[1], xhi[1]);
       }
@@ -537,9 +546,44 @@ struct MmaFmt<DType::Q6_K> {
   }
 };
 
-template <DType Q, bool F16, bool SW>
+/// The rmsnorm op's xn (rmsnorm_vec_kernel's arithmetic: each lane's 8-value chunks k = 8 lane
+/// + 256 j in j order, the warp's shuffle tree, norm_elem) into xs, each warp of the block the
+/// sum of squares, chunk j normalised by warp j % nwarps.
+template <class T>
+__device__ __forceinline__ void normalise_x(const T* x, int K, const float* w, float eps,
+                                            int warp, int nwarps, int lane, uint4* xs) {
+  const int nch = (K + 255) / 256;
+  float ss = 0.f;
+  for (int j = 0; j < nch; ++j) {
+    const int k = 8 * lane + 256 * j;
+    if (k >= K) continue;  // the op's chunks past K are zeros: fmaf(0, 0, ss) == ss
+    const uint4 v = ldg16(x + k);
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float f = to_f(e[i]);
+      ss = fmaf(f, f, ss);
+    }
+  }
+  const float inv = inv_rms(warp_sum(ss), K, eps);
+  for (int j = warp; j < nch; j += nwarps) {
+    const int k = 8 * lane + 256 * j;
+    if (k >= K) continue;
+    uint4 v = ldg16(x + k);
+    T* e = reinterpret_cast<T*>(&v);
+    float wv[8];
+    load_f32s<8>(w + k, wv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = norm_elem<T>(to_f(e[i]), inv, wv[i]);
+    xs[k / 8] = v;
+  }
+}
+
+template <DType Q, bool F16, bool SW, bool NORM>
 __global__ void __launch_bounds__(kMmaMaxWarps * 32, 2) qmma_kernel(QGemvArgs a, int S) {
   using M = MmaFmt<Q>;
+  using T = std::conditional_t<F16, __half, __nv_bfloat16>;
+  extern __shared__ uint4 qmma_xn[];  // NORM: the normalised x [K]
   constexpr int OUT = SW ? 8 : 16;  // output rows per tile
   __shared__ float part[2][kMmaMaxWarps][kMmaRows];  // the warps' sums, by tile parity
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -588,18 +632,23 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, 2) qmma_kernel(QGemvArgs a,
   griddep_wait();
   griddep_launch();
   const uint16_t* x = static_cast<const uint16_t*>(a.x);
+  if constexpr (NORM) {
+    normalise_x<T>(static_cast<const T*>(a.x), a.K, a.norm_w, a.eps, warp, S, lane, qmma_xn);
+    __syncthreads();
+    x = reinterpret_cast<const uint16_t*>(qmma_xn);
+  }
   // Two register sets in turn.
   while (tile < ntiles) {
     int nt = tile, ns = sb;
     advance(nt, ns);
     if (nt < ntiles) load(nt, ns, bufB);
-    M::template step<F16>(bufA, x, sb, g, t, acc);
+    M::template step<F16, NORM>(bufA, x, sb, g, t, acc);
     if (nt != tile) finish(tile);
     tile = nt, sb = ns;
     if (tile >= ntiles) break;
     advance(nt, ns);
     if (nt < ntiles) load(nt, ns, bufA);
-    M::template step<F16>(bufB, x, sb, g, t, acc);
+    M::template step<F16, NORM>(bufB, x, sb, g, t, acc);
     if (nt != tile) finish(tile);
     tile = nt, sb = ns;
   }
@@ -615,23 +664,29 @@ bool qmma_takes(DType ct, DType qt, int K) {
          (qt == DType::Q4_K || qt == DType::Q5_K || qt == DType::Q6_K) && K % 256 == 0;
 }
 
-template <DType Q, bool F16, bool SW>
+template <DType Q, bool F16, bool SW, bool NORM>
 void qmma_launch(const QGemvArgs& a, int sm_count, cudaStream_t s) {
   const int S = qmma_split(a.K / 256);
   const int tiles = (a.N + (SW ? 8 : 16) - 1) / (SW ? 8 : 16);
+  const size_t smem = NORM ? size_t(a.K) * 2 : 0;
   const int blocks =
-      std::min(tiles, resident_blocks(qmma_kernel<Q, F16, SW>, 0, 32 * S) * sm_count);
-  launch_decode_k(qmma_kernel<Q, F16, SW>, dim3(blocks), dim3(32 * S), 0, s, a, S);
+      std::min(tiles, resident_blocks(qmma_kernel<Q, F16, SW, NORM>, smem, 32 * S) * sm_count);
+  launch_decode_k(qmma_kernel<Q, F16, SW, NORM>, dim3(blocks), dim3(32 * S), smem, s, a, S);
+}
+
+template <DType Q, bool F16>
+void qmma_forms(const QGemvArgs& a, int sm_count, cudaStream_t s) {
+  const bool sw = a.mode == kQGemvSwiglu, norm = a.norm_w != nullptr;
+  if (sw) norm ? qmma_launch<Q, F16, true, true>(a, sm_count, s)
+               : qmma_launch<Q, F16, true, false>(a, sm_count, s);
+  else norm ? qmma_launch<Q, F16, false, true>(a, sm_count, s)
+            : qmma_launch<Q, F16, false, false>(a, sm_count, s);
 }
 
 template <DType Q>
 void qmma_typed(const QGemvArgs& a, int sm_count, cudaStream_t s) {
-  const bool sw = a.mode == kQGemvSwiglu;
-  if (a.ct == DType::F16)
-    sw ? qmma_launch<Q, true, true>(a, sm_count, s) : qmma_launch<Q, true, false>(a, sm_count, s);
-  else
-    sw ? qmma_launch<Q, false, true>(a, sm_count, s)
-       : qmma_launch<Q, false, false>(a, sm_count, s);
+  if (a.ct == DType::F16) qmma_forms<Q, true>(a, sm_count, s);
+  else qmma_forms<Q, false>(a, sm_count, s);
 }
 
 // --- dequantization into the compute type ---------------------------------------------------
@@ -773,10 +828,17 @@ bool qgemv_fits(DType ct, DType qt, int K, int mode, bool mma) {
   return dispatch_packed(qt, FitsFn{K, mode == kQGemvSwiglu});
 }
 
+bool qgemv_norm_fits(DType ct, DType qt, int K, int mode, bool mma) {
+  return mma && mode != kQGemvAdd && qmma_takes(ct, qt, K) && gemv_fusable(ct, K);
+}
+
 void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* seg, int n_seg,
-                  const void* W2, int64_t rb, int K, bool mma, int sm_count, cudaStream_t s) {
+                  const void* W2, int64_t rb, int K, bool mma, int sm_count, cudaStream_t s,
+                  const float* norm_w, float eps) {
   ARB_CHECK(n_seg >= 1 && n_seg <= 3 && (n_seg == 1 || mode == kQGemvPlain),
             "[cuda] packed gemv: %d matrices in mode %d", n_seg, mode);
+  ARB_CHECK(!norm_w || qgemv_norm_fits(ct, qt, K, mode, mma),
+            "[cuda] packed gemv: no fused norm for %s rows of %d values", dtype_name(qt), K);
   QGemvArgs a;
   a.ct = ct;
   a.mode = mode;
@@ -790,6 +852,8 @@ void launch_qgemv(DType ct, DType qt, int mode, const void* x, const QGemvSeg* s
   a.W2 = static_cast<const uint8_t*>(W2);
   a.rb = rb;
   a.K = K;
+  a.norm_w = norm_w;
+  a.eps = eps;
   if (mma && qmma_takes(ct, qt, K)) {
     if (qt == DType::Q4_K) qmma_typed<DType::Q4_K>(a, sm_count, s);
     else if (qt == DType::Q5_K) qmma_typed<DType::Q5_K>(a, sm_count, s);

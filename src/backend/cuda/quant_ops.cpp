@@ -2,8 +2,9 @@
 // gemv_quant.cu): the packed GEMV for a single token, else the matrix dequantized tile by tile
 // into the compute type (a workspace grown like the tier's other scratch: no allocation inside
 // a step, so it stays graph-capturable) and multiplied by cuBLASLt as a dense matrix is. And
-// the fused decode forms on packed rows: the norm then q/k/v (matrices of one format in one
-// launch), GEMV + residual add, the norm then gate/up GEMV + SwiGLU.
+// the fused decode forms on packed rows: the norm and q/k/v (matrices of one format in one
+// launch), GEMV + residual add, the norm and gate/up GEMV + SwiGLU (the norm inside the
+// tensor-core kernel's launches, else its own op).
 #include <algorithm>
 #include <vector>
 
@@ -98,17 +99,29 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
         (outs[i].out->dtype != DType::F32 && outs[i].out->dtype != ct_))
       return false;
   }
-  // The composition's order: the norm (its own op), its tap, then the products; consecutive
-  // matrices of one format (q and k, often v too) share a launch.
-  norm(x, w, nw, T, D, eps, xn);
-  apply_tap(norm_tap, xn, T, D);
+  // The composition's order: the norm, its tap, then the products; consecutive matrices of
+  // one format (q and k, often v too) share a launch. Untapped, each launch normalises x
+  // itself when every one can (the tensor-core kernel), else the norm is its own op.
+  bool fuse_norm = norm_tap == nullptr;
+  for (int i = 0; fuse_norm && i < n_outs; ++i)
+    fuse_norm = cuda::qgemv_norm_fits(ct_, mats[i]->st, D, cuda::kQGemvPlain, tuning_.qgemv_mma);
+  const float* norm_w = nullptr;
   const void* xp = xn.ptr;
+  if (fuse_norm) {
+    check_act(x, D, "rmsnorm_matmul x");
+    norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
+    xp = x.ptr;
+  } else {
+    norm(x, w, nw, T, D, eps, xn);
+    apply_tap(norm_tap, xn, T, D);
+  }
+  const float feps = float(eps);
   for (int i = 0; i < n_outs;) {
     const DType qt = mats[i]->st;
     const int64_t rb = mats[i]->ld;
     cuda::QGemvSeg seg[3];
     int n = 0;
-    std::vector<int64_t> sig = {53, int64_t(xp), rb, D, int(qt)};
+    std::vector<int64_t> sig = {53, int64_t(xp), rb, D, int(qt), int64_t(norm_w), cuda::sig_bits(eps)};
     for (; i < n_outs && mats[i]->st == qt; ++i, ++n) {
       const cuda::DevMat& m = *mats[i];
       const float* bp = target_bias(outs[i], m.rows);
@@ -116,10 +129,10 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
       seg[n] = cuda::QGemvSeg{m.ptr, bp, outs[i].out->ptr, int(m.rows), f32};
       sig.insert(sig.end(), {int64_t(m.ptr), int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
     }
-    stats_.record("rmsnorm_matmul", packed_provider("cuda.gemv_", qt));
+    stats_.record("rmsnorm_matmul", packed_provider(norm_w ? "cuda.norm_gemv_" : "cuda.gemv_", qt));
     submit(std::move(sig), false, 0, [=, this](const cuda::StepCtx&) {
       cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, seg, n, nullptr, rb, D,
-                         tuning_.qgemv_mma, sm_, stream_);
+                         tuning_.qgemv_mma, sm_, stream_, norm_w, feps);
     });
   }
   for (int i = 0; i < n_outs; ++i) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
@@ -163,22 +176,33 @@ bool CudaBackend::packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWe
       u.ld != g.ld || !cuda::qgemv_fits(ct_, g.st, D, cuda::kQGemvSwiglu, tuning_.qgemv_mma))
     return false;
   check_act(act, g.rows, "rmsnorm_glu act");
-  stats_.record("rmsnorm_glu", packed_provider("cuda.gemv_swiglu_", g.st));
-  // The norm as its own op (the packed GEMV reads x from shared memory, widened once per
-  // block; normalising there too is a next step), then gate, up and SwiGLU in one launch.
-  norm(x, w, nw, T, D, eps, xn);
-  apply_tap(taps.norm, xn, T, D);
+  // The norm inside the launch (the tensor-core kernel, untapped), else as its own op; then
+  // gate, up and SwiGLU in one launch.
   const DType qt = g.st;
+  const bool fuse_norm =
+      taps.norm == nullptr && cuda::qgemv_norm_fits(ct_, qt, D, cuda::kQGemvSwiglu, tuning_.qgemv_mma);
+  stats_.record("rmsnorm_glu", packed_provider(fuse_norm ? "cuda.norm_gemv_swiglu_" : "cuda.gemv_swiglu_", qt));
+  const float* norm_w = nullptr;
   const void* xp = xn.ptr;
+  if (fuse_norm) {
+    check_act(x, D, "rmsnorm_glu x");
+    norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
+    xp = x.ptr;
+  } else {
+    norm(x, w, nw, T, D, eps, xn);
+    apply_tap(taps.norm, xn, T, D);
+  }
+  const float feps = float(eps);
   const void *gp = g.ptr, *up = u.ptr;
   const int64_t rb = g.ld;
   const int F = int(g.rows);
   void* ap = act.ptr;
   const cuda::QGemvSeg seg{gp, nullptr, ap, F, 0};
-  submit({52, int64_t(xp), int64_t(gp), int64_t(up), rb, F, D, int64_t(ap), int(qt)}, false, 0,
-         [=, this](const cuda::StepCtx&) {
+  submit({52, int64_t(xp), int64_t(gp), int64_t(up), rb, F, D, int64_t(ap), int(qt),
+          int64_t(norm_w), cuda::sig_bits(eps)},
+         false, 0, [=, this](const cuda::StepCtx&) {
            cuda::launch_qgemv(ct_, qt, cuda::kQGemvSwiglu, xp, &seg, 1, up, rb, D,
-                              tuning_.qgemv_mma, sm_, stream_);
+                              tuning_.qgemv_mma, sm_, stream_, norm_w, feps);
          });
   apply_tap(taps.act, act, T, F);
   return true;
