@@ -199,8 +199,9 @@ class CudaBackend final : public Backend {
   /// qw_ and multiplied by cuBLASLt.
   void matmul_packed(const Buffer& x, const cuda::DevMat& m, const float* bias, int T, DType ot,
                      Buffer& out);
-  /// rmsnorm_matmul (T == 1, the matrices looked up by the caller) as the norm op and a packed
-  /// GEMV per run of matrices of one format (q, k, v stacked); false when it does not apply.
+  /// rmsnorm_matmul (T == 1, the matrices looked up by the caller) as a packed GEMV per run of
+  /// matrices of one format (q, k, v stacked), the norm inside them or as its own op; false
+  /// when it does not apply.
   bool packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int D, double eps,
                              Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
                              int n_outs, const cuda::DevMat* const* mats);
@@ -208,11 +209,15 @@ class CudaBackend final : public Backend {
   /// epilogue; false when it does not apply (too-long rows, a tapped product): the caller's path.
   bool packed_matmul_add(const Buffer& x, const cuda::DevMat& m, Buffer& residual,
                          const StageTap* product, const StageTap* sum);
-  /// rmsnorm_glu with SwiGLU (T == 1) as the norm op and one packed GEMV over the gate and up
-  /// rows with SwiGLU in its epilogue; false when it does not apply (tapped gate or up, ...).
+  /// rmsnorm_glu with SwiGLU (T == 1) as one packed GEMV over the gate and up rows with
+  /// SwiGLU in its epilogue, the norm inside it or as its own op; false when it does not
+  /// apply (tapped gate or up, ...).
   bool packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWeight nw, int D, double eps,
                              Buffer& xn, const cuda::DevMat& g, const cuda::DevMat& u, Buffer& act,
                              const GluTaps& taps);
+  const void* packed_norm_input(const Buffer& x, const Tensor& w, NormWeight nw, int D,
+                                double eps, Buffer& xn, const StageTap* tap, bool inside,
+                                const float*& norm_w);
   /// `prefix` + the block format's name (a provider of --stats), built once per format.
   const std::string& packed_provider(const char* prefix, DType qt);
 

@@ -88,6 +88,22 @@ void CudaBackend::matmul_packed(const Buffer& x, const cuda::DevMat& m, const fl
            });
 }
 
+/// The x a packed GEMV of a fused norm form reads: x itself, the norm's device weights in
+/// norm_w, when its launches normalise it (inside); else xn, after the norm op and its tap.
+const void* CudaBackend::packed_norm_input(const Buffer& x, const Tensor& w, NormWeight nw,
+                                           int D, double eps, Buffer& xn, const StageTap* tap,
+                                           bool inside, const float*& norm_w) {
+  norm_w = nullptr;
+  if (!inside) {
+    norm(x, w, nw, 1, D, eps, xn);
+    apply_tap(tap, xn, 1, D);
+    return xn.ptr;
+  }
+  check_act(x, D, "packed norm x");
+  norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
+  return x.ptr;
+}
+
 bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int D,
                                         double eps, Buffer& xn, const StageTap* norm_tap,
                                         const MatmulTarget* outs, int n_outs,
@@ -106,22 +122,15 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
   for (int i = 0; fuse_norm && i < n_outs; ++i)
     fuse_norm = cuda::qgemv_norm_fits(ct_, mats[i]->st, D, cuda::kQGemvPlain, tuning_.qgemv_mma);
   const float* norm_w = nullptr;
-  const void* xp = xn.ptr;
-  if (fuse_norm) {
-    check_act(x, D, "rmsnorm_matmul x");
-    norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
-    xp = x.ptr;
-  } else {
-    norm(x, w, nw, T, D, eps, xn);
-    apply_tap(norm_tap, xn, T, D);
-  }
+  const void* xp = packed_norm_input(x, w, nw, D, eps, xn, norm_tap, fuse_norm, norm_w);
   const float feps = float(eps);
   for (int i = 0; i < n_outs;) {
     const DType qt = mats[i]->st;
     const int64_t rb = mats[i]->ld;
     cuda::QGemvSeg seg[3];
     int n = 0;
-    std::vector<int64_t> sig = {53, int64_t(xp), rb, D, int(qt), int64_t(norm_w), cuda::sig_bits(eps)};
+    std::vector<int64_t> sig = {53, int64_t(xp), rb, D, int(qt),
+                                int64_t(norm_w), cuda::sig_bits(eps)};
     for (; i < n_outs && mats[i]->st == qt; ++i, ++n) {
       const cuda::DevMat& m = *mats[i];
       const float* bp = target_bias(outs[i], m.rows);
@@ -129,7 +138,8 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
       seg[n] = cuda::QGemvSeg{m.ptr, bp, outs[i].out->ptr, int(m.rows), f32};
       sig.insert(sig.end(), {int64_t(m.ptr), int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
     }
-    stats_.record("rmsnorm_matmul", packed_provider(norm_w ? "cuda.norm_gemv_" : "cuda.gemv_", qt));
+    stats_.record("rmsnorm_matmul",
+                  packed_provider(norm_w ? "cuda.norm_gemv_" : "cuda.gemv_", qt));
     submit(std::move(sig), false, 0, [=, this](const cuda::StepCtx&) {
       cuda::launch_qgemv(ct_, qt, cuda::kQGemvPlain, xp, seg, n, nullptr, rb, D,
                          tuning_.qgemv_mma, sm_, stream_, norm_w, feps);
@@ -180,18 +190,12 @@ bool CudaBackend::packed_rmsnorm_swiglu(const Buffer& x, const Tensor& w, NormWe
   // gate, up and SwiGLU in one launch.
   const DType qt = g.st;
   const bool fuse_norm =
-      taps.norm == nullptr && cuda::qgemv_norm_fits(ct_, qt, D, cuda::kQGemvSwiglu, tuning_.qgemv_mma);
-  stats_.record("rmsnorm_glu", packed_provider(fuse_norm ? "cuda.norm_gemv_swiglu_" : "cuda.gemv_swiglu_", qt));
+      taps.norm == nullptr &&
+      cuda::qgemv_norm_fits(ct_, qt, D, cuda::kQGemvSwiglu, tuning_.qgemv_mma);
+  stats_.record("rmsnorm_glu",
+                packed_provider(fuse_norm ? "cuda.norm_gemv_swiglu_" : "cuda.gemv_swiglu_", qt));
   const float* norm_w = nullptr;
-  const void* xp = xn.ptr;
-  if (fuse_norm) {
-    check_act(x, D, "rmsnorm_glu x");
-    norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
-    xp = x.ptr;
-  } else {
-    norm(x, w, nw, T, D, eps, xn);
-    apply_tap(taps.norm, xn, T, D);
-  }
+  const void* xp = packed_norm_input(x, w, nw, D, eps, xn, taps.norm, fuse_norm, norm_w);
   const float feps = float(eps);
   const void *gp = g.ptr, *up = u.ptr;
   const int64_t rb = g.ld;
