@@ -88,6 +88,12 @@ void end_stream(SeqStream& s, FinishReason f, const std::string& error = {}) {
   s.push(std::move(fin));
 }
 
+// Whether a request's tokens are summarize's top-1 alone (temperature 0, no penalties, no
+// logprobs): choose_token then only takes row.greedy(), so the tier may pick it ahead.
+bool greedy_top1(const SeqRequest& r) {
+  return r.sampling.temperature == 0 && !r.penalties.active() && r.top_logprobs < 0;
+}
+
 // The next token from a row, with its logprobs when asked (they need the whole row on the
 // host), penalised and sampled as generation does.
 TokenLogprob choose_token(LogitsRow& row, const SeqRequest& r, Sampler& sampler,
@@ -264,7 +270,7 @@ class TimeSliceScheduler : public Scheduler {
     if (a.stream->cancelled()) return FinishReason::Cancelled;
     Session& s = *sessions_[size_t(a.slot)];
     const SeqRequest& r = a.req;
-    const bool greedy = r.sampling.temperature == 0 && !r.penalties.active() && r.top_logprobs < 0;
+    const bool greedy = greedy_top1(r);
     if (!a.prefilled) {
       a.prefilled = true;
       a.sampler = std::make_unique<Sampler>(r.sampling);
@@ -654,9 +660,8 @@ class BatchingScheduler : public Scheduler {
     for (size_t i = 0; i < in.size(); ++i) {
       const Seq& q = *in[i];
       row += batch[i].logit_rows();
-      const bool greedy = q.fed + q.T == q.tokens() && (q.prompt_done || q.req.max_tokens != 0) &&
-                          q.req.top_logprobs < 0 && !q.req.penalties.active() &&
-                          q.req.sampling.temperature == 0;
+      const bool greedy =
+          q.fed + q.T == q.tokens() && (q.prompt_done || q.req.max_tokens != 0) && greedy_top1(q.req);
       if (!greedy) continue;
       rows[i] = row - 1;
       lo = std::min(lo, row - 1);
