@@ -4,6 +4,7 @@
 //   sgemm_openblas  OpenBLAS sgemm 2048^3 with its own threads (the "measured GEMM peak")
 //   gemv/...      our GEMV per dtype and ISA at llama-3.2-1B shapes, over a 1 GiB set of
 //                 weight copies so that every call streams from DRAM (bytes/s)
+//   qgemv/...     the block formats' integer GEMV, the same way (bytes/s of packed weights)
 //   gemm/...      T = 512 GEMM, own kernel vs OpenBLAS on widened panels (FLOP/s)
 // Run: build-<name>/bench/arbiter_bench --benchmark_filter=... (see bench/README.md).
 // The dev machine is shared and noisy: use --benchmark_repetitions and read medians.
@@ -11,12 +12,14 @@
 #include <cblas.h>
 #include <immintrin.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/probes.h"
 #include "bench_util.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 
 namespace arbiter::bench {
@@ -103,6 +106,33 @@ void gemv(benchmark::State& state, DType dt, Isa isa, int threads, int64_t N, in
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(mat_bytes));
 }
 
+// The integer GEMV of the block formats (x quantized to 8 bits once per call, as the tier
+// does), over copies of one matrix of normal weights quantized to dt.
+void qgemv(benchmark::State& state, DType dt, Isa isa, int threads, int64_t N, int64_t K) {
+  const size_t mat_bytes = dtype_bytes(dt, N * K);
+  const int copies = int(std::max<size_t>(1, kGiB / mat_bytes));
+  HugeBuffer w(mat_bytes * size_t(copies));
+  {
+    std::vector<float> wf(static_cast<size_t>(N * K));
+    fill_random(DType::F32, wf.data(), N * K, 3, 0.05f);
+    quantize_blocks(dt, wf.data(), N * K / block_elems(dt), w.as<uint8_t>());
+  }
+  for (int c = 1; c < copies; ++c) std::memcpy(w.as<uint8_t>() + mat_bytes * size_t(c), w.ptr, mat_bytes);
+  std::vector<float> x(static_cast<size_t>(K)), y(static_cast<size_t>(N));
+  fill_random(DType::F32, x.data(), K, 4, 1);
+  const cpu::QGemvFn fn = cpu::qgemv_kernel(isa, dt);
+  cpu::ActQ8 xa;
+  int c = 0;
+  for (auto _ : state) {
+    const uint8_t* wc = w.as<uint8_t>() + mat_bytes * size_t(c);
+    cpu::quantize_act_q8(x.data(), K, cpu::act_q8_block(dt), xa);
+    pool(threads).parallel_for(N, [&](int64_t n0, int64_t n1) { fn(wc, K, xa, y.data(), n0, n1); });
+    c = (c + 1) % copies;
+  }
+  benchmark::DoNotOptimize(y.data());
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(mat_bytes));
+}
+
 void gemm(benchmark::State& state, GemmImpl impl, DType dt, Isa isa, int threads, int64_t T,
           int64_t N, int64_t K) {
   HugeBuffer w(dtype_bytes(dt, N * K)), x(size_t(T * K) * 4), out(size_t(T * N) * 4);
@@ -157,6 +187,18 @@ void register_all() {
                              "/K:" + std::to_string(sh.K);
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
             gemv(s, dt, isa, th, sh.N, sh.K);
+          })->UseRealTime()->Unit(benchmark::kMicrosecond);
+        }
+  for (DType dt : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K,
+                   DType::Q2_K, DType::IQ4_XS})
+    for (Isa isa : cpu::available_isas())
+      for (int th : {1, 2})
+        for (const Shape& sh : kShapes) {
+          std::string name = std::string("qgemv/") + dtype_name(dt) + "/" + cpu::isa_name(isa) +
+                             "/threads:" + std::to_string(th) + "/N:" + std::to_string(sh.N) +
+                             "/K:" + std::to_string(sh.K);
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+            qgemv(s, dt, isa, th, sh.N, sh.K);
           })->UseRealTime()->Unit(benchmark::kMicrosecond);
         }
   for (GemmImpl impl : {GemmImpl::Own, GemmImpl::Blas})

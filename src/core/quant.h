@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -92,6 +93,16 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
     sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
     m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
+}
+
+/// All 8 scales and mins at once, byte j of sc and m (little-endian) being scale_min_k4(j):
+/// the same fields taken from the 12 bytes as three words, 4 sub-blocks per mask.
+inline void scales_mins_k4(const uint8_t* q, uint64_t& sc, uint64_t& m) {
+  uint32_t w[3];
+  std::memcpy(w, q, 12);
+  // Bits 6-7 of a byte moved to bits 4-5: (w >> 2) & 0x30 per byte.
+  sc = uint64_t(w[0] & 0x3F3F3F3Fu) | uint64_t((w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u)) << 32;
+  m = uint64_t(w[1] & 0x3F3F3F3Fu) | uint64_t(((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u)) << 32;
 }
 
 /// Whether every f16 scale (and min) of one block of type t at blk is finite (MXFP4's E8M0

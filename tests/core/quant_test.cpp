@@ -171,6 +171,31 @@ TEST(Quant, Q4_K) {
   EXPECT_EQ(y[255], 230.0); // 17 * 15 - 25
 }
 
+// The word-parallel decode gives scale_min_k4's fields for every bit pattern of a byte in
+// every position: the hand-worked block, then random 12-byte patterns.
+TEST(Quant, ScalesMinsK4WordsMatchTheFieldDecode) {
+  BlockQ4_K b{};
+  k4_scales(b);
+  uint64_t sc, m;
+  scales_mins_k4(b.scales, sc, m);
+  EXPECT_EQ(sc >> 56, 17u);
+  EXPECT_EQ(m >> 56, 50u);
+  EXPECT_EQ(sc & 0xFF, 2u);
+  EXPECT_EQ((m & 0xFF), 3u);
+  std::mt19937 rng(12);
+  for (int t = 0; t < 4096; ++t) {
+    uint8_t q[12];
+    for (uint8_t& v : q) v = uint8_t(rng());
+    scales_mins_k4(q, sc, m);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t s1, m1;
+      scale_min_k4(j, q, s1, m1);
+      ASSERT_EQ(uint8_t(sc >> (8 * j)), s1) << "scale " << j << " of pattern " << t;
+      ASSERT_EQ(uint8_t(m >> (8 * j)), m1) << "min " << j << " of pattern " << t;
+    }
+  }
+}
+
 TEST(Quant, Q5_K) {
   BlockQ5_K b{};
   k4_scales(b);

@@ -52,7 +52,7 @@ struct ActQ8 {
   int64_t K = 0;
   std::vector<int8_t> q;        // [K]
   std::vector<float> d;         // [K / block]
-  std::vector<int32_t> sums;    // [K / 16]
+  std::vector<int16_t> sums;    // [K / 16]; |sum| <= 16 * 127, and 16-bit lanes feed madd
 };
 /// The activation block the integer kernel of weight type t reads (its own block: 32 or
 /// 256), 0 when t has no integer kernel (dense types, MLX blocks: they keep the f32 GEMV).

@@ -75,9 +75,9 @@ void quantize_act_q8(const float* x, int64_t K, int block, ActQ8& a) {
     a.d[size_t(b)] = d;
   }
   for (int64_t s = 0; s < K / 16; ++s) {
-    int32_t t = 0;
+    int t = 0;
     for (int i = 0; i < 16; ++i) t += a.q[size_t(s * 16 + i)];
-    a.sums[size_t(s)] = t;
+    a.sums[size_t(s)] = int16_t(t);
   }
 }
 
@@ -409,30 +409,59 @@ struct DotScalar {
 
 #ifdef ARBITER_CPU_AVX2
 // Register kernels, on 256-bit registers: codes unpacked in registers; for the super-block
-// formats, the integer sums scaled by the integer sub-scales before one conversion, so only
-// two or three f32 operations remain per super-block. I is the u8 x s8 dot: maddubs + madd
-// (AVX2) or VNNI vpdpbusd on 256-bit registers (AVX512-VL).
+// formats, each sub-block's integer sums scaled by its integer sub-scale inside the 16-bit
+// multiply-add, so only a few f32 operations remain per super-block. I is the u8 x s8 dot:
+// dot(u, x) gives 8 int32 lanes of 4 products each (maddubs + madd, or VNNI vpdpbusd on
+// 256-bit registers, AVX512-VL); sdot(acc, u, x, s) adds to each lane its 4 products times
+// the 16-bit scale s of their words: the same integers as s * dot(u, x), the lanes' scales
+// coming from a register instead of a multiply per sub-block. maddubs's pair sums never
+// saturate: |u| <= 128 and |x| <= 127 (2 * 128 * 127 < 2^15).
 struct I8Madd {
   static __m256i dot(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+  }
+  static __m256i sdot(__m256i acc, __m256i w, __m256i x, __m256i s) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), s));
   }
 };
 #if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
 struct I8Vnni {
   static __m256i dot(__m256i w, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x); }
+  static __m256i sdot(__m256i acc, __m256i w, __m256i x, __m256i s) { return I8Madd::sdot(acc, w, x, s); }
 };
 #else
 using I8Vnni = I8Madd;
 #endif
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// Word j of each 128-bit half of v, in all 8 words of that half.
+inline __m256i spread_word(__m256i v, int j) {
+  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(int16_t((2 * j + 1) << 8 | 2 * j)));
+}
+// Formats of 16 sub-blocks of 16 (Q2_K, Q3_K, Q6_K) dot 32 values at a time, values
+// 128 h + 32 k + [0, 32): sub-blocks s = 8 h + 2 k (the dot's lanes 0-3) and s + 1 (lanes 4-7).
+// From the 16 sub-scales as 16-bit words, the words that scale them: s in the low half, s + 1
+// in the high half.
+inline __m256i scales_of_pair(__m256i sc16, int h, int k) {
+  const __m256i half = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+  return _mm256_shuffle_epi8(half, _mm256_set_m128i(_mm_set1_epi16(int16_t((4 * k + 3) << 8 | (4 * k + 2))),
+                                                    _mm_set1_epi16(int16_t((4 * k + 1) << 8 | 4 * k))));
+}
 
 // A format's register kernel is one block's integer work, R::block(p, xq, xs, a, b, count):
 // from the block at p and its activation codes xq (xs: their sums per 16), the integer sums
 // in 8 int32 lanes (returned), the f32 factor a that scales them, and for the formats with a b
-// term (R::kHasB) the f32 b and the integer count it multiplies. The constants (masks,
-// tables) are built once per call. qgemv_reg is the GEMV around them, the same for every
-// format: per block acc += sums * (a dx) in f32 lanes and bias += b dx count in a scalar.
+// term (R::kHasB) the f32 b and the integer counts it multiplies, in 8 int32 lanes too. The
+// constants (masks, tables) are built once per call. qgemv_reg is the GEMV around them, the
+// same for every format: per block acc += sums * (a dx) and bacc += counts * (b dx), in f32
+// lanes, reduced once per row.
+// Each block's bytes 2 KiB ahead are prefetched. The hardware prefetcher alone kept too few
+// lines in flight for kernels with this many instructions per byte: Q4_K streamed 8.4 GB/s on
+// 2 threads, 26 GB/s with the prefetch (bench/cpu_kernels_bench.cpp qgemv/q4_k; 1 KiB and
+// 4 KiB were slower, docs/performance.md).
+constexpr int64_t kPrefetchAhead = 2048;
 template <class I, class R>
 void qgemv_reg(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
   using B = typename R::Block;
@@ -441,19 +470,19 @@ void qgemv_reg(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0,
   const R r;
   for (int64_t n = n0; n < n1; ++n) {
     const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
-    __m256 acc = _mm256_setzero_ps();
-    float bias = 0;
+    __m256 acc = _mm256_setzero_ps(), bacc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      const char* ahead = reinterpret_cast<const char*>(row + size_t(b) * sizeof(B)) + kPrefetchAhead;
+      for (size_t o = 0; o < sizeof(B); o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
       float a, bb = 0;
-      int32_t count = 0;
+      __m256i count = _mm256_setzero_si256();
       const __m256i s = r.template block<I>(row + size_t(b) * sizeof(B), xa.q.data() + b * R::kBlock,
                                             xa.sums.data() + b * (R::kBlock / 16), a, bb, count);
       const float dx = xa.d[size_t(b)];
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a * dx), acc);
-      if constexpr (R::kHasB) bias += bb * dx * float(count);
+      if constexpr (R::kHasB) bacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(count), _mm256_set1_ps(bb * dx), bacc);
     }
-    // acc is never -0 (it starts at +0 and adds products), so + 0 changes no bit.
-    y[n] = VAvx2::reduce_add(acc) + bias;
+    y[n] = VAvx2::reduce_add(R::kHasB ? _mm256_add_ps(acc, bacc) : acc);
   }
 }
 
@@ -463,7 +492,7 @@ struct RegQ8_0 {
   static constexpr int kBlock = kQK;
   static constexpr bool kHasB = false;
   template <class I>
-  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t*, float& a, float&, int32_t&) const {
+  __m256i block(const uint8_t* p, const int8_t* xq, const int16_t*, float& a, float&, __m256i&) const {
     const __m256i w = load32(p + offsetof(Block, qs)), x = load32(xq);
     a = f16_at(p + offsetof(Block, d));
     return I::dot(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
@@ -472,7 +501,8 @@ struct RegQ8_0 {
 
 // The other formats of 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): the nibbles
 // (plus Q5's 5th bit from qh, or the IQ4_NL / MXFP4 table through a byte shuffle) unpacked
-// in a register, one dot; a and b (-8 d, m, -16 d, m) from Fmt<T>::scales, count = sum(q).
+// in a register, one dot; a and b (-8 d, m, -16 d, m) from Fmt<T>::scales, count = sum(q)
+// in lane 0.
 template <DType T>
 struct Reg32 {
   using F = Fmt<T>;
@@ -485,17 +515,16 @@ struct Reg32 {
   static constexpr bool kHasB = F::kHasB;
   static constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1;
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256i table = F::kSigned ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                                         T == DType::IQ4_NL ? kIQ4NLValues : kMXFP4Values)))
+  const __m256i table = F::kSigned ? _mm256_broadcastsi128_si256(load16(T == DType::IQ4_NL ? kIQ4NLValues : kMXFP4Values))
                                    : _mm256_setzero_si256();
   // Q5: byte j of the expanded qh takes byte j / 8 of qh and tests bit j % 8.
   const __m256i qh_shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i qh_bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
   template <class I>
-  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float& b,
-                int32_t& count) const {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(Block, qs)));
+  __m256i block(const uint8_t* p, const int8_t* xq, const int16_t* xs, float& a, float& b,
+                __m256i& count) const {
+    const __m128i raw = load16(p + offsetof(Block, qs));
     __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
     if constexpr (kQ5) {
       uint32_t qh;
@@ -513,7 +542,7 @@ struct Reg32 {
       s = I::dot(u, x);
     }
     F::scales(p, a, b);
-    count = xs[0] + xs[1];
+    if constexpr (kHasB) count = _mm256_setr_epi32(xs[0] + xs[1], 0, 0, 0, 0, 0, 0, 0);
     return s;
   }
 };
@@ -525,19 +554,18 @@ struct RegIq4Xs {
   static constexpr int kBlock = kQK_K;
   static constexpr bool kHasB = false;
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+  const __m256i table = _mm256_broadcastsi128_si256(load16(kIQ4NLValues));
   template <class I>
-  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t*, float& a, float&, int32_t&) const {
+  __m256i block(const uint8_t* p, const int8_t* xq, const int16_t*, float& a, float&, __m256i&) const {
     using B = Block;
     const uint16_t sh = f16_bits_at(p + offsetof(B, scales_h));
     __m256i isum = _mm256_setzero_si256();
     for (int s = 0; s < 8; ++s) {
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(B, qs) + 16 * s));
+      const __m128i raw = load16(p + offsetof(B, qs) + 16 * s);
       const __m256i u = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
       const __m256i x = load32(xq + 32 * s);
       const int ls = ((p[offsetof(B, scales_l) + s / 2] >> (4 * (s % 2))) & 0xF) | ((sh >> (2 * s)) & 3) << 4;
-      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u)),
-                                                       _mm256_set1_epi32(ls - 32)));
+      isum = I::sdot(isum, _mm256_abs_epi8(u), _mm256_sign_epi8(x, u), _mm256_set1_epi16(int16_t(ls - 32)));
     }
     a = f16_at(p + offsetof(B, d));
     return isum;
@@ -545,10 +573,11 @@ struct RegIq4Xs {
 };
 
 // Q4_K / Q5_K: sum_j d sc_j dx sum(u q) - dmin dx sum_j m_j sum(q): both sums exact in int32
-// (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 31 * 127 < 2^31); a = d, b = -dmin (so b dx count
-// is the bits of -(dmin dx count)), count = sum_j m_j sum(q). Q5_K's 5th bit of value l of
-// sub-block j is bit j of qh[l]: shifted to bit 0 of its byte (a 16-bit shift by j < 8 moves
-// no other bit of that byte there), masked, moved to bit 4.
+// (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 31 * 127 < 2^31); a = d, b = -dmin, count lane j
+// = m_j sum(q) over sub-block j. The 12 scale bytes decoded word-parallel (scales_mins_k4),
+// widened to 16-bit words, word j spread over a register per sub-block. Q5_K's 5th bit of
+// value l of sub-block j is bit j of qh[l]: shifted to bit 0 of its byte (a 16-bit shift by
+// j < 8 moves no other bit of that byte there), masked, moved to bit 4.
 template <DType T>
 struct RegQ45K {
   using Block = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
@@ -559,15 +588,15 @@ struct RegQ45K {
     return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
   }
   template <class I>
-  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float& b,
-                int32_t& count) const {
+  __m256i block(const uint8_t* p, const int8_t* xq, const int16_t* xs, float& a, float& b,
+                __m256i& count) const {
     using B = Block;
-    uint8_t sc[8], m[8];
-    int32_t msum = 0;
-    for (int j = 0; j < 8; ++j) {
-      scale_min_k4(j, p + offsetof(B, scales), sc[j], m[j]);
-      msum += int32_t(m[j]) * (xs[2 * j] + xs[2 * j + 1]);
-    }
+    uint64_t sc8, m8;
+    scales_mins_k4(p + offsetof(B, scales), sc8, m8);
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc8))));
+    // Words 2 j and 2 j + 1 take m_j, against the two sums of 16 of sub-block j.
+    const __m128i mv = _mm_cvtsi64_si128(int64_t(m8));
+    count = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), load32(xs));
     __m256i qh = _mm256_setzero_si256();
     if constexpr (T == DType::Q5_K) qh = load32(p + offsetof(B, qh));
     __m256i isum = _mm256_setzero_si256();
@@ -578,26 +607,24 @@ struct RegQ45K {
         ulo = _mm256_or_si256(ulo, bit4(qh, 2 * c));
         uhi = _mm256_or_si256(uhi, bit4(qh, 2 * c + 1));
       }
-      const __m256i lo = I::dot(ulo, load32(xq + 64 * c));
-      const __m256i hi = I::dot(uhi, load32(xq + 64 * c + 32));
-      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(lo, _mm256_set1_epi32(sc[2 * c])));
-      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc[2 * c + 1])));
+      isum = I::sdot(isum, ulo, load32(xq + 64 * c), spread_word(sc, 2 * c));
+      isum = I::sdot(isum, uhi, load32(xq + 64 * c + 32), spread_word(sc, 2 * c + 1));
     }
     a = f16_at(p + offsetof(B, d));
     b = -f16_at(p + offsetof(B, dmin));
-    count = msum;
     return isum;
   }
 };
 
 // Q2_K / Q3_K: 16 sub-blocks of 16; per 32 bytes of qs (half n of the super-block), shift 2j
-// gives values 128 n + 32 j + l, l = 0..31: sub-blocks 8 n + 2 j (lanes 0-3 of the dot) and the
-// next (lanes 4-7). Q2_K: u the 2 bits (maddubs pair sums <= 2 * 3 * 127), sum_s sc_s sum(u q)
-// exact in int32 (<= 16 * 15 * 16 * 3 * 127); a = d, b = -dmin, count = sum_s m_s sum(q).
-// Q3_K: u = the 2 bits + 4 hbit in 0..7 (hbit of value 32 k + l, k = 4 n + j, is bit k of
-// hmask[l]: a 16-bit shift by k < 8 brings it to bit 0 of its own byte), value
-// d (s - 32) (u - 4): sum_s (s - 32) (sum(u q) - 4 sum(q)) exact in int32
-// (<= 16 * 32 * 16 * 11 * 127), the -4 offset taken by one lane as Q6_K's -32; a = d.
+// gives values 128 n + 32 j + l, l = 0..31 (scales_of_pair's order). Q2_K: u the 2 bits,
+// sum_s sc_s sum(u q) exact in int32 (<= 16 * 15 * 16 * 3 * 127); a = d, b = -dmin, count lane
+// i = m_2i sum(q)_2i + m_2i+1 sum(q)_2i+1. Q3_K: u = the 2 bits + 4 hbit in 0..7 (hbit of
+// value 32 k + l, k = 4 n + j, is bit k of hmask[l]: a 16-bit shift by k < 8 brings it to bit
+// 0 of its own byte), value d (s - 32) (u - 4): sum_s (s - 32) (sum(u q) - 4 sum(q)) exact in
+// int32 (<= 16 * 32 * 16 * 11 * 127), the -4 offset taken per lane as Q6_K's -32; a = d. Q3_K's
+// 6-bit scales come word-parallel: sub-blocks 4 g .. 4 g + 3 take nibble g / 2 of bytes
+// 4 (g % 2) .. + 3 and bits 2 g, 2 g + 1 of bytes 8 .. 11.
 template <DType T>
 struct RegQ23K {
   using Block = std::conditional_t<T == DType::Q3_K, BlockQ3_K, BlockQ2_K>;
@@ -605,61 +632,57 @@ struct RegQ23K {
   static constexpr bool kHasB = T == DType::Q2_K;
   const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
   template <class I>
-  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float& b,
-                int32_t& count) const {
+  __m256i block(const uint8_t* p, const int8_t* xq, const int16_t* xs, float& a, float& b,
+                __m256i& count) const {
     using B = Block;
-    int32_t sc[16], off = 0;
-    for (int s = 0; s < 16; ++s) {
-      if constexpr (T == DType::Q2_K) {
-        const uint8_t v = p[offsetof(B, scales) + s];
-        sc[s] = v & 0xF;
-        off += int32_t(v >> 4) * xs[s];
-      } else {
-        const uint8_t* scales = p + offsetof(B, scales);
-        const int lo = s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4;
-        const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
-        sc[s] = (lo | hi << 4) - 32;
-        off += sc[s] * xs[s];
-      }
+    __m256i sc, isum;
+    if constexpr (T == DType::Q2_K) {
+      const __m128i v = load16(p + offsetof(B, scales));
+      sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, _mm_set1_epi8(0xF)));
+      count = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0xF))),
+                                load32(xs));
+      isum = _mm256_setzero_si256();
+    } else {
+      uint32_t w[3];
+      std::memcpy(w, p + offsetof(B, scales), 12);
+      const uint32_t lo4 = 0x0F0F0F0Fu, lo2 = 0x03030303u;
+      const __m128i v = _mm_setr_epi32(int32_t((w[0] & lo4) | (w[2] & lo2) << 4),
+                                       int32_t((w[1] & lo4) | ((w[2] >> 2) & lo2) << 4),
+                                       int32_t(((w[0] >> 4) & lo4) | ((w[2] >> 4) & lo2) << 4),
+                                       int32_t(((w[1] >> 4) & lo4) | ((w[2] >> 6) & lo2) << 4));
+      sc = _mm256_sub_epi16(_mm256_cvtepu8_epi16(v), _mm256_set1_epi16(32));
+      isum = _mm256_slli_epi32(_mm256_madd_epi16(sc, load32(xs)), 2);
+      isum = _mm256_sub_epi32(_mm256_setzero_si256(), isum);
     }
     __m256i hm = _mm256_setzero_si256();
     if constexpr (T == DType::Q3_K) hm = load32(p + offsetof(B, hmask));
-    __m256i isum = _mm256_setzero_si256();
     for (int n = 0; n < 2; ++n) {
       const __m256i q = load32(p + offsetof(B, qs) + 32 * n);
       for (int j = 0; j < 4; ++j) {
         __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
         if constexpr (T == DType::Q3_K)
           u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one), 2));
-        const int s = 8 * n + 2 * j;
-        const __m256i scv = _mm256_setr_epi32(sc[s], sc[s], sc[s], sc[s], sc[s + 1], sc[s + 1], sc[s + 1], sc[s + 1]);
-        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(u, load32(xq + 128 * n + 32 * j)), scv));
+        isum = I::sdot(isum, u, load32(xq + 128 * n + 32 * j), scales_of_pair(sc, n, j));
       }
     }
-    if constexpr (T == DType::Q2_K) {
-      b = -f16_at(p + offsetof(B, dmin));
-      count = off;
-    } else {
-      isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(4 * off, 0, 0, 0, 0, 0, 0, 0));
-    }
+    if constexpr (T == DType::Q2_K) b = -f16_at(p + offsetof(B, dmin));
     a = f16_at(p + offsetof(B, d));
     return isum;
   }
 };
 
 // Q6_K: sum_s sc_s (sum(u q) - 32 sum(q)) exact in int32 (< 16 * 128 * 16 * 95 * 127); a = d.
+// The -32 offset per lane: lane i starts at -32 (sc_2i sum(q)_2i + sc_2i+1 sum(q)_2i+1).
 struct RegQ6K {
   using Block = BlockQ6_K;
   static constexpr int kBlock = kQK_K;
   static constexpr bool kHasB = false;
   const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
   template <class I>
-  __m256i block(const uint8_t* p, const int8_t* xq, const int32_t* xs, float& a, float&, int32_t&) const {
+  __m256i block(const uint8_t* p, const int8_t* xq, const int16_t* xs, float& a, float&, __m256i&) const {
     using B = Block;
-    const int8_t* scales = reinterpret_cast<const int8_t*>(p + offsetof(B, scales));
-    int32_t off = 0;
-    for (int s = 0; s < 16; ++s) off += int32_t(scales[s]) * xs[s];
-    __m256i isum = _mm256_setzero_si256();
+    const __m256i sc = _mm256_cvtepi8_epi16(load16(p + offsetof(B, scales)));
+    __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc, load32(xs)), 5));
     for (int h = 0; h < 2; ++h) {
       const __m256i qa = load32(p + offsetof(B, ql) + 64 * h), qb = load32(p + offsetof(B, ql) + 64 * h + 32);
       const __m256i qh = load32(p + offsetof(B, qh) + 32 * h);
@@ -669,16 +692,9 @@ struct RegQ6K {
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
-      for (int k = 0; k < 4; ++k) {
-        // Lanes 0-3 are sub-block 8h + 2k, lanes 4-7 the next.
-        const int s = 8 * h + 2 * k;
-        const __m256i sc = _mm256_setr_epi32(scales[s], scales[s], scales[s], scales[s], scales[s + 1],
-                                             scales[s + 1], scales[s + 1], scales[s + 1]);
-        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(I::dot(u[k], load32(xq + 128 * h + 32 * k)), sc));
-      }
+      for (int k = 0; k < 4; ++k)
+        isum = I::sdot(isum, u[k], load32(xq + 128 * h + 32 * k), scales_of_pair(sc, h, k));
     }
-    // The -32 offset: one lane takes it, so the lanes' sum is exact before conversion.
-    isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
     a = f16_at(p + offsetof(B, d));
     return isum;
   }
