@@ -41,7 +41,7 @@ std::string variant_name(const testing::TestParamInfo<Variant>& i) { return i.pa
 
 class IsaTest : public testing::TestWithParam<Variant> {};
 
-constexpr DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0};
+constexpr DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 bool same_f32(float a, float b) {
   uint32_t x, y;
@@ -58,8 +58,8 @@ TEST_P(IsaTest, WidenIsExact) {
     cpu::WidenFn widen = cpu::widen_kernel(GetParam().isa, dt);
     ASSERT_NE(widen, nullptr);
     for (int64_t n : {int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(32),
-                      int64_t(33), int64_t(96), int64_t(1000)}) {
-      if (dt == DType::Q8_0 && n % kQ8BlockSize) continue;
+                      int64_t(33), int64_t(96), int64_t(256), int64_t(1000), int64_t(1024)}) {
+      if (n % block_elems(dt)) continue;
       SCOPED_TRACE(strformat("widen %s n=%lld variant=%s", dtype_name(dt), (long long)n,
                              GetParam().name().c_str()));
       std::vector<uint8_t> src(dtype_bytes(dt, n));

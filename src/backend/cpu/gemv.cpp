@@ -8,6 +8,7 @@
 // These are the exact f32 paths: by default the backend runs a T == 1 matmul of a ggml block
 // format on qdot.cpp's integer kernels instead, x quantized to 8 bits (CpuOptions::act_quant).
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -188,6 +189,73 @@ void widen_blocks(const void* src, float* dst, int64_t n) {
   dequant_blocks(T, static_cast<const uint8_t*>(src), n / block_elems(T), dst);
 }
 
+#ifdef ARBITER_CPU_AVX2
+// The k-quants of Q4_K_M / Q5_K_M files widened in registers (the prefill GEMM widens every
+// weight of a forward; dequant_blocks' scalar loop took as long as the GEMM itself). The
+// values are dequant_blocks' bit for bit: d sc q - dmin m with d sc q exact in f32 (11 + 6 + 5
+// bits), so one rounding either way; Q6_K's d sc (q - 32) is one product of an exact d sc.
+// 32 codes u (bytes; int8 when kSigned) become a u + b: a0 for the first 16, a1 for the rest.
+template <bool kSigned, bool kHasB>
+inline void widen32(__m256i u, __m256 a0, __m256 a1, __m256 b, float* dst) {
+  const __m128i h[2] = {_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)};
+  for (int i = 0; i < 4; ++i) {
+    const __m128i g = i % 2 ? _mm_srli_si128(h[i / 2], 8) : h[i / 2];
+    const __m256 v = _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(g) : _mm256_cvtepu8_epi32(g));
+    const __m256 a = i < 2 ? a0 : a1;
+    _mm256_storeu_ps(dst + 8 * i, kHasB ? _mm256_fmadd_ps(a, v, b) : _mm256_mul_ps(a, v));
+  }
+}
+
+template <DType T>
+void widen_q45k(const void* src, float* dst, int64_t n) {
+  using B = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
+  const auto* p = static_cast<const uint8_t*>(src);
+  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < n / kQK_K; ++i, p += sizeof(B), dst += kQK_K) {
+    uint64_t sc, m;
+    scales_mins_k4(p + offsetof(B, scales), sc, m);
+    const float d = f16_at(p + offsetof(B, d)), dmin = f16_at(p + offsetof(B, dmin));
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (T == DType::Q5_K) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(B, qh)));
+    for (int s = 0; s < 8; ++s) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(B, qs) + 32 * (s / 2)));
+      __m256i u = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(q, 4) : q, m4);
+      if constexpr (T == DType::Q5_K)
+        u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, s), one), 4));
+      const __m256 a = _mm256_set1_ps(d * float(uint8_t(sc >> (8 * s))));
+      widen32<false, true>(u, a, a, _mm256_set1_ps(-(dmin * float(uint8_t(m >> (8 * s))))), dst + 32 * s);
+    }
+  }
+}
+
+void widen_q6k(const void* src, float* dst, int64_t n) {
+  using B = BlockQ6_K;
+  const auto* p = static_cast<const uint8_t*>(src);
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+  for (int64_t i = 0; i < n / kQK_K; ++i, p += sizeof(B), dst += kQK_K) {
+    const float d = f16_at(p + offsetof(B, d));
+    const auto* scales = reinterpret_cast<const int8_t*>(p + offsetof(B, scales));
+    for (int h = 0; h < 2; ++h) {
+      auto ld = [&](size_t o) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + o)); };
+      const __m256i qa = ld(offsetof(B, ql) + 64 * h), qb = ld(offsetof(B, ql) + 64 * h + 32);
+      const __m256i qh = ld(offsetof(B, qh) + 32 * h);
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
+          _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
+      for (int k = 0; k < 4; ++k) {
+        const int s = 8 * h + 2 * k;
+        widen32<true, false>(_mm256_sub_epi8(u[k], off), _mm256_set1_ps(d * float(scales[s])),
+                             _mm256_set1_ps(d * float(scales[s + 1])), _mm256_setzero_ps(),
+                             dst + 128 * h + 32 * k);
+      }
+    }
+  }
+}
+#endif
+
 template <class V, template <class> class LT>
 void widen_dense(const void* src, float* dst, int64_t n) {
   using L = LT<V>;
@@ -252,9 +320,15 @@ WidenFn widen_for(DType t) {
     case DType::Q5_1: return widen_blocks<DType::Q5_1>;
     case DType::Q2_K: return widen_blocks<DType::Q2_K>;
     case DType::Q3_K: return widen_blocks<DType::Q3_K>;
+#ifdef ARBITER_CPU_AVX2
+    case DType::Q4_K: return std::is_same_v<V, VScalar> ? widen_blocks<DType::Q4_K> : widen_q45k<DType::Q4_K>;
+    case DType::Q5_K: return std::is_same_v<V, VScalar> ? widen_blocks<DType::Q5_K> : widen_q45k<DType::Q5_K>;
+    case DType::Q6_K: return std::is_same_v<V, VScalar> ? widen_blocks<DType::Q6_K> : widen_q6k;
+#else
     case DType::Q4_K: return widen_blocks<DType::Q4_K>;
     case DType::Q5_K: return widen_blocks<DType::Q5_K>;
     case DType::Q6_K: return widen_blocks<DType::Q6_K>;
+#endif
     case DType::IQ4_NL: return widen_blocks<DType::IQ4_NL>;
     case DType::IQ4_XS: return widen_blocks<DType::IQ4_XS>;
     case DType::MXFP4: return widen_blocks<DType::MXFP4>;

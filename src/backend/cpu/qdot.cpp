@@ -100,23 +100,6 @@ void act_q8_rounding(DType t, const void* W, int64_t K, const ActQ8& a, double* 
 
 namespace {
 
-// f16 -> f32 is exact either way; the instruction saves a call per block.
-#ifdef __F16C__
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-#else
-inline float h2f(uint16_t h) { return f16_to_f32(h); }
-#endif
-
-// Blocks are read through byte pointers and memcpy, never a cast (core/quant.h: a block can
-// sit at any byte address). Copying a block into a local struct instead made GCC store and
-// reload it piecewise, 5x slower.
-inline uint16_t f16_bits_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
-inline float f16_at(const uint8_t* p) { return h2f(f16_bits_at(p)); }
-
 // Per format: G (sub-block size), whether its codes are signed, whether it has the b term,
 // and unpack(block) -> codes u[block_elems], a[sub-blocks], b[sub-blocks]. The bit layouts
 // are core/quant.cpp's (written out there and in docs/quantization.md).
