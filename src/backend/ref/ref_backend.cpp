@@ -83,34 +83,59 @@ class RefBackend final : public Backend {
               Buffer& out) override {
     stats_.record("matmul", "ref.matmul");
     const int64_t N = W.rows(), K = W.cols();
-    std::vector<double> wrow(K), b(N, 0.0);
+    std::vector<double> w4(size_t(4 * K)), b(N, 0.0);
     if (bias) row_to_f64(bias->dtype, bias->data, b.data(), N);
-    for (int64_t n = 0; n < N; ++n) {
-      row_to_f64(W.dtype, W.row(n), wrow.data(), K);
-      // Four rows of x at a time: four independent accumulators, each summed in the same
-      // order as one at a time, so the result is unchanged and the loop is not latency-bound.
-      int t = 0;
-      for (; t + 4 <= T; t += 4) {
-        const double* x0 = f64(x) + t * K;
-        const double *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          a0 += x0[k] * wrow[k];
-          a1 += x1[k] * wrow[k];
-          a2 += x2[k] * wrow[k];
-          a3 += x3[k] * wrow[k];
+    // Four independent accumulators at a time, each summed in the same order as one at a
+    // time, so the result is unchanged and the loop is not latency-bound: four rows of x
+    // against a weight row, and for the rows of x left over (all of them in decode), four
+    // weight rows against a row of x.
+    for (int64_t n0 = 0; n0 < N; n0 += 4) {
+      const int nn = int(std::min<int64_t>(4, N - n0));
+      for (int r = 0; r < nn; ++r) row_to_f64(W.dtype, W.row(n0 + r), w4.data() + r * K, K);
+      const int t4 = T - T % 4;
+      for (int r = 0; r < nn; ++r) {
+        const int64_t n = n0 + r;
+        const double* wrow = w4.data() + r * K;
+        for (int t = 0; t < t4; t += 4) {
+          const double* x0 = f64(x) + t * K;
+          const double *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+          double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            a0 += x0[k] * wrow[k];
+            a1 += x1[k] * wrow[k];
+            a2 += x2[k] * wrow[k];
+            a3 += x3[k] * wrow[k];
+          }
+          double* o = f64(out) + t * N + n;
+          o[0] = a0 + b[n];
+          o[N] = a1 + b[n];
+          o[2 * N] = a2 + b[n];
+          o[3 * N] = a3 + b[n];
         }
-        double* o = f64(out) + t * N + n;
-        o[0] = a0 + b[n];
-        o[N] = a1 + b[n];
-        o[2 * N] = a2 + b[n];
-        o[3 * N] = a3 + b[n];
       }
-      for (; t < T; ++t) {
+      for (int t = t4; t < T; ++t) {
         const double* xt = f64(x) + t * K;
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k) acc += xt[k] * wrow[k];
-        f64(out)[t * N + n] = acc + b[n];
+        double* o = f64(out) + t * N + n0;
+        if (nn == 4) {
+          const double *w0 = w4.data(), *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+          double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            a0 += xt[k] * w0[k];
+            a1 += xt[k] * w1[k];
+            a2 += xt[k] * w2[k];
+            a3 += xt[k] * w3[k];
+          }
+          o[0] = a0 + b[n0];
+          o[1] = a1 + b[n0 + 1];
+          o[2] = a2 + b[n0 + 2];
+          o[3] = a3 + b[n0 + 3];
+        } else {
+          for (int r = 0; r < nn; ++r) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; ++k) acc += xt[k] * w4[size_t(r * K + k)];
+            o[r] = acc + b[n0 + r];
+          }
+        }
       }
     }
   }
