@@ -68,8 +68,10 @@ struct LoadF16 {
   static typename V::R load_n(const E* p, int n) { return V::load_f16_n(p, n); }
 };
 
-// Each row's bytes 1 KiB ahead are prefetched: with the hardware prefetcher alone, a bf16
-// qwen3-0.6b decode read 0.64 of the read limit, with this 0.81 (docs/performance.md).
+// Each row's bytes 1 KiB ahead are prefetched, and near a row's end the start of the row of
+// the next group that the same accumulator will read: with the hardware prefetcher alone, a
+// bf16 qwen3-0.6b decode read 0.64 of the read limit, with the prefetch inside rows 0.81,
+// with the next group's starts too 0.90 (docs/performance.md).
 constexpr int64_t kAheadBytes = 1024;
 // RR rows at once. Per row: accumulator 0 takes even vector steps, accumulator 1 odd steps
 // and the partial tail, then acc0 + acc1 and a fixed-order horizontal sum. The per-row
@@ -86,8 +88,10 @@ inline void gemv_dense_rows(const typename L::E* const* rows, int64_t K, const f
   for (; k + 2 * W <= K; k += 2 * W) {
     const R x0 = V::load(x + k), x1 = V::load(x + k + W);
     for (int r = 0; r < RR; ++r) {
+      // Past the row's end, the same row of the next group (rows are consecutive in W).
+      const int64_t at = k + ahead < K ? k + ahead : k + ahead - K + RR * K;
       for (int64_t o = 0; o < 2 * W * int64_t(sizeof(typename L::E)); o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k + ahead) + o, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at) + o, _MM_HINT_T0);
       acc[r][0] = V::fma(L::load(rows[r] + k), x0, acc[r][0]);
       acc[r][1] = V::fma(L::load(rows[r] + k + W), x1, acc[r][1]);
     }
