@@ -54,9 +54,13 @@ if [ ! -x "$LLAMA_BUILD/bin/llama-bench" ] || { [ -n "$conc" ] && [ ! -x "$LLAMA
   # A machine without the GPU driver builds it too: libcuda.so.1 is then missing at link time.
   [ "$device" = cuda ] && cuda=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real
                                 -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
+  # The native CPU build compiles ggml's AMX path on a host that has AMX; on the 2-vCPU dev VM
+  # that path crashed on every quantized GGUF (segfault, SIGILL), with AMX tile data granted
+  # by the kernel. Without AMX the same commit runs (docs/performance.md, session 25).
+  noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   echo "peer-bench: building llama.cpp in $LLAMA_BUILD (about 15 minutes on 2 cores)" >&2
   cmake -S "$src" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF "${cuda[@]}" >/dev/null
+    -DLLAMA_BUILD_TESTS=OFF -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx" "${cuda[@]}" >/dev/null
   cmake --build "$LLAMA_BUILD" -j"$(nproc)" --target llama-bench llama-batched-bench >/dev/null
 fi
 
