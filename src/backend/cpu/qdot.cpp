@@ -484,8 +484,9 @@ struct RegQ8_0 {
 
 // The other formats of 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): the nibbles
 // (plus Q5's 5th bit from qh, or the IQ4_NL / MXFP4 table through a byte shuffle) unpacked
-// in a register, one dot; a and b (-8 d, m, -16 d, m) from Fmt<T>::scales, count = sum(q)
-// in lane 0.
+// in a register, one dot. Q4_0 and Q5_0 take their offset (8, 16) in the codes, a signed dot
+// of u - offset (the same integer as sum(u q) - offset sum(q)), a = d and no b term; Q4_1 and
+// Q5_1 keep a = d, b = m, count = sum(q) in lane 0.
 template <DType T>
 struct Reg32 {
   using F = Fmt<T>;
@@ -495,7 +496,8 @@ struct Reg32 {
                 std::conditional_t<T == DType::Q5_1, BlockQ5_1,
                 std::conditional_t<T == DType::IQ4_NL, BlockIQ4_NL, BlockMXFP4>>>>>;
   static constexpr int kBlock = kQK;
-  static constexpr bool kHasB = F::kHasB;
+  static constexpr int kOffset = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : 0;
+  static constexpr bool kHasB = F::kHasB && kOffset == 0;
   static constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1;
   const __m256i m4 = _mm256_set1_epi8(0xF);
   const __m256i table = F::kSigned ? _mm256_broadcastsi128_si256(load16(T == DType::IQ4_NL ? kIQ4NLValues : kMXFP4Values))
@@ -518,14 +520,18 @@ struct Reg32 {
     }
     const __m256i x = load32(xq);
     __m256i s;
-    if constexpr (F::kSigned) {
-      u = _mm256_shuffle_epi8(table, u);
+    if constexpr (F::kSigned || kOffset) {
+      u = F::kSigned ? _mm256_shuffle_epi8(table, u) : _mm256_sub_epi8(u, _mm256_set1_epi8(kOffset));
       s = I::dot(_mm256_abs_epi8(u), _mm256_sign_epi8(x, u));
     } else {
       s = I::dot(u, x);
     }
-    F::scales(p, a, b);
-    if constexpr (kHasB) count = _mm256_setr_epi32(xs[0] + xs[1], 0, 0, 0, 0, 0, 0, 0);
+    if constexpr (kOffset) {
+      a = f16_at(p + offsetof(Block, d));
+    } else {
+      F::scales(p, a, b);
+      if constexpr (kHasB) count = _mm256_setr_epi32(xs[0] + xs[1], 0, 0, 0, 0, 0, 0, 0);
+    }
     return s;
   }
 };
