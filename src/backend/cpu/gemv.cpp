@@ -13,6 +13,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/unpack.h"
 #include "core/error.h"
 #include "core/quant.h"
 
@@ -235,20 +236,13 @@ void widen_q45k(const void* src, float* dst, int64_t n) {
 void widen_q6k(const void* src, float* dst, int64_t n) {
   using B = BlockQ6_K;
   const auto* p = static_cast<const uint8_t*>(src);
-  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+  const __m256i off = _mm256_set1_epi8(32);
   for (int64_t i = 0; i < n / kQK_K; ++i, p += sizeof(B), dst += kQK_K) {
     const float d = f16_at(p + offsetof(B, d));
     const auto* scales = reinterpret_cast<const int8_t*>(p + offsetof(B, scales));
     for (int h = 0; h < 2; ++h) {
-      auto ld = [&](size_t o) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + o)); };
-      const __m256i qa = ld(offsetof(B, ql) + 64 * h), qb = ld(offsetof(B, ql) + 64 * h + 32);
-      const __m256i qh = ld(offsetof(B, qh) + 32 * h);
-      const __m256i u[4] = {
-          _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
-          _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
+      __m256i u[4];
+      q6k_codes(p + offsetof(B, ql) + 64 * h, p + offsetof(B, qh) + 32 * h, u);
       for (int k = 0; k < 4; ++k) {
         const int s = 8 * h + 2 * k;
         widen32<true, false>(_mm256_sub_epi8(u[k], off), _mm256_set1_ps(d * float(scales[s])),

@@ -26,6 +26,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/unpack.h"
 #include "core/error.h"
 #include "core/quant.h"
 
@@ -666,21 +667,14 @@ struct RegQ6K {
   using Block = BlockQ6_K;
   static constexpr int kBlock = kQK_K;
   static constexpr bool kHasB = false;
-  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
   template <class I>
   __m256i block(const uint8_t* p, const int8_t* xq, const int16_t* xs, float& a, float&, __m256i&) const {
     using B = Block;
     const __m256i sc = _mm256_cvtepi8_epi16(load16(p + offsetof(B, scales)));
     __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc, load32(xs)), 5));
     for (int h = 0; h < 2; ++h) {
-      const __m256i qa = load32(p + offsetof(B, ql) + 64 * h), qb = load32(p + offsetof(B, ql) + 64 * h + 32);
-      const __m256i qh = load32(p + offsetof(B, qh) + 32 * h);
-      const __m256i u[4] = {
-          _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)),
-          _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))};
+      __m256i u[4];
+      q6k_codes(p + offsetof(B, ql) + 64 * h, p + offsetof(B, qh) + 32 * h, u);
       for (int k = 0; k < 4; ++k)
         isum = I::sdot(isum, u[k], load32(xq + 128 * h + 32 * k), scales_of_pair(sc, h, k));
     }

@@ -26,23 +26,6 @@
 
 namespace arbiter::cpu {
 
-// A block's f16 field: blocks are read through byte pointers and memcpy, never a cast
-// (core/quant.h: a block can sit at any byte address). Copying a block into a local struct
-// instead made GCC store and reload it piecewise, 5x slower. f16 -> f32 is exact either way;
-// the instruction saves a call per block.
-inline uint16_t f16_bits_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
-inline float f16_at(const uint8_t* p) {
-#ifdef __F16C__
-  return _cvtsh_ss(f16_bits_at(p));
-#else
-  return f16_to_f32(f16_bits_at(p));
-#endif
-}
-
 struct VScalar {
   using R = float;
   static constexpr int W = 1;
