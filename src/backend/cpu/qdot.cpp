@@ -429,7 +429,8 @@ inline __m256i spread_word(__m256i v, int j) {
 // From the 16 sub-scales as 16-bit words, the words that scale them: s in the low half, s + 1
 // in the high half.
 inline __m256i scales_of_pair(__m256i sc16, int h, int k) {
-  const __m256i half = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+  // Literal immediates: an unoptimised build (ASan) does not fold h ? 0x11 : 0x00 into one.
+  const __m256i half = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
   return _mm256_shuffle_epi8(half, _mm256_set_m128i(_mm_set1_epi16(int16_t((4 * k + 3) << 8 | (4 * k + 2))),
                                                     _mm_set1_epi16(int16_t((4 * k + 1) << 8 | 4 * k))));
 }
