@@ -215,7 +215,6 @@ template <DType T>
 void widen_q45k(const void* src, float* dst, int64_t n) {
   using B = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
   const auto* p = static_cast<const uint8_t*>(src);
-  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
   for (int64_t i = 0; i < n / kQK_K; ++i, p += sizeof(B), dst += kQK_K) {
     uint64_t sc, m;
     scales_mins_k4(p + offsetof(B, scales), sc, m);
@@ -223,10 +222,7 @@ void widen_q45k(const void* src, float* dst, int64_t n) {
     __m256i qh = _mm256_setzero_si256();
     if constexpr (T == DType::Q5_K) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(B, qh)));
     for (int s = 0; s < 8; ++s) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(B, qs) + 32 * (s / 2)));
-      __m256i u = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(q, 4) : q, m4);
-      if constexpr (T == DType::Q5_K)
-        u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, s), one), 4));
+      const __m256i u = k45_codes<T == DType::Q5_K>(p + offsetof(B, qs), qh, s);
       const __m256 a = _mm256_set1_ps(d * float(uint8_t(sc >> (8 * s))));
       widen32<false, true>(u, a, a, _mm256_set1_ps(-(dmin * float(uint8_t(m >> (8 * s))))), dst + 32 * s);
     }

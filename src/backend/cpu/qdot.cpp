@@ -396,22 +396,15 @@ struct DotScalar {
 // formats, each sub-block's integer sums scaled by its integer sub-scale inside the 16-bit
 // multiply-add, so only a few f32 operations remain per super-block. I is the u8 x s8 dot:
 // dot(u, x) gives 8 int32 lanes of 4 products each (maddubs + madd, or VNNI vpdpbusd on
-// 256-bit registers, AVX512-VL); sdot(acc, u, x, s) adds to each lane its 4 products times
-// the 16-bit scale s of their words: the same integers as s * dot(u, x), the lanes' scales
-// coming from a register instead of a multiply per sub-block. maddubs's pair sums never
-// saturate: |u| <= 128 and |x| <= 127 (2 * 128 * 127 < 2^15).
+// 256-bit registers, AVX512-VL). sdot (below, one form for both ISAs) scales instead.
 struct I8Madd {
   static __m256i dot(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-  }
-  static __m256i sdot(__m256i acc, __m256i w, __m256i x, __m256i s) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), s));
   }
 };
 #if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
 struct I8Vnni {
   static __m256i dot(__m256i w, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x); }
-  static __m256i sdot(__m256i acc, __m256i w, __m256i x, __m256i s) { return I8Madd::sdot(acc, w, x, s); }
 };
 #else
 using I8Vnni = I8Madd;
@@ -419,6 +412,14 @@ using I8Vnni = I8Madd;
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// acc plus, in each int32 lane, its 4 products u x times the 16-bit scale s of their words:
+// the same integers as s * dot(u, x), the lanes' scales coming from a register instead of a
+// multiply per sub-block. maddubs's pair sums never saturate: |u| <= 128 and |x| <= 127
+// (2 * 128 * 127 < 2^15).
+inline __m256i sdot(__m256i acc, __m256i u, __m256i x, __m256i s) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s));
+}
 
 // Word j of each 128-bit half of v, in all 8 words of that half.
 inline __m256i spread_word(__m256i v, int j) {
@@ -556,7 +557,7 @@ struct RegIq4Xs {
       const __m256i u = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
       const __m256i x = load32(xq + 32 * s);
       const int ls = ((p[offsetof(B, scales_l) + s / 2] >> (4 * (s % 2))) & 0xF) | ((sh >> (2 * s)) & 3) << 4;
-      isum = I::sdot(isum, _mm256_abs_epi8(u), _mm256_sign_epi8(x, u), _mm256_set1_epi16(int16_t(ls - 32)));
+      isum = sdot(isum, _mm256_abs_epi8(u), _mm256_sign_epi8(x, u), _mm256_set1_epi16(int16_t(ls - 32)));
     }
     a = f16_at(p + offsetof(B, d));
     return isum;
@@ -566,18 +567,13 @@ struct RegIq4Xs {
 // Q4_K / Q5_K: sum_j d sc_j dx sum(u q) - dmin dx sum_j m_j sum(q): both sums exact in int32
 // (|sum_j sc_j sum(u q)| <= 8 * 63 * 32 * 31 * 127 < 2^31); a = d, b = -dmin, count lane j
 // = m_j sum(q) over sub-block j. The 12 scale bytes decoded word-parallel (scales_mins_k4),
-// widened to 16-bit words, word j spread over a register per sub-block. Q5_K's 5th bit of
-// value l of sub-block j is bit j of qh[l]: shifted to bit 0 of its byte (a 16-bit shift by
-// j < 8 moves no other bit of that byte there), masked, moved to bit 4.
+// widened to 16-bit words, word j spread over a register per sub-block; the codes from
+// k45_codes (unpack.h).
 template <DType T>
 struct RegQ45K {
   using Block = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
   static constexpr int kBlock = kQK_K;
   static constexpr bool kHasB = true;
-  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-  __m256i bit4(__m256i qh, int j) const {
-    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
-  }
   template <class I>
   __m256i block(const uint8_t* p, const int8_t* xq, const int16_t* xs, float& a, float& b,
                 __m256i& count) const {
@@ -591,16 +587,9 @@ struct RegQ45K {
     __m256i qh = _mm256_setzero_si256();
     if constexpr (T == DType::Q5_K) qh = load32(p + offsetof(B, qh));
     __m256i isum = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = load32(p + offsetof(B, qs) + 32 * c);
-      __m256i ulo = _mm256_and_si256(q, m4), uhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      if constexpr (T == DType::Q5_K) {
-        ulo = _mm256_or_si256(ulo, bit4(qh, 2 * c));
-        uhi = _mm256_or_si256(uhi, bit4(qh, 2 * c + 1));
-      }
-      isum = I::sdot(isum, ulo, load32(xq + 64 * c), spread_word(sc, 2 * c));
-      isum = I::sdot(isum, uhi, load32(xq + 64 * c + 32), spread_word(sc, 2 * c + 1));
-    }
+    for (int j = 0; j < 8; ++j)
+      isum = sdot(isum, k45_codes<T == DType::Q5_K>(p + offsetof(B, qs), qh, j), load32(xq + 32 * j),
+                  spread_word(sc, j));
     a = f16_at(p + offsetof(B, d));
     b = -f16_at(p + offsetof(B, dmin));
     return isum;
@@ -653,7 +642,7 @@ struct RegQ23K {
         __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
         if constexpr (T == DType::Q3_K)
           u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one), 2));
-        isum = I::sdot(isum, u, load32(xq + 128 * n + 32 * j), scales_of_pair(sc, n, j));
+        isum = sdot(isum, u, load32(xq + 128 * n + 32 * j), scales_of_pair(sc, n, j));
       }
     }
     if constexpr (T == DType::Q2_K) b = -f16_at(p + offsetof(B, dmin));
@@ -677,7 +666,7 @@ struct RegQ6K {
       __m256i u[4];
       q6k_codes(p + offsetof(B, ql) + 64 * h, p + offsetof(B, qh) + 32 * h, u);
       for (int k = 0; k < 4; ++k)
-        isum = I::sdot(isum, u[k], load32(xq + 128 * h + 32 * k), scales_of_pair(sc, h, k));
+        isum = sdot(isum, u[k], load32(xq + 128 * h + 32 * k), scales_of_pair(sc, h, k));
     }
     a = f16_at(p + offsetof(B, d));
     return isum;

@@ -28,6 +28,17 @@ inline float f16_at(const uint8_t* p) {
 }
 
 #ifdef ARBITER_CPU_AVX2
+// Q4_K's / Q5_K's codes of sub-block j (values 32 j + [0, 32)): nibble j % 2 of qs[32 (j / 2)
+// + l], and for Q5_K (kQ5) bit j of qh[l] as bit 4 (qh the block's 32 qh bytes; a 16-bit
+// shift by j < 8 moves no other bit of a byte to its bit 0).
+template <bool kQ5>
+inline __m256i k45_codes(const uint8_t* qs, __m256i qh, int j) {
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2)));
+  const __m256i u = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0xF));
+  if constexpr (!kQ5) return u;
+  return _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), _mm256_set1_epi8(1)), 4));
+}
+
 // Q6_K's 6-bit codes (0..63) of values 128 h + 32 k + [0, 32), k = 0..3: value l + 32 k of
 // the half takes nibble k / 2 of ql[l + 32 (k % 2)] and bits 2k, 2k + 1 of qh[l] (ql, qh the
 // half's 64 and 32 bytes).
