@@ -503,7 +503,7 @@ std::string bench_report_text(const BenchReport& r) {
                    r.tg_tok_s.median, r.decode_achieved_gbs, r.decode_fraction);
   else
     s << strformat("; achieved %.2f GB/s\n", r.decode_achieved_gbs);
-  s << strformat("  prefill  %.4f GFLOP per token (matmuls incl. every position's logits + attention)",
+  s << strformat("  prefill  %.4f GFLOP per token (matmuls incl. the last position's logits + attention)",
                  r.prefill_flops_per_token / 1e9);
   if (r.prefill_limit_tok_s > 0)
     s << strformat(" -> limit %.2f tok/s; achieved %.2f tok/s = %.1f GFLOP/s = %.3f of the peak\n", r.prefill_limit_tok_s,

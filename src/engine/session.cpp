@@ -88,7 +88,7 @@ const StageTap* Session::Hook::at(const StagePoint& p, int pos0) {
   return &tap;
 }
 
-void Session::run(const int32_t* ids, int T, bool logits) {
+void Session::run(const int32_t* ids, int T, bool logits, bool last_row) {
   ARB_CHECK(T >= 1 && T <= state_->max_T, "[session] forward of %d tokens (widest is %d)", T,
             state_->max_T);
   ARB_CHECK(pos_ + T <= state_->max_ctx, "[session] context full: %d + %d tokens > %d", pos_, T,
@@ -105,12 +105,13 @@ void Session::run(const int32_t* ids, int T, bool logits) {
   // Without a fault or an observer the forward runs with no hook at all: no stage point is
   // even built.
   if (inject_.active || observer_) a.hook = &hook_;
+  a.last_row = last_row && !a.hook && !batch_state_;
   hook_.clear();
   if (batch_state_) run_batched(ids, T, logits);
   else m_.arch->forward(m_, be_, *state_, a);
   hook_.clear();
   pos_ += T;
-  last_T_ = logits ? T : 0;
+  last_T_ = !logits ? 0 : a.last_row ? 1 : T;
   if (inject_.active && logits && !inject_matched_) {
     std::string seen;
     for (const std::string& n : stages_seen_) seen += (seen.empty() ? "" : ", ") + n;
@@ -125,7 +126,8 @@ void Session::run_pieces(const std::vector<int32_t>& ids, bool last_logits) {
   const int max_T = state_->max_T;
   for (size_t i = 0; i < ids.size(); i += size_t(max_T)) {
     size_t n = std::min(ids.size() - i, size_t(max_T));
-    run(ids.data() + i, int(n), last_logits && i + n == ids.size());
+    const bool last = last_logits && i + n == ids.size();
+    run(ids.data() + i, int(n), last, last);
   }
 }
 

@@ -42,7 +42,9 @@ class Session {
   /// and advances. Logits of those tokens stay on the device: see summarize()/logits().
   void forward(const std::vector<int32_t>& ids);
   /// Like forward() but splits into pieces of at most max_T tokens and computes logits only
-  /// for the last piece (what generation needs to pick the next token).
+  /// for the last token (what generation needs to pick the next one): last_T() is then 1,
+  /// unless a fault or an observer is set (their stages are every row's: then the last
+  /// piece's rows).
   void prefill(const std::vector<int32_t>& ids);
   /// Fills the cache with ids (pieces of at most max_T tokens) and computes no logits: the
   /// untraced context of a teacher-forced chunk. summarize()/logits() are unavailable after.
@@ -124,7 +126,8 @@ class Session {
   ForwardState& state() { return batch_state_ ? *batch_state_ : *state_; }
   void run_batched(const int32_t* ids, int T, bool logits);
 
-  void run(const int32_t* ids, int T, bool logits);  // ids == nullptr: the latest pick
+  // ids == nullptr: the latest pick; last_row: the last row's logits alone where no hook runs
+  void run(const int32_t* ids, int T, bool logits, bool last_row = false);
   void drop_picks();  // takes (and discards) every pick not taken
   // Pieces of at most max_T tokens; logits only for the last piece, and only if last_logits.
   void run_pieces(const std::vector<int32_t>& ids, bool last_logits);

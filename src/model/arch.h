@@ -45,6 +45,9 @@ struct ForwardArgs {
   int pos0 = 0;
   StageHook* hook = nullptr;
   bool logits = true;
+  /// With logits: the last row's alone, as logits row 0 (what generation picks from; a
+  /// prefill then skips the output matrix for T - 1 rows). Not with a hook.
+  bool last_row = false;
   RouteLog* routes = nullptr;
   /// Continuous batching: the T rows belong to these sequences, in order (their T sum to T;
   /// pos0 and logits are unused; no hook; routes logs sequence routes_seq's rows alone, at
@@ -143,7 +146,8 @@ class Arch {
   /// Bytes of per-sequence state one decode step at context ctx reads (the K/V rows it
   /// attends over), at elem_bytes per cached element.
   virtual double state_bytes_per_token(const ModelConfig& c, double ctx, int elem_bytes) const = 0;
-  /// Mean FLOPs per token of a causal forward of T tokens after pos0 cached ones.
+  /// Mean FLOPs per token of a causal forward of T tokens after pos0 cached ones, with the
+  /// logits of the last token alone (a prefill; decode: T = 1).
   virtual double flops_per_token(const ModelConfig& c, int T, int pos0) const = 0;
 
  protected:

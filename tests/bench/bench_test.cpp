@@ -45,14 +45,18 @@ TEST(BenchWork, FlopsPerTokenByHand) {
   };
   c.n_layer = 2, c.d_model = 64, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.d_ff = 192, c.vocab = 512;
   // Matmuls: per layer q 64*64 + k,v 2*32*64 + o 64*64 + MLP 3*64*192 = 49,152; x2 layers
-  // + output 512*64 = 131,072 MACs = 262,144 FLOPs. Attention, T = 4 from position 0: keys
-  // 1+2+3+4 = 10, 4 FLOPs per (query, key, head dim) over H*Dh = 64: 4*2*64*10/4 = 1,280.
-  EXPECT_DOUBLE_EQ(flops(c, 4, 0), 262144.0 + 1280.0);
+  // = 98,304 MACs a token; the output 512*64 = 32,768 once per forward (the last token's
+  // logits alone), 8,192 a token at T = 4: 106,496 MACs = 212,992 FLOPs. Attention, T = 4
+  // from position 0: keys 1+2+3+4 = 10, 4 FLOPs per (query, key, head dim) over H*Dh = 64:
+  // 4*2*64*10/4 = 1,280.
+  EXPECT_DOUBLE_EQ(flops(c, 4, 0), 212992.0 + 1280.0);
   // From position 10: keys 11..14 = 50 -> 4*2*64*50/4 = 6,400.
-  EXPECT_DOUBLE_EQ(flops(c, 4, 10), 262144.0 + 6400.0);
+  EXPECT_DOUBLE_EQ(flops(c, 4, 10), 212992.0 + 6400.0);
+  // Decode (T = 1): the whole output matrix, 131,072 MACs; position 10 attends 11 keys.
+  EXPECT_DOUBLE_EQ(flops(c, 1, 10), 262144.0 + 4.0 * 2 * 64 * 11);
   // A sliding window of 2 caps keys at 2: 1+2+2+2 = 7 -> 896.
   c.sliding_window = 2;
-  EXPECT_DOUBLE_EQ(flops(c, 4, 0), 262144.0 + 896.0);
+  EXPECT_DOUBLE_EQ(flops(c, 4, 0), 212992.0 + 896.0);
 }
 
 TEST(BenchWork, DecodeBytesPerTokenByHand) {

@@ -297,3 +297,31 @@ TEST(Session, PicksAreCheckedAndResetDropsThem) {
   EXPECT_EQ(generate(s, prompt, 6, sampler, {}, nullptr).tokens, want);
   EXPECT_THROW(s.take_pick(), arbiter::Error);  // generate took every pick it made
 }
+
+// A prefill computes the logits of its last token alone (the output matrix once, not per
+// row): row 0 after it is the last row of a forward of the same ids, on every family's tail
+// (llama/qwen, gemma's softcap, the hybrids' logits scaling) and tier, from one piece or
+// several (max_T 4).
+TEST(Greedy, PrefillComputesTheLastRowsLogitsAlone) {
+  for (const char* dir : {"tests/fixtures/models/tiny-qwen3", "tests/fixtures/models/tiny-gemma2",
+                          "tests/fixtures/models/tiny-granite-h"}) {
+    auto m = load_model(test::source_path(dir));
+    std::vector<int32_t> ids(11);
+    for (int t = 0; t < 11; ++t) ids[size_t(t)] = int32_t((t * 29 + 5) % m->config.vocab);
+    for (const char* tier : kTiers) {
+      SCOPED_TRACE(std::string(dir) + " " + tier);
+      auto be = backend(tier);
+      const double tol = std::string(tier) == "ref" ? 1e-13 : 1e-6;  // cpu: gemv vs gemm
+      Session full(*m, *be, 11), one(*m, *be, 11), pieces(*m, *be, 11, 4);
+      full.forward(ids);
+      one.prefill(ids);
+      pieces.prefill(ids);
+      ASSERT_EQ(full.last_T(), 11);
+      ASSERT_EQ(one.last_T(), 1);
+      ASSERT_EQ(pieces.last_T(), 1);
+      EXPECT_LT(rel_l2(one.logits(0), full.logits(10)), tol);
+      EXPECT_LT(rel_l2(pieces.logits(0), full.logits(10)), tol);
+      EXPECT_EQ(one.summarize(4, {-1})[0].top_ids, full.summarize(4, std::vector<int32_t>(11, -1))[10].top_ids);
+    }
+  }
+}

@@ -31,6 +31,12 @@ Buffer batch_rows(const Buffer& b, int r, int n, int width) {
   return buffer_view(b, int64_t(r) * width, int64_t(n) * width);
 }
 
+Buffer logit_rows(const ForwardArgs& a, const Buffer& x, int T, int D, int& rows) {
+  ARB_CHECK(!(a.last_row && a.hook), "[forward] the last row's logits alone, with stage hooks");
+  rows = a.last_row ? 1 : T;
+  return a.last_row ? batch_rows(x, T - 1, 1, D) : x;
+}
+
 void batch_attention(Backend& be, const std::vector<BatchSeq>& batch, Buffer& q, Buffer& k,
                      const Buffer& v, const Tensor* q_norm, const Tensor* k_norm, NormWeight nw,
                      double eps, int H, int Hkv, int Dh, const RopeSpec* rope, Buffer& k_pool,

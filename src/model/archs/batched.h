@@ -23,6 +23,10 @@ Stages batch_stages(const ForwardArgs& a);
 /// Rows [r, r + n) of a [rows, width] buffer, as a buffer of its own (same storage).
 Buffer batch_rows(const Buffer& b, int r, int n, int width);
 
+/// The rows of x [T, D] whose logits a single-sequence forward computes: all T, or with
+/// ForwardArgs::last_row the last one alone; rows gets their count.
+Buffer logit_rows(const ForwardArgs& a, const Buffer& x, int T, int D, int& rows);
+
 /// Each sequence's attention on its own rows of q [T, H*Dh], k, v [T, Hkv*Dh] (the batch's
 /// rows in sequence order), against its own pages of the layer's pool, into out [T, H*Dh]
 /// (Backend::attention_batch, which says what it does).

@@ -386,10 +386,11 @@ class Gemma final : public Arch {
                           w.global(kLmHead), s.logits);
     } else {
       if (!a.logits) return;
+      const Buffer x = logit_rows(a, s.x, T, D, rows);
       const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
-                                          tap("logits", -1, "matmul", c.vocab, D, 3)};  // [T, V]
-      be.rmsnorm_matmul(s.x, w.global(kOutNorm), nw, T, D, eps, s.xn,
-                        tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);
+                                          tap("logits", -1, "matmul", c.vocab, D, 3)};
+      be.rmsnorm_matmul(x, w.global(kOutNorm), nw, rows, D, eps, s.xn,
+                        tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [rows, V]
     }
     if (c.final_softcap > 0 && rows > 0) {
       be.softcap(s.logits, int64_t(rows) * c.vocab, c.final_softcap);
@@ -477,12 +478,14 @@ class Gemma final : public Arch {
     return 2.0 * keys_over_layers(c, ctx) * double(c.n_head_kv) * c.head_dim * elem_bytes;
   }
 
-  // 2 x (matmul weights incl. the output matrix) + 4 H Dh keys per layer (QK^T and PV).
+  // 2 x (matmul weights; the output matrix once per forward) + 4 H Dh keys per layer (QK^T
+  // and PV).
   double flops_per_token(const ModelConfig& c, int T, int pos0) const override {
     const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim;
     const double Hk = double(c.n_head_kv) * c.head_dim;
     const double per_layer = D * Hq + 2 * D * Hk + Hq * D + 3 * D * F;
-    const double matmul = 2.0 * (c.n_layer * per_layer + double(c.vocab) * D);
+    const double matmul =
+        2.0 * (c.n_layer * per_layer + double(c.vocab) * D / std::max(T, 1));
     double keys = 0;  // keys attended by all layers, summed over the T tokens
     for (int t = 0; t < T; ++t) keys += keys_over_layers(c, double(pos0) + t + 1);
     return matmul + 4.0 * Hq * keys / std::max(T, 1);

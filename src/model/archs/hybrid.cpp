@@ -590,9 +590,10 @@ void Hybrid::forward(const Model& m, Backend& be, ForwardState& state,
                         s.xn, w.global(kLmHead), s.logits);
   } else {
     if (!a.logits) return;
+    const Buffer x = logit_rows(a, s.x, T, D, rows);
     const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits, nullptr};
-    be.rmsnorm_matmul(s.x, w.global(kOutNorm), NormWeight::Plain, T, D, c.norm_eps, s.xn,
-                      tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [T, V]
+    be.rmsnorm_matmul(x, w.global(kOutNorm), NormWeight::Plain, rows, D, c.norm_eps, s.xn,
+                      tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [rows, V]
   }
   if (c.logits_scaling != 1 && rows > 0)
     be.scale(s.logits, int64_t(rows) * c.vocab, 1.0 / c.logits_scaling);
@@ -623,14 +624,14 @@ double Hybrid::state_bytes_per_token(const ModelConfig& c, double ctx, int elem_
          2.0 * mamba * ((c.ssm_conv - 1) * C * elem_bytes + I * c.ssm_state * ssm_bytes);
 }
 
-// 2 x (matmul weights incl. the output matrix) + 4 H Dh keys per attention layer + the
-// scan's ~6 flops per state element per token.
+// 2 x (matmul weights; the output matrix once per forward) + 4 H Dh keys per attention
+// layer + the scan's ~6 flops per state element per token.
 double Hybrid::flops_per_token(const ModelConfig& c, int T, int pos0) const {
   const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim;
   const double Hk = double(c.n_head_kv) * c.head_dim;
   const double nh = c.ssm_heads, I = nh * c.ssm_head_dim;
   const double C = I + 2.0 * c.ssm_groups * c.ssm_state;
-  double matmul = double(c.vocab) * D, scan = 0, attn_layers = 0;
+  double matmul = double(c.vocab) * D / std::max(T, 1), scan = 0, attn_layers = 0;
   for (char b : c.layer_blocks) {
     if (b == 'M') matmul += D * (I + C + nh) + I * D, scan += 6 * I * c.ssm_state;
     if (b == '*') matmul += 2 * D * Hq + 2 * D * Hk, attn_layers += 1;

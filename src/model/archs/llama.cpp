@@ -343,11 +343,13 @@ class Llama final : public Arch {
       return;
     }
     if (!a.logits) return;
+    int rows;
+    const Buffer x = logit_rows(a, s.x, T, D, rows);
     const StageTap* final_norm = tap("final_norm", -1, "rmsnorm", D, D, 3);
     const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
                                         tap("logits", -1, "matmul", c.vocab, D, 3)};
-    be.rmsnorm_matmul(s.x, w.global(kOutNorm), NormWeight::Plain, T, D, eps, s.xn, final_norm,
-                      &head, 1);  // [T, V]
+    be.rmsnorm_matmul(x, w.global(kOutNorm), NormWeight::Plain, rows, D, eps, s.xn, final_norm,
+                      &head, 1);  // [rows, V]
   }
 
   std::vector<SynthPreset> presets() const override;
@@ -426,8 +428,8 @@ class Llama final : public Arch {
     return routed_weight_bytes(m, rows, m.config.router.top_k, m.config.router.n_experts);
   }
 
-  // 2 x (matmul weights incl. the output matrix, of MoE layers the router, k experts and the
-  // shared expert with its gate) + 4 H Dh keys per layer (QK^T and PV).
+  // 2 x (matmul weights, of MoE layers the router, k experts and the shared expert with its
+  // gate; the output matrix once per forward) + 4 H Dh keys per layer (QK^T and PV).
   double flops_per_token(const ModelConfig& c, int T, int pos0) const override {
     const double D = c.d_model, F = c.d_ff, Hq = double(c.n_head) * c.head_dim;
     const double Hk = double(c.n_head_kv) * c.head_dim;
@@ -437,7 +439,8 @@ class Llama final : public Arch {
     int n_moe = 0;
     for (int l = 0; l < c.n_layer; ++l) n_moe += is_moe(c, l);
     const double matmul =
-        2.0 * (c.n_layer * per_layer + n_moe * (moe - 3 * D * F) + double(c.vocab) * D);
+        2.0 * (c.n_layer * per_layer + n_moe * (moe - 3 * D * F) +
+               double(c.vocab) * D / std::max(T, 1));
     double keys = 0;  // keys attended, summed over the T tokens
     for (int t = 0; t < T; ++t) keys += attended(c, double(pos0) + t + 1);
     return matmul + 4.0 * c.n_layer * Hq * keys / std::max(T, 1);
