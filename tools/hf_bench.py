@@ -7,8 +7,9 @@ PyTorch + transformers on a GPU and prints one JSON object with, per execution m
   decode_tok_s      batch 1: generate() of N new tokens (greedy, KV cache, min_new_tokens=N so
                     an EOS cannot stop it early) after a short prompt; tok/s = N / wall time,
                     the time including the short prompt's prefill (about one step).
-  prefill_tok_s     one forward of P tokens (default 512) with logits for every position, as
-                    arbiter's prefill computes them; tok/s = P / time.
+  prefill_tok_s     one forward of P tokens (default 512) with the logits of the last position
+                    alone (logits_to_keep=1), as arbiter's and llama-bench's prefills compute
+                    them; tok/s = P / time.
   teacher_forced_positions_s
                     one forward of W tokens (default 256; BOS first when the tokenizer has one,
                     like arbiter's trace shape w256), then log-softmax over the vocabulary in
@@ -168,7 +169,7 @@ def main():
 
             def prefill():
                 step_begin()
-                fwd(input_ids=prefill_ids, use_cache=False)
+                fwd(input_ids=prefill_ids, use_cache=False, logits_to_keep=1)
 
             def teacher_forced():
                 step_begin()
