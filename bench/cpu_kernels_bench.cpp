@@ -5,7 +5,7 @@
 //   gemv/...      our GEMV per dtype and ISA at llama-3.2-1B shapes, over a 1 GiB set of
 //                 weight copies so that every call streams from DRAM (bytes/s)
 //   qgemv/...     the block formats' integer GEMV, the same way (bytes/s of packed weights)
-//   gemm/...      T = 512 GEMM, own kernel vs OpenBLAS on widened panels (FLOP/s)
+//   gemm/...      T = 512 and T = 64 GEMMs, own kernel vs OpenBLAS on widened panels (FLOP/s)
 // Run: build-<name>/bench/arbiter_bench --benchmark_filter=... (see bench/README.md).
 // The dev machine is shared and noisy: use --benchmark_repetitions and read medians.
 #include <benchmark/benchmark.h>
@@ -201,17 +201,24 @@ void register_all() {
             qgemv(s, dt, isa, th, sh.N, sh.K);
           })->UseRealTime()->Unit(benchmark::kMicrosecond);
         }
+  // T 512 at llama-3.2-1B's shapes; T 64 (bench's pp64, the CPU peer runs) at qwen3-0.6b's.
+  struct GemmCase {
+    int64_t T;
+    Shape sh;
+  };
+  const GemmCase gemm_cases[] = {{512, kShapes[0]}, {512, kShapes[1]}, {512, kShapes[2]},
+                                 {64, {3072, 1024}}, {64, {1024, 3072}}, {128, {3072, 1024}}, {256, {3072, 1024}}};
   for (GemmImpl impl : {GemmImpl::Own, GemmImpl::Blas})
-    for (DType dt : {DType::F32, DType::BF16, DType::Q8_0})
+    for (DType dt : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_K})
       for (Isa isa : cpu::available_isas())
         for (int th : {1, 2})
-          for (const Shape& sh : kShapes) {
+          for (const GemmCase& c : gemm_cases) {
             std::string name = std::string("gemm/") + cpu::gemm_impl_name(impl) + "/" +
                                dtype_name(dt) + "/" + cpu::isa_name(isa) + "/threads:" +
-                               std::to_string(th) + "/T:512/N:" + std::to_string(sh.N) +
-                               "/K:" + std::to_string(sh.K);
+                               std::to_string(th) + "/T:" + std::to_string(c.T) + "/N:" +
+                               std::to_string(c.sh.N) + "/K:" + std::to_string(c.sh.K);
             benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-              gemm(s, impl, dt, isa, th, 512, sh.N, sh.K);
+              gemm(s, impl, dt, isa, th, c.T, c.sh.N, c.sh.K);
             })->UseRealTime()->Unit(benchmark::kMillisecond);
           }
 }

@@ -1,6 +1,6 @@
-// What only the CPU tier has: its widening kernels (bit for bit, special values included),
-// its provider names per ISA, vexp's accuracy for every compiled vector type, and that every
-// compiled ISA is tested. Each op against ref, on every tier, is in tests/ops/.
+// What only the CPU tier has: its widening kernels (bit for bit, special values included), its
+// GEMM's one FMA chain per element, its provider names per ISA, vexp's accuracy for every
+// compiled vector type, and that every compiled ISA is tested. Each op against ref, on every tier, is in tests/ops/.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "backend/cpu/simd.h"
 #include "core/error.h"
 #include "core/quant.h"
+#include "core/thread_pool.h"
 #include "tier_util.h"
 
 namespace arbiter::test {
@@ -84,6 +85,65 @@ TEST_P(IsaTest, WidenIsExact) {
       EXPECT_EQ(got[size_t(n)], -7.f) << "wrote past the end";
     }
   }
+}
+
+// The own GEMM's contract (kernels.h): out[t, n] is one f32 FMA chain over k = 0..K-1 from 0,
+// on the exactly widened weights, plus the bias once; so neither its two schemes (broadcast
+// weights up to 128 tokens, packed weights above), nor its tiles, nor the thread count change
+// a bit. T covers both schemes with ragged tiles, N ragged strips, K ragged k-blocks.
+TEST_P(IsaTest, GemmIsOneFmaChainPerElement) {
+  std::mt19937_64 rng(9100);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const Isa isa = GetParam().isa;
+  for (DType dt : {DType::F32, DType::BF16, DType::Q4_K})
+    for (int64_t K : {int64_t(256), int64_t(300), int64_t(768)}) {
+      if (K % block_elems(dt)) continue;
+      const int64_t N = 77;
+      std::vector<float> wf(size_t(N * K)), bias(static_cast<size_t>(N)), wide(size_t(N * K));
+      for (auto& v : wf) v = nd(rng);
+      for (auto& v : bias) v = nd(rng);
+      std::vector<uint8_t> w(dtype_bytes(dt, N * K));
+      if (dt == DType::F32) {
+        std::memcpy(w.data(), wf.data(), w.size());
+      } else if (dt == DType::BF16) {
+        auto* h = reinterpret_cast<uint16_t*>(w.data());
+        for (int64_t i = 0; i < N * K; ++i) h[i] = f32_to_bf16(wf[size_t(i)]);
+      } else {
+        quantize_blocks(dt, wf.data(), N * K / block_elems(dt), w.data());
+      }
+      row_to_f32(dt, w.data(), wide.data(), N * K);
+      for (int64_t T : {2, 17, 64, 100, 128, 129, 200}) {
+        std::vector<float> x(size_t(T * K)), chain(size_t(T * N), 0.f);
+        for (auto& v : x) v = nd(rng);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k)
+              chain[size_t(t * N + n)] =
+                  std::fma(x[size_t(t * K + k)], wide[size_t(n * K + k)], chain[size_t(t * N + n)]);
+        for (bool with_bias : {false, true})
+          for (int threads : {1, 2}) {
+            SCOPED_TRACE(strformat("%s K=%lld T=%lld bias=%d threads=%d variant=%s",
+                                   dtype_name(dt), (long long)K, (long long)T, int(with_bias),
+                                   threads, GetParam().name().c_str()));
+            std::vector<float> out(size_t(T * N), -7.f);
+            cpu::GemmProblem p;
+            p.x = x.data();
+            p.W = w.data();
+            p.wtype = dt;
+            p.bias = with_bias ? bias.data() : nullptr;
+            p.out = out.data();
+            p.T = T, p.N = N, p.K = K;
+            ThreadPool pool(threads);
+            cpu::gemm_own(isa, p, pool);
+            for (int64_t i = 0; i < T * N; ++i) {
+              const float want = with_bias ? chain[size_t(i)] + bias[size_t(i % N)] : chain[size_t(i)];
+              ASSERT_TRUE(same_f32(out[size_t(i)], want))
+                  << "out[" << i / N << ", " << i % N << "] = " << out[size_t(i)]
+                  << ", the chain gives " << want;
+            }
+          }
+      }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,15 +1,22 @@
-// GEMM (matmul with T > 1: prefill, verify-sized forwards): our register-blocked kernel and an
-// OpenBLAS path, both taking weights in their storage dtype and widening them per panel.
+// GEMM (matmul with T > 1: prefill, verify-sized forwards): our register-blocked kernels and
+// an OpenBLAS path, all taking weights in their storage dtype and widening them per panel.
 //
-// Own kernel (the classic packed outer-product scheme, as in BLIS/GotoBLAS):
-//   x [T, K] is packed once into micro-panels Xp[tb][k][MR] (MR tokens, zero-padded);
-//   for each k-block of KC, each strip of NR = 2 vectors of output columns is widened and
-//   transposed into Bp[k][NR] (L1-resident), then an MR x NR tile of out is updated for every
-//   token block: per k, MR broadcasts of x times two vectors of weights, 2*MR FMAs into
-//   2*MR register accumulators (AVX-512: 12 x 32, 24 zmm accumulators).
-// Every out element is one FMA chain over k = 0..K-1 (a k-block continues the chain from the
-// stored partial sum), so the result depends neither on the tiling nor on the thread count.
-// Threads claim chunks of whole strips; the strip grid is fixed by N alone.
+// Own kernels: two outer-product schemes, chosen by T (the number of tokens).
+// - Broadcast weights (T <= kBroadcastMaxT, short prefills): x [T, K] is packed once into
+//   token tiles Xp[kb][tt][k][TN]. For each k-block, MR weight rows are widened to f32 row by
+//   row (sequential reads, no transpose), and each token tile's MR x TN partial sums are
+//   updated in registers: per k, NV vector loads of TN tokens' x, MR broadcasts of one weight
+//   each, MR*NV FMAs. The sums are stored transposed into out [T, N] at the end. With few
+//   tokens, a transposed copy of the weights would be used too few times to pay for itself.
+// - Packed weights (long prefills, as in BLIS/GotoBLAS): x is packed into micro-panels
+//   Xp[tb][k][MR] (MR tokens); for each k-block, each strip of NV vectors of output columns is
+//   widened and transposed into Bp[k][NR] (L1-resident) and reused by every token block: per
+//   k, MR broadcasts of x times NV vectors of weights.
+// AVX-512 tiles are 12 x 32 either way: 24 zmm accumulators.
+// Every out element is one FMA chain over k = 0..K-1 starting from 0 (a k-block continues the
+// chain from the stored partial sum), so the result depends neither on the scheme nor on the
+// tiling nor on the thread count. Threads claim chunks of whole strips; the strip grid is
+// fixed by N alone.
 #include <cblas.h>
 
 #include <algorithm>
@@ -26,12 +33,8 @@ namespace arbiter::cpu {
 
 namespace {
 
-// k-block: Bp is KC x NR f32 = 32 KiB at NR = 32 (L1d is 48 KiB on the dev machine). Tile
-// shapes 12x32, 14x32, 8x48, 6x64 and KC 128..512 were tried with bench/ (gemm/own, T = 512):
-// all within noise of each other on the dev machine, 12x32 / 256 at least as fast as any.
-constexpr int64_t kKC = 256;
-
-// Register tile: MR tokens x NV vectors of output columns (NR = NV * W).
+// Register tile: MR broadcast values (weight rows, or tokens with packed weights) x NV vectors
+// (of tokens, or of output columns).
 template <class V>
 struct Tile;
 template <>
@@ -41,39 +44,25 @@ struct Tile<VScalar> {
 #ifdef ARBITER_CPU_AVX2
 template <>
 struct Tile<VAvx2> {
-  static constexpr int MR = 6, NV = 2;  // 12 ymm accumulators + 2 weight vectors + 1 broadcast
+  static constexpr int MR = 6, NV = 2;  // 12 ymm accumulators + 2 vectors + 1 broadcast
 };
 #endif
 #ifdef ARBITER_CPU_AVX512
 template <>
 struct Tile<VAvx512> {
-  static constexpr int MR = 12, NV = 2;  // 24 zmm accumulators + 2 weight vectors of 32
+  static constexpr int MR = 12, NV = 2;  // 24 zmm accumulators + 2 vectors of 16
 };
 #endif
 
-// Xp[tb][k][MR] for token blocks [tb0, tb1); rows past T are zero.
-template <int MR>
-void pack_x(const float* x, int64_t T, int64_t K, float* xp, int64_t tb0, int64_t tb1) {
-  for (int64_t tb = tb0; tb < tb1; ++tb) {
-    float* dst = xp + tb * K * MR;
-    for (int m = 0; m < MR; ++m) {
-      const int64_t t = tb * MR + m;
-      if (t < T) {
-        const float* src = x + t * K;
-        for (int64_t k = 0; k < K; ++k) dst[k * MR + m] = src[k];
-      } else {
-        for (int64_t k = 0; k < K; ++k) dst[k * MR + m] = 0.f;
-      }
-    }
-  }
-}
+// Up to this many tokens the broadcast-weights scheme runs. bench/ (gemm/own, AVX-512, 2
+// threads, qwen3-0.6b's 3072 x 1024): it is 25-30% faster at T = 64 (bf16 and Q4_K weights),
+// 3-9% at T = 96 and 128, even at 256, and 8-18% slower at T = 512.
+constexpr int64_t kBroadcastMaxT = 128;
 
-// bp[k][NR] = w[r][k] for r < NR, k < kc (w: NR widened rows of stride ld; rows past the
-// matrix are zero-filled by the caller). Scalar transpose; AVX-512 overrides below.
-template <class V, int NR>
-inline void pack_b(const float* w, int64_t ld, int64_t kc, float* bp) {
-  for (int r = 0; r < NR; ++r)
-    for (int64_t k = 0; k < kc; ++k) bp[k * NR + r] = w[r * ld + k];
+// The packed-x buffer of the calling thread (reused across calls).
+std::vector<float>& xp_buffer() {
+  thread_local std::vector<float> buf;
+  return buf;
 }
 
 #ifdef ARBITER_CPU_AVX512
@@ -105,6 +94,193 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
+#endif
+
+// ---- Broadcast weights (short prefills) ----
+
+inline void prefetch_bytes(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; i += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+}
+
+// k-block: MR rows of kRowKC widened weights (L1-resident) against the token tiles' x of the
+// same k range; a multiple of every block format's block, as widening takes whole blocks. The
+// rows are kRowLd floats apart: the MR rows a step broadcasts from are constant offsets from
+// one pointer, and the pad keeps them out of one L1 set. 128 measured the same for bf16.
+constexpr int64_t kRowKC = 256;
+constexpr int64_t kRowLd = kRowKC + 16;
+
+// Xp[kb][tt][k][TN]: per k-block of kRowKC, the token tiles one after another (a k-block's
+// tiles stream from one address range); tokens past T are zero. Packs tiles [tt0, tt1).
+template <int TN>
+void pack_x_tiles(const float* x, int64_t T, int64_t K, int64_t n_tt, float* xp, int64_t tt0,
+                  int64_t tt1) {
+  for (int64_t tt = tt0; tt < tt1; ++tt)
+    for (int64_t k0 = 0; k0 < K; k0 += kRowKC) {
+      const int64_t kc = std::min(kRowKC, K - k0);
+      float* dst = xp + ((k0 / kRowKC) * n_tt + tt) * kRowKC * TN;
+      for (int j = 0; j < TN; ++j) {
+        const int64_t t = tt * TN + j;
+        if (t < T) {
+          const float* src = x + t * K + k0;
+          for (int64_t k = 0; k < kc; ++k) dst[k * TN + j] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * TN + j] = 0.f;
+        }
+      }
+    }
+}
+
+// c[m][j] (+)= sum over k < kc of w(row m, k) * xp[k][j] for MR rows and the first NV * W
+// tokens of a tile whose x rows are TN floats apart; w: one k-block of a strip (rows kRowLd
+// apart); accumulate: continue the chains from c.
+template <class V, int MR, int NV, int TN>
+inline void row_kernel(const float* w, const float* xp, int64_t kc, float* c, bool accumulate) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  R acc[MR][NV];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[m][v] = accumulate ? V::load(c + m * TN + v * W) : V::zero();
+  for (int64_t k = 0; k < kc; ++k) {
+    R xv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) xv[v] = V::load(xp + k * TN + v * W);
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      const R a = V::set1(w[m * kRowLd + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[m][v] = V::fma(a, xv[v], acc[m][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) V::store(c + m * TN + v * W, acc[m][v]);
+}
+
+// out[t * ldo + m] = c[t / TN][m][t % TN] (+ bias[m]) for t < T, m < nr: a strip's sums
+// ([tile][MR][TN]) into out's rows of tokens.
+template <class V, int MR, int TN>
+void store_transposed(const float* c, int64_t T, int nr, const float* bias, float* out,
+                      int64_t ldo) {
+#ifdef ARBITER_CPU_AVX512
+  if constexpr (std::is_same_v<V, VAvx512> && MR <= 16) {
+    // 16 tokens at a time: their MR rows transposed in registers, one masked row store each.
+    const __mmask16 mask = __mmask16((1u << nr) - 1);
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias) : _mm512_setzero_ps();
+    for (int64_t t0 = 0; t0 < T; t0 += 16) {
+      const float* ct = c + (t0 / TN) * MR * TN + t0 % TN;
+      __m512 r[16];
+      for (int m = 0; m < 16; ++m)
+        r[m] = m < MR ? _mm512_loadu_ps(ct + m * TN) : _mm512_setzero_ps();
+      transpose16(r);
+      const int nt = int(std::min<int64_t>(16, T - t0));
+      for (int j = 0; j < nt; ++j)
+        _mm512_mask_storeu_ps(out + (t0 + j) * ldo, mask, bias ? _mm512_add_ps(r[j], b) : r[j]);
+    }
+    return;
+  }
+#endif
+  for (int64_t t = 0; t < T; ++t) {
+    const float* ct = c + (t / TN) * MR * TN + t % TN;
+    float* o = out + t * ldo;
+    if (bias)
+      for (int m = 0; m < nr; ++m) o[m] = ct[m * TN] + bias[m];
+    else
+      for (int m = 0; m < nr; ++m) o[m] = ct[m * TN];
+  }
+}
+
+template <class V>
+void gemm_broadcast_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
+  constexpr int MR = Tile<V>::MR, NV = Tile<V>::NV, W = V::W, TN = NV * W;
+  static_assert(NV == 2, "a tile's last token vectors are dispatched as NV or 1");
+  const int64_t T = p.T, N = p.N, K = p.K;
+  const int64_t n_tt = (T + TN - 1) / TN, n_strips = (N + MR - 1) / MR;
+  const WidenFn widen = widen_kernel(isa, p.wtype);
+  ARB_ASSERT(widen != nullptr);
+  std::vector<float>& xp = xp_buffer();
+  xp.resize(size_t(((K + kRowKC - 1) / kRowKC) * n_tt * kRowKC * TN));
+  float* xpp = xp.data();
+  pool.parallel_for(n_tt,
+                    [&](int64_t b, int64_t e) { pack_x_tiles<TN>(p.x, T, K, n_tt, xpp, b, e); });
+
+  // Strips in claimed chunks, 4 per thread, so a thread that loses its core delays only its
+  // chunk; a strip's arithmetic does not depend on which chunk holds it.
+  pool.parallel_for_dynamic(n_strips, int64_t(pool.size()) * 4, [&](int64_t s0, int64_t s1) {
+    // w: one k-block of the strip's rows widened, [MR][kRowLd]; c: its partial sums,
+    // [tt][MR][TN].
+    thread_local std::vector<float> w, c;
+    w.resize(size_t(MR * kRowLd));
+    c.resize(size_t(n_tt * MR * TN));
+    const auto* wbase = static_cast<const uint8_t*>(p.W);
+    const size_t row_bytes = dtype_bytes(p.wtype, K);
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t n0 = s * MR;
+      const int nr = int(std::min<int64_t>(MR, N - n0));
+      for (int64_t k0 = 0; k0 < K; k0 += kRowKC) {
+        const int64_t kc = std::min(kRowKC, K - k0);
+        const size_t k_off = dtype_bytes(p.wtype, k0);
+        // The rows' next k-block (after the last, the next strip's first) is fetched now: MR
+        // short pieces of rows far apart are streams no hardware prefetcher follows in time.
+        const int64_t k_next = k0 + kRowKC < K ? k0 + kRowKC : 0;
+        const int64_t n_next = k_next > 0 ? n0 : n0 + MR;
+        const size_t next_off = dtype_bytes(p.wtype, k_next);
+        const size_t next_bytes = dtype_bytes(p.wtype, std::min(kRowKC, K - k_next));
+        for (int m = 0; m < MR; ++m) {
+          float* dst = w.data() + m * kRowLd;
+          if (m < nr) widen(wbase + size_t(n0 + m) * row_bytes + k_off, dst, kc);
+          else std::fill(dst, dst + kc, 0.f);
+          if (n_next + m < N && (k_next > 0 || s + 1 < s1))
+            prefetch_bytes(wbase + size_t(n_next + m) * row_bytes + next_off, next_bytes);
+        }
+        for (int64_t tt = 0; tt < n_tt; ++tt) {
+          const float* xt = xpp + ((k0 / kRowKC) * n_tt + tt) * kRowKC * TN;
+          float* ct = c.data() + tt * MR * TN;
+          if (T - tt * TN > W) row_kernel<V, MR, NV, TN>(w.data(), xt, kc, ct, k0 > 0);
+          else row_kernel<V, MR, 1, TN>(w.data(), xt, kc, ct, k0 > 0);
+        }
+      }
+      store_transposed<V, MR, TN>(c.data(), T, nr, p.bias ? p.bias + n0 : nullptr, p.out + n0, N);
+    }
+  });
+}
+
+// ---- Packed weights (long prefills) ----
+
+// k-block: Bp is kKC x NR f32 = 32 KiB at NR = 32 (L1d is 48 KiB on the dev machine). Tile
+// shapes 12x32, 14x32, 8x48, 6x64 and KC 128..512 were tried with bench/ (gemm/own, T = 512):
+// all within noise of each other on the dev machine, 12x32 / 256 at least as fast as any.
+constexpr int64_t kKC = 256;
+
+// Xp[tb][k][MR] for token blocks [tb0, tb1); rows past T are zero.
+template <int MR>
+void pack_x(const float* x, int64_t T, int64_t K, float* xp, int64_t tb0, int64_t tb1) {
+  for (int64_t tb = tb0; tb < tb1; ++tb) {
+    float* dst = xp + tb * K * MR;
+    for (int m = 0; m < MR; ++m) {
+      const int64_t t = tb * MR + m;
+      if (t < T) {
+        const float* src = x + t * K;
+        for (int64_t k = 0; k < K; ++k) dst[k * MR + m] = src[k];
+      } else {
+        for (int64_t k = 0; k < K; ++k) dst[k * MR + m] = 0.f;
+      }
+    }
+  }
+}
+
+// bp[k][NR] = w[r][k] for r < NR, k < kc (w: NR widened rows of stride ld; rows past the
+// matrix are zero-filled by the caller). Scalar transpose; AVX-512 overrides below.
+template <class V, int NR>
+inline void pack_b(const float* w, int64_t ld, int64_t kc, float* bp) {
+  for (int r = 0; r < NR; ++r)
+    for (int64_t k = 0; k < kc; ++k) bp[k * NR + r] = w[r * ld + k];
+}
+
+#ifdef ARBITER_CPU_AVX512
 template <int NR>
 inline void pack_b_avx512(const float* w, int64_t ld, int64_t kc, float* bp) {
   static_assert(NR % 16 == 0);
@@ -160,14 +336,8 @@ inline void micro_kernel(const float* ap, const float* bp, int64_t kc, float* c,
     }
 }
 
-// The packed-x buffer of the calling thread (reused across calls).
-std::vector<float>& xp_buffer() {
-  thread_local std::vector<float> buf;
-  return buf;
-}
-
 template <class V>
-void gemm_own_impl(Isa isa, const GemmProblem& p, ThreadPool& pool) {
+void gemm_packed_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
   constexpr int MR = Tile<V>::MR, NV = Tile<V>::NV, NR = NV * V::W;
   const int64_t T = p.T, N = p.N, K = p.K;
   const int64_t n_tb = (T + MR - 1) / MR, n_strips = (N + NR - 1) / NR;
@@ -236,6 +406,12 @@ void gemm_own_impl(Isa isa, const GemmProblem& p, ThreadPool& pool) {
         for (int64_t n = c0; n < c1; ++n) p.out[t * N + n] += p.bias[n];
     }
   });
+}
+
+template <class V>
+void gemm_own_impl(Isa isa, const GemmProblem& p, ThreadPool& pool) {
+  if (p.T <= kBroadcastMaxT) gemm_broadcast_w<V>(isa, p, pool);
+  else gemm_packed_w<V>(isa, p, pool);
 }
 
 }  // namespace
