@@ -54,9 +54,11 @@ struct Tile<VAvx512> {
 };
 #endif
 
-// Up to this many tokens the broadcast-weights scheme runs. bench/ (gemm/own, AVX-512, 2
-// threads, qwen3-0.6b's 3072 x 1024): it is 25-30% faster at T = 64 (bf16 and Q4_K weights),
-// 3-9% at T = 96 and 128, even at 256, and 8-18% slower at T = 512.
+// Up to this many tokens the broadcast-weights scheme runs. bench/ (gemm/own, 2 threads,
+// qwen3-0.6b's shapes; docs/performance.md, session 27): against the packed one, AVX-512 at
+// T = 64 1.31-1.35x with bf16 and Q4_K weights (1.02-1.03 with f32, which need no widening),
+// at T = 128 1.06-1.12x (f32 0.95); AVX2 1.07-1.12x at 64, 0.97 at 128. While it was tuned
+// it was even at T = 256 and 8-18% slower at 512.
 constexpr int64_t kBroadcastMaxT = 128;
 
 // The packed-x buffer of the calling thread (reused across calls).
