@@ -112,15 +112,16 @@ inline void prefetch_bytes(const uint8_t* p, size_t n) {
 constexpr int64_t kRowKC = 256;
 constexpr int64_t kRowLd = kRowKC + 16;
 
-// Xp[kb][tt][k][TN]: per k-block of kRowKC, the token tiles one after another (a k-block's
-// tiles stream from one address range); tokens past T are zero. Packs tiles [tt0, tt1).
+// Xp[kb][tt][k][TN]: x in tiles of TN tokens (zero past T), per k-block of KB values the
+// tiles one after another, so a k-block's tiles stream from one address range (KB >= K: one
+// block, Xp[tt][k][TN]). Packs tiles [tt0, tt1).
 template <int TN>
-void pack_x_tiles(const float* x, int64_t T, int64_t K, int64_t n_tt, float* xp, int64_t tt0,
-                  int64_t tt1) {
+void pack_x(const float* x, int64_t T, int64_t K, int64_t KB, int64_t n_tt, float* xp,
+            int64_t tt0, int64_t tt1) {
   for (int64_t tt = tt0; tt < tt1; ++tt)
-    for (int64_t k0 = 0; k0 < K; k0 += kRowKC) {
-      const int64_t kc = std::min(kRowKC, K - k0);
-      float* dst = xp + ((k0 / kRowKC) * n_tt + tt) * kRowKC * TN;
+    for (int64_t k0 = 0; k0 < K; k0 += KB) {
+      const int64_t kc = std::min(KB, K - k0);
+      float* dst = xp + ((k0 / KB) * n_tt + tt) * KB * TN;
       for (int j = 0; j < TN; ++j) {
         const int64_t t = tt * TN + j;
         if (t < T) {
@@ -206,8 +207,9 @@ void gemm_broadcast_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
   std::vector<float>& xp = xp_buffer();
   xp.resize(size_t(((K + kRowKC - 1) / kRowKC) * n_tt * kRowKC * TN));
   float* xpp = xp.data();
-  pool.parallel_for(n_tt,
-                    [&](int64_t b, int64_t e) { pack_x_tiles<TN>(p.x, T, K, n_tt, xpp, b, e); });
+  pool.parallel_for(n_tt, [&](int64_t b, int64_t e) {
+    pack_x<TN>(p.x, T, K, kRowKC, n_tt, xpp, b, e);
+  });
 
   // Strips in claimed chunks, 4 per thread, so a thread that loses its core delays only its
   // chunk; a strip's arithmetic does not depend on which chunk holds it.
@@ -256,23 +258,6 @@ void gemm_broadcast_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
 // shapes 12x32, 14x32, 8x48, 6x64 and KC 128..512 were tried with bench/ (gemm/own, T = 512):
 // all within noise of each other on the dev machine, 12x32 / 256 at least as fast as any.
 constexpr int64_t kKC = 256;
-
-// Xp[tb][k][MR] for token blocks [tb0, tb1); rows past T are zero.
-template <int MR>
-void pack_x(const float* x, int64_t T, int64_t K, float* xp, int64_t tb0, int64_t tb1) {
-  for (int64_t tb = tb0; tb < tb1; ++tb) {
-    float* dst = xp + tb * K * MR;
-    for (int m = 0; m < MR; ++m) {
-      const int64_t t = tb * MR + m;
-      if (t < T) {
-        const float* src = x + t * K;
-        for (int64_t k = 0; k < K; ++k) dst[k * MR + m] = src[k];
-      } else {
-        for (int64_t k = 0; k < K; ++k) dst[k * MR + m] = 0.f;
-      }
-    }
-  }
-}
 
 // bp[k][NR] = w[r][k] for r < NR, k < kc (w: NR widened rows of stride ld; rows past the
 // matrix are zero-filled by the caller). Scalar transpose; AVX-512 overrides below.
@@ -348,7 +333,7 @@ void gemm_packed_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
   std::vector<float>& xp = xp_buffer();
   xp.resize(size_t(n_tb * MR * K));
   float* xpp = xp.data();
-  pool.parallel_for(n_tb, [&](int64_t b, int64_t e) { pack_x<MR>(p.x, T, K, xpp, b, e); });
+  pool.parallel_for(n_tb, [&](int64_t b, int64_t e) { pack_x<MR>(p.x, T, K, K, n_tb, xpp, b, e); });
 
   // Strips in claimed chunks, 4 per thread, so a thread that loses its core delays only
   // its chunk; a strip's arithmetic does not depend on which chunk holds it.
