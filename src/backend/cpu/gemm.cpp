@@ -100,11 +100,6 @@ inline void transpose16(__m512 r[16]) {
 
 // ---- Broadcast weights (short prefills) ----
 
-inline void prefetch_bytes(const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; i += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
-}
-
 // k-block: MR rows of kRowKC widened weights (L1-resident) against the token tiles' x of the
 // same k range; a multiple of every block format's block, as widening takes whole blocks. The
 // rows are kRowLd floats apart: the MR rows a step broadcasts from are constant offsets from
@@ -238,7 +233,7 @@ void gemm_broadcast_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
           if (m < nr) widen(wbase + size_t(n0 + m) * row_bytes + k_off, dst, kc);
           else std::fill(dst, dst + kc, 0.f);
           if (n_next + m < N && (k_next > 0 || s + 1 < s1))
-            prefetch_bytes(wbase + size_t(n_next + m) * row_bytes + next_off, next_bytes);
+            prefetch_lines(wbase + size_t(n_next + m) * row_bytes + next_off, next_bytes);
         }
         for (int64_t tt = 0; tt < n_tt; ++tt) {
           const float* xt = xpp + ((k0 / kRowKC) * n_tt + tt) * kRowKC * TN;
@@ -379,8 +374,7 @@ void gemm_packed_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
           if (tb + 1 < n_tb) {
             const float* cn = p.out + (tb + 1) * MR * N + n0;
             const int mr_next = int(std::min<int64_t>(MR, T - (tb + 1) * MR));
-            for (int m = 0; m < mr_next; ++m)
-              for (int v = 0; v < nr; v += 16) _mm_prefetch(reinterpret_cast<const char*>(cn + m * N + v), _MM_HINT_T0);
+            for (int m = 0; m < mr_next; ++m) prefetch_lines(cn + m * N, nr * sizeof(float));
           }
           micro_kernel<V, MR, NV>(xpp + (tb * K + k0) * MR, bp.data(), kc,
                                   p.out + tb * MR * N + n0, N, mr, nr, k0 > 0);

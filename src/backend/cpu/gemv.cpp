@@ -91,8 +91,7 @@ inline void gemv_dense_rows(const typename L::E* const* rows, int64_t K, const f
     for (int r = 0; r < RR; ++r) {
       // Past the row's end, the same row of the next group (rows are consecutive in W).
       const int64_t at = k + ahead < K ? k + ahead : k + ahead - K + RR * K;
-      for (int64_t o = 0; o < 2 * W * int64_t(sizeof(typename L::E)); o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at) + o, _MM_HINT_T0);
+      prefetch_lines(rows[r] + at, 2 * W * sizeof(typename L::E));
       acc[r][0] = V::fma(L::load(rows[r] + k), x0, acc[r][0]);
       acc[r][1] = V::fma(L::load(rows[r] + k + W), x1, acc[r][1]);
     }

@@ -458,8 +458,7 @@ void qgemv_reg(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0,
     const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
     __m256 acc = _mm256_setzero_ps(), bacc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const char* ahead = reinterpret_cast<const char*>(row + size_t(b) * sizeof(B)) + kPrefetchAhead;
-      for (size_t o = 0; o < sizeof(B); o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+      prefetch_lines(row + size_t(b) * sizeof(B) + kPrefetchAhead, sizeof(B));
       float a, bb = 0;
       __m256i count = _mm256_setzero_si256();
       const __m256i s = r.template block<I>(row + size_t(b) * sizeof(B), xa.q.data() + b * R::kBlock,

@@ -196,6 +196,13 @@ struct VAvx512 {
 /// see), n = round(x / ln 2), r = x - n ln 2 in two steps (Cody-Waite), exp(r) by its Taylor
 /// series to r^7 (truncation below 6e-9 relative for |r| <= ln2/2, under one f32 ulp).
 /// NaN in gives NaN out.
+/// Asks for the 64-byte lines of [p, p + n) in L1, for streams no hardware prefetcher follows
+/// in time (short pieces of rows far apart, or a stream that must run ahead of its reads).
+inline void prefetch_lines(const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t o = 0; o < n; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+}
+
 template <class V>
 inline typename V::R vexp(typename V::R x) {
   using R = typename V::R;
