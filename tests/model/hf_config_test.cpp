@@ -276,6 +276,10 @@ TEST(HfConfig, GemmaDefaultsAndLayerTypes) {
                                 "Gemma2ForCausalLM"));
   EXPECT_EQ(off.attn_softcap, 0);
   EXPECT_EQ(off.final_softcap, 0);
+  // Gemma 3's config may carry an attention cap that its attention never applies.
+  ModelConfig g3cap = parse(gemma(R"(,"attn_logit_softcapping":50.0,"final_logit_softcapping":30.0)"));
+  EXPECT_EQ(g3cap.attn_softcap, 0);
+  EXPECT_EQ(g3cap.final_softcap, 30.0);
 
   // transformers v5: layer_types and per-layer-type rope_parameters.
   ModelConfig v5 = parse(gemma(

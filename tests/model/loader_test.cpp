@@ -314,6 +314,44 @@ TEST(Loader, Gemma3ConditionalGenerationReadsTheTextModel) {
   }
 }
 
+// Nemotron-H checkpoints carry a multi-token-prediction head (mtp.*) that transformers drops
+// at load: tiny-nemotron-h with such tensors added loads, and its logits on ref are the
+// fixture's, bit for bit; the same names on a Granite hybrid, or a stray tensor under
+// backbone., are still refused.
+TEST(Loader, NemotronHLeavesItsMtpHeadUnread) {
+  DeviceSpec spec;
+  spec.device = "ref";
+  auto be = make_backend(spec);
+  const std::vector<int32_t> ids = {2, 100, 7, 199, 42, 5};
+  auto logits = [&](const Model& m) {
+    Session s(m, *be, 8);
+    s.forward(ids);
+    return s.logits(int(ids.size()) - 1);
+  };
+  auto add = [](HfCopy& c, const std::string& name) {
+    const size_t at = c.data.size();
+    c.data += std::string(256, '\0');
+    c.header[name] = {{"dtype", "F32"}, {"shape", {64}}, {"data_offsets", {at, at + 256}}};
+  };
+  const std::string src = test::source_path("tests/fixtures/models/tiny-nemotron-h");
+  auto want = load_model(src);
+  HfCopy c(src);
+  add(c, "mtp.layers.0.norm.weight");
+  add(c, "mtp.layers.1.mixer.experts.0.up_proj.weight");
+  c.write();
+  EXPECT_EQ(logits(*load_model(c.dir)), logits(*want));
+  add(c, "backbone.layers.0.mixer.extra.weight");
+  c.write();
+  std::string e = error_of(c.dir);
+  EXPECT_NE(e.find("'backbone.layers.0.mixer.extra.weight' is not used"), std::string::npos) << e;
+
+  HfCopy g(test::source_path("tests/fixtures/models/tiny-granite-h"));
+  add(g, "mtp.layers.0.norm.weight");
+  g.write();
+  e = error_of(g.dir);
+  EXPECT_NE(e.find("'mtp.layers.0.norm.weight' is not used"), std::string::npos) << e;
+}
+
 TEST(LoaderRefuse, Paths) {
   EXPECT_NE(error_of("/nonexistent/arbiter-model").find("/nonexistent/arbiter-model"), std::string::npos);
   std::string dir = test::temp_dir("empty");

@@ -138,8 +138,10 @@ class Gemma final : public Arch {
       j.fail("use_bidirectional_attention=true is not supported (a causal LM is expected)");
 
     c.attn_scale = 1.0 / std::sqrt(positive(j, "query_pre_attn_scalar", 256));
-    // Absent: the config's default (Gemma 2: 50 and 30; Gemma 3: none); null: none.
-    c.attn_softcap = softcap(j, "attn_logit_softcapping", g3 ? 0 : 50.0);
+    // Absent: the config's default (Gemma 2: 50 and 30; Gemma 3: none); null: none. Gemma 3's
+    // attention takes no soft cap whatever its config says: Gemma3Attention.forward passes
+    // none to the attention function (transformers' modeling_gemma3.py).
+    c.attn_softcap = g3 ? 0 : softcap(j, "attn_logit_softcapping", 50.0);
     c.final_softcap = softcap(j, "final_logit_softcapping", g3 ? 0 : 30.0);
     parse_layer_types(j, c);
     parse_rope(j, c);

@@ -50,6 +50,12 @@ class Hybrid final : public Arch {
   std::string gguf_arch(const ModelConfig& c) const override {
     return granite(c) ? "granitehybrid" : c.moe_experts > 0 ? "nemotron_h_moe" : "nemotron_h";
   }
+  // Nemotron-H's multi-token-prediction head (mtp.*, a block that guesses token t + 2): the
+  // Nemotron 3 checkpoints ship it and transformers drops it at load
+  // (NemotronHPreTrainedModel._keys_to_ignore_on_load_unexpected); so does arbiter.
+  bool hf_ignored(const ModelConfig& c, const std::string& stored) const override {
+    return !granite(c) && stored.compare(0, 4, "mtp.") == 0;
+  }
   int global_slots() const override { return kGlobalSlots; }
   int layer_slots() const override { return kLayerSlots; }
   std::vector<std::string> stages() const override {
