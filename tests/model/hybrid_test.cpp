@@ -302,6 +302,13 @@ TEST(Hybrid, NemotronConfig) {
   j["mamba_chunk_size"] = 64;
   j["chunk_size"] = 32;
   EXPECT_EQ(parse_hf_config(j.dump(), "config.json").ssm_chunk, 64);
+  // num_key_value_heads: NemotronHConfig's 8 when absent, num_attention_heads when null.
+  j["num_attention_heads"] = 16;
+  j["head_dim"] = 4;
+  j.erase("num_key_value_heads");
+  EXPECT_EQ(parse_hf_config(j.dump(), "config.json").n_head_kv, 8);
+  j["num_key_value_heads"] = nullptr;
+  EXPECT_EQ(parse_hf_config(j.dump(), "config.json").n_head_kv, 16);
 }
 
 TEST(Hybrid, BadConfigsAreRefusedNamingTheKey) {

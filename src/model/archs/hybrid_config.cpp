@@ -137,7 +137,8 @@ void parse_granite(const JsonConfig& j, ModelConfig& c) {
 void parse_nemotron(const JsonConfig& j, ModelConfig& c) {
   c.d_model = j.positive_int("hidden_size");
   c.n_head = j.positive_int("num_attention_heads", 32);
-  c.n_head_kv = j.positive_int("num_key_value_heads", c.n_head);
+  // NemotronHConfig: 8 when absent, num_attention_heads when null.
+  c.n_head_kv = j.positive_int("num_key_value_heads", j.contains("num_key_value_heads") ? c.n_head : 8);
   c.head_dim = j.positive_int("head_dim", 128);
   c.vocab = j.positive_int("vocab_size");
   c.max_pos = j.positive_int("max_position_embeddings", 4096);
