@@ -187,7 +187,24 @@ struct HfCopy {
     f(c);
     test::write_file(dir + "/config.json", c.dump());
   }
+  /// Adds a tensor of 64 zero f32 values under name (to the header; write() stores it).
+  void add_zeros(const std::string& name) {
+    const size_t at = data.size();
+    data += std::string(256, '\0');
+    header[name] = {{"dtype", "F32"}, {"shape", {64}}, {"data_offsets", {at, at + 256}}};
+  }
 };
+
+/// The ref tier's logits of the last of a few fixed tokens.
+std::vector<double> last_logits_on_ref(const Model& m) {
+  DeviceSpec spec;
+  spec.device = "ref";
+  auto be = make_backend(spec);
+  const std::vector<int32_t> ids = {2, 100, 7, 199, 42, 5};
+  Session s(m, *be, 8);
+  s.forward(ids);
+  return s.logits(int(ids.size()) - 1);
+}
 
 }  // namespace
 
@@ -264,30 +281,17 @@ TEST(LoaderRefuse, MoeMissingExpertTensor) {
 TEST(Loader, Gemma3ConditionalGenerationReadsTheTextModel) {
   const std::string src = test::source_path("tests/fixtures/models/tiny-gemma3");
   auto want = load_model(src);
-  DeviceSpec spec;
-  spec.device = "ref";
-  auto be = make_backend(spec);
-  const std::vector<int32_t> ids = {2, 100, 7, 1999, 42, 5};
-  auto logits = [&](const Model& m) {
-    Session s(m, *be, 8);
-    s.forward(ids);
-    return s.logits(int(ids.size()) - 1);
-  };
-  const std::vector<double> want_logits = logits(*want);
+  const std::vector<double> want_logits = last_logits_on_ref(*want);
   for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
     SCOPED_TRACE(prefix);
     HfCopy c(src);
     nlohmann::json h;
     for (auto& [k, v] : c.header.items())
       h[k.rfind("model.", 0) == 0 ? prefix + k.substr(6) : k] = v;
-    for (const char* vision : {"vision_tower.vision_model.post_layernorm.weight",
-                               "multi_modal_projector.mm_soft_emb_norm.weight"}) {
-      const size_t at = c.data.size();
-      c.data += std::string(256, '\0');
-      h[prefix[0] == 'm' ? "model." + std::string(vision) : std::string(vision)] = {
-          {"dtype", "F32"}, {"shape", {64}}, {"data_offsets", {at, at + 256}}};
-    }
     c.header = h;
+    for (const char* vision : {"vision_tower.vision_model.post_layernorm.weight",
+                               "multi_modal_projector.mm_soft_emb_norm.weight"})
+      c.add_zeros(prefix[0] == 'm' ? "model." + std::string(vision) : std::string(vision));
     c.write();
     c.edit_config([](nlohmann::json& j) {
       nlohmann::json text = j;
@@ -300,12 +304,9 @@ TEST(Loader, Gemma3ConditionalGenerationReadsTheTextModel) {
     auto m = load_model(c.dir);
     EXPECT_TRUE(m->config.multimodal_text);
     EXPECT_EQ(m->config.n_layer, want->config.n_layer);
-    EXPECT_EQ(logits(*m), want_logits);
+    EXPECT_EQ(last_logits_on_ref(*m), want_logits);
 
-    const size_t at = c.data.size();
-    c.data += std::string(256, '\0');
-    c.header[prefix + "layers.0.self_attn.extra.weight"] = {
-        {"dtype", "F32"}, {"shape", {64}}, {"data_offsets", {at, at + 256}}};
+    c.add_zeros(prefix + "layers.0.self_attn.extra.weight");
     c.write();
     const std::string e = error_of(c.dir);
     EXPECT_NE(e.find("'" + prefix + "layers.0.self_attn.extra.weight' is not used"),
@@ -319,34 +320,20 @@ TEST(Loader, Gemma3ConditionalGenerationReadsTheTextModel) {
 // fixture's, bit for bit; the same names on a Granite hybrid, or a stray tensor under
 // backbone., are still refused.
 TEST(Loader, NemotronHLeavesItsMtpHeadUnread) {
-  DeviceSpec spec;
-  spec.device = "ref";
-  auto be = make_backend(spec);
-  const std::vector<int32_t> ids = {2, 100, 7, 199, 42, 5};
-  auto logits = [&](const Model& m) {
-    Session s(m, *be, 8);
-    s.forward(ids);
-    return s.logits(int(ids.size()) - 1);
-  };
-  auto add = [](HfCopy& c, const std::string& name) {
-    const size_t at = c.data.size();
-    c.data += std::string(256, '\0');
-    c.header[name] = {{"dtype", "F32"}, {"shape", {64}}, {"data_offsets", {at, at + 256}}};
-  };
   const std::string src = test::source_path("tests/fixtures/models/tiny-nemotron-h");
   auto want = load_model(src);
   HfCopy c(src);
-  add(c, "mtp.layers.0.norm.weight");
-  add(c, "mtp.layers.1.mixer.experts.0.up_proj.weight");
+  c.add_zeros("mtp.layers.0.norm.weight");
+  c.add_zeros("mtp.layers.1.mixer.experts.0.up_proj.weight");
   c.write();
-  EXPECT_EQ(logits(*load_model(c.dir)), logits(*want));
-  add(c, "backbone.layers.0.mixer.extra.weight");
+  EXPECT_EQ(last_logits_on_ref(*load_model(c.dir)), last_logits_on_ref(*want));
+  c.add_zeros("backbone.layers.0.mixer.extra.weight");
   c.write();
   std::string e = error_of(c.dir);
   EXPECT_NE(e.find("'backbone.layers.0.mixer.extra.weight' is not used"), std::string::npos) << e;
 
   HfCopy g(test::source_path("tests/fixtures/models/tiny-granite-h"));
-  add(g, "mtp.layers.0.norm.weight");
+  g.add_zeros("mtp.layers.0.norm.weight");
   g.write();
   e = error_of(g.dir);
   EXPECT_NE(e.find("'mtp.layers.0.norm.weight' is not used"), std::string::npos) << e;
