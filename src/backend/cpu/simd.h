@@ -191,11 +191,6 @@ struct VAvx512 {
 };
 #endif
 
-/// exp(x) in f32 for every lane: x clamped to [-87, 88] (so 2^n stays a normal number; the
-/// clamp's error, below 2e-38 absolute or at +88, is far outside what softmax and SiLU can
-/// see), n = round(x / ln 2), r = x - n ln 2 in two steps (Cody-Waite), exp(r) by its Taylor
-/// series to r^7 (truncation below 6e-9 relative for |r| <= ln2/2, under one f32 ulp).
-/// NaN in gives NaN out.
 /// Asks for the 64-byte lines of [p, p + n) in L1, for streams no hardware prefetcher follows
 /// in time (short pieces of rows far apart, or a stream that must run ahead of its reads).
 inline void prefetch_lines(const void* p, size_t n) {
@@ -203,6 +198,11 @@ inline void prefetch_lines(const void* p, size_t n) {
   for (size_t o = 0; o < n; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
 }
 
+/// exp(x) in f32 for every lane: x clamped to [-87, 88] (so 2^n stays a normal number; the
+/// clamp's error, below 2e-38 absolute or at +88, is far outside what softmax and SiLU can
+/// see), n = round(x / ln 2), r = x - n ln 2 in two steps (Cody-Waite), exp(r) by its Taylor
+/// series to r^7 (truncation below 6e-9 relative for |r| <= ln2/2, under one f32 ulp).
+/// NaN in gives NaN out.
 template <class V>
 inline typename V::R vexp(typename V::R x) {
   using R = typename V::R;
