@@ -22,6 +22,7 @@ std::vector<OpTier> op_tiers(bool with_blas) {
       t.name = std::string("cpu_") + cpu::isa_name(isa) +
                (g == cpu::GemmImpl::Blas ? "_blas" : "");
       t.compute = DType::F32;
+      t.isa = isa;
       t.make = [isa, g] {
         cpu::CpuOptions o;
         o.threads = 2;
@@ -155,7 +156,9 @@ std::vector<DType> weight_types(const OpTier& t) {
 }
 
 int act_quant_block(const OpTier& tier, DType storage, int T) {
-  return !tier.cuda && T == 1 ? cpu::act_q8_block(storage) : 0;
+  if (tier.cuda) return 0;
+  if (T == 1) return cpu::act_q8_block(storage);
+  return cpu::qgemm_kernel(tier.isa, storage) ? kQK_K : 0;
 }
 
 double act_quant_nmse(const std::vector<double>& x, const Tensor& W, int64_t T, int64_t N,

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -38,6 +39,7 @@ struct OpTier {
   DType compute = DType::F32;
   bool cuda = false;
   std::function<std::unique_ptr<Backend>()> make;  // throws when the tier cannot start
+  cpu::Isa isa = cpu::Isa::Scalar;  // a cpu tier's ISA
 };
 /// Every compiled tier: cpu per ISA (its own GEMM), cuda bf16/f16/f32. with_blas adds cpu
 /// with OpenBLAS's GEMM per ISA (matmul's T > 1 cases).
@@ -120,7 +122,8 @@ double operand_rounding_nmse(DType to, const std::vector<double>& x, const std::
 
 /// The block in which `tier` quantizes a matmul's activations to 8 bits for weights stored
 /// as `storage` at T tokens (cpu: T == 1 and a format with an integer kernel,
-/// backend/cpu/kernels.h act_q8_block), 0 when it reads them in its compute type.
+/// backend/cpu/kernels.h act_q8_block, or T > 1 and a format with an integer GEMM on the
+/// tier's ISA, qgemm_kernel), 0 when it reads them in its compute type.
 int act_quant_block(const OpTier& tier, DType storage, int T);
 /// The NMSE a product x[T, K] @ W[N, K]^T (W's exact values) gets from x rounded to 8 bits
 /// per block of `block` (kernels.h ActQ8: each value off by at most d / 2, d = max|x| / 127

@@ -101,6 +101,26 @@ void zero_codes(DType t, uint8_t* row, int64_t nb) {
   }
 }
 
+// y, a kernel's dot of row n of the quantized weights q (z: the same with every code 0) with
+// activations x quantized as a, against the two bounds of IntegerDotWithinDerivedBounds.
+void expect_within_bounds(DType dt, const uint8_t* q, const uint8_t* z, int64_t n, int64_t K,
+                          const float* x, const ActQ8& a, float y) {
+  std::vector<double> wr(static_cast<size_t>(K)), zr(static_cast<size_t>(K));
+  row_to_f64(dt, q + dtype_bytes(dt, n * K), wr.data(), K);
+  row_to_f64(dt, z + dtype_bytes(dt, n * K), zr.data(), K);
+  double exact_q = 0, exact = 0, S = 0, act = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double d = a.d[size_t(k / a.block)], xq = d * a.q[size_t(k)];
+    exact_q += wr[size_t(k)] * xq;
+    exact += wr[size_t(k)] * x[size_t(k)];
+    S += (std::fabs(wr[size_t(k)]) + 2 * std::fabs(zr[size_t(k)])) * std::fabs(xq);
+    act += d * (0.5 + kStepSlack) * std::fabs(wr[size_t(k)]);
+  }
+  const double fp = (double(K) / 16 + 16) * kU * S;
+  EXPECT_LE(std::fabs(y - exact_q), fp) << "row " << n << " (a)";
+  EXPECT_LE(std::fabs(y - exact), fp + act) << "row " << n << " (b)";
+}
+
 class QdotTest : public testing::TestWithParam<Isa> {};
 
 // Per format and ISA, for each row: y against
@@ -139,24 +159,79 @@ TEST_P(QdotTest, IntegerDotWithinDerivedBounds) {
       std::vector<float> y(N, NAN), y1(N, NAN);
       gemv(q.data(), K, a, y.data(), 0, N);
       for (int64_t n = 0; n < N; ++n) gemv(q.data(), K, a, y1.data(), n, n + 1);
-      std::vector<double> wr(static_cast<size_t>(K)), zr(static_cast<size_t>(K));
       for (int64_t n = 0; n < N; ++n) {
         EXPECT_EQ(y[size_t(n)], y1[size_t(n)]) << "row " << n << " depends on the row split";
-        row_to_f64(dt, q.data() + dtype_bytes(dt, n * K), wr.data(), K);
-        row_to_f64(dt, z.data() + dtype_bytes(dt, n * K), zr.data(), K);
-        double exact_q = 0, exact = 0, S = 0, act = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          const double d = a.d[size_t(k / blk)], xq = d * a.q[size_t(k)];
-          exact_q += wr[size_t(k)] * xq;
-          exact += wr[size_t(k)] * x[size_t(k)];
-          S += (std::fabs(wr[size_t(k)]) + 2 * std::fabs(zr[size_t(k)])) * std::fabs(xq);
-          act += d * (0.5 + kStepSlack) * std::fabs(wr[size_t(k)]);
-        }
-        const double fp = (double(K) / 16 + 16) * kU * S;
-        EXPECT_LE(std::fabs(y[size_t(n)] - exact_q), fp) << "row " << n << " (a)";
-        EXPECT_LE(std::fabs(y[size_t(n)] - exact), fp + act) << "row " << n << " (b)";
+        expect_within_bounds(dt, q.data(), z.data(), n, K, x.data(), a, y[size_t(n)]);
       }
     }
+  }
+}
+
+// The integer GEMM (qgemm.cpp) on 37 tokens (two panels, then a partial one) and 9 rows (two
+// tiles and a single row): every (row, token) within IntegerDotWithinDerivedBounds' bounds
+// (its f32 steps are fewer: per super-block two FMAs of rounded products); the same bits for
+// any row split, and for a token run alone (T = 1: another T, another panel position); a
+// token with a NaN gives NaN in its own outputs only.
+TEST_P(QdotTest, IntegerGemmWithinBoundsAndRowInvariant) {
+  const Isa isa = GetParam();
+  for (DType dt : kQdotTypes) {
+    const bool kquant = dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K;
+    if (isa != Isa::Avx512 || !kquant) {
+      EXPECT_EQ(cpu::qgemm_kernel(isa, dt), nullptr) << dtype_name(dt);
+    }
+  }
+  if (isa != Isa::Avx512) return;  // only AVX512-VNNI has an integer GEMM (asserted above)
+  if (!cpu::qgemm_kernel(isa, DType::Q4_K)) GTEST_SKIP() << "this build's AVX-512 has no VNNI";
+  std::mt19937_64 rng(4600);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t N = 9, K = 768, T = 37;
+  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(dt));
+    cpu::QGemmFn gemm = cpu::qgemm_kernel(isa, dt);
+    ASSERT_NE(gemm, nullptr);
+    std::vector<float> w(static_cast<size_t>(N * K));
+    for (float& v : w) v = nd(rng);
+    std::vector<uint8_t> q(dtype_bytes(dt, N * K));
+    quantize_blocks(dt, w.data(), N * K / kQK_K, q.data());
+    std::vector<uint8_t> z = q;
+    zero_codes(dt, z.data(), N * K / kQK_K);
+    std::vector<std::vector<float>> x;
+    std::vector<ActQ8> a(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      x.push_back(activations(K, 4700 + uint64_t(t)));
+      cpu::quantize_act_q8(x.back().data(), K, kQK_K, a[size_t(t)]);
+    }
+    cpu::ActQ8Panels p;
+    cpu::pack_act_q8(a.data(), T, p);
+    std::vector<float> out(size_t(T * N), NAN), split(size_t(T * N), NAN), one(static_cast<size_t>(N), NAN);
+    gemm(q.data(), N, K, p, out.data(), 0, N);
+    gemm(q.data(), N, K, p, split.data(), 0, 1);
+    gemm(q.data(), N, K, p, split.data(), 1, N);
+    EXPECT_EQ(out, split) << "the row split changed the bits";
+    for (int64_t t = 0; t < T; ++t) {
+      cpu::ActQ8Panels p1;
+      cpu::pack_act_q8(&a[size_t(t)], 1, p1);
+      gemm(q.data(), N, K, p1, one.data(), 0, N);
+      for (int64_t n = 0; n < N; ++n) {
+        const float y = out[size_t(t * N + n)];
+        EXPECT_EQ(y, one[size_t(n)]) << "token " << t << " row " << n << " differs run alone";
+        expect_within_bounds(dt, q.data(), z.data(), n, K, x[size_t(t)].data(), a[size_t(t)], y);
+      }
+    }
+    x[5][300] = NAN;
+    cpu::quantize_act_q8(x[5].data(), K, kQK_K, a[5]);
+    cpu::pack_act_q8(a.data(), T, p);
+    std::vector<float> poisoned(size_t(T * N), 0.f);
+    gemm(q.data(), N, K, p, poisoned.data(), 0, N);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) {
+        const float y = poisoned[size_t(t * N + n)];
+        if (t == 5) {
+          EXPECT_TRUE(std::isnan(y)) << "row " << n;
+        } else {
+          EXPECT_EQ(y, out[size_t(t * N + n)]) << "token " << t << " row " << n;
+        }
+      }
   }
 }
 
@@ -201,7 +276,8 @@ TEST_P(QdotTest, NoIntegerKernelForOtherTypes) {
 
 // The tier: a T == 1 matmul of a block format quantizes x (provider cpu.gemv_<dt>_q8_<isa>,
 // stats' act_quant for the trace header) unless CpuOptions::act_quant is off, which runs the
-// f32 GEMV bit for bit; T > 1 (the GEMM) never quantizes.
+// f32 GEMV bit for bit; T > 1 quantizes where an integer GEMM exists (cpu.gemm_<dt>_q8_<isa>),
+// and never with act_quant off.
 TEST_P(QdotTest, TierQuantizesOnlyDecodeAndCanBeTurnedOff) {
   const std::string sfx = std::string("_") + cpu::isa_name(GetParam());
   const int64_t N = 8, K = 256;
@@ -216,7 +292,10 @@ TEST_P(QdotTest, TierQuantizesOnlyDecodeAndCanBeTurnedOff) {
     auto be = cpu::make_cpu_backend(o);
     Buf x(*be, values(2 * K, 4402, 1.0, DType::F32)), out(*be, 2 * N);
     be->matmul(x.b, w->t, nullptr, 2, out.b);
-    EXPECT_EQ(be->stats().act_quant(), "") << "the GEMM quantized";
+    const bool qgemm = on && cpu::qgemm_kernel(GetParam(), DType::Q4_K);
+    EXPECT_EQ(be->stats().act_quant(), qgemm ? "q8_K" : "") << "T = 2";
+    EXPECT_EQ(be->stats().calls().at("matmul").count("cpu.gemm_q4_k" + std::string(qgemm ? "_q8" : "") + sfx), 1u);
+    be->stats().reset();
     be->matmul(x.b, w->t, nullptr, 1, out.b);
     outs[on ? 0 : 1] = out.read();
     be->matmul(x.b, w8->t, nullptr, 1, out.b);

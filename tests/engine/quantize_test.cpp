@@ -51,6 +51,7 @@ TEST(Quantize, RecipesRoundTripOnRefAndCpu) {
   auto ref = make_ref_backend();
   cpu::CpuOptions o;
   o.threads = 2;
+  o.act_quant = false;  // the kernels' f32 error alone (8-bit activation codes add ~2e-2)
   auto cpu_be = cpu::make_cpu_backend(o);
   const auto want_parent = logits(*parent, *ref, ids);
 

@@ -221,6 +221,36 @@ class CpuBackend final : public Backend {
       else body(0, N);
       return;
     }
+    // T > 1 (or row-invariant) on k-quant weights with an integer GEMM: every token's x
+    // quantized as a decode step quantizes it (CpuOptions::act_quant).
+    if (QGemmFn qgemm = act_quant_ ? qgemm_kernel(isa_, W.dtype) : nullptr) {
+      const float* xp = f32(x);
+      float* yp = f32(out);
+      xq_rows_.resize(size_t(std::max<int64_t>(int64_t(xq_rows_.size()), T)));
+      pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) quantize_act_q8(xp + t * K, K, kQK_K, xq_rows_[size_t(t)]);
+      });
+      pack_act_q8(xq_rows_.data(), T, xq_panels_);
+      stats_.record("matmul", "cpu.gemm_" + dt + "_q8" + suffix_);
+      stats_.record_act_quant(act_q8_name(kQK_K));
+      if (measure_input_rounding_) {
+        input_rounding_.resize(size_t(T * N));
+        pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
+          for (int64_t t = 0; t < T; ++t)
+            act_q8_rounding(W.dtype, wdata, K, xq_rows_[size_t(t)], input_rounding_.data() + t * N + n0, n0, n1);
+        });
+      }
+      // Chunks of whole row tiles: any split gives the same out (kernels.h).
+      const int64_t tiles = (N + kQGemmRows - 1) / kQGemmRows;
+      pool_.parallel_for_dynamic(tiles, int64_t(pool_.size()) * 8, [&](int64_t a, int64_t b) {
+        const int64_t n0 = a * kQGemmRows, n1 = std::min(N, b * kQGemmRows);
+        qgemm(wdata, N, K, xq_panels_, yp, n0, n1);
+        if (bp)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = n0; n < n1; ++n) yp[t * N + n] += bp[n];
+      });
+      return;
+    }
     GemmProblem p;
     p.x = f32(x);
     p.W = wdata;
@@ -645,6 +675,8 @@ class CpuBackend final : public Backend {
   bool hugepage_weights_;
   bool act_quant_;
   ActQ8 xq_;  // a T == 1 matmul's x quantized (act_quant_)
+  std::vector<ActQ8> xq_rows_;  // an integer GEMM's tokens quantized, then in panels
+  ActQ8Panels xq_panels_;
   bool row_invariant_ = false;  // set_row_invariant: the own GEMM, the scan's recurrence at every T
   struct Copy {
     const void* ptr;

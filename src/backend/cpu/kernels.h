@@ -75,6 +75,29 @@ using QGemvFn = void (*)(const void* W, int64_t K, const ActQ8& a, float* y, int
 /// nullptr when (isa, dtype) has no integer kernel.
 QGemvFn qgemv_kernel(Isa isa, DType dtype);
 
+/// Tokens per panel of the integer GEMM (qgemm.cpp): the 16 lanes of one zmm.
+constexpr int kPanel = 16;
+/// T tokens' q8_K activations (each quantized by quantize_act_q8, so its codes are a decode
+/// step's) in panels of kPanel tokens, the tokens in the lanes; tokens past T are zeros.
+struct ActQ8Panels {
+  int64_t T = 0, K = 0, panels = 0;
+  std::vector<int8_t> q;        // [panels][K / 4][kPanel][4]
+  std::vector<float> d;         // [panels][K / 256][kPanel]
+  std::vector<int32_t> sums;    // [panels][K / 32][kPanel]: sums (2 i, 2 i + 1) as 16-bit halves
+};
+/// p = rows[0, T) in panels (every row quantized in blocks of 256, one K).
+void pack_act_q8(const ActQ8* rows, int64_t T, ActQ8Panels& p);
+/// out[t, n] (row stride N) = dot(W[n, :], the values x encodes for token t), for the rows n
+/// in [n0, n1) and every token: per sub-block an exact integer dot, the scales in f32. One
+/// (n, t)'s bits depend neither on the row split, nor on T, nor on t's panel.
+using QGemmFn = void (*)(const void* W, int64_t N, int64_t K, const ActQ8Panels& x, float* out,
+                         int64_t n0, int64_t n1);
+/// Weight rows per output tile of the integer GEMM (a 64-byte line of out per token): splits
+/// of the rows at its multiples keep the tiles whole.
+constexpr int kQGemmRows = 16;
+/// nullptr when (isa, dtype) has no integer GEMM (only AVX512-VNNI has one: Q4_K, Q5_K, Q6_K).
+QGemmFn qgemm_kernel(Isa isa, DType dtype);
+
 /// dst[n] = src[n] widened to f32 (exactly, or rounded once for the block formats with a min;
 /// block formats: n a multiple of the block).
 using WidenFn = void (*)(const void* src, float* dst, int64_t n);
@@ -141,8 +164,10 @@ struct CpuOptions {
   /// (the file's pages, touched by the copy, stay mapped).
   bool hugepage_weights = true;
   /// true: a T == 1 matmul of a block format with an integer kernel (act_q8_block) quantizes
-  /// x to 8 bits and runs qgemv_kernel (provider cpu.gemv_<dtype>_q8_<isa>; the trace header
-  /// records it, docs/traces.md); false: the f32 GEMV of the dequantized weights.
+  /// x to 8 bits and runs qgemv_kernel (provider cpu.gemv_<dtype>_q8_<isa>), and any other
+  /// matmul of a type with an integer GEMM quantizes every token and runs qgemm_kernel
+  /// (cpu.gemm_<dtype>_q8_<isa>); the trace header records it (docs/traces.md). false: the
+  /// f32 GEMV and GEMM of the dequantized weights.
   /// ARBITER_CPU_ACT_QUANT=0 sets false.
   bool act_quant = true;
 };
