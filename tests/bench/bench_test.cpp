@@ -14,6 +14,7 @@
 #include "backend/cpu/probes.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 #include "engine/bench.h"
 #include "model/synth.h"
@@ -215,6 +216,58 @@ std::string stories260k() {
   const std::string p = test::source_path("models/stories260K/stories260K.gguf");
   if (std::filesystem::exists(p)) return p;
   return test::shared_path("models/stories260K/stories260K.gguf");
+}
+
+// The 8-bit dot peak is a limit too: the integer GEMM (backend/cpu/qgemm.cpp), timed as the
+// f32 GEMM is above, must not beat it; it sits above the f32 FMA peak (64 multiply-adds an
+// instruction against 16: 4x on paper); and bench divides a k-quant model's prefill by it, a
+// dense model's by the FMA peak.
+TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
+  cpu::QGemmFn gemm = cpu::qgemm_kernel(cpu::Isa::Avx512, DType::Q4_K);
+  if (!gemm) GTEST_SKIP() << "SKIP: this build has no AVX512-VNNI, so no integer GEMM and no 8-bit probe";
+  const int64_t T = 48, N = 128, K = 512;
+  std::vector<float> w(size_t(N * K)), x(static_cast<size_t>(K)), out(size_t(T * N));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * float(int(i % 7) - 3);
+  std::vector<uint8_t> q(dtype_bytes(DType::Q4_K, N * K));
+  quantize_blocks(DType::Q4_K, w.data(), N * K / kQK_K, q.data());
+  std::vector<cpu::ActQ8> a(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) x[size_t(k)] = 0.01f * float(int((t + k) % 13) - 6);
+    cpu::quantize_act_q8(x.data(), K, kQK_K, a[size_t(t)]);
+  }
+  cpu::ActQ8Panels p;
+  cpu::pack_act_q8(a.data(), T, p);
+  const std::vector<double> peak = cpu::measure_int8_gops(1, 3), fma = cpu::measure_fma_gflops(cpu::Isa::Avx512, 1, 3);
+  const double best_peak = *std::max_element(peak.begin(), peak.end());
+  const double best_fma = *std::max_element(fma.begin(), fma.end());
+  double best_gemm = 0;
+  for (int rep = 0; rep < 8; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gemm(q.data(), N, K, p, out.data(), 0, N);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best_gemm = std::max(best_gemm, 2.0 * T * N * K / s / 1e9);
+  }
+  std::printf("8-bit peak %.1f GOP/s, f32 FMA peak %.1f GFLOP/s, integer GEMM %.1f GOP/s = %.3f of the 8-bit peak\n",
+              best_peak, best_fma, best_gemm, best_gemm / best_peak);
+  EXPECT_LE(best_gemm, best_peak * 1.10) << "the integer GEMM beat the 8-bit peak";
+  EXPECT_GT(best_peak, best_fma) << "the 8-bit peak is below the f32 FMA peak";
+
+  const std::string root = test::temp_dir("bench-int8");
+  SynthOptions o;
+  o.preset = "tiny-qwen3-256";
+  o.layers = 1;
+  o.format = SynthFormat::Gguf;
+  o.dtype = DType::F32;
+  o.quant = QuantRecipe::Q4_K_M;
+  o.progress = false;
+  o.out_dir = root + "/q.gguf";
+  synth_checkpoint(o);
+  for (const auto& [file, source] : {std::pair{o.out_dir, "8-bit dot peak"}, std::pair{stories260k(), "f32 FMA peak"}}) {
+    auto r = test::run_cli("bench -m " + file + " --device cpu -t 2 -p 8 -n 2 -r 1 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string got = json::parse(r.out)["limits"]["matmul_source"].get<std::string>();
+    EXPECT_EQ(got.rfind(source, 0), 0u) << file << ": " << got;
+  }
 }
 
 void expect_positive(const json& j, const std::string& what) {

@@ -128,6 +128,51 @@ float fma_loop(int64_t iters) {
   return V::reduce_add(s);
 }
 
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
+// The integer GEMM's instruction (qgemm.cpp): the same chains of vpdpbusd, 64 u8 x s8
+// multiply-adds each; the int32 sums wrap harmlessly.
+float dpbusd_loop(int64_t iters) {
+  static volatile int32_t va = 0x01010101, vb = 0x01010101;
+  const __m512i a = _mm512_set1_epi32(va), b = _mm512_set1_epi32(vb);
+  __m512i acc[kFmaAccumulators];
+  for (int i = 0; i < kFmaAccumulators; ++i) acc[i] = _mm512_set1_epi32(i);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kFmaAccumulators; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < kFmaAccumulators; ++i) s = _mm512_add_epi32(s, acc[i]);
+  return float(_mm512_reduce_add_epi32(s));
+}
+#endif
+
+// `passes` timed rates of `loop` (after one shorter untimed pass), `ops` operations per
+// iteration, on `threads` threads released together.
+std::vector<double> loop_rates(FmaLoop loop, double ops, int threads, int passes) {
+  // Each thread's rate over its own CPU time, summed: on a shared host a pass of tens of
+  // milliseconds spans time slices given to other processes, and a wall-clock rate then
+  // reads far below what a GEMM reaches within one slice (measured at load average 12:
+  // 20 GFLOP/s against a 77 GFLOP/s GEMM on one thread). CPU time counts only the cycles
+  // the thread ran, so the figure stays the hardware's rate and remains a bound.
+  const double total = ops * double(kFmaIters);
+  std::vector<float> sink(static_cast<size_t>(threads));
+  std::vector<double> rate(static_cast<size_t>(threads));
+  run_together(threads, [&](int k) { sink[size_t(k)] = loop(kFmaIters / 8); });  // warm-up: clocks up
+  std::vector<double> out;
+  for (int pass = 0; pass < passes; ++pass) {
+    run_together(threads, [&](int k) {
+      const double t0 = thread_cpu_seconds();
+      sink[size_t(k)] = loop(kFmaIters);
+      rate[size_t(k)] = total / (thread_cpu_seconds() - t0);
+    });
+    double sum = 0;
+    for (double r : rate) sum += r;
+    out.push_back(sum / 1e9);
+  }
+  for (float v : sink) g_sink.fetch_xor(uint64_t(v != 0.f), std::memory_order_relaxed);
+  return out;
+}
+
 }  // namespace
 
 std::vector<double> measure_host_read_bandwidth(size_t bytes, int threads, int passes) {
@@ -171,28 +216,24 @@ std::vector<double> measure_fma_gflops(Isa isa, int threads, int passes) {
     default: break;
   }
   ARB_CHECK(loop != nullptr, "[cpu] FMA probe: ISA %s not compiled in", isa_name(isa));
-  // Each thread's rate over its own CPU time, summed: on a shared host a pass of tens of
-  // milliseconds spans time slices given to other processes, and a wall-clock rate then
-  // reads far below what a GEMM reaches within one slice (measured at load average 12:
-  // 20 GFLOP/s against a 77 GFLOP/s GEMM on one thread). CPU time counts only the cycles
-  // the thread ran, so the figure stays the hardware's rate and remains a bound.
-  const double flops = 2.0 * lanes * kFmaAccumulators * double(kFmaIters);
-  std::vector<float> sink(static_cast<size_t>(threads));
-  std::vector<double> rate(static_cast<size_t>(threads));
-  run_together(threads, [&](int k) { sink[size_t(k)] = loop(kFmaIters / 8); });  // warm-up: clocks up
-  std::vector<double> out;
-  for (int pass = 0; pass < passes; ++pass) {
-    run_together(threads, [&](int k) {
-      const double t0 = thread_cpu_seconds();
-      sink[size_t(k)] = loop(kFmaIters);
-      rate[size_t(k)] = flops / (thread_cpu_seconds() - t0);
-    });
-    double sum = 0;
-    for (double r : rate) sum += r;
-    out.push_back(sum / 1e9);
-  }
-  for (float v : sink) g_sink.fetch_xor(uint64_t(v != 0.f), std::memory_order_relaxed);
-  return out;
+  return loop_rates(loop, 2.0 * lanes * kFmaAccumulators, threads, passes);
+}
+
+std::vector<double> measure_int8_gops(int threads, int passes) {
+  threads = resolve_threads(threads);
+  ARB_CHECK(passes >= 1, "[cpu] int8 probe: bad passes %d", passes);
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
+  return loop_rates(dpbusd_loop, 2.0 * 64 * kFmaAccumulators, threads, passes);
+#else
+  ARB_CHECK(false, "[cpu] int8 probe: this build has no AVX512-VNNI");
+  return {};
+#endif
+}
+
+std::string int8_probe_source(int threads, int passes) {
+  return strformat("8-bit dot peak of avx512 (vpdpbusd, 2 ops per multiply-add), %d threads released together, "
+                   "%d register chains each, %d passes per rep",
+                   resolve_threads(threads), kFmaAccumulators, passes);
 }
 
 std::string fma_probe_source(Isa isa, int threads, int passes) {

@@ -1,4 +1,5 @@
-// Physical limits of the host, measured: the streaming read bandwidth and the f32 FMA peak.
+// Physical limits of the host, measured: the streaming read bandwidth, the f32 FMA peak and the
+// 8-bit dot peak.
 // bench divides the CPU tiers' speeds by them (engine/bench.h).
 #pragma once
 #include <cstddef>
@@ -24,5 +25,13 @@ std::vector<double> measure_host_read_bandwidth(size_t bytes, int threads, int p
 std::vector<double> measure_fma_gflops(Isa isa, int threads, int passes);
 /// One line naming that probe and its arguments, for reports.
 std::string fma_probe_source(Isa isa, int threads, int passes);
+
+/// The 8-bit dot peak of the integer GEMM's instruction (AVX512-VNNI vpdpbusd, 64
+/// multiply-adds, counted 2 operations each as a FLOP is), measured as measure_fma_gflops
+/// measures its peak: GOP/s of each of `passes` passes. It exceeds the f32 FMA peak 4x on
+/// paper, and bounds a prefill whose matmuls run partly on it and partly on FMAs. Throws in a
+/// build without AVX512-VNNI (where qgemm_kernel is nullptr for every type).
+std::vector<double> measure_int8_gops(int threads, int passes);
+std::string int8_probe_source(int threads, int passes);
 
 }  // namespace arbiter::cpu
