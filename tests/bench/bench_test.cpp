@@ -252,17 +252,10 @@ TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
   EXPECT_LE(best_gemm, best_peak * 1.10) << "the integer GEMM beat the 8-bit peak";
   EXPECT_GT(best_peak, best_fma) << "the 8-bit peak is below the f32 FMA peak";
 
-  const std::string root = test::temp_dir("bench-int8");
-  SynthOptions o;
-  o.preset = "tiny-qwen3-256";
-  o.layers = 1;
-  o.format = SynthFormat::Gguf;
-  o.dtype = DType::F32;
-  o.quant = QuantRecipe::Q4_K_M;
-  o.progress = false;
-  o.out_dir = root + "/q.gguf";
-  synth_checkpoint(o);
-  for (const auto& [file, source] : {std::pair{o.out_dir, "8-bit dot peak"}, std::pair{stories260k(), "f32 FMA peak"}}) {
+  const std::string q4 = test::temp_dir("bench-int8") + "/q.gguf";
+  auto made = test::run_cli("synth --preset tiny-qwen3-256 --layers 1 --dtype q4_k_m -q -o " + q4);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  for (const auto& [file, source] : {std::pair{q4, "8-bit dot peak"}, std::pair{stories260k(), "f32 FMA peak"}}) {
     auto r = test::run_cli("bench -m " + file + " --device cpu -t 2 -p 8 -n 2 -r 1 --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const std::string got = json::parse(r.out)["limits"]["matmul_source"].get<std::string>();
