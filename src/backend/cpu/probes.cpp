@@ -140,9 +140,11 @@ float dpbusd_loop(int64_t iters) {
 #pragma GCC unroll 16
     for (int i = 0; i < kFmaAccumulators; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
   }
+  // Lane 0 of the lanes' sum is the sink: the header's _mm512_reduce_add_epi32 adds in
+  // scalar int, which overflows (undefined behaviour, UBSan) where the vector adds wrap.
   __m512i s = acc[0];
   for (int i = 1; i < kFmaAccumulators; ++i) s = _mm512_add_epi32(s, acc[i]);
-  return float(_mm512_reduce_add_epi32(s));
+  return float(_mm_cvtsi128_si32(_mm512_castsi512_si128(s)));
 }
 #endif
 
