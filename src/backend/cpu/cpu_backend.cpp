@@ -205,20 +205,13 @@ class CpuBackend final : public Backend {
       const int act_block = act_quant_ ? act_q8_block(W.dtype) : 0;
       QGemvFn qgemv = act_block ? qgemv_kernel(isa_, W.dtype) : nullptr;
       if (qgemv) {
-        quantize_act_q8(xp, K, act_block, xq_);
+        quantize_x(xp, 1, K, act_block, W.dtype, wdata, N);
         stats_.record("matmul", "cpu.gemv_" + dt + "_q8" + suffix_);
-        stats_.record_act_quant(act_q8_name(act_block));
-        if (measure_input_rounding_) {
-          input_rounding_.resize(size_t(N));
-          pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
-            act_q8_rounding(W.dtype, wdata, K, xq_, input_rounding_.data() + n0, n0, n1);
-          });
-        }
       } else {
         stats_.record("matmul", "cpu.gemv_" + dt + suffix_);
       }
       auto body = [&](int64_t n0, int64_t n1) {
-        if (qgemv) qgemv(wdata, K, xq_, yp, n0, n1);
+        if (qgemv) qgemv(wdata, K, xq_rows_[0], yp, n0, n1);
         else gemv(wdata, K, xp, yp, n0, n1);
         if (bp)
           for (int64_t n = n0; n < n1; ++n) yp[n] += bp[n];
@@ -234,20 +227,9 @@ class CpuBackend final : public Backend {
     if (QGemmFn qgemm = act_quant_ ? qgemm_kernel(isa_, W.dtype) : nullptr) {
       const float* xp = f32(x);
       float* yp = f32(out);
-      xq_rows_.resize(size_t(std::max<int64_t>(int64_t(xq_rows_.size()), T)));
-      pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) quantize_act_q8(xp + t * K, K, kQK_K, xq_rows_[size_t(t)]);
-      });
+      quantize_x(xp, T, K, kQK_K, W.dtype, wdata, N);
       pack_act_q8(xq_rows_.data(), T, xq_panels_);
       stats_.record("matmul", "cpu.gemm_" + dt + "_q8" + suffix_);
-      stats_.record_act_quant(act_q8_name(kQK_K));
-      if (measure_input_rounding_) {
-        input_rounding_.resize(size_t(T * N));
-        pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
-          for (int64_t t = 0; t < T; ++t)
-            act_q8_rounding(W.dtype, wdata, K, xq_rows_[size_t(t)], input_rounding_.data() + t * N + n0, n0, n1);
-        });
-      }
       // Chunks of whole row tiles: any split gives the same out (kernels.h).
       const int64_t tiles = (N + kQGemmRows - 1) / kQGemmRows;
       pool_.parallel_for_dynamic(tiles, int64_t(pool_.size()) * 8, [&](int64_t a, int64_t b) {
@@ -277,6 +259,24 @@ class CpuBackend final : public Backend {
       stats_.record("matmul", "cpu.gemm_" + dt + suffix_);
       gemm_own(isa_, p, pool_);
     }
+  }
+
+  // The integer kernels' input: x's T rows quantized to 8-bit codes in blocks of `block`
+  // (xq_rows_), named for the trace header, and while drift or opcheck measure
+  // (measure_input_rounding_) the squared error each row's codes add to each of its N
+  // outputs of W (act_q8_rounding).
+  void quantize_x(const float* xp, int64_t T, int64_t K, int block, DType wt, const void* wdata, int64_t N) {
+    if (int64_t(xq_rows_.size()) < T) xq_rows_.resize(size_t(T));
+    pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) quantize_act_q8(xp + t * K, K, block, xq_rows_[size_t(t)]);
+    });
+    stats_.record_act_quant(act_q8_name(block));
+    if (!measure_input_rounding_) return;
+    input_rounding_.resize(size_t(T * N));
+    pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
+      for (int64_t t = 0; t < T; ++t)
+        act_q8_rounding(wt, wdata, K, xq_rows_[size_t(t)], input_rounding_.data() + t * N + n0, n0, n1);
+    });
   }
 
   void rope(Buffer& x, int T, int nh, int Dh, int pos0, const RopeSpec& rope) override {
@@ -682,9 +682,8 @@ class CpuBackend final : public Backend {
   GemmImpl gemm_;
   bool hugepage_weights_;
   bool act_quant_;
-  ActQ8 xq_;  // a T == 1 matmul's x quantized (act_quant_)
-  std::vector<ActQ8> xq_rows_;  // an integer GEMM's tokens quantized, then in panels
-  ActQ8Panels xq_panels_;
+  std::vector<ActQ8> xq_rows_;  // x quantized for the integer kernels (quantize_x)
+  ActQ8Panels xq_panels_;       // the integer GEMM's: xq_rows_ in panels
   bool int8_gemm_ = false;  // a prepared model has weights the integer GEMM reads (peak_gflops)
   bool row_invariant_ = false;  // set_row_invariant: the own GEMM, the scan's recurrence at every T
   struct Copy {

@@ -35,6 +35,11 @@
 
 namespace arbiter::cpu {
 
+namespace {
+// Two 16-bit operands of vpdpwssd in one int32 lane: v0 low, v1 high.
+int32_t pair16(int v0, int v1) { return int32_t(uint16_t(int16_t(v0)) | uint32_t(uint16_t(int16_t(v1))) << 16); }
+}  // namespace
+
 void pack_act_q8(const ActQ8* rows, int64_t T, ActQ8Panels& p) {
   ARB_ASSERT(T > 0 && rows[0].block == kQK_K);
   const int64_t K = rows[0].K, P = (T + kPanel - 1) / kPanel;
@@ -54,7 +59,7 @@ void pack_act_q8(const ActQ8* rows, int64_t T, ActQ8Panels& p) {
     for (int64_t b = 0; b < K / kQK_K; ++b) d[b * kPanel + l] = a.d[size_t(b)];
     int32_t* s = p.sums.data() + pi * (K / 32) * kPanel;
     for (int64_t i = 0; i < K / 32; ++i)
-      s[i * kPanel + l] = int32_t(uint16_t(a.sums[size_t(2 * i)]) | uint32_t(uint16_t(a.sums[size_t(2 * i + 1)])) << 16);
+      s[i * kPanel + l] = pair16(a.sums[size_t(2 * i)], a.sums[size_t(2 * i + 1)]);
   }
 }
 
@@ -70,8 +75,6 @@ struct RowBlock {
   int32_t bw[8];
   float a, b;
 };
-
-inline int32_t pair16(int v0, int v1) { return int32_t(uint16_t(int16_t(v0)) | uint32_t(uint16_t(int16_t(v1))) << 16); }
 
 // Q4_K / Q5_K: value d sc_j u - dmin m_j over sub-blocks j of 32; a = d, b = -dmin, b words
 // (m_j, m_j). |isum| <= 8 * 63 * 32 * 31 * 127 < 2^31, |bsum| <= 8 * 63 * 32 * 127.
