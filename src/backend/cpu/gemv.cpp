@@ -3,8 +3,8 @@
 // Decode reads every weight once per token, so these kernels are bound by memory bandwidth:
 // each weight is loaded in its storage dtype and widened in registers (bf16: a 16-bit shift;
 // f16: vcvtph2ps; q8_0: int8 -> f32 times the block scale; the other block formats: a chunk
-// dequantized into an L1 buffer). Four rows share each load of x,
-// and each row keeps two accumulators (independent FMA chains hide the FMA latency).
+// dequantized into an L1 buffer). One row at a time, each with two accumulators
+// (independent FMA chains hide the FMA latency).
 // These are the exact f32 paths: by default the backend runs a T == 1 matmul of a ggml block
 // format on qdot.cpp's integer kernels instead, x quantized to 8 bits (CpuOptions::act_quant).
 #include <algorithm>
@@ -69,102 +69,70 @@ struct LoadF16 {
   static typename V::R load_n(const E* p, int n) { return V::load_f16_n(p, n); }
 };
 
-// Each row's bytes 1 KiB ahead are prefetched, and near a row's end the start of the row of
-// the next group that the same accumulator will read: with the hardware prefetcher alone, a
-// bf16 qwen3-0.6b decode read 0.64 of the read limit, with the prefetch inside rows 0.81,
-// with the next group's starts too 0.90 (docs/performance.md).
+// One row at a time. Zen 4 (2-vCPU EPYC VM) streamed bf16 qwen3-0.6b decode at 18.9 tok/s
+// with four rows sharing each load of x and 26-36 tok/s with one row: four concurrent
+// streams per core kept its hardware prefetcher from running ahead (docs/performance.md,
+// session 30). Each row's bytes 1 KiB ahead are prefetched, and near its end the start of the
+// next row: with the hardware prefetcher alone, the Intel VM of sessions 25-28 read 0.64 of
+// the limit, with the prefetch inside rows 0.81, with the next rows' starts too 0.90; on Zen 4
+// the prefetch neither helps nor hurts.
 constexpr int64_t kAheadBytes = 1024;
-// RR rows at once. Per row: accumulator 0 takes even vector steps, accumulator 1 odd steps
-// and the partial tail, then acc0 + acc1 and a fixed-order horizontal sum. The per-row
-// sequence does not depend on RR, so a row gives the same bits in a group of 4 or alone.
-template <class V, class L, int RR>
-inline void gemv_dense_rows(const typename L::E* const* rows, int64_t K, const float* x,
-                            float* y) {
+// Per row: accumulator 0 takes even vector steps, accumulator 1 odd steps and the partial
+// tail, then acc0 + acc1 and a fixed-order horizontal sum.
+template <class V, class L>
+inline float gemv_dense_row(const typename L::E* row, int64_t K, const float* x) {
   using R = typename V::R;
   constexpr int W = V::W;
-  R acc[RR][2];
-  for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = V::zero();
+  R acc0 = V::zero(), acc1 = V::zero();
   int64_t k = 0;
   constexpr int64_t ahead = kAheadBytes / int64_t(sizeof(typename L::E));
   for (; k + 2 * W <= K; k += 2 * W) {
-    const R x0 = V::load(x + k), x1 = V::load(x + k + W);
-    for (int r = 0; r < RR; ++r) {
-      // Past the row's end, the same row of the next group (rows are consecutive in W).
-      const int64_t at = k + ahead < K ? k + ahead : k + ahead - K + RR * K;
-      prefetch_lines(rows[r] + at, 2 * W * sizeof(typename L::E));
-      acc[r][0] = V::fma(L::load(rows[r] + k), x0, acc[r][0]);
-      acc[r][1] = V::fma(L::load(rows[r] + k + W), x1, acc[r][1]);
-    }
+    prefetch_lines(row + k + ahead, 2 * W * sizeof(typename L::E));
+    acc0 = V::fma(L::load(row + k), V::load(x + k), acc0);
+    acc1 = V::fma(L::load(row + k + W), V::load(x + k + W), acc1);
   }
   if (k + W <= K) {
-    const R x0 = V::load(x + k);
-    for (int r = 0; r < RR; ++r) acc[r][0] = V::fma(L::load(rows[r] + k), x0, acc[r][0]);
+    acc0 = V::fma(L::load(row + k), V::load(x + k), acc0);
     k += W;
   }
   if (k < K) {
     const int n = int(K - k);
-    const R x1 = V::load_n(x + k, n);
-    for (int r = 0; r < RR; ++r) acc[r][1] = V::fma(L::load_n(rows[r] + k, n), x1, acc[r][1]);
+    acc1 = V::fma(L::load_n(row + k, n), V::load_n(x + k, n), acc1);
   }
-  for (int r = 0; r < RR; ++r) y[r] = V::reduce_add(V::add(acc[r][0], acc[r][1]));
+  return V::reduce_add(V::add(acc0, acc1));
 }
 
 template <class V, template <class> class LT>
 void gemv_dense(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, int64_t n1) {
   using L = LT<V>;
   const auto* W = static_cast<const typename L::E*>(Wv);
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    const typename L::E* rows[4] = {W + n * K, W + (n + 1) * K, W + (n + 2) * K,
-                                    W + (n + 3) * K};
-    gemv_dense_rows<V, L, 4>(rows, K, x, y + n);
-  }
-  for (; n < n1; ++n) {
-    const typename L::E* rows[1] = {W + n * K};
-    gemv_dense_rows<V, L, 1>(rows, K, x, y + n);
-  }
+  for (int64_t n = n0; n < n1; ++n) y[n] = gemv_dense_row<V, L>(W + n * K, K, x);
 }
 
 // q8_0: per block, t = sum of q * x over its 32 values in f32, then acc += d * t (the scale
 // applied once per block, as ggml does). Accumulators alternate by block parity.
-template <class V, int RR>
-inline void gemv_q8_rows(const BlockQ8_0* const* rows, int64_t nb, const float* x, float* y) {
-  using R = typename V::R;
-  constexpr int S = kQ8BlockSize / V::W;
-  R acc[RR][2];
-  for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = V::zero();
-  for (int64_t b = 0; b < nb; ++b) {
-    R xv[S];
-    for (int s = 0; s < S; ++s) xv[s] = V::load(x + b * kQ8BlockSize + s * V::W);
-    for (int r = 0; r < RR; ++r) {
-      const BlockQ8_0& blk = rows[r][b];
-      R t = V::mul(V::load_i8(blk.qs), xv[0]);
-      for (int s = 1; s < S; ++s) t = V::fma(V::load_i8(blk.qs + s * V::W), xv[s], t);
-      acc[r][b & 1] = V::fma(V::set1(V::f16_scalar(blk.d)), t, acc[r][b & 1]);
-    }
-  }
-  for (int r = 0; r < RR; ++r) y[r] = V::reduce_add(V::add(acc[r][0], acc[r][1]));
-}
-
 template <class V>
 void gemv_q8(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, int64_t n1) {
+  using R = typename V::R;
+  constexpr int S = kQ8BlockSize / V::W;
   const auto* W = static_cast<const BlockQ8_0*>(Wv);
   const int64_t nb = K / kQ8BlockSize;
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    const BlockQ8_0* rows[4] = {W + n * nb, W + (n + 1) * nb, W + (n + 2) * nb,
-                                W + (n + 3) * nb};
-    gemv_q8_rows<V, 4>(rows, nb, x, y + n);
-  }
-  for (; n < n1; ++n) {
-    const BlockQ8_0* rows[1] = {W + n * nb};
-    gemv_q8_rows<V, 1>(rows, nb, x, y + n);
+  for (int64_t n = n0; n < n1; ++n) {
+    const BlockQ8_0* row = W + n * nb;
+    R acc[2] = {V::zero(), V::zero()};
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + b * kQ8BlockSize;
+      R t = V::mul(V::load_i8(row[b].qs), V::load(xb));
+      for (int s = 1; s < S; ++s) t = V::fma(V::load_i8(row[b].qs + s * V::W), V::load(xb + s * V::W), t);
+      acc[b & 1] = V::fma(V::set1(V::f16_scalar(row[b].d)), t, acc[b & 1]);
+    }
+    y[n] = V::reduce_add(V::add(acc[0], acc[1]));
   }
 }
 
 // The other block formats (MLX's repacked blocks too): each row is dequantized a chunk of
-// 256 values at a time (one super-block, or 8 small blocks) into an f32 buffer (each value the exact one rounded once,
-// core/quant.h) and dotted with x by the ISA's FMA, accumulators alternating by vector step.
+// 256 values at a time (one super-block, or 8 small blocks) into an f32 buffer (each value
+// the exact one rounded once, core/quant.h) and dotted with x by the ISA's FMA, accumulators alternating by vector step.
 // The scale is applied while widening, not once per block as for q8_0: k-quants have a
 // scale and a min per sub-block, so this keeps one kernel for all of them.
 template <class V, DType T>
