@@ -155,10 +155,10 @@ std::vector<DType> weight_types(const OpTier& t) {
   return out;
 }
 
-int act_quant_block(const OpTier& tier, DType storage, int T) {
+int act_quant_block(const OpTier& tier, DType storage, int T, int64_t K) {
   if (tier.cuda) return 0;
-  if (T == 1) return cpu::act_q8_block(storage);
-  return cpu::qgemm_kernel(tier.isa, storage) ? kQK_K : 0;
+  if (T == 1 || (K % kQK_K == 0 && cpu::qgemm_kernel(tier.isa, storage))) return cpu::act_q8_block(storage);
+  return 0;
 }
 
 double act_quant_nmse(const std::vector<double>& x, const Tensor& W, int64_t T, int64_t N,

@@ -175,8 +175,8 @@ TEST_P(QdotTest, IntegerDotWithinDerivedBounds) {
 TEST_P(QdotTest, IntegerGemmWithinBoundsAndRowInvariant) {
   const Isa isa = GetParam();
   for (DType dt : kQdotTypes) {
-    const bool kquant = dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K;
-    if (isa != Isa::Avx512 || !kquant) {
+    const bool gemm = dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K || dt == DType::Q8_0;
+    if (isa != Isa::Avx512 || !gemm) {
       EXPECT_EQ(cpu::qgemm_kernel(isa, dt), nullptr) << dtype_name(dt);
     }
   }
@@ -185,21 +185,22 @@ TEST_P(QdotTest, IntegerGemmWithinBoundsAndRowInvariant) {
   std::mt19937_64 rng(4600);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t N = 9, K = 768, T = 37;
-  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0}) {
     SCOPED_TRACE(dtype_name(dt));
     cpu::QGemmFn gemm = cpu::qgemm_kernel(isa, dt);
+    const int block = cpu::act_q8_block(dt);
     ASSERT_NE(gemm, nullptr);
     std::vector<float> w(static_cast<size_t>(N * K));
     for (float& v : w) v = nd(rng);
     std::vector<uint8_t> q(dtype_bytes(dt, N * K));
-    quantize_blocks(dt, w.data(), N * K / kQK_K, q.data());
+    quantize_blocks(dt, w.data(), N * K / block_elems(dt), q.data());
     std::vector<uint8_t> z = q;
-    zero_codes(dt, z.data(), N * K / kQK_K);
+    zero_codes(dt, z.data(), N * K / block_elems(dt));
     std::vector<std::vector<float>> x;
     std::vector<ActQ8> a(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) {
       x.push_back(activations(K, 4700 + uint64_t(t)));
-      cpu::quantize_act_q8(x.back().data(), K, kQK_K, a[size_t(t)]);
+      cpu::quantize_act_q8(x.back().data(), K, block, a[size_t(t)]);
     }
     cpu::ActQ8Panels p;
     cpu::pack_act_q8(a.data(), T, p);
@@ -219,7 +220,7 @@ TEST_P(QdotTest, IntegerGemmWithinBoundsAndRowInvariant) {
       }
     }
     x[5][300] = NAN;
-    cpu::quantize_act_q8(x[5].data(), K, kQK_K, a[5]);
+    cpu::quantize_act_q8(x[5].data(), K, block, a[5]);
     cpu::pack_act_q8(a.data(), T, p);
     std::vector<float> poisoned(size_t(T * N), 0.f);
     gemm(q.data(), N, K, p, poisoned.data(), 0, N);

@@ -80,7 +80,7 @@ void check(const OpTier& tier, Backend& be, const Case& c0, uint64_t seed) {
     if (!reads_exactly(st, tier.compute))
       bound += operand_rounding_nmse(tier.compute, in.x, in.w, c.T, c.N, c.K);
     // The cpu tier's integer kernels round x to 8 bits per block first (kernels.h ActQ8).
-    if (const int ab = act_quant_block(tier, st, c.T))
+    if (const int ab = act_quant_block(tier, st, c.T, c.K))
       bound += act_quant_nmse(in.x, in.W->t, c.T, c.N, c.K, ab);
     check_close(c.T == 1 ? "matmul.gemv" : "matmul.gemm", tier, what, seed, run(be, c, in, true),
                 it->second, bound);

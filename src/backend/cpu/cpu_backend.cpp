@@ -222,12 +222,13 @@ class CpuBackend final : public Backend {
       else body(0, N);
       return;
     }
-    // T > 1 (or row-invariant) on k-quant weights with an integer GEMM: every token's x
-    // quantized as a decode step quantizes it (CpuOptions::act_quant).
-    if (QGemmFn qgemm = act_quant_ ? qgemm_kernel(isa_, W.dtype) : nullptr) {
+    // T > 1 (or row-invariant) on weights with an integer GEMM: every token's x quantized as
+    // a decode step quantizes it (CpuOptions::act_quant).
+    QGemmFn qgemm = act_quant_ && K % kQK_K == 0 ? qgemm_kernel(isa_, W.dtype) : nullptr;
+    if (qgemm) {
       const float* xp = f32(x);
       float* yp = f32(out);
-      quantize_x(xp, T, K, kQK_K, W.dtype, wdata, N);
+      quantize_x(xp, T, K, act_q8_block(W.dtype), W.dtype, wdata, N);
       pack_act_q8(xq_rows_.data(), T, xq_panels_);
       stats_.record("matmul", "cpu.gemm_" + dt + "_q8" + suffix_);
       // Chunks of whole row tiles: any split gives the same out (kernels.h).

@@ -77,15 +77,17 @@ QGemvFn qgemv_kernel(Isa isa, DType dtype);
 
 /// Tokens per panel of the integer GEMM (qgemm.cpp): the 16 lanes of one zmm.
 constexpr int kPanel = 16;
-/// T tokens' q8_K activations (each quantized by quantize_act_q8, so its codes are a decode
-/// step's) in panels of kPanel tokens, the tokens in the lanes; tokens past T are zeros.
+/// T tokens' 8-bit activations (each quantized by quantize_act_q8 in the weights' block, so
+/// its codes are a decode step's) in panels of kPanel tokens, the tokens in the lanes; tokens
+/// past T are zeros.
 struct ActQ8Panels {
   int64_t T = 0, K = 0, panels = 0;
+  int block = 0;                // the rows' activation block: 256 (q8_K) or 32 (q8_0)
   std::vector<int8_t> q;        // [panels][K / 4][kPanel][4]
-  std::vector<float> d;         // [panels][K / 256][kPanel]
+  std::vector<float> d;         // [panels][K / block][kPanel]
   std::vector<int32_t> sums;    // [panels][K / 32][kPanel]: sums (2 i, 2 i + 1) as 16-bit halves
 };
-/// p = rows[0, T) in panels (every row quantized in blocks of 256, one K).
+/// p = rows[0, T) in panels (every row quantized in one block size, one K a multiple of 256).
 void pack_act_q8(const ActQ8* rows, int64_t T, ActQ8Panels& p);
 /// out[t, n] (row stride N) = dot(W[n, :], the values x encodes for token t), for the rows n
 /// in [n0, n1) and every token: per sub-block an exact integer dot, the scales in f32. One
@@ -95,7 +97,8 @@ using QGemmFn = void (*)(const void* W, int64_t N, int64_t K, const ActQ8Panels&
 /// Weight rows per output tile of the integer GEMM (a 64-byte line of out per token): splits
 /// of the rows at its multiples keep the tiles whole.
 constexpr int kQGemmRows = 16;
-/// nullptr when (isa, dtype) has no integer GEMM (only AVX512-VNNI has one: Q4_K, Q5_K, Q6_K).
+/// nullptr when (isa, dtype) has no integer GEMM (only AVX512-VNNI has one: Q4_K, Q5_K, Q6_K,
+/// Q8_0). It reads K a multiple of 256 only, quantized in act_q8_block(dtype).
 QGemmFn qgemm_kernel(Isa isa, DType dtype);
 
 /// dst[n] = src[n] widened to f32 (exactly, or rounded once for the block formats with a min;
