@@ -5,19 +5,8 @@
 # per model `arbiter bench` (bf16, synth weights) and Nsight Compute's per-kernel durations
 # of a short run (-p 1 -n 4: every forward is one token), summed by kernel name.
 set -u
-cd "$(dirname "$0")/../../.."
-T0=$(date +%s)
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; R=/tmp/r; mkdir -p $R
-tar -C .carry/b30 -xJf .carry/b30/bin.tar.xz
-B=$PWD/.carry/b30/stage; A=$B/arbiter
-export LD_LIBRARY_PATH=$B:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-export PATH=$PATH:/usr/local/cuda/bin
-mkdir -p /work && { [ -e /work/main ] || ln -s "$PWD" /work/main; }
-mkdir -p build-cuda/src && cp $A build-cuda/src/arbiter
-S="$R/summary.txt"; { date -u; nvidia-smi -L; } > "$S" 2>&1
-s() { echo "== [$(( $(date +%s) - T0 ))s] $*" >> "$S"; }
-fin() { s done; tar -C /tmp -czf "$OUT/r.tgz" r; cat "$S"; }
-trap fin EXIT
+CARRY=.carry/b30
+source "$(dirname "$0")/call-common.sh"
 ARBITER_REQUIRE_CUDA=1 timeout 170 $B/test_cuda > "$R/test_cuda.log" 2>&1; s "test_cuda rc=$?"
 grep -E '^\[  FAILED  \]|^\[  PASSED|tests ran|Failure' "$R/test_cuda.log" | tail -12 >> "$S"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
