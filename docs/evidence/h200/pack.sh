@@ -32,5 +32,5 @@ if [ -z "${FULL_BLAS:-}" ]; then
 fi
 strip --strip-unneeded "$S"/* 2>/dev/null || true
 mkdir -p "$DIR"
-tar -C "$(dirname "$S")" -cJf "$DIR/bin.tar.xz" stage
+XZ_OPT=-9e tar -C "$(dirname "$S")" -cJf "$DIR/bin.tar.xz" stage  # -9e: two builds of one binary share its dictionary
 du -h "$DIR/bin.tar.xz"
