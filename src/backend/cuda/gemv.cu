@@ -19,6 +19,7 @@
 // the fused forms fall back to the op-by-op composition.
 #include "backend/cuda/device_common.cuh"
 #include <algorithm>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -242,8 +243,15 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   }
 }
 
-// Loop kernel for long or odd rows (unfused only): 4 x 16-byte loads in flight per lane,
-// the K % V tail element by element.
+// Loop kernel for long or odd rows (unfused only): 8 x 16-byte weight loads in flight per
+// lane (streamed, ldg_stream), the K % V tail element by element. Vector step i of a lane goes
+// to accumulator i % 4, each accumulator's steps in order, as with the 4 loads of sessions
+// before 30, so the bits are theirs. Rows this long are few (gemma3-1b's down projection:
+// 1,152 rows of 6,912, one block of 8 warps an SM), so what one warp has in flight is what
+// the SM has: H200, synth gemma3-1b bf16 decode, Nsight Compute, 10.7 us for those 15.9 MB
+// with 4 loads, 0.33 of the read bandwidth (docs/evidence/h200/call-c-s30.txt). With 8, one
+// call, alternating (call-d-s30.txt): tg128 gemma3-1b 704.8 against 679.3 tok/s,
+// llama-3.2-1b 1,129 against 1,069, qwen3-8b 207.0 against 199.2; w1 traces identical.
 template <class T, class TO>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ W, int64_t ld,
@@ -257,36 +265,37 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   if (row >= N) return;
   const T* w = W + int64_t(row) * ld;
   const int Kv = K / V * V;  // vectorised prefix
-  float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
   int k = lane * V;
-  for (; k + 3 * kStep < Kv; k += 4 * kStep) {
-    float w0[V], w1[V], w2[V], w3[V], x0[V], x1[V], x2[V], x3[V];
-    load16(w + k, w0);
-    load16(w + k + kStep, w1);
-    load16(w + k + 2 * kStep, w2);
-    load16(w + k + 3 * kStep, w3);
-    load16(x + k, x0);
-    load16(x + k + kStep, x1);
-    load16(x + k + 2 * kStep, x2);
-    load16(x + k + 3 * kStep, x3);
+  // U steps from k: all U weight loads issued, then step u into accumulator u % 4.
+  auto steps = [&](auto u_count) {
+    constexpr int U = decltype(u_count)::value;
+    uint4 wr[U];
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      acc0 = fmaf(w0[i], x0[i], acc0);
-      acc1 = fmaf(w1[i], x1[i], acc1);
-      acc2 = fmaf(w2[i], x2[i], acc2);
-      acc3 = fmaf(w3[i], x3[i], acc3);
+    for (int u = 0; u < U; ++u) wr[u] = ldg_stream(reinterpret_cast<const uint4*>(w + k + u * kStep));
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float x0[V];
+      load16(x + k + u * kStep, x0);
+      const T* we = reinterpret_cast<const T*>(&wr[u]);
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[u % 4] = fmaf(to_f(we[i]), x0[i], acc[u % 4]);
     }
-  }
+    k += U * kStep;
+  };
+  while (k + 7 * kStep < Kv) steps(std::integral_constant<int, 8>());
+  if (k + 3 * kStep < Kv) steps(std::integral_constant<int, 4>());
+  // The last steps (fewer than 4) all into accumulator 0, as before.
   for (; k < Kv; k += kStep) {
     float w0[V], x0[V];
     load16(w + k, w0);
     load16(x + k, x0);
 #pragma unroll
-    for (int i = 0; i < V; ++i) acc0 = fmaf(w0[i], x0[i], acc0);
+    for (int i = 0; i < V; ++i) acc[0] = fmaf(w0[i], x0[i], acc[0]);
   }
-  for (int j = Kv + lane; j < K; j += 32) acc1 = fmaf(to_f(w[j]), to_f(x[j]), acc1);
-  float acc = warp_sum((acc0 + acc1) + (acc2 + acc3));
-  if (lane == 0) out[row] = from_f<TO>(bias ? acc + bias[row] : acc);
+  for (int j = Kv + lane; j < K; j += 32) acc[1] = fmaf(to_f(w[j]), to_f(x[j]), acc[1]);
+  const float sum = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  if (lane == 0) out[row] = from_f<TO>(bias ? sum + bias[row] : sum);
 }
 
 template <class T>
