@@ -132,9 +132,10 @@ void gemv_q8(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, in
 
 // The other block formats (MLX's repacked blocks too): each row is dequantized a chunk of
 // 256 values at a time (one super-block, or 8 small blocks) into an f32 buffer (each value
-// the exact one rounded once, core/quant.h) and dotted with x by the ISA's FMA, accumulators alternating by vector step.
-// The scale is applied while widening, not once per block as for q8_0: k-quants have a
-// scale and a min per sub-block, so this keeps one kernel for all of them.
+// the exact one rounded once, core/quant.h) and dotted with x by the ISA's FMA, accumulators
+// alternating by vector step. The scale is applied while widening, not once per block as for
+// q8_0: k-quants have a scale and a min per sub-block, so this keeps one kernel for all of
+// them.
 template <class V, DType T>
 void gemv_blocks(const void* Wv, int64_t K, const float* x, float* y, int64_t n0, int64_t n1) {
   using R = typename V::R;
