@@ -157,7 +157,7 @@ std::vector<DType> weight_types(const OpTier& t) {
 
 int act_quant_block(const OpTier& tier, DType storage, int T, int64_t K) {
   if (tier.cuda) return 0;
-  if (T == 1 || (K % kQK_K == 0 && cpu::qgemm_kernel(tier.isa, storage))) return cpu::act_q8_block(storage);
+  if (T == 1 || cpu::qgemm_kernel(tier.isa, storage, K)) return cpu::act_q8_block(storage);
   return 0;
 }
 

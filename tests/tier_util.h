@@ -122,8 +122,8 @@ double operand_rounding_nmse(DType to, const std::vector<double>& x, const std::
 
 /// The block in which `tier` quantizes a matmul's activations to 8 bits for weights stored
 /// as `storage` at T tokens of K values (cpu: T == 1 and a format with an integer kernel, or
-/// T > 1, K a multiple of 256 and a format with an integer GEMM on the tier's ISA,
-/// qgemm_kernel; backend/cpu/kernels.h act_q8_block), 0 when it reads them in its compute type.
+/// T > 1 and an integer GEMM for (ISA, format, K), qgemm_kernel; backend/cpu/kernels.h
+/// act_q8_block), 0 when it reads them in its compute type.
 int act_quant_block(const OpTier& tier, DType storage, int T, int64_t K);
 /// The NMSE a product x[T, K] @ W[N, K]^T (W's exact values) gets from x rounded to 8 bits
 /// per block of `block` (kernels.h ActQ8: each value off by at most d / 2, d = max|x| / 127

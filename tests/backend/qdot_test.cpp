@@ -177,17 +177,19 @@ TEST_P(QdotTest, IntegerGemmWithinBoundsAndRowInvariant) {
   for (DType dt : kQdotTypes) {
     const bool gemm = dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K || dt == DType::Q8_0;
     if (isa != Isa::Avx512 || !gemm) {
-      EXPECT_EQ(cpu::qgemm_kernel(isa, dt), nullptr) << dtype_name(dt);
+      EXPECT_EQ(cpu::qgemm_kernel(isa, dt, 256), nullptr) << dtype_name(dt);
     }
+    EXPECT_EQ(cpu::qgemm_kernel(isa, dt, 256 + 32), nullptr) << dtype_name(dt) << ": K % 256";
   }
   if (isa != Isa::Avx512) return;  // only AVX512-VNNI has an integer GEMM (asserted above)
-  if (!cpu::qgemm_kernel(isa, DType::Q4_K)) GTEST_SKIP() << "this build's AVX-512 has no VNNI";
+  if (!cpu::qgemm_kernel(isa, DType::Q4_K, 256))
+    GTEST_SKIP() << "this build's AVX-512 has no VNNI";
   std::mt19937_64 rng(4600);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t N = 9, K = 768, T = 37;
   for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0}) {
     SCOPED_TRACE(dtype_name(dt));
-    cpu::QGemmFn gemm = cpu::qgemm_kernel(isa, dt);
+    cpu::QGemmFn gemm = cpu::qgemm_kernel(isa, dt, K);
     const int block = cpu::act_q8_block(dt);
     ASSERT_NE(gemm, nullptr);
     std::vector<float> w(static_cast<size_t>(N * K));
@@ -293,7 +295,7 @@ TEST_P(QdotTest, TierQuantizesOnlyDecodeAndCanBeTurnedOff) {
     auto be = cpu::make_cpu_backend(o);
     Buf x(*be, values(2 * K, 4402, 1.0, DType::F32)), out(*be, 2 * N);
     be->matmul(x.b, w->t, nullptr, 2, out.b);
-    const bool qgemm = on && cpu::qgemm_kernel(GetParam(), DType::Q4_K);
+    const bool qgemm = on && cpu::qgemm_kernel(GetParam(), DType::Q4_K, K);
     EXPECT_EQ(be->stats().act_quant(), qgemm ? "q8_K" : "") << "T = 2";
     EXPECT_EQ(be->stats().calls().at("matmul").count("cpu.gemm_q4_k" + std::string(qgemm ? "_q8" : "") + sfx), 1u);
     be->stats().reset();

@@ -223,9 +223,9 @@ std::string stories260k() {
 // instruction against 16: 4x on paper); and bench divides a k-quant model's prefill by it, a
 // dense model's by the FMA peak.
 TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
-  cpu::QGemmFn gemm = cpu::qgemm_kernel(cpu::Isa::Avx512, DType::Q4_K);
-  if (!gemm) GTEST_SKIP() << "SKIP: this build has no AVX512-VNNI, so no integer GEMM and no 8-bit probe";
   const int64_t T = 48, N = 128, K = 512;
+  cpu::QGemmFn gemm = cpu::qgemm_kernel(cpu::Isa::Avx512, DType::Q4_K, K);
+  if (!gemm) GTEST_SKIP() << "SKIP: this build has no AVX512-VNNI, so no integer GEMM and no 8-bit probe";
   std::vector<float> w(size_t(N * K)), x(static_cast<size_t>(K)), out(size_t(T * N));
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * float(int(i % 7) - 3);
   std::vector<uint8_t> q(dtype_bytes(DType::Q4_K, N * K));

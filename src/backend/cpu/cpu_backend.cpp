@@ -66,7 +66,7 @@ class CpuBackend final : public Backend {
   // can be mapped at the same address.
   void prepare(const Prepare& p) override {
     for (const WeightUse& u : p.weights)
-      if (act_quant_ && qgemm_kernel(isa_, u.tensor->dtype)) int8_gemm_ = true;
+      if (act_quant_ && qgemm_kernel(isa_, u.tensor->dtype, u.tensor->cols())) int8_gemm_ = true;
     if (!hugepage_weights_) return;
     constexpr size_t kMinBytes = size_t(256) << 10, kAlign = 64, kHuge = size_t(2) << 20;
     std::vector<const Tensor*> todo;
@@ -224,7 +224,7 @@ class CpuBackend final : public Backend {
     }
     // T > 1 (or row-invariant) on weights with an integer GEMM: every token's x quantized as
     // a decode step quantizes it (CpuOptions::act_quant).
-    QGemmFn qgemm = act_quant_ && K % kQK_K == 0 ? qgemm_kernel(isa_, W.dtype) : nullptr;
+    QGemmFn qgemm = act_quant_ ? qgemm_kernel(isa_, W.dtype, K) : nullptr;
     if (qgemm) {
       const float* xp = f32(x);
       float* yp = f32(out);

@@ -97,9 +97,10 @@ using QGemmFn = void (*)(const void* W, int64_t N, int64_t K, const ActQ8Panels&
 /// Weight rows per output tile of the integer GEMM (a 64-byte line of out per token): splits
 /// of the rows at its multiples keep the tiles whole.
 constexpr int kQGemmRows = 16;
-/// nullptr when (isa, dtype) has no integer GEMM (only AVX512-VNNI has one: Q4_K, Q5_K, Q6_K,
-/// Q8_0). It reads K a multiple of 256 only, quantized in act_q8_block(dtype).
-QGemmFn qgemm_kernel(Isa isa, DType dtype);
+/// The integer GEMM of rows of K elements, nullptr when (isa, dtype, K) has none: only
+/// AVX512-VNNI has one (Q4_K, Q5_K, Q6_K, Q8_0), for K a multiple of 256 (x quantized in
+/// act_q8_block(dtype)).
+QGemmFn qgemm_kernel(Isa isa, DType dtype, int64_t K);
 
 /// dst[n] = src[n] widened to f32 (exactly, or rounded once for the block formats with a min;
 /// block formats: n a multiple of the block).

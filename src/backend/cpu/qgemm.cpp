@@ -75,7 +75,8 @@ namespace {
 // One super-block of one weight row (256 values), unpacked for the tile: the codes (0..255),
 // per sub-block its integer scale, the b term's 8 words (two 16-bit factors each, against the
 // sums of x over values [32 i, 32 i + 16) and [32 i + 16, 32 i + 32)), and the f32 factors a
-// and b; or for the formats with f32 scales per block of 32 (kF32Scales), those in ds.
+// and b; or for the formats with f32 scales per block of 32 (kF32Scales), those in ds (their
+// b words are block_tile_f32_scales' constant).
 struct RowBlock {
   alignas(64) uint8_t u[kQK_K];
   int32_t sc[16];
@@ -132,8 +133,8 @@ struct KQ6 {
 };
 
 // Q8_0, 8 blocks at a time: value d_j q, q signed; codes u = q + 128 for vpdpbusd's unsigned
-// side, b words (-128, -128) against the block's pair of sums take the offset back, so each
-// block's sum of q x is exact (|.| <= 32 * 255 * 127 + 128 * 32 * 127); ds_j = d_j.
+// side (block_tile_f32_scales takes the offset back), so each block's sum of q x is exact
+// (|.| <= 32 * 255 * 127 + 128 * 32 * 127); ds_j = d_j.
 struct KQ8_0 {
   struct Block {
     BlockQ8_0 b[kQK_K / kQK];
@@ -149,7 +150,6 @@ struct KQ8_0 {
       _mm256_store_si256(reinterpret_cast<__m256i*>(r.u + 32 * j), _mm256_xor_si256(q, flip));
       r.ds[j] = f16_at(b + offsetof(BlockQ8_0, d));
     }
-    r.bw[0] = pair16(-128, -128);
   }
 };
 
@@ -179,9 +179,11 @@ inline void subblock_dots(const RowBlock* rb, const int8_t* const* xq, int s, __
 }
 
 // block_tile for f32 scales per block of 32 (Q8_0): xd[p] holds the panel's 8 block scales.
+// The codes' offset of 128 comes back as -128 times the block's pair of sums of x.
 template <int MR, int NP>
 inline void block_tile_f32_scales(const RowBlock* rb, const int8_t* const* xq, const int32_t* const* xs,
                                   const float* const* xd, float* y, int64_t ys) {
+  const __m512i offset = _mm512_set1_epi32(pair16(-128, -128));
   __m512 yv[MR][NP];
   for (int r = 0; r < MR; ++r)
     for (int p = 0; p < NP; ++p) yv[r][p] = _mm512_loadu_ps(y + r * ys + p * kPanel);
@@ -190,8 +192,7 @@ inline void block_tile_f32_scales(const RowBlock* rb, const int8_t* const* xq, c
     subblock_dots<kQK, MR, NP>(rb, xq, s, acc);
     for (int r = 0; r < MR; ++r)
       for (int p = 0; p < NP; ++p) {
-        const __m512i isum = _mm512_dpwssd_epi32(acc[r][p], _mm512_set1_epi32(rb[r].bw[0]),
-                                                 _mm512_loadu_si512(xs[p] + s * kPanel));
+        const __m512i isum = _mm512_dpwssd_epi32(acc[r][p], offset, _mm512_loadu_si512(xs[p] + s * kPanel));
         const __m512 f = _mm512_mul_ps(_mm512_set1_ps(rb[r].ds[s]), _mm512_loadu_ps(xd[p] + s * kPanel));
         yv[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), f, yv[r][p]);
       }
@@ -296,8 +297,8 @@ void qgemm_k(const void* Wv, int64_t N, int64_t K, const ActQ8Panels& x, float* 
 
 }  // namespace
 
-QGemmFn qgemm_kernel(Isa isa, DType dtype) {
-  if (isa != Isa::Avx512) return nullptr;
+QGemmFn qgemm_kernel(Isa isa, DType dtype, int64_t K) {
+  if (isa != Isa::Avx512 || K % kQK_K != 0) return nullptr;
   switch (dtype) {
     case DType::Q4_K: return qgemm_k<KQ45<DType::Q4_K>>;
     case DType::Q5_K: return qgemm_k<KQ45<DType::Q5_K>>;
@@ -307,7 +308,7 @@ QGemmFn qgemm_kernel(Isa isa, DType dtype) {
   }
 }
 #else
-QGemmFn qgemm_kernel(Isa, DType) { return nullptr; }
+QGemmFn qgemm_kernel(Isa, DType, int64_t) { return nullptr; }
 #endif
 
 }  // namespace arbiter::cpu
