@@ -265,11 +265,15 @@ QuantizeStats quantize_mlx(const std::string& in_dir, const std::string& out_dir
     w.int_type = StInt::U32;
     w.shape = {rows, wcols};
     w.data = words.data();
-    SafetensorsEntry es{module + ".scales", sd, {rows, groups}, {}, sc.data()};
-    SafetensorsEntry eb{module + ".biases", sd, {rows, groups}, {}, bi.data()};
     entries.push_back(std::move(w));
-    entries.push_back(std::move(es));
-    entries.push_back(std::move(eb));
+    for (const auto& [suffix, bytes] : {std::pair{".scales", &sc}, std::pair{".biases", &bi}}) {
+      SafetensorsEntry e;
+      e.name = module + suffix;
+      e.dtype = sd;
+      e.shape = {rows, groups};
+      e.data = bytes->data();
+      entries.push_back(std::move(e));
+    }
     stats.bytes_out += words.size() + sc.size() + bi.size();
   }
 
