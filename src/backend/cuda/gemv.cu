@@ -15,7 +15,7 @@
 // reduces in a fixed order (chunk j into accumulator j % 4, then (a0 + a1) + (a2 + a3), then
 // the warp's shuffle tree): deterministic, and the same arithmetic in the fused and the
 // unfused forms, so a fused decode step is byte-identical to the same step run op by op
-// (tests/cuda). Other shapes use the loop kernel (4 x 16-byte loads in flight per lane), and
+// (tests/cuda). Other shapes use the loop kernel (a row split along K over up to 4 warps), and
 // the fused forms fall back to the op-by-op composition.
 #include "backend/cuda/device_common.cuh"
 #include <algorithm>
@@ -243,73 +243,111 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   }
 }
 
-// Loop kernel for long or odd rows (unfused only): 8 x 16-byte weight loads in flight per
-// lane (streamed, ldg_stream), the K % V tail element by element. Vector step i of a lane goes
-// to accumulator i % 4, each accumulator's steps in order, as with the 4 loads of sessions
-// before 30, so the bits are theirs. Rows this long are few (gemma3-1b's down projection:
-// 1,152 rows of 6,912, one block of 8 warps an SM), so what one warp has in flight is what
-// the SM has: H200, synth gemma3-1b bf16 decode, Nsight Compute, 10.7 us for those 15.9 MB
-// with 4 loads, 0.33 of the read bandwidth (docs/evidence/h200/call-c-s30.txt). With 8, one
-// call, alternating (call-d-s30.txt): tg128 gemma3-1b 704.8 against 679.3 tok/s,
-// llama-3.2-1b 1,129 against 1,069, qwen3-8b 207.0 against 199.2; w1 traces identical.
+// Loop kernel for long or odd rows (unfused only). Rows this long are few (gemma3-1b's down
+// projection: 1,152 rows of 6,912), and one warp a row left most SMs one block of 8 warps,
+// whose loads were all the SM had in flight: H200, synth gemma3-1b bf16 decode, Nsight
+// Compute, 10.7 us for those 15.9 MB, 0.33 of the read bandwidth (docs/evidence/h200/
+// call-c-s30.txt). So a row is split along K over `slices` warps of one block (loop_slices),
+// each lane with up to 8 x 16-byte weight loads in flight (streamed, ldg_stream). The order is
+// fixed: vector step i of a lane's slice goes to accumulator i % 4, the K % V tail (last
+// slice) to accumulator 1; each slice's (a0 + a1) + (a2 + a3) through the warp's shuffle
+// tree; then the slices' partials added in slice order by the row's first warp. Whole groups
+// of 8 steps take no branch on the slice's end: with one, x's loads waited on each other and
+// one warp a row lost 6% to session 30's kernel (llama-3.2-1b, call-a-s31.txt).
 template <class T, class TO>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ W, int64_t ld,
-                const float* __restrict__ bias, int N, int K, TO* __restrict__ out) {
+                const float* __restrict__ bias, int N, int K, int slices, TO* __restrict__ out) {
   constexpr int V = Vec16<T>::N;
   constexpr int kStep = 32 * V;  // elements one warp covers per 16-byte load
+  constexpr int U = 8;           // loads in flight per lane
+  __shared__ float part[kWarpsPerBlock];
   griddep_wait();
   griddep_launch();
-  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= N) return;
-  const T* w = W + int64_t(row) * ld;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * (kWarpsPerBlock / slices) + warp / slices;
+  const int slice = warp % slices;
   const int Kv = K / V * V;  // vectorised prefix
+  const int steps = (Kv + kStep - 1) / kStep;
+  const int k_end = min(Kv, int(int64_t(steps) * (slice + 1) / slices) * kStep);
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  int k = lane * V;
-  // U steps from k: all U weight loads issued, then step u into accumulator u % 4.
-  auto steps = [&](auto u_count) {
-    constexpr int U = decltype(u_count)::value;
-    uint4 wr[U];
+  if (row < N) {
+    const T* w = W + int64_t(row) * ld;
+    int k = int(int64_t(steps) * slice / slices) * kStep + lane * V;
+    // U steps from k (when FULL, all of them before k_end): the U weight loads issued, then
+    // step u into accumulator u % 4. FULL keeps the steps free of branches, so that x's loads
+    // too can be issued together.
+    auto group = [&](auto full) {
+      uint4 wr[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) wr[u] = ldg_stream(reinterpret_cast<const uint4*>(w + k + u * kStep));
+      for (int u = 0; u < U; ++u)
+        if (full || k + u * kStep < k_end)
+          wr[u] = ldg_stream(reinterpret_cast<const uint4*>(w + k + u * kStep));
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float x0[V];
-      load16(x + k + u * kStep, x0);
-      const T* we = reinterpret_cast<const T*>(&wr[u]);
+      for (int u = 0; u < U; ++u) {
+        if (!full && k + u * kStep >= k_end) continue;
+        float x0[V];
+        load16(x + k + u * kStep, x0);
+        const T* we = reinterpret_cast<const T*>(&wr[u]);
 #pragma unroll
-      for (int i = 0; i < V; ++i) acc[u % 4] = fmaf(to_f(we[i]), x0[i], acc[u % 4]);
-    }
-    k += U * kStep;
-  };
-  while (k + 7 * kStep < Kv) steps(std::integral_constant<int, 8>());
-  if (k + 3 * kStep < Kv) steps(std::integral_constant<int, 4>());
-  // The last steps (fewer than 4) all into accumulator 0, as before.
-  for (; k < Kv; k += kStep) {
-    float w0[V], x0[V];
-    load16(w + k, w0);
-    load16(x + k, x0);
-#pragma unroll
-    for (int i = 0; i < V; ++i) acc[0] = fmaf(w0[i], x0[i], acc[0]);
+        for (int i = 0; i < V; ++i) acc[u % 4] = fmaf(to_f(we[i]), x0[i], acc[u % 4]);
+      }
+      k += U * kStep;
+    };
+    while (k + (U - 1) * kStep < k_end) group(std::true_type());
+    if (k < k_end) group(std::false_type());
+    if (slice == slices - 1)
+      for (int j = Kv + lane; j < K; j += 32) acc[1] = fmaf(to_f(w[j]), to_f(x[j]), acc[1]);
   }
-  for (int j = Kv + lane; j < K; j += 32) acc[1] = fmaf(to_f(w[j]), to_f(x[j]), acc[1]);
   const float sum = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
-  if (lane == 0) out[row] = from_f<TO>(bias ? sum + bias[row] : sum);
+  if (lane == 0) part[warp] = sum;
+  __syncthreads();
+  if (lane != 0 || slice != 0 || row >= N) return;
+  float total = part[warp];
+  for (int j = 1; j < slices; ++j) total += part[warp + j];
+  out[row] = from_f<TO>(bias ? total + bias[row] : total);
+}
+
+/// Warps per row of the loop kernel: doubled (up to 4) while the rows' warps fill less than
+/// a wave of the kernel's resident warps and each slice keeps at least 4 vector steps. H100,
+/// synth bf16 decode tg128, the settings alternating in one call (docs/evidence/h200/
+/// call-b-s31.txt; session 30's kernel in brackets): gemma3-1b (down 1,152 x 6,912) 1 warp a
+/// row 706, 2 740, 4 718 tok/s [662]; llama-3.2-1b (2,048 x 8,192) 951, 984, 978 [958];
+/// qwen3-8b (4,096 x 12,288) 168.3, 168.6, 167.9 [168.1]. This rule picks 2, 2 and 1.
+template <class T, class TO>
+int loop_slices(int N, int K, int sm_count) {
+  static const int blocks_per_sm = [] {
+    int v = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, gemv_kernel<T, TO>,
+                                                      kWarpsPerBlock * 32, 0) != cudaSuccess) {
+      cudaGetLastError();
+      v = 1;
+    }
+    return std::max(v, 1);
+  }();
+  const int64_t wave = int64_t(blocks_per_sm) * kWarpsPerBlock * sm_count;
+  const int steps = (K / Vec16<T>::N + 31) / 32;
+  int slices = 1;
+  while (slices < 4 && int64_t(N) * slices * 2 <= wave && steps >= 4 * slices * 2)
+    slices *= 2;
+  return slices;
+}
+
+template <class T, class TO>
+void gemv_loop_as(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
+                  void* out, int sm_count, cudaStream_t s) {
+  const int slices = loop_slices<T, TO>(N, K, sm_count);
+  const int rows_per_block = kWarpsPerBlock / slices;
+  launch_decode_k(gemv_kernel<T, TO>, dim3((N + rows_per_block - 1) / rows_per_block),
+                  dim3(kWarpsPerBlock * 32), 0, s, static_cast<const T*>(x),
+                  static_cast<const T*>(W), ld, bias, N, K, slices, static_cast<TO*>(out));
 }
 
 template <class T>
 void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
-               DType ot, void* out, cudaStream_t s) {
-  const int blocks = (N + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (ot == DType::F32)
-    launch_decode_k(gemv_kernel<T, float>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
-                    static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
-                    static_cast<float*>(out));
-  else
-    launch_decode_k(gemv_kernel<T, T>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, s,
-                    static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K,
-                    static_cast<T*>(out));
+               DType ot, void* out, int sm_count, cudaStream_t s) {
+  if (ot == DType::F32) gemv_loop_as<T, float>(x, W, ld, bias, N, K, out, sm_count, s);
+  else gemv_loop_as<T, T>(x, W, ld, bias, N, K, out, sm_count, s);
 }
 
 /// Blocks of the kernel that fit on one SM (the occupancy calculator, once per kernel).
@@ -406,7 +444,7 @@ void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float
     launch_gemv_fused(ct, kGemvPlain, a, sm_count, s);
     return;
   }
-  ARB_DISPATCH_CTYPE(ct, T, gemv_loop<T>(x, W, ld, bias, N, K, ot, out, s));
+  ARB_DISPATCH_CTYPE(ct, T, gemv_loop<T>(x, W, ld, bias, N, K, ot, out, sm_count, s));
   ARB_LAUNCHED("gemv_kernel", s);
 }
 
