@@ -1,8 +1,9 @@
 // matmul_add (the fused GEMV + residual add of the o and down projections): against ref;
 // against the tier's own composition (matmul, then add) bit for bit; with stage taps on the
 // product and the sum, whose records are the composition's and whose overwrite of the
-// product feeds the add as in the composition. Rows of 1,024, 2,048 and 3,072 (x in
-// registers or in shared memory), a tiny model's, and T > 1; with Granite's residual scale.
+// product feeds the add as in the composition. Rows of 1,024, 1,536 (cuda: six chunks a
+// lane), 2,048 and 3,072 (x in registers or in shared memory), a tiny model's, and T > 1; with
+// Granite's residual scale.
 #include "tier_util.h"
 
 #include "backend/ref/ref_backend.h"
@@ -15,7 +16,8 @@ struct Case {
   double scale = 1;
 };
 const Case kCases[] = {{1, 1024, 2048}, {1, 1024, 3072}, {1, 2048, 1024},     {1, 64, 128},
-                       {1, 128, 384},   {3, 64, 172},    {1, 1536, 3072, 0.22}, {3, 64, 172, 0.5}};
+                       {1, 128, 384},   {3, 64, 172},    {1, 1536, 3072, 0.22}, {3, 64, 172, 0.5},
+                       {1, 640, 1536, 0.22}};
 
 struct Outcome {
   std::vector<double> sum;

@@ -1,7 +1,8 @@
 // matmul: out[T, N] = x[T, K] @ W[N, K]^T (+ bias), for every weight storage a tier reads.
 // T = 1 takes a tier's GEMV kernels, T > 1 its GEMM (on cpu both its own and OpenBLAS's); the
 // logits cases write f32 (f64 on ref) rows as the lm_head does. Shapes: real ones (Qwen3-
-// 0.6B, Llama-3.2-1B, Gemma-3-1B's down projection, stories260K, a 20,000-word vocabulary) and
+// 0.6B, Llama-3.2-1B, Gemma-3-1B's rows of 1,152 and its down projection, stories260K, a
+// 20,000-word vocabulary) and
 // odd ones (few long rows with a K % 8 tail: cuda's loop GEMV splits each over 4 warps).
 #include <map>
 
@@ -24,7 +25,7 @@ const Case kGemv[] = {
     {1, 1, 32, false, false},     {1, 172, 64, false, false},   {1, 3072, 1024, false, false},
     {1, 1024, 3072, false, false}, {1, 2048, 8192, false, false}, {1, 8192, 2048, true, false},
     {1, 1024, 1024, true, false}, {1, 20000, 512, false, true},  {1, 1152, 6912, false, false},
-    {1, 40, 4100, true, false}};
+    {1, 40, 4100, true, false},   {1, 256, 1152, false, false}};
 const Case kGemm[] = {
     {2, 64, 256, false, false},   {5, 7, 11, true, false},    {13, 31, 33, false, false},
     {31, 33, 32, true, false},    {33, 65, 143, false, false}, {12, 32, 256, false, false},

@@ -34,7 +34,9 @@ int chunks_for(DType ct, int K) {
   return (K + step - 1) / step;
 }
 /// NCH instantiated for the register kernel (a row's chunk count is rounded up to one).
-int reg_nch(int n) { return n <= 1 ? 1 : n <= 4 ? 4 : n <= 8 ? 8 : n <= 12 ? 12 : n <= 16 ? 16 : 0; }
+int reg_nch(int n) {
+  return n <= 1 ? 1 : n <= 4 ? 4 : n <= 6 ? 6 : n <= 8 ? 8 : n <= 12 ? 12 : n <= 16 ? 16 : 0;
+}
 
 /// The row's dot product in the canonical order; x_at(j) gives x's chunk j of this lane.
 template <class T, int NCH, class XAt>
@@ -95,11 +97,21 @@ __device__ __forceinline__ void store_out(void* out, int out_f32, int row, float
 template <int ROWS>
 constexpr int warps_per_block() { return ROWS > 1 ? 4 : kWarpsPerBlock; }
 /// Register cap per thread: the kernel's blocks per SM (64: four blocks of 8 warps; 80: three;
-/// 128: four blocks of 4 warps), 88 for the q/k/v form (above), else none.
+/// 128: two of 8 warps, or four of 4), 88 for the q/k/v form (above), else none.
+///
+/// Rows of five or six chunks (gemma3-1b's 1,152 elements, granite-4.0-h-1b's 1,536) have an
+/// NCH of their own: at NCH 8 the gate/up form took 180 registers, one block an SM, and each
+/// of its 8 warps went through about 6 row pairs one after the other, paying each one's load
+/// latency (H200, Nsight Compute: gemma3-1b's gate/up GEMV 16.7 us for 31.9 MB, 0.43 of the
+/// read bandwidth; call-c-s30.txt). At NCH 6 every form fits 128: two blocks an SM. H100,
+/// synth bf16 decode tg128, alternating in one call (call-c-s31.txt): gemma3-1b 816 against
+/// 738 tok/s, granite-4.0-h-1b 503-508 against 480-495; w1 traces identical (the chunks past
+/// K added zeros).
 template <int NCH, int MODE, int ROWS>
 constexpr int max_regs() {
   if (ROWS > 1) return MODE == kGemvNorm ? 88 : 128;
   if (NCH <= 4) return MODE == kGemvNormGlu ? 80 : 64;
+  if (NCH <= 6) return 128;
   return 255;
 }
 // TAP: the variant that applies a.taps (kernels.h) at the stages inside the fused forms; only
@@ -384,6 +396,7 @@ void gemv_reg_mode(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   switch (nch) {
     case 1: gemv_reg_launch<T, 1, MODE, 1, TAP>(a, sm_count, s); break;
     case 4: gemv_reg_launch<T, 4, MODE, 1, TAP>(a, sm_count, s); break;
+    case 6: gemv_reg_launch<T, 6, MODE, 1, TAP>(a, sm_count, s); break;
     case 8: gemv_reg_launch<T, 8, MODE, 1, TAP>(a, sm_count, s); break;
     case 12: gemv_reg_launch<T, 12, MODE, 1, TAP>(a, sm_count, s); break;
     default: gemv_reg_launch<T, 16, MODE, 1, TAP>(a, sm_count, s); break;
