@@ -38,6 +38,18 @@ int reg_nch(int n) {
   return n <= 1 ? 1 : n <= 4 ? 4 : n <= 6 ? 6 : n <= 8 ? 8 : n <= 12 ? 12 : n <= 16 ? 16 : 0;
 }
 
+/// Blocks of `kernel` (no dynamic shared memory) that fit on one SM, by the occupancy
+/// calculator; 1 if it fails.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads) {
+  int v = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, threads, 0) != cudaSuccess) {
+    cudaGetLastError();
+    v = 1;
+  }
+  return std::max(v, 1);
+}
+
 /// The row's dot product in the canonical order; x_at(j) gives x's chunk j of this lane.
 template <class T, int NCH, class XAt>
 __device__ __forceinline__ float dot_chunks(const uint4 (&w)[NCH], XAt x_at) {
@@ -264,8 +276,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
 // fixed: vector step i of a lane's slice goes to accumulator i % 4, the K % V tail (last
 // slice) to accumulator 1; each slice's (a0 + a1) + (a2 + a3) through the warp's shuffle
 // tree; then the slices' partials added in slice order by the row's first warp. Whole groups
-// of 8 steps take no branch on the slice's end: with one, x's loads waited on each other and
-// one warp a row lost 6% to session 30's kernel (llama-3.2-1b, call-a-s31.txt).
+// of 8 steps take no branch on the slice's end: with one, one warp a row lost 6% to session
+// 30's kernel (llama-3.2-1b, call-a-s31.txt), most likely as x's loads waited on each other.
 template <class T, class TO>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ W, int64_t ld,
@@ -328,15 +340,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 /// qwen3-8b (4,096 x 12,288) 168.3, 168.6, 167.9 [168.1]. This rule picks 2, 2 and 1.
 template <class T, class TO>
 int loop_slices(int N, int K, int sm_count) {
-  static const int blocks_per_sm = [] {
-    int v = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, gemv_kernel<T, TO>,
-                                                      kWarpsPerBlock * 32, 0) != cudaSuccess) {
-      cudaGetLastError();
-      v = 1;
-    }
-    return std::max(v, 1);
-  }();
+  static const int blocks_per_sm = resident_blocks(gemv_kernel<T, TO>, kWarpsPerBlock * 32);
   const int64_t wave = int64_t(blocks_per_sm) * kWarpsPerBlock * sm_count;
   const int steps = (K / Vec16<T>::N + 31) / 32;
   int slices = 1;
@@ -362,19 +366,11 @@ void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int 
   else gemv_loop_as<T, T>(x, W, ld, bias, N, K, out, sm_count, s);
 }
 
-/// Blocks of the kernel that fit on one SM (the occupancy calculator, once per kernel).
+/// Blocks of the register kernel that fit on one SM (once per kernel).
 template <class T, int NCH, int MODE, int ROWS, bool TAP = false>
 int blocks_per_sm() {
-  static const int n = [] {
-    int v = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>,
-                                                      warps_per_block<ROWS>() * 32,
-                                                      0) != cudaSuccess) {
-      cudaGetLastError();
-      v = 1;
-    }
-    return std::max(v, 1);
-  }();
+  static const int n =
+      resident_blocks(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, warps_per_block<ROWS>() * 32);
   return n;
 }
 
