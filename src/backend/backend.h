@@ -345,6 +345,20 @@ class Backend {
   virtual void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp,
                           Buffer& residual, double scale, const StageTap* product,
                           const StageTap* sum);
+  /// What moe_add does around moe()'s routed sum y [T, D]: o = y + shared (the block's shared
+  /// expert's output, when given), o *= scale unless it is 1 (Granite's residual_multiplier),
+  /// then residual += o, each as add() and scale() compute it. Taps: routed on y, sum on o
+  /// after the shared add, res on the residual.
+  struct MoeResidual {
+    const Buffer* shared = nullptr;
+    double scale = 1;
+    const StageTap *routed = nullptr, *sum = nullptr, *res = nullptr;
+  };
+  /// moe() into out, then residual [T, D] += the block's output as r says: a MoE block's whole
+  /// residual update. Afterwards out's contents are unspecified.
+  virtual void moe_add(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T,
+                       Buffer& out, std::vector<Route>* routes, Buffer& residual,
+                       const MoeResidual& r);
   /// y[T, D] = norm(y; w, nw, eps) (tap norm_tap), then residual[T, D] += y (tap sum): Gemma's
   /// post-attention and post-feedforward norms. Afterwards y's contents are unspecified.
   virtual void rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D, double eps,

@@ -95,6 +95,22 @@ void Backend::matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, B
   apply_tap(sum, residual, T, N);
 }
 
+void Backend::moe_add(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T,
+                      Buffer& out, std::vector<Route>* routes, Buffer& residual,
+                      const MoeResidual& r) {
+  moe(logits, x, ex, T, out, routes);  // checks the experts: down[0] is [D, F]
+  const int D = int(ex.down[0]->rows());
+  const int64_t n = int64_t(T) * D;
+  apply_tap(r.routed, out, T, D);
+  if (r.shared) {
+    add(out, *r.shared, n);
+    apply_tap(r.sum, out, T, D);
+  }
+  if (r.scale != 1) scale(out, n, r.scale);
+  add(residual, out, n);
+  apply_tap(r.res, residual, T, D);
+}
+
 void Backend::rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D, double eps,
                           Buffer& residual, const StageTap* norm_tap, const StageTap* sum) {
   norm(y, w, nw, T, D, eps, y);

@@ -202,7 +202,7 @@ TEST(CudaMoe, DecodeStepsAreOneGraphAndEqualOpByOp) {
           EXPECT_EQ(segments() - s0, n) << "a decode step ran in more than one segment";
           EXPECT_GT(g.replays, n / 2) << "decode steps were not replayed from a graph";
         }
-        EXPECT_GT(cu->stats().calls().at("moe").at("cuda.moe_decode"), 0);
+        EXPECT_GT(cu->stats().calls().at("moe_add").at("cuda.moe_decode_add"), 0);
       }
       EXPECT_EQ(logits[0].size(), logits[1].size());
       EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(),

@@ -48,6 +48,16 @@ std::string model_dir(const std::string& rel) {
   return std::filesystem::exists(p) ? p : "";
 }
 
+void expect_same_bits(const std::vector<double>& ta, const std::vector<double>& tb) {
+  ASSERT_EQ(ta.size(), tb.size());
+  size_t first = ta.size();
+  for (size_t i = 0; i < ta.size() && first == ta.size(); ++i)
+    if (std::memcmp(&ta[i], &tb[i], sizeof(double)) != 0) first = i;
+  EXPECT_EQ(first, ta.size()) << "fused decode differs from op-by-op at logit " << first << ": "
+                              << (first < ta.size() ? ta[first] : 0.0) << " vs "
+                              << (first < tb.size() ? tb[first] : 0.0);
+}
+
 TEST(CudaFused, DecodeEqualsOpByOpPath) {
   ARB_CUDA_OR_SKIP(probe, "bf16");
 #if ARBITER_HAVE_CUDA
@@ -87,17 +97,40 @@ TEST(CudaFused, DecodeEqualsOpByOpPath) {
       t.pdl = true;
       cuda_set_tuning(*b, t);  // PDL is process-wide: restore it
       EXPECT_EQ(b->stats().calls().count("rmsnorm_matmul"), 0u);
-      ASSERT_EQ(ta.size(), tb.size());
-      size_t first = ta.size();
-      for (size_t i = 0; i < ta.size() && first == ta.size(); ++i)
-        if (std::memcmp(&ta[i], &tb[i], sizeof(double)) != 0) first = i;
-      EXPECT_EQ(first, ta.size()) << "fused decode differs from op-by-op at logit " << first
-                                  << ": " << (first < ta.size() ? ta[first] : 0.0) << " vs "
-                                  << (first < tb.size() ? tb[first] : 0.0);
+      expect_same_bits(ta, tb);
       ++compared;
     }
   }
   EXPECT_GE(compared, 4) << "no shipped model found";
+#endif
+}
+
+// The MoE blocks' residual update inside the decode down GEMV (moe_add: qwen3-moe's add,
+// qwen2-moe's shared expert, Granite's shared expert and residual_multiplier, Nemotron-H's
+// relu2 shared expert) and Granite's shared expert as one gate/up GEMV: the bits of the ops
+// one by one.
+TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+#if ARBITER_HAVE_CUDA
+  for (const char* name : {"tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-granite-h-moe",
+                           "tiny-nemotron-h"}) {
+    auto m = load_model(source_path(std::string("tests/fixtures/models/") + name));
+    const int V = m->config.vocab;
+    const std::vector<int32_t> prompt = {1 % V, 80 % V, 147 % V, 201 % V, 57 % V};
+    for (const char* dt : {"bf16", "f16", "f32"}) {
+      SCOPED_TRACE(std::string(name) + " " + dt);
+      auto a = make_cuda_backend(0, dt), b = make_cuda_backend(0, dt);
+      const auto ta = decode_logits(*m, *a, prompt, 16);
+      EXPECT_GT(a->stats().calls().at("moe_add").at("cuda.moe_decode_add"), 0)
+          << "the fused MoE residual update did not run";
+      CudaTuning t = cuda_tuning(*b);
+      t.fused = false;
+      cuda_set_tuning(*b, t);
+      const auto tb = decode_logits(*m, *b, prompt, 16);
+      EXPECT_EQ(b->stats().calls().count("moe_add"), 0u);
+      expect_same_bits(ta, tb);
+    }
+  }
 #endif
 }
 

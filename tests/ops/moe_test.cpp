@@ -7,6 +7,8 @@
 // equals ref's, ties included (logits on a coarse grid, so ties are common); experts no
 // token picks are never read into the output (their weights are NaN).
 //
+// moe_add (the block's residual update around moe) equals its ops one by one on every tier.
+//
 // Adding a case: a row of kCases.
 #include <algorithm>
 #include <cmath>
@@ -223,6 +225,37 @@ TEST_P(Moe, RoutesOnRequestOnly) {
     be->moe(lg.b, x.b, in->ex, c.T, a.b, &routes);
     be->moe(lg.b, x.b, in->ex, c.T, b.b, nullptr);
     check_exact("moe", tier, what_of(c) + " without routes", 9300, b.read(), a.read());
+  }
+}
+
+// moe_add: moe, then the residual update op by op (the shared expert's output added, the
+// scale, the residual's add), in every form a family uses; the CUDA tier's decode folds it
+// into the down GEMV and must give the same bits.
+TEST_P(Moe, AddEqualsTheOpsOneByOne) {
+  const OpTier& tier = GetParam();
+  ARB_TIER_OR_SKIP(be, tier);
+  for (int i : {0, 2, 4, 6, 8}) {  // T = 1 and 64; swiglu, Granite's and relu2 experts
+    const MoeCase& c = kCases[i];
+    auto in = moe_inputs(c, 9500 + uint64_t(i), tier.compute);
+    const int64_t n = int64_t(c.T) * c.D;
+    const std::vector<double> shared = values(n, 9550 + uint64_t(i), 0.5, tier.compute),
+                              residual = values(n, 9560 + uint64_t(i), 2.0, tier.compute);
+    for (bool with_shared : {false, true})
+      for (double scale : {1.0, 0.22}) {
+        const std::string what = what_of(c) + (with_shared ? " shared" : "") +
+                                 strformat(" scale %g", scale);
+        Buf lg(*be, in->logits), x(*be, in->x), sh(*be, shared), out(*be, n), tmp(*be, n);
+        Buf got(*be, residual), want(*be, residual);
+        Backend::MoeResidual r;
+        r.shared = with_shared ? &sh.b : nullptr;
+        r.scale = scale;
+        be->moe_add(lg.b, x.b, in->ex, c.T, out.b, nullptr, got.b, r);
+        be->moe(lg.b, x.b, in->ex, c.T, tmp.b, nullptr);
+        if (with_shared) be->add(tmp.b, sh.b, n);
+        if (scale != 1) be->scale(tmp.b, n, scale);
+        be->add(want.b, tmp.b, n);
+        check_exact("moe_add", tier, what, 9500, got.read(), want.read());
+      }
   }
 }
 

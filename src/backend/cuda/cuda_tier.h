@@ -77,6 +77,8 @@ class CudaBackend final : public Backend {
   // their sum on the device; the host learns the routing only when asked for it (routes).
   void moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T, Buffer& out,
            std::vector<Route>* routes) override;
+  void moe_add(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T, Buffer& out,
+               std::vector<Route>* routes, Buffer& residual, const MoeResidual& r) override;
   void sigmoid_gate(Buffer& y, const Buffer& g, int T, int D) override;
 
   // fused.cpp: one kernel each for T == 1, with the stage taps inside; otherwise the default
@@ -272,6 +274,9 @@ class CudaBackend final : public Backend {
   /// A MoE layer's device tables of expert weight pointers (built at the layer's first call,
   /// uploading every expert, and kept until the next prepare()).
   const cuda::MoeTables& moe_tables(const MoeExperts& ex, int D, int F);
+  /// moe(), and with a residual (decode only) moe_add's update folded into the down GEMV.
+  void run_moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T, Buffer& out,
+               std::vector<Route>* routes, Buffer* residual, const MoeResidual* r);
 
   int device_;
   DType ct_;

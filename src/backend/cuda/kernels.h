@@ -158,8 +158,18 @@ struct MoeTables {
 /// e = ids[slot], read on the device; then out[D] = sum over the slots in ascending expert
 /// id of weights[slot] * (act[slot] @ down_e^T) rounded to the compute type, in f32. A warp
 /// per output row; nothing goes to the host.
+///
+/// With res.residual (Backend::moe_add) the rows are not stored in out but added to the
+/// residual [D]: o = y + res.shared[d] (when not null), o *= res.scale (unless 1), then
+/// residual[d] += o, each rounded to the compute type as add_kernel and scale_kernel round.
+struct MoeResidualArgs {
+  const void* shared = nullptr;
+  float scale = 1.f;
+  void* residual = nullptr;
+};
 void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* ids,
-                       const float* weights, void* act, void* out, cudaStream_t s);
+                       const float* weights, void* act, void* out, const MoeResidualArgs& res,
+                       cudaStream_t s);
 /// Prefill (T > 1): the T*k (token, slot) pairs sorted by expert on the device (a counting
 /// sort; group starts `offsets` [E+1], tile starts `tiles` [E+1] in units of kMoeTileRows,
 /// tok_of [T*k] the token of each sorted row, row_of [T*k] the sorted row of each pair), a

@@ -7,7 +7,7 @@
 //             logits (only the order of the softmax's sum differs: ~1e-16 relative).
 //   decode:   T == 1. A warp per output row: gate/up rows of the slot's expert (its id read
 //             from the router's output, both rows read together), then the down rows (a warp
-//             per slot), summed over the slots.
+//             per slot), summed over the slots; for moe_add, added to the residual there.
 //   prefill:  T > 1. A counting sort of the (token, slot) pairs by expert (one block), then a
 //             tiled GEMM over the groups (tiles of kMoeTileRows rows of one expert), gate/up
 //             and down, then the weighted sum per token. Grids are sized for the worst
@@ -277,7 +277,7 @@ __global__ void moe_gateup_gemv(MoeTables w, const T* x, const int* ids, T* act)
 // its 16-byte loads in flight.
 template <class T, int R>
 __global__ void moe_down_gemv(MoeTables w, const T* act, const int* ids, const float* weights,
-                              T* out) {
+                              T* out, MoeResidualArgs res) {
   __shared__ float y_of[R][kMoeMaxTopK], w_of[kMoeMaxTopK];  // by rank
   griddep_wait();
   griddep_launch();
@@ -298,7 +298,16 @@ __global__ void moe_down_gemv(MoeTables w, const T* act, const int* ids, const f
   if (int(threadIdx.x) >= n) return;
   float acc = 0.f;
   for (int r = 0; r < w.k; ++r) acc = fmaf(w_of[r], to_f(from_f<T>(y_of[threadIdx.x][r])), acc);
-  out[d0 + threadIdx.x] = from_f<T>(acc);
+  const int d = d0 + int(threadIdx.x);
+  if (!res.residual) {
+    out[d] = from_f<T>(acc);
+    return;
+  }
+  float o = to_f(from_f<T>(acc));
+  if (res.shared) o = to_f(from_f<T>(o + to_f(static_cast<const T*>(res.shared)[d])));
+  if (res.scale != 1.f) o = to_f(from_f<T>(o * res.scale));
+  T* residual = static_cast<T*>(res.residual);
+  residual[d] = from_f<T>(to_f(residual[d]) + o);
 }
 
 // --- prefill (T > 1) ------------------------------------------------------------------------
@@ -464,7 +473,8 @@ void launch_moe_route(DType ct, const MoeRouteArgs& a, cudaStream_t s) {
 }
 
 void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* ids,
-                       const float* weights, void* act, void* out, cudaStream_t s) {
+                       const float* weights, void* act, void* out, const MoeResidualArgs& res,
+                       cudaStream_t s) {
   const dim3 block(32 * kDecodeWarps);
   const dim3 gu((w.F + kDecodeWarps - 1) / kDecodeWarps, w.k);
   const int R = down_rows(w.F);
@@ -479,10 +489,10 @@ void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* i
     ARB_LAUNCHED("moe_gateup_gemv", s);
     if (R == 4)
       launch_decode_k(moe_down_gemv<T, 4>, dn, dim3(32 * w.k), 0, s, w,
-                      static_cast<const T*>(act), ids, weights, static_cast<T*>(out));
+                      static_cast<const T*>(act), ids, weights, static_cast<T*>(out), res);
     else
       launch_decode_k(moe_down_gemv<T, 1>, dn, dim3(32 * w.k), 0, s, w,
-                      static_cast<const T*>(act), ids, weights, static_cast<T*>(out));
+                      static_cast<const T*>(act), ids, weights, static_cast<T*>(out), res);
   });
   ARB_LAUNCHED("moe_down_gemv", s);
 }

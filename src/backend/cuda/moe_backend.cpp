@@ -65,8 +65,26 @@ const cuda::MoeTables& CudaBackend::moe_tables(const MoeExperts& ex, int D, int 
 
 void CudaBackend::moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T,
                       Buffer& out, std::vector<Route>* routes) {
+  run_moe(logits, x, ex, T, out, routes, nullptr, nullptr);
+}
+
+// A decode step's residual update rides on the down GEMV (moe.cu): one to three kernels a MoE
+// layer fewer (qwen3-moe's add; Granite's add, scale and add). A tap, T > 1 or the fused kernels
+// turned off take the ops one by one.
+void CudaBackend::moe_add(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T,
+                          Buffer& out, std::vector<Route>* routes, Buffer& residual,
+                          const MoeResidual& r) {
+  if (!single_token(T) || !tuning_.fused || r.routed || r.sum || r.res)
+    return Backend::moe_add(logits, x, ex, T, out, routes, residual, r);
+  run_moe(logits, x, ex, T, out, routes, &residual, &r);
+}
+
+void CudaBackend::run_moe(const Buffer& logits, const Buffer& x, const MoeExperts& ex, int T,
+                          Buffer& out, std::vector<Route>* routes, Buffer* residual,
+                          const MoeResidual* r) {
   const bool decode = single_token(T);  // else the grouped kernels (T == 1 under row invariance)
-  stats_.record("moe", decode ? "cuda.moe_decode" : "cuda.moe_grouped");
+  if (residual) stats_.record("moe_add", "cuda.moe_decode_add");
+  else stats_.record("moe", decode ? "cuda.moe_decode" : "cuda.moe_grouped");
   int D = 0, F = 0;
   moe_check_experts(*this, ex, D, F);
   const RouterSpec& rs = ex.spec;
@@ -79,6 +97,14 @@ void CudaBackend::moe(const Buffer& logits, const Buffer& x, const MoeExperts& e
   check_act(logits, int64_t(T) * E, "moe logits");
   check_act(x, int64_t(T) * D, "moe x");
   check_act(out, int64_t(T) * D, "moe out");
+  cuda::MoeResidualArgs res;
+  if (residual) {
+    check_act(*residual, int64_t(T) * D, "moe_add residual");
+    if (r->shared) check_act(*r->shared, int64_t(T) * D, "moe_add shared");
+    res.shared = r->shared ? r->shared->ptr : nullptr;
+    res.scale = float(r->scale);
+    res.residual = residual->ptr;
+  }
   if (T == 0) return;
   const cuda::MoeTables& tab = moe_tables(ex, D, F);
   // Scratch: ids, weights, margins, the sort's offsets / tiles / rows, act [T*k, F], y [T*k, D].
@@ -118,10 +144,10 @@ void CudaBackend::moe(const Buffer& logits, const Buffer& x, const MoeExperts& e
          false, 0, [=, this](const cuda::StepCtx&) { cuda::launch_moe_route(ct_, ra, stream_); });
   if (decode) {
     submit({45, int64_t(t.up), t.ld_in, t.ld_down, D, F, k, t.relu2, int64_t(xp), int64_t(ws),
-            int64_t(op)},
+            int64_t(op), int64_t(res.shared), cuda::sig_bits(res.scale), int64_t(res.residual)},
            false, 0,
            [=, this](const cuda::StepCtx&) {
-             cuda::launch_moe_decode(ct_, t, xp, ra.ids, ra.weights, act, op, stream_);
+             cuda::launch_moe_decode(ct_, t, xp, ra.ids, ra.weights, act, op, res, stream_);
            });
   } else {
     cuda::MoeSortBufs sb;

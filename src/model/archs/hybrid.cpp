@@ -300,19 +300,22 @@ void mlp(const Model& m, Backend& be, HybridState& s, int l, int T, const Block&
   be.matmul_add(s.act, *down, T, s.o, s.x, c.residual_mult, product, residual_tap(c, in, l, tap));
 }
 
-// o [T, D]: the MoE block's shared expert of xn (Granite's shared SwiGLU MLP, Nemotron-H's
-// relu2 one).
-void shared_expert(const Model& m, Backend& be, HybridState& s, int l, int T, const Stages& tap) {
+// o [T, D]: the MoE block's shared expert (Granite's shared SwiGLU MLP of rmsnorm(x), its norm
+// computed again by rmsnorm_glu so that a tier can fuse it into the gate/up GEMV; Nemotron-H's
+// relu2 MLP of xn).
+void shared_expert(const Model& m, Backend& be, HybridState& s, int l, int T, const Block& in,
+                   const Stages& tap) {
   const ModelConfig& c = m.config;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
   const int D = c.d_model, F = granite(c) ? c.d_ff : c.moe_shared_ff;
   if (granite(c)) {
-    be.matmul(s.xn, lw(kMlpGate), nullptr, T, s.gate);
-    be.apply_tap(tap("gate", l, "matmul", F, D, 3), s.gate, T, F);
-    be.matmul(s.xn, lw(kMlpUp), nullptr, T, s.up);
-    be.apply_tap(tap("up", l, "matmul", F, D, 3), s.up, T, F);
-    be.swiglu(s.gate, s.up, int64_t(T) * F, s.act);
-    be.apply_tap(tap("act", l, "swiglu", F, 1, 3), s.act, T, F);
+    Backend::GluTaps ft;  // the norm's stage is the block's (moe())
+    ft.gate = tap("gate", l, "matmul", F, D, 3);
+    ft.up = tap("up", l, "matmul", F, D, 3);
+    ft.act = tap("act", l, "swiglu", F, 1, 3);
+    // s.down is the norm's scratch: s.xn stays the experts' input.
+    be.rmsnorm_glu(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.down, lw(kMlpGate),
+                   lw(kMlpUp), GluAct::SiLU, s.gate, s.up, s.act, ft);
     be.matmul(s.act, lw(kMlpOut), nullptr, T, s.o);
   } else {
     be.matmul(s.xn, lw(kShUp), nullptr, T, s.up);
@@ -325,7 +328,8 @@ void shared_expert(const Model& m, Backend& be, HybridState& s, int l, int T, co
 }
 
 // x += residual_multiplier * (shared expert(xn) + the routed sum), xn = rmsnorm(x); the
-// routed sum is Backend::moe, the op every MoE family calls (experts in ascending index per token, HF's index_add over the experts hit).
+// routed sum and the residual update are Backend::moe_add, the op every MoE family calls
+// (experts in ascending index per token, HF's index_add over the experts hit).
 // Granite's experts are the loader's views into its 3-D stacks (TensorSpec::hf_stack,
 // gguf_stack).
 void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Block& in,
@@ -333,24 +337,24 @@ void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Block&
   const ModelConfig& c = m.config;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
   const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
-  // The router, the experts and the shared expert all read xn: the norm stays on its own.
+  // The router and the experts read xn: the norm stays on its own.
   be.rmsnorm(s.x, in.w, T, D, c.norm_eps, s.xn);
   be.apply_tap(tap(in.norm, l, "rmsnorm", D, D, 3), s.xn, T, D);
   be.matmul(s.xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
   be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
+  shared_expert(m, be, s, l, T, in, tap);  // s.o
   const Backend::MoeExperts& ex = s.experts(m, l);
+  Backend::MoeResidual r;
+  r.shared = &s.o;
+  r.scale = c.residual_mult;
+  r.routed = tap("moe", l, "moe", D, int64_t(c.moe_top_k) * Fe, 4);
+  r.sum = tap("ffn_out", l, "add", D, 1, 3);
+  r.res = residual_tap(c, in, l, tap);
   std::vector<Route> routes;
-  be.moe(s.router, s.xn, ex, T, s.moe, tap.wants_routes() ? &routes : nullptr);
+  be.moe_add(s.router, s.xn, ex, T, s.moe, tap.wants_routes() ? &routes : nullptr, s.x, r);
   for (int t = 0; t < int(routes.size()); ++t)
     tap.route(l, t, routes[size_t(t)].ids, routes[size_t(t)].margin, E,
               router_score_name(ex.spec));
-  be.apply_tap(tap("moe", l, "moe", D, int64_t(c.moe_top_k) * Fe, 4), s.moe, T, D);
-  shared_expert(m, be, s, l, T, tap);  // s.o
-  be.add(s.o, s.moe, int64_t(T) * D);
-  be.apply_tap(tap("ffn_out", l, "add", D, 1, 3), s.o, T, D);
-  if (c.residual_mult != 1) be.scale(s.o, int64_t(T) * D, c.residual_mult);
-  be.add(s.x, s.o, int64_t(T) * D);
-  be.apply_tap(residual_tap(c, in, l, tap), s.x, T, D);
 }
 
 

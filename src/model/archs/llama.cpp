@@ -320,9 +320,8 @@ class Llama final : public Arch {
       if (is_moe(c, l)) {  // x += moe(xn), xn = rmsnorm(x)
         be.rmsnorm(s.x, lw(kFfnNorm), T, D, eps, s.xn);
         be.apply_tap(tap("ffn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
-        moe_ffn(m, be, l, kLayerSlots, s.xn, T, tap, *s.moe, s.down);
-        be.add(s.x, s.down, int64_t(T) * D);
-        be.apply_tap(tap("ffn_res", l, "add", D, 1, 3), s.x, T, D);
+        moe_ffn(m, be, l, kLayerSlots, s.xn, T, tap, *s.moe, s.down, s.x,
+                tap("ffn_res", l, "add", D, 1, 3));
         continue;
       }
       // feed-forward block: x += down(silu(gate(xn)) * up(xn)), xn = rmsnorm(x)

@@ -76,7 +76,8 @@ MoeScratch::~MoeScratch() {
 std::vector<std::string> moe_stages() { return {"router", "moe", "shared_expert"}; }
 
 void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& xn, int T,
-             const Stages& tap, MoeScratch& s, Buffer& out) {
+             const Stages& tap, MoeScratch& s, Buffer& out, Buffer& residual,
+             const StageTap* res_tap) {
   const ModelConfig& c = m.config;
   const RouterSpec& rs = c.router;
   const int D = c.d_model, E = rs.n_experts, k = rs.top_k, Fe = c.d_ff_expert;
@@ -85,6 +86,19 @@ void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& x
 
   be.matmul(xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
   be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
+  Backend::MoeResidual r;
+  if (Fs > 0) {
+    // Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) * shared_expert(x), added to the
+    // routed sum (by moe_add, which then adds the block's output to the residual).
+    be.matmul(xn, lw(kSharedGate), nullptr, T, s.gate);  // [T, Fs]
+    be.matmul(xn, lw(kSharedUp), nullptr, T, s.up);
+    be.swiglu(s.gate, s.up, int64_t(T) * Fs, s.act);
+    be.matmul(s.act, lw(kSharedDown), nullptr, T, s.y);              // [T, D]
+    be.matmul(xn, lw(kSharedGateVec), nullptr, T, s.shared_gate);  // [T, 1]
+    be.sigmoid_gate(s.y, s.shared_gate, T, D);
+    be.apply_tap(tap("shared_expert", l, "moe", D, Fs, 4), s.y, T, D);
+    r.shared = &s.y;
+  }
   // Routing, the selected experts and their weighted sum: Backend::moe (backend.h). The
   // expert list is built at the layer's first forward (a decode step would otherwise
   // rebuild 3E pointers per layer).
@@ -98,24 +112,13 @@ void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& x
       ex.down.push_back(&lw(kExperts + 3 * e + 2));
     }
   }
+  // Terms per element: up to k experts' down projections of Fe each.
+  r.routed = tap("moe", l, "moe", D, int64_t(k) * Fe, 4);
+  r.res = res_tap;
   std::vector<Route> routes;
-  be.moe(s.router, xn, ex, T, out, tap.wants_routes() ? &routes : nullptr);
+  be.moe_add(s.router, xn, ex, T, out, tap.wants_routes() ? &routes : nullptr, residual, r);
   for (int t = 0; t < int(routes.size()); ++t)
     tap.route(l, t, routes[size_t(t)].ids, routes[size_t(t)].margin, E, router_score_name(rs));
-  // Terms per element: up to k experts' down projections of Fe each.
-  be.apply_tap(tap("moe", l, "moe", D, int64_t(k) * Fe, 4), out, T, D);
-  if (Fs == 0) return;
-
-  // Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) * shared_expert(x), added to the
-  // routed sum.
-  be.matmul(xn, lw(kSharedGate), nullptr, T, s.gate);  // [T, Fs]
-  be.matmul(xn, lw(kSharedUp), nullptr, T, s.up);
-  be.swiglu(s.gate, s.up, int64_t(T) * Fs, s.act);
-  be.matmul(s.act, lw(kSharedDown), nullptr, T, s.y);              // [T, D]
-  be.matmul(xn, lw(kSharedGateVec), nullptr, T, s.shared_gate);  // [T, 1]
-  be.sigmoid_gate(s.y, s.shared_gate, T, D);
-  be.apply_tap(tap("shared_expert", l, "moe", D, Fs, 4), s.y, T, D);
-  be.add(out, s.y, int64_t(T) * D);
 }
 
 }  // namespace arbiter
