@@ -325,9 +325,10 @@ class Backend {
     const StageTap* tap = nullptr;
   };
   /// xn[T, D] = norm(x; w, nw, eps) (tap norm_tap), then outs[i].out = xn @ outs[i].W^T (+ bias)
-  /// for each i. Afterwards xn's contents are unspecified (a fused kernel never writes it).
+  /// for each i. Afterwards xn holds norm(x) if keep_xn (a MoE block's router: the experts read
+  /// xn next), else its contents are unspecified (a fused kernel need not write it).
   virtual void rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
-                              double eps, Buffer& xn, const StageTap* norm_tap,
+                              double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
                               const MatmulTarget* outs, int n_outs);
   /// The stages of rmsnorm_glu: the norm, the two projections and their product.
   struct GluTaps {

@@ -58,8 +58,8 @@ void Backend::norm(const Buffer& x, const Tensor& w, NormWeight nw, int R, int N
 }
 
 void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
-                             double eps, Buffer& xn, const StageTap* norm_tap,
-                             const MatmulTarget* outs, int n_outs) {
+                             double eps, Buffer& xn, bool /*keep_xn: xn is always kept here*/,
+                             const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) {
   norm(x, w, nw, T, D, eps, xn);
   apply_tap(norm_tap, xn, T, D);
   for (int i = 0; i < n_outs; ++i) {

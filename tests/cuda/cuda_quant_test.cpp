@@ -229,9 +229,12 @@ TEST(CudaQuant, FusedFormsOnPackedRowsEqualTheirCompositions) {
     const Backend::MatmulTarget outs[3] = {{&q->t, nullptr, &qb.b, nullptr},
                                            {&k->t, nullptr, &kb.b, nullptr},
                                            {&v->t, nullptr, &vb.b, v_tap}};
-    if (composed) cu->Backend::rmsnorm_matmul(xb.b, norm->t, NormWeight::Plain, 1, D, 1e-6, xn.b, norm_tap,
-                                           outs, 3);
-    else cu->rmsnorm_matmul(xb.b, norm->t, NormWeight::Plain, 1, D, 1e-6, xn.b, norm_tap, outs, 3);
+    if (composed)
+      cu->Backend::rmsnorm_matmul(xb.b, norm->t, NormWeight::Plain, 1, D, 1e-6, xn.b, false,
+                                  norm_tap, outs, 3);
+    else
+      cu->rmsnorm_matmul(xb.b, norm->t, NormWeight::Plain, 1, D, 1e-6, xn.b, false, norm_tap,
+                         outs, 3);
     std::vector<double> all = qb.read(), kv = kb.read(), vv = vb.read();
     all.insert(all.end(), kv.begin(), kv.end());
     all.insert(all.end(), vv.begin(), vv.end());

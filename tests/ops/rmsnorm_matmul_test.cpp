@@ -4,7 +4,8 @@
 // must be the composition's intermediates and whose overwrite of the normalised x must feed
 // the products exactly as in the composition. Shapes: the q/k/v form (rows of 1,024, 1,000
 // and 504 elements, segments of odd lengths), logits rows, a tiny model's, and T > 1; the
-// Plain norm and gemma's (1 + w) (gemma3-1b's q/k/v rows of 1,152).
+// Plain norm and gemma's (1 + w) (gemma3-1b's q/k/v rows of 1,152). With keep_xn the
+// normalised x is the composition's too.
 #include <cmath>
 
 #include "tier_util.h"
@@ -30,11 +31,12 @@ const std::vector<Case> kCases = {{1, 1024, {1001, 37, 3000}, false}, {1, 1000, 
 struct Outcome {
   std::vector<std::vector<double>> outs;
   std::vector<std::vector<double>> records;  // norm, then each output
+  std::vector<double> xn;
 };
 
 Outcome run(Backend& be, bool composed, const Case& c, const HostTensor& norm,
         const std::vector<std::unique_ptr<HostTensor>>& W, const std::vector<double>& x,
-        TapSet* taps) {
+        TapSet* taps, bool keep_xn = false) {
   Buf xb(be, x), xn(be, x.size());
   std::vector<std::unique_ptr<Buf>> out;
   std::vector<Backend::MatmulTarget> tg;
@@ -46,11 +48,13 @@ Outcome run(Backend& be, bool composed, const Case& c, const HostTensor& norm,
     tg.push_back({&W[i]->t, nullptr, &out[i]->b, taps ? (*taps)[i + 1] : nullptr});
   const StageTap* nt = taps ? (*taps)[0] : nullptr;
   if (composed)
-    be.Backend::rmsnorm_matmul(xb.b, norm.t, c.nw, c.T, c.K, 1e-6, xn.b, nt, tg.data(),
-                               int(tg.size()));
+    be.Backend::rmsnorm_matmul(xb.b, norm.t, c.nw, c.T, c.K, 1e-6, xn.b, keep_xn, nt,
+                               tg.data(), int(tg.size()));
   else
-    be.rmsnorm_matmul(xb.b, norm.t, c.nw, c.T, c.K, 1e-6, xn.b, nt, tg.data(), int(tg.size()));
+    be.rmsnorm_matmul(xb.b, norm.t, c.nw, c.T, c.K, 1e-6, xn.b, keep_xn, nt, tg.data(),
+                      int(tg.size()));
   Outcome r;
+  r.xn = xn.read();
   for (auto& o : out) r.outs.push_back(o->read());
   if (taps) r.records = taps->records;
   return r;
@@ -101,6 +105,11 @@ TEST_P(RmsnormMatmul, MatchesRefAndItsComposition) {
                       operand_rounding_nmse(tier.compute, xn, w[i], c.T, c.rows[i], c.K));
       check_exact("rmsnorm_matmul.composed", tier, what, seed, fused.outs[i], composed.outs[i]);
     }
+    // keep_xn (a MoE block's router): the products unchanged, and xn the composition's.
+    const Outcome kept = run(*be, false, c, *norm, W, x, nullptr, /*keep_xn=*/true);
+    for (size_t i = 0; i < W.size(); ++i)
+      check_exact("rmsnorm_matmul.keep_xn", tier, what, seed, kept.outs[i], composed.outs[i]);
+    check_exact("rmsnorm_matmul.keep_xn xn", tier, what, seed, kept.xn, composed.xn);
     // Taps: the records are the composition's; an overwritten norm feeds every product.
     TapSet tf(1 + W.size()), tc(1 + W.size());
     const Outcome rf = run(*be, false, c, *norm, W, x, &tf), rc = run(*be, true, c, *norm, W, x, &tc);
@@ -112,6 +121,9 @@ TEST_P(RmsnormMatmul, MatchesRefAndItsComposition) {
     const Outcome wf = run(*be, false, c, *norm, W, x, &of), wc = run(*be, true, c, *norm, W, x, &oc);
     for (size_t i = 0; i < W.size(); ++i)
       check_exact("rmsnorm_matmul.overwrite", tier, what, seed, wf.outs[i], wc.outs[i]);
+    TapSet ok(1 + W.size(), {&other});  // kept: the overwritten xn
+    const Outcome wk = run(*be, false, c, *norm, W, x, &ok, /*keep_xn=*/true);
+    check_exact("rmsnorm_matmul.overwrite keep_xn", tier, what, seed, wk.xn, wc.xn);
   }
 }
 

@@ -85,8 +85,8 @@ class CudaBackend final : public Backend {
   // composition. Each fused kernel computes the bits of the op-by-op path (same reduction
   // orders, same roundings), so a decode does not depend on whether a stage is tapped.
   void rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
-                      Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
-                      int n_outs) override;
+                      Buffer& xn, bool keep_xn, const StageTap* norm_tap,
+                      const MatmulTarget* outs, int n_outs) override;
   void rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
                    Buffer& xn, const Tensor& w_gate, const Tensor& w_up, GluAct act_fn,
                    Buffer& gate, Buffer& up, Buffer& act, const GluTaps& taps) override;
@@ -205,8 +205,9 @@ class CudaBackend final : public Backend {
   /// matrices of one format (q, k, v stacked), the norm inside them or as its own op; false
   /// when it does not apply.
   bool packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int D, double eps,
-                             Buffer& xn, const StageTap* norm_tap, const MatmulTarget* outs,
-                             int n_outs, const cuda::DevMat* const* mats);
+                             Buffer& xn, bool keep_xn, const StageTap* norm_tap,
+                             const MatmulTarget* outs, int n_outs,
+                             const cuda::DevMat* const* mats);
   /// matmul_add (T == 1, m looked up by the caller) as one packed GEMV with the add in its
   /// epilogue; false when it does not apply (too-long rows, a tapped product): the caller's path.
   bool packed_matmul_add(const Buffer& x, const cuda::DevMat& m, Buffer& residual,

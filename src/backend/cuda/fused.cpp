@@ -17,21 +17,23 @@ namespace arbiter {
 using cuda::PosRef;
 
 void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
-                                 double eps, Buffer& xn, const StageTap* norm_tap,
+                                 double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
                                  const MatmulTarget* outs, int n_outs) {
   const bool step = single_token(T) && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3;
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
   for (int i = 0; step && i < n_outs; ++i) mats[i] = &weights_->matrix(*outs[i].W);
   if (step && mats[0]->packed() &&
-      packed_rmsnorm_matmul(x, w, nw, D, eps, xn, norm_tap, outs, n_outs, mats))
+      packed_rmsnorm_matmul(x, w, nw, D, eps, xn, keep_xn, norm_tap, outs, n_outs, mats))
     return;
   bool fuse = step && cuda::gemv_fusable(ct_, D);
   for (int i = 0; fuse && i < n_outs; ++i)
     fuse = mats[i]->cols == D && !mats[i]->packed() &&
            (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == ct_);
-  if (!fuse) return Backend::rmsnorm_matmul(x, w, nw, T, D, eps, xn, norm_tap, outs, n_outs);
+  if (!fuse)
+    return Backend::rmsnorm_matmul(x, w, nw, T, D, eps, xn, keep_xn, norm_tap, outs, n_outs);
   stats_.record("rmsnorm_matmul", prov_norm_gemv_);
   check_act(x, D, "rmsnorm_matmul x");
+  if (keep_xn) check_act(xn, D, "rmsnorm_matmul xn");
   const float* norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
   cuda::GemvArgs a;
   a.x = x.ptr;
@@ -40,7 +42,8 @@ void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw
   a.K = D;
   a.n_seg = n_outs;
   a.N = 0;
-  std::vector<int64_t> sig = {20, int64_t(x.ptr), int64_t(norm_w), D, n_outs};
+  a.xn = keep_xn ? xn.ptr : nullptr;
+  std::vector<int64_t> sig = {20, int64_t(x.ptr), int64_t(norm_w), D, n_outs, int64_t(a.xn)};
   for (int i = 0; i < n_outs; ++i) {
     const cuda::DevMat& m = *mats[i];
     const float* bp = target_bias(outs[i], m.rows);

@@ -217,6 +217,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
           if constexpr (TAP) e[i] = tap_value(a.taps[0], k + i, e[i], blockIdx.x == 0);
         }
         xn[j * 32 + lane] = x[j];
+        if (MODE == kGemvNorm && a.xn && blockIdx.x == 0)
+          *reinterpret_cast<uint4*>(static_cast<T*>(a.xn) + k) = x[j];
       } else if (kXnShared && j % WPB == warp) {
         xn[j * 32 + lane] = make_uint4(0, 0, 0, 0);  // past K: read by the dots
       }

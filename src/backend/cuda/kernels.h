@@ -265,6 +265,9 @@ struct GemvArgs {
   bool launch_early = false;
   /// kGemvNormGlu: gelu_tanh(gate) * up (GeGLU) instead of silu(gate) * up.
   bool gelu = false;
+  /// kGemvNorm: when not null, the first block stores the normalised x [K] here (rmsnorm_matmul's
+  /// keep_xn).
+  void* xn = nullptr;
   /// kGemvAdd: the product times res_scale (rounded, as scale() rounds it) before the add,
   /// unless it is 1 (Granite's residual_multiplier).
   float res_scale = 1.f;

@@ -105,9 +105,9 @@ const void* CudaBackend::packed_norm_input(const Buffer& x, const Tensor& w, Nor
 }
 
 bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int D,
-                                        double eps, Buffer& xn, const StageTap* norm_tap,
-                                        const MatmulTarget* outs, int n_outs,
-                                        const cuda::DevMat* const* mats) {
+                                        double eps, Buffer& xn, bool keep_xn,
+                                        const StageTap* norm_tap, const MatmulTarget* outs,
+                                        int n_outs, const cuda::DevMat* const* mats) {
   const int T = 1;
   for (int i = 0; i < n_outs; ++i) {
     if (!mats[i]->packed() || mats[i]->cols != D ||
@@ -117,8 +117,9 @@ bool CudaBackend::packed_rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWe
   }
   // The composition's order: the norm, its tap, then the products; consecutive matrices of
   // one format (q and k, often v too) share a launch. Untapped, each launch normalises x
-  // itself when every one can (the tensor-core kernel), else the norm is its own op.
-  bool fuse_norm = norm_tap == nullptr;
+  // itself when every one can (the tensor-core kernel), else (or to keep xn) the norm is its
+  // own op.
+  bool fuse_norm = norm_tap == nullptr && !keep_xn;
   for (int i = 0; fuse_norm && i < n_outs; ++i)
     fuse_norm = cuda::qgemv_norm_fits(ct_, mats[i]->st, D, cuda::kQGemvPlain, tuning_.qgemv_mma);
   const float* norm_w = nullptr;

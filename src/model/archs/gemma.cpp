@@ -342,7 +342,7 @@ class Gemma final : public Arch {
           {&lw(kWq), nullptr, &s.q, tap("q", l, "matmul", q_dim, D, 3)},     // q [T, H*Dh]
           {&lw(kWk), nullptr, &s.k, tap("k", l, "matmul", kv_dim, D, 3)},    // k [T, Hkv*Dh]
           {&lw(kWv), nullptr, &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};  // v [T, Hkv*Dh]
-      be.rmsnorm_matmul(s.x, lw(kAttnNorm), nw, T, D, eps, s.xn,
+      be.rmsnorm_matmul(s.x, lw(kAttnNorm), nw, T, D, eps, s.xn, false,
                         tap("attn_norm", l, "rmsnorm", D, D, 3), qkv, 3);
       Backend::AttentionTaps at;
       if (c.qk_norm) {  // gemma3: (1 + w) RMSNorm over each head before RoPE
@@ -391,7 +391,7 @@ class Gemma final : public Arch {
       const Buffer x = logit_rows(a, s.x, T, D, rows);
       const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
                                           tap("logits", -1, "matmul", c.vocab, D, 3)};
-      be.rmsnorm_matmul(x, w.global(kOutNorm), nw, rows, D, eps, s.xn,
+      be.rmsnorm_matmul(x, w.global(kOutNorm), nw, rows, D, eps, s.xn, false,
                         tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [rows, V]
     }
     if (c.final_softcap > 0 && rows > 0) {

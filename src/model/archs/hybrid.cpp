@@ -212,7 +212,7 @@ void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0, 
       {&wz, nullptr, &s.z, tap("ssm_z", l, "matmul", I, D, 3)},          // z [T, I]
       {&wxbc, nullptr, &s.xbc, tap("ssm_xbc", l, "matmul", C, D, 3)},  // xBC [T, C]
       {&wdt, nullptr, &s.dt, tap("ssm_dt", l, "matmul", nh, D, 3)}};   // dt [T, nh]
-  be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, proj, 3);
+  be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, false, norm, proj, 3);
   if (!batch) {
     mamba_mix(m, be, l, T, pos0, s.xbc, s.dt, s.conv_state[size_t(l)], s.ssm_state[size_t(l)],
               s.xbc_act, s.y, tap);
@@ -249,7 +249,7 @@ void attention(const Model& m, Backend& be, HybridState& s, int l, int T, int po
       {&lw(kWq), nullptr, &s.q, tap("q", l, "matmul", q_dim, D, 3)},
       {&lw(kWk), nullptr, &s.k, tap("k", l, "matmul", kv_dim, D, 3)},
       {&lw(kWv), nullptr, &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};
-  be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, qkv, 3);
+  be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, false, norm, qkv, 3);
   Buffer &kc = s.k_cache[size_t(l)], &vc = s.v_cache[size_t(l)];
   if (batch) {  // each sequence's rows at its own positions, against its own pages
     batch_attention(be, *batch, s.q, s.k, s.v, nullptr, nullptr, NormWeight::Plain, c.norm_eps, H,
@@ -291,7 +291,7 @@ void mlp(const Model& m, Backend& be, HybridState& s, int l, int T, const Block&
     down = &lw(kMlpOut);
   } else {
     const Backend::MatmulTarget up = {&lw(kUp), nullptr, &s.up, tap("up", l, "matmul", F, D, 3)};
-    be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, &up, 1);
+    be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, false, norm, &up, 1);
     be.relu2(s.up, int64_t(T) * F, s.act);
     be.apply_tap(tap("act", l, "relu2", F, 1, 3), s.act, T, F);
     down = &lw(kDown);
@@ -337,11 +337,11 @@ void moe(const Model& m, Backend& be, HybridState& s, int l, int T, const Block&
   const ModelConfig& c = m.config;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
   const int D = c.d_model, E = c.moe_experts, Fe = c.moe_ff;
-  // The router and the experts read xn: the norm stays on its own.
-  be.rmsnorm(s.x, in.w, T, D, c.norm_eps, s.xn);
-  be.apply_tap(tap(in.norm, l, "rmsnorm", D, D, 3), s.xn, T, D);
-  be.matmul(s.xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
-  be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
+  // The norm with the router's GEMV, xn kept: the experts read it.
+  const Backend::MatmulTarget router = {&lw(kRouter), nullptr, &s.router,
+                                        tap("router", l, "matmul", E, D, 3)};  // [T, E]
+  be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, /*keep_xn=*/true,
+                    tap(in.norm, l, "rmsnorm", D, D, 3), &router, 1);
   shared_expert(m, be, s, l, T, in, tap);  // s.o
   const Backend::MoeExperts& ex = s.experts(m, l);
   Backend::MoeResidual r;
@@ -596,7 +596,7 @@ void Hybrid::forward(const Model& m, Backend& be, ForwardState& state,
     if (!a.logits) return;
     const Buffer x = logit_rows(a, s.x, T, D, rows);
     const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits, nullptr};
-    be.rmsnorm_matmul(x, w.global(kOutNorm), NormWeight::Plain, rows, D, c.norm_eps, s.xn,
+    be.rmsnorm_matmul(x, w.global(kOutNorm), NormWeight::Plain, rows, D, c.norm_eps, s.xn, false,
                       tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [rows, V]
   }
   if (c.logits_scaling != 1 && rows > 0)

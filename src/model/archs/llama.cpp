@@ -292,7 +292,8 @@ class Llama final : public Arch {
           {&lw(kWq), &lw(kBq), &s.q, tap("q", l, "matmul", q_dim, D, 3)},  // q [T, H*Dh]
           {&lw(kWk), &lw(kBk), &s.k, tap("k", l, "matmul", kv_dim, D, 3)},  // k [T, Hkv*Dh]
           {&lw(kWv), &lw(kBv), &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};  // v [T, Hkv*Dh]
-      be.rmsnorm_matmul(s.x, lw(kAttnNorm), NormWeight::Plain, T, D, eps, s.xn, norm, qkv, 3);
+      be.rmsnorm_matmul(s.x, lw(kAttnNorm), NormWeight::Plain, T, D, eps, s.xn, false, norm, qkv,
+                        3);
       Backend::AttentionTaps at;
       if (c.qk_norm) {  // qwen3: RMSNorm over each head before RoPE (HF Qwen3Attention)
         at.q_norm = tap("q_norm", l, "rmsnorm", q_dim, Dh, 3);
@@ -318,10 +319,8 @@ class Llama final : public Arch {
       be.matmul_add(s.att, lw(kWo), T, s.o, s.x, 1, o, attn_res);
 
       if (is_moe(c, l)) {  // x += moe(xn), xn = rmsnorm(x)
-        be.rmsnorm(s.x, lw(kFfnNorm), T, D, eps, s.xn);
-        be.apply_tap(tap("ffn_norm", l, "rmsnorm", D, D, 3), s.xn, T, D);
-        moe_ffn(m, be, l, kLayerSlots, s.xn, T, tap, *s.moe, s.down, s.x,
-                tap("ffn_res", l, "add", D, 1, 3));
+        moe_ffn(m, be, l, kLayerSlots, lw(kFfnNorm), tap("ffn_norm", l, "rmsnorm", D, D, 3), T,
+                tap, *s.moe, s.x, s.xn, s.down, tap("ffn_res", l, "add", D, 1, 3));
         continue;
       }
       // feed-forward block: x += down(silu(gate(xn)) * up(xn)), xn = rmsnorm(x)
@@ -347,8 +346,8 @@ class Llama final : public Arch {
     const StageTap* final_norm = tap("final_norm", -1, "rmsnorm", D, D, 3);
     const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
                                         tap("logits", -1, "matmul", c.vocab, D, 3)};
-    be.rmsnorm_matmul(x, w.global(kOutNorm), NormWeight::Plain, rows, D, eps, s.xn, final_norm,
-                      &head, 1);  // [rows, V]
+    be.rmsnorm_matmul(x, w.global(kOutNorm), NormWeight::Plain, rows, D, eps, s.xn, false,
+                      final_norm, &head, 1);  // [rows, V]
   }
 
   std::vector<SynthPreset> presets() const override;

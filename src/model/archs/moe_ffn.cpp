@@ -75,17 +75,20 @@ MoeScratch::~MoeScratch() {
 
 std::vector<std::string> moe_stages() { return {"router", "moe", "shared_expert"}; }
 
-void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& xn, int T,
-             const Stages& tap, MoeScratch& s, Buffer& out, Buffer& residual,
-             const StageTap* res_tap) {
+void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Tensor& norm_w,
+             const StageTap* norm_tap, int T, const Stages& tap, MoeScratch& s, Buffer& x,
+             Buffer& xn, Buffer& out, const StageTap* res_tap) {
   const ModelConfig& c = m.config;
   const RouterSpec& rs = c.router;
   const int D = c.d_model, E = rs.n_experts, k = rs.top_k, Fe = c.d_ff_expert;
   const int Fs = c.d_ff_shared;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, first_slot + slot); };
 
-  be.matmul(xn, lw(kRouter), nullptr, T, s.router);  // [T, E]
-  be.apply_tap(tap("router", l, "matmul", E, D, 3), s.router, T, E);
+  // The norm with the router's GEMV, xn kept: the experts read it.
+  const Backend::MatmulTarget router = {&lw(kRouter), nullptr, &s.router,
+                                        tap("router", l, "matmul", E, D, 3)};  // [T, E]
+  be.rmsnorm_matmul(x, norm_w, NormWeight::Plain, T, D, c.norm_eps, xn, /*keep_xn=*/true,
+                    norm_tap, &router, 1);
   Backend::MoeResidual r;
   if (Fs > 0) {
     // Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) * shared_expert(x), added to the
@@ -116,7 +119,7 @@ void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& x
   r.routed = tap("moe", l, "moe", D, int64_t(k) * Fe, 4);
   r.res = res_tap;
   std::vector<Route> routes;
-  be.moe_add(s.router, xn, ex, T, out, tap.wants_routes() ? &routes : nullptr, residual, r);
+  be.moe_add(s.router, xn, ex, T, out, tap.wants_routes() ? &routes : nullptr, x, r);
   for (int t = 0; t < int(routes.size()); ++t)
     tap.route(l, t, routes[size_t(t)].ids, routes[size_t(t)].margin, E, router_score_name(rs));
 }

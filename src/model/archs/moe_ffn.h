@@ -48,11 +48,12 @@ struct MoeScratch {
   std::vector<Backend::MoeExperts> experts;  // [L]: each MoE layer's, built at its first use
 };
 
-/// residual[T, D] += the block applied to xn[T, D] at layer l (weights at slots from
-/// first_slot; tap res_tap on the residual), through Backend::moe_add; out [T, D] is scratch.
-void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Buffer& xn, int T,
-             const Stages& tap, MoeScratch& s, Buffer& out, Buffer& residual,
-             const StageTap* res_tap);
+/// x[T, D] += the block applied to xn = rmsnorm(x; norm_w) at layer l (weights at slots from
+/// first_slot; taps norm_tap on xn, res_tap on x), through Backend::moe_add; xn and out
+/// [T, D] are scratch.
+void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Tensor& norm_w,
+             const StageTap* norm_tap, int T, const Stages& tap, MoeScratch& s, Buffer& x,
+             Buffer& xn, Buffer& out, const StageTap* res_tap);
 
 /// The stage names moe_ffn may emit.
 std::vector<std::string> moe_stages();
