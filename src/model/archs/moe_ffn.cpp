@@ -92,10 +92,11 @@ void moe_ffn(const Model& m, Backend& be, int l, int first_slot, const Tensor& n
   Backend::MoeResidual r;
   if (Fs > 0) {
     // Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) * shared_expert(x), added to the
-    // routed sum (by moe_add, which then adds the block's output to the residual).
-    be.matmul(xn, lw(kSharedGate), nullptr, T, s.gate);  // [T, Fs]
-    be.matmul(xn, lw(kSharedUp), nullptr, T, s.up);
-    be.swiglu(s.gate, s.up, int64_t(T) * Fs, s.act);
+    // routed sum (by moe_add, which then adds the block's output to the residual). The shared
+    // gate/up through rmsnorm_glu, its norm computed again (inside the fused gate/up GEMV on
+    // cuda; s.y the norm's scratch until the down projection writes it).
+    be.rmsnorm_glu(x, norm_w, NormWeight::Plain, T, D, c.norm_eps, s.y, lw(kSharedGate),
+                   lw(kSharedUp), GluAct::SiLU, s.gate, s.up, s.act, {});  // [T, Fs]
     be.matmul(s.act, lw(kSharedDown), nullptr, T, s.y);              // [T, D]
     be.matmul(xn, lw(kSharedGateVec), nullptr, T, s.shared_gate);  // [T, 1]
     be.sigmoid_gate(s.y, s.shared_gate, T, D);
