@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 32, call D: the routing kernel with the experts in registers, the top-k rounds
 # without shared memory and the weights a lane per pick (moe.cu; measured slower, not landed:
-# the kernel's text is in the closing note of session 32). The cuda op tests of moe
+# the change: route-regs-s32.diff). The cuda op tests of moe
 # (ids and margins equal to ref's, ties and near-ties, groups) and test_cuda's MoE and fused
 # tests; cuda bf16 w1 traces of the MoE fixtures from arbiter_prev (this session's binary
 # before the change: calls A-C) and arbiter; then the two alternating on synth bf16 decode.
