@@ -1,12 +1,13 @@
 // The mixture-of-experts feed-forward block, usable by any family whose layers are pre-norm
 // decoders (the llama family's qwen2_moe, qwen3_moe and mixtral today):
-//   out = sum over the k routed experts e of w_e * down_e(silu(gate_e(xn)) * up_e(xn))
-//         [+ sigmoid(xn @ shared_gate^T) * shared(xn)]           (Qwen2-MoE's shared expert)
-// with the router's logits = xn @ W_router^T and the routing of backend/moe_routing.h.
-// The routing, the experts and their weighted sum are Backend::moe (backend.h), the op the
-// hybrids' MoE layers call too: ref and cpu route on the host in f64 from the router's logits
-// as the tier stored them and run each expert on the rows routed to it only; cuda keeps it
-// all on the device. The shared expert's gate is Backend::sigmoid_gate.
+//   x += sum over the k routed experts e of w_e * down_e(silu(gate_e(xn)) * up_e(xn))
+//        [+ sigmoid(xn @ shared_gate^T) * shared(xn)]            (Qwen2-MoE's shared expert)
+// with xn = rmsnorm(x), the router's logits = xn @ W_router^T (one rmsnorm_matmul that keeps
+// xn) and the routing of backend/moe_routing.h. The routing, the experts, their weighted sum
+// and the residual update are Backend::moe_add (backend.h), the op the hybrids' MoE layers
+// call too: ref and cpu route on the host in f64 from the router's logits as the tier stored
+// them and run each expert on the rows routed to it only; cuda keeps it all on the device.
+// The shared expert's gate is Backend::sigmoid_gate.
 // Stages: "router" (logits [T, E]), "moe" (the routed experts' weighted sum [T, D]) and
 // "shared_expert" (the gated shared expert [T, D]).
 #pragma once
