@@ -56,6 +56,13 @@ const MoeCase kCases[] = {
     {"near_ties", 5, 64, 32, 8, 2, false, kSoftmax, kScoreFirst, true, 1, 1, 1, false, 2},
     {"near_granite", 5, 64, 16, 8, 3, false, kSoftmax, kTopkFirst, false, 1, 1, 1, false, 2},
     {"near_sigmoid", 5, 64, 32, 8, 2, true, kSigmoid, kScoreFirst, true, 2.5, 4, 2, true, 2},
+    // Real models' expert counts (qwen3-30b-a3b: 128 experts, k = 8), and widths that leave
+    // part of a warp without an expert (CUDA routes with a thread per expert).
+    {"wide", 1, 64, 16, 128, 8, false, kSoftmax, kScoreFirst, true, 1, 1, 1, false, 2},
+    {"wide", 5, 64, 16, 128, 8, false, kSoftmax, kScoreFirst, true, 1, 1, 1, false, 1},
+    {"wide_granite", 5, 64, 16, 72, 10, false, kSoftmax, kTopkFirst, false, 1, 1, 1, false, 0},
+    {"wide_sigmoid", 5, 64, 16, 128, 6, true, kSigmoid, kScoreFirst, true, 2.5, 8, 4, true, 2},
+    {"wide_sigmoid", 3, 64, 16, 96, 6, true, kSigmoid, kScoreFirst, true, 2.5, 6, 3, true, 1},
 };
 
 RouterSpec spec_of(const MoeCase& c) {

@@ -2,9 +2,10 @@
 // device, the selected experts read through per-layer device tables of weight pointers, so a
 // decode step learns nothing on the host and stays graph-capturable.
 //
-//   route:    a warp per token; scores in f64 as route() (backend/moe_routing.cpp) computes
-//             them, so the device picks what the host oracle would pick from the same stored
-//             logits (only the order of the softmax's sum differs: ~1e-16 relative).
+//   route:    a block per token, a thread per expert; scores in f64 as route()
+//             (backend/moe_routing.cpp) computes them, so the device picks what the host
+//             oracle would pick from the same stored logits (only the order of the softmax's
+//             sum differs: ~1e-16 relative).
 //   decode:   T == 1. A warp per output row: gate/up rows of the slot's expert (its id read
 //             from the router's output, both rows read together), then the down rows (a warp
 //             per slot), summed over the slots; for moe_add, added to the residual there.
@@ -49,104 +50,108 @@ __device__ __forceinline__ double warp_sum_d(double v) {
 }
 
 // --- routing -------------------------------------------------------------------------------
+// The block's max (fmax) or sum of v, in every thread: each warp's, then the warps' in warp
+// order, so the order depends on the block size alone. `part` holds a value per warp.
+template <bool kMax>
+__device__ __forceinline__ double block_reduce_d(double v, double* part) {
+  v = kMax ? warp_max_d(v) : warp_sum_d(v);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = part[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w) v = kMax ? fmax(v, part[w]) : v + part[w];
+  return v;
+}
+
+// A block per token, a thread per expert. Each expert counts the experts that beat it, which
+// is its place in route()'s order: the top k (and the (k+1)-th, for the margin) in one pass
+// with no sequential rounds. The k weights' sums are taken by each picking thread in pick
+// order, as route() adds them. (Session 31's kernel, a warp per token picking in k + 1 warp
+// argmax rounds and one lane for the weights, cost 10-13% of a MoE decode step on an H100:
+// call C of session 32.)
 template <class T>
 __global__ void moe_route_kernel(MoeRouteArgs a) {
-  __shared__ double score[kMoeMaxExperts], sel[kMoeMaxExperts];
-  __shared__ unsigned char taken[kMoeMaxExperts];
-  __shared__ int pick[kMoeMaxTopK + 1];
+  constexpr int W = kMoeMaxExperts / 32;
+  __shared__ double part_max[W], part_sum[W], sel[kMoeMaxExperts], key[kMoeMaxExperts];
   __shared__ double gscore[kMoeMaxGroups];
   __shared__ unsigned char keep[kMoeMaxGroups];
+  __shared__ double pick_sel[kMoeMaxTopK + 1], pick_w[kMoeMaxTopK];
   griddep_wait();
   griddep_launch();
-  const int t = blockIdx.x, lane = threadIdx.x, E = a.E, k = a.k;
-  const T* lg = static_cast<const T*>(a.logits) + int64_t(t) * E;
-  for (int e = lane; e < E; e += 32) {
-    score[e] = double(to_f(lg[e]));
-    taken[e] = 0;
-  }
-  __syncwarp();
+  const int t = blockIdx.x, e = threadIdx.x, E = a.E, k = a.k;
+  const bool live = e < E;
+  double score = live ? double(to_f(static_cast<const T*>(a.logits)[int64_t(t) * E + e]))
+                      : -INFINITY;
   if (!a.topk_first) {
     if (a.sigmoid) {
-      for (int e = lane; e < E; e += 32) score[e] = 1.0 / (1.0 + exp(-score[e]));
+      score = 1.0 / (1.0 + exp(-score));
     } else {  // softmax in f64, max-subtracted (route()'s softmax)
-      double mx = -INFINITY;
-      for (int e = lane; e < E; e += 32) mx = fmax(mx, score[e]);
-      mx = warp_max_d(mx);
-      double sum = 0;
-      for (int e = lane; e < E; e += 32) sum += (score[e] = exp(score[e] - mx));
-      sum = warp_sum_d(sum);
-      for (int e = lane; e < E; e += 32) score[e] /= sum;
+      const double mx = block_reduce_d<true>(score, part_max);
+      const double ex = live ? exp(score - mx) : 0.0;
+      score = ex / block_reduce_d<false>(ex, part_sum);
     }
   }
-  __syncwarp();
-  for (int e = lane; e < E; e += 32) sel[e] = a.bias ? score[e] + double(a.bias[e]) : score[e];
-  __syncwarp();
+  double s = live && a.bias ? score + double(a.bias[e]) : score;
   if (a.n_group > 1) {
     // A group scores the sum of its two best selection scores; experts outside the
     // topk_group best groups compete with 0.0 (HF get_topk_indices' masked_fill).
     const int G = a.n_group, per = E / G;
-    if (lane < G) {
+    if (live) sel[e] = s;
+    __syncthreads();
+    if (e < G) {
       int b1 = -1, b2 = -1;
-      for (int i = lane * per; i < (lane + 1) * per; ++i) {
+      for (int i = e * per; i < (e + 1) * per; ++i) {
         const double v = rank_key(sel[i]);
         if (b1 < 0 || v > rank_key(sel[b1])) b2 = b1, b1 = i;
         else if (b2 < 0 || v > rank_key(sel[b2])) b2 = i;
       }
-      gscore[lane] = sel[b1] + sel[b2];
-      keep[lane] = 0;
+      gscore[e] = sel[b1] + sel[b2];
     }
-    __syncwarp();
-    if (lane == 0)
-      for (int r = 0; r < a.topk_group; ++r) {
-        int best = -1;
-        for (int g = 0; g < G; ++g)
-          if (!keep[g] && (best < 0 || rank_key(gscore[g]) > rank_key(gscore[best]))) best = g;
-        keep[best] = 1;
-      }
-    __syncwarp();
-    for (int e = lane; e < E; e += 32)
-      if (!keep[e / per]) sel[e] = 0.0;
-    __syncwarp();
+    __syncthreads();
+    if (e < G) {
+      int place = 0;
+      for (int g = 0; g < G; ++g) place += better(rank_key(gscore[g]), g, rank_key(gscore[e]), e);
+      keep[e] = place < a.topk_group;
+    }
+    __syncthreads();
+    if (live && !keep[e / per]) s = 0.0;
   }
-  // k picks (and the (k+1)-th for the margin), each a warp argmax over the experts left.
+  if (live) key[e] = rank_key(s);
+  __syncthreads();
   const int n_pick = k < E ? k + 1 : k;
-  for (int r = 0; r < n_pick; ++r) {
-    double bk = -INFINITY;
-    int bi = INT_MAX;
-    for (int e = lane; e < E; e += 32)
-      if (!taken[e] && better(rank_key(sel[e]), e, bk, bi)) bk = rank_key(sel[e]), bi = e;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const double k2 = __shfl_xor_sync(kFull, bk, o);
-      const int i2 = __shfl_xor_sync(kFull, bi, o);
-      if (better(k2, i2, bk, bi)) bk = k2, bi = i2;
+  if (live) {
+    const double mine = key[e];
+    int place = 0;
+#pragma unroll 8
+    for (int j = 0; j < E; ++j) place += better(key[j], j, mine, e);
+    if (place < n_pick) pick_sel[place] = s;
+    if (place < k) {
+      a.ids[int64_t(t) * k + place] = e;
+      pick_w[place] = score;
     }
-    if (lane == 0) {
-      pick[r] = bi;
-      taken[bi] = 1;
-    }
-    __syncwarp();
   }
-  if (lane != 0) return;
-  // Weights in selection order, each sum in that order, as route() takes them.
-  double w[kMoeMaxTopK];
-  for (int i = 0; i < k; ++i) w[i] = score[pick[i]];
+  __syncthreads();
+  // Weights in pick order, each sum in that order, as route() takes them.
+  double w = e < k ? pick_w[e] : 0.0;
   if (a.topk_first) {  // Granite: softmax over the k selected logits
-    double mx = -INFINITY, sum = 0;
-    for (int i = 0; i < k; ++i) mx = mx < w[i] ? w[i] : mx;
-    for (int i = 0; i < k; ++i) sum += (w[i] = exp(w[i] - mx));
-    for (int i = 0; i < k; ++i) w[i] /= sum;
+    double mx = -INFINITY;
+    for (int i = 0; i < k; ++i) mx = mx < pick_w[i] ? pick_w[i] : mx;
+    __syncthreads();
+    if (e < k) pick_w[e] = w = exp(w - mx);
+    __syncthreads();
+    double sum = 0;
+    for (int i = 0; i < k; ++i) sum += pick_w[i];
+    w /= sum;
   }
   if (a.norm) {
+    __syncthreads();
+    if (e < k) pick_w[e] = w;
+    __syncthreads();
     double sum = 0;
-    for (int i = 0; i < k; ++i) sum += w[i];
-    for (int i = 0; i < k; ++i) w[i] /= sum + a.norm_eps;
+    for (int i = 0; i < k; ++i) sum += pick_w[i];
+    w /= sum + a.norm_eps;
   }
-  for (int i = 0; i < k; ++i) {
-    a.ids[int64_t(t) * k + i] = pick[i];
-    a.weights[int64_t(t) * k + i] = float(w[i] * a.scale);
-  }
-  a.margin[t] = k < E ? sel[pick[k - 1]] - sel[pick[k]] : INFINITY;
+  if (e < k) a.weights[int64_t(t) * k + e] = float(w * a.scale);
+  if (e == 0) a.margin[t] = k < E ? pick_sel[k - 1] - pick_sel[k] : INFINITY;
 }
 
 // --- shared pieces of the expert kernels ----------------------------------------------------
@@ -468,7 +473,8 @@ int down_rows(int F) { return F <= 1024 ? 4 : 1; }
 
 void launch_moe_route(DType ct, const MoeRouteArgs& a, cudaStream_t s) {
   if (a.T == 0) return;
-  ARB_DISPATCH_CTYPE(ct, T, launch_decode_k(moe_route_kernel<T>, dim3(a.T), dim3(32), 0, s, a));
+  const dim3 block((a.E + 31) / 32 * 32);  // a thread per expert
+  ARB_DISPATCH_CTYPE(ct, T, launch_decode_k(moe_route_kernel<T>, dim3(a.T), block, 0, s, a));
   ARB_LAUNCHED("moe_route_kernel", s);
 }
 
