@@ -2,7 +2,7 @@
 // add, programmatic dependent launch) against its own op-by-op path: a decode with the fused
 // kernels must give the bits of the same decode run op by op (the compositions ref and cpu
 // run, and the tier's own with fusion off), on models that exercise every fused form (llama; qwen2 with
-// q/k/v biases; qwen3 with q/k norms), in every dtype. Also: the device read-bandwidth probe
+// q/k/v biases; qwen3 with q/k norms; the MoE families; gemma), in every dtype. Also: the device read-bandwidth probe
 // bench uses, and `arbiter bench --shapes` on cuda (it once crashed after the pp/tg runs:
 // a stale build whose bench.cpp and cmd_bench.cpp disagreed on BenchTrace). SKIP without GPU.
 #include <cmath>
@@ -128,6 +128,33 @@ TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
       cuda_set_tuning(*b, t);
       const auto tb = decode_logits(*m, *b, prompt, 16);
       EXPECT_EQ(b->stats().calls().count("moe_add"), 0u);
+      expect_same_bits(ta, tb);
+    }
+  }
+#endif
+}
+
+// Gemma's o and down projections with their post norms and residual adds as one GEMV
+// (matmul_rmsnorm_add: the norm and the add in the grid's last block): the bits of the ops
+// one by one.
+TEST(CudaFused, GemmaDecodeEqualsOpByOpPath) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+#if ARBITER_HAVE_CUDA
+  for (const char* name : {"tiny-gemma3", "tiny-gemma2"}) {
+    auto m = load_model(source_path(std::string("tests/fixtures/models/") + name));
+    const int V = m->config.vocab;
+    const std::vector<int32_t> prompt = {1 % V, 80 % V, 147 % V, 201 % V, 57 % V};
+    for (const char* dt : {"bf16", "f16", "f32"}) {
+      SCOPED_TRACE(std::string(name) + " " + dt);
+      auto a = make_cuda_backend(0, dt), b = make_cuda_backend(0, dt);
+      const auto ta = decode_logits(*m, *a, prompt, 16);
+      EXPECT_GT(a->stats().calls().at("matmul_rmsnorm_add").at("cuda.gemv_rmsnorm_add"), 0)
+          << "the fused projection, norm and add did not run";
+      CudaTuning t = cuda_tuning(*b);
+      t.fused = false;
+      cuda_set_tuning(*b, t);
+      const auto tb = decode_logits(*m, *b, prompt, 16);
+      EXPECT_EQ(b->stats().calls().count("matmul_rmsnorm_add"), 0u);
       expect_same_bits(ta, tb);
     }
   }

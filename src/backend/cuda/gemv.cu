@@ -16,7 +16,12 @@
 // the warp's shuffle tree): deterministic, and the same arithmetic in the fused and the
 // unfused forms, so a fused decode step is byte-identical to the same step run op by op
 // (tests/cuda). Other shapes use the loop kernel (a row split along K over up to 4 warps), and
-// the fused forms fall back to the op-by-op composition.
+// the fused forms fall back to the op-by-op composition. The plain form of either kernel can
+// end with GemvNormAdd's epilogue (matmul_rmsnorm_add): the grid's last block to finish adds
+// the normalised output row into the residual. H100, synth gemma3-1b bf16 decode, alternating
+// in one call (docs/evidence/h200/call-d-s33.txt): 835.2-835.7 tok/s against 818.0-818.2 with
+// the norm and add as a kernel of their own; with one warp of the last block doing all of it,
+// its loads one after the other, 795 against 814 (call-c-s33.txt).
 #include "backend/cuda/device_common.cuh"
 #include <algorithm>
 #include <type_traits>
@@ -128,6 +133,58 @@ constexpr int max_regs() {
 }
 // TAP: the variant that applies a.taps (kernels.h) at the stages inside the fused forms; only
 // drift, opcheck and --inject launch it.
+// GemvNormAdd's epilogue, called by every thread of every block once the block's rows of out
+// are stored. Each block fences its stores and counts itself done; the last one loads out
+// into shared memory (all its threads, from L2: L1 holds no other block's stores), its first
+// warp takes the sum of squares in rmsnorm_vec_kernel's order (a lane's 16-byte chunks in
+// turn, then the warp's tree), and all its threads normalise, round, add and round each
+// element as rmsnorm_vec_kernel<ADD> does: the bits of matmul then rmsnorm_add.
+constexpr int kNormAddChunks = 16 * 32;  // rmsnorm_add_fusable's widest row, in 16-byte chunks
+template <class T>
+__device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
+  __shared__ uint4 ys[kNormAddChunks];
+  __shared__ float inv;
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  constexpr int V = Vec16<T>::N;
+  const int n = N / V;
+  for (int c = threadIdx.x; c < n; c += blockDim.x)
+    ys[c] = __ldcg(reinterpret_cast<const uint4*>(out) + c);
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float ss = 0.f;
+    for (int c = threadIdx.x; c < n; c += 32) {
+      const T* e = reinterpret_cast<const T*>(&ys[c]);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const float f = to_f(e[i]);
+        ss = fmaf(f, f, ss);
+      }
+    }
+    ss = inv_rms(warp_sum(ss), N, p.eps);
+    if (threadIdx.x == 0) inv = ss;
+  }
+  __syncthreads();
+  uint4* res = static_cast<uint4*>(p.residual);
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    float wv[V];
+    load_f32s<V>(p.norm_w + c * V, wv);
+    uint4 r = res[c];
+    T* re = reinterpret_cast<T*>(&r);
+    const T* e = reinterpret_cast<const T*>(&ys[c]);
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      re[i] = from_f<T>(to_f(re[i]) + to_f(norm_elem<T>(to_f(e[i]), inv, wv[i])));
+    res[c] = r;
+  }
+  if (threadIdx.x == 0) *p.done = 0;
+}
+
 template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>
 __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     __maxnreg__((max_regs<NCH, MODE, ROWS>())) gemv_reg_kernel(GemvArgs a) {
@@ -267,6 +324,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     if (row >= a.N) break;
     load_rows();
   }
+  if constexpr (MODE == kGemvPlain)
+    if (a.post.norm_w) norm_add_epilogue<T>(a.post, static_cast<const T*>(a.seg[0].out), a.N);
 }
 
 // Loop kernel for long or odd rows (unfused only). Rows this long are few (gemma3-1b's down
@@ -283,7 +342,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
 template <class T, class TO>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ W, int64_t ld,
-                const float* __restrict__ bias, int N, int K, int slices, TO* __restrict__ out) {
+                const float* __restrict__ bias, int N, int K, int slices, TO* __restrict__ out,
+                GemvNormAdd post) {
   constexpr int V = Vec16<T>::N;
   constexpr int kStep = 32 * V;  // elements one warp covers per 16-byte load
   constexpr int U = 8;           // loads in flight per lane
@@ -328,10 +388,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const float sum = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
   if (lane == 0) part[warp] = sum;
   __syncthreads();
-  if (lane != 0 || slice != 0 || row >= N) return;
-  float total = part[warp];
-  for (int j = 1; j < slices; ++j) total += part[warp + j];
-  out[row] = from_f<TO>(bias ? total + bias[row] : total);
+  if (lane == 0 && slice == 0 && row < N) {
+    float total = part[warp];
+    for (int j = 1; j < slices; ++j) total += part[warp + j];
+    out[row] = from_f<TO>(bias ? total + bias[row] : total);
+  }
+  if constexpr (std::is_same_v<T, TO>)
+    if (post.norm_w) norm_add_epilogue<T>(post, out, N);
 }
 
 /// Warps per row of the loop kernel: doubled (up to 4) while the rows' warps fill less than
@@ -353,19 +416,19 @@ int loop_slices(int N, int K, int sm_count) {
 
 template <class T, class TO>
 void gemv_loop_as(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
-                  void* out, int sm_count, cudaStream_t s) {
+                  void* out, int sm_count, cudaStream_t s, const GemvNormAdd& post) {
   const int slices = loop_slices<T, TO>(N, K, sm_count);
   const int rows_per_block = kWarpsPerBlock / slices;
   launch_decode_k(gemv_kernel<T, TO>, dim3((N + rows_per_block - 1) / rows_per_block),
                   dim3(kWarpsPerBlock * 32), 0, s, static_cast<const T*>(x),
-                  static_cast<const T*>(W), ld, bias, N, K, slices, static_cast<TO*>(out));
+                  static_cast<const T*>(W), ld, bias, N, K, slices, static_cast<TO*>(out), post);
 }
 
 template <class T>
 void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
-               DType ot, void* out, int sm_count, cudaStream_t s) {
-  if (ot == DType::F32) gemv_loop_as<T, float>(x, W, ld, bias, N, K, out, sm_count, s);
-  else gemv_loop_as<T, T>(x, W, ld, bias, N, K, out, sm_count, s);
+               DType ot, void* out, int sm_count, cudaStream_t s, const GemvNormAdd& post) {
+  if (ot == DType::F32) gemv_loop_as<T, float>(x, W, ld, bias, N, K, out, sm_count, s, post);
+  else gemv_loop_as<T, T>(x, W, ld, bias, N, K, out, sm_count, s, post);
 }
 
 /// Blocks of the register kernel that fit on one SM (once per kernel).
@@ -443,7 +506,11 @@ void launch_gemv_fused(DType ct, int mode, const GemvArgs& a, int sm_count, cuda
 }
 
 void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
-                 int K, DType ot, void* out, int sm_count, cudaStream_t s) {
+                 int K, DType ot, void* out, int sm_count, cudaStream_t s,
+                 const GemvNormAdd* post) {
+  const GemvNormAdd p = post ? *post : GemvNormAdd{};
+  ARB_CHECK(!p.norm_w || (ot == ct && !bias), "[cuda] gemv: a norm epilogue on a %s output%s",
+            dtype_name(ot), bias ? " with a bias" : "");
   if (gemv_fusable(ct, K)) {
     GemvArgs a;
     a.x = x;
@@ -452,10 +519,11 @@ void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float
     a.n_seg = 1;
     a.seg[0] = GemvSeg{W, ld, bias, out, N, ot == DType::F32 && ct != DType::F32 ? 1 : 0};
     if (ct == DType::F32) a.seg[0].out_f32 = 1;
+    a.post = p;
     launch_gemv_fused(ct, kGemvPlain, a, sm_count, s);
     return;
   }
-  ARB_DISPATCH_CTYPE(ct, T, gemv_loop<T>(x, W, ld, bias, N, K, ot, out, sm_count, s));
+  ARB_DISPATCH_CTYPE(ct, T, gemv_loop<T>(x, W, ld, bias, N, K, ot, out, sm_count, s, p));
   ARB_LAUNCHED("gemv_kernel", s);
 }
 

@@ -362,11 +362,10 @@ class Gemma final : public Arch {
         be.qk_rope_attention(s.q, s.k, s.v, q_norm, k_norm, nw, eps, T, H, Hkv, Dh, pos0, rope,
                              s.k_cache[size_t(l)], s.v_cache[size_t(l)], window, scores, s.att,
                              at);  // att [T, H*Dh]
-      be.matmul(s.att, lw(kWo), nullptr, T, s.o);  // o [T, D]
-      be.apply_tap(tap("o", l, "matmul", D, q_dim, 3), s.o, T, D);
-      be.rmsnorm_add(s.o, lw(kPostAttnNorm), nw, T, D, eps, s.x,
-                     tap("post_attn_norm", l, "rmsnorm", D, D, 3),
-                     tap("attn_res", l, "add", D, 1, 3));
+      be.matmul_rmsnorm_add(s.att, lw(kWo), T, s.o, lw(kPostAttnNorm), nw, eps, s.x,
+                            tap("o", l, "matmul", D, q_dim, 3),  // o [T, D]
+                            tap("post_attn_norm", l, "rmsnorm", D, D, 3),
+                            tap("attn_res", l, "add", D, 1, 3));
 
       // feed-forward block: x += post_ffn_norm(down(gelu_tanh(gate(xn)) * up(xn))), xn = norm(x)
       Backend::GluTaps ft;
@@ -376,11 +375,10 @@ class Gemma final : public Arch {
       ft.act = tap("act", l, "geglu", F, 1, 3);
       be.rmsnorm_glu(s.x, lw(kFfnNorm), nw, T, D, eps, s.xn, lw(kGate), lw(kUp), GluAct::GeluTanh,
                      s.gate, s.up, s.act, ft);
-      be.matmul(s.act, lw(kDown), nullptr, T, s.down);  // [T, D]
-      be.apply_tap(tap("down", l, "matmul", D, F, 3), s.down, T, D);
-      be.rmsnorm_add(s.down, lw(kPostFfnNorm), nw, T, D, eps, s.x,
-                     tap("post_ffn_norm", l, "rmsnorm", D, D, 3),
-                     tap("ffn_res", l, "add", D, 1, 3));
+      be.matmul_rmsnorm_add(s.act, lw(kDown), T, s.down, lw(kPostFfnNorm), nw, eps, s.x,
+                            tap("down", l, "matmul", D, F, 3),  // [T, D]
+                            tap("post_ffn_norm", l, "rmsnorm", D, D, 3),
+                            tap("ffn_res", l, "add", D, 1, 3));
     }
     int rows = T;  // logits rows
     if (a.batch) {
