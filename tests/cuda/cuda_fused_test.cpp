@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 
 #include "cuda/cuda_test_util.h"
@@ -105,15 +106,12 @@ TEST(CudaFused, DecodeEqualsOpByOpPath) {
 #endif
 }
 
-// The MoE blocks' residual update inside the decode down GEMV (moe_add: qwen3-moe's add,
-// qwen2-moe's shared expert, Granite's shared expert and residual_multiplier, Nemotron-H's
-// relu2 shared expert) and Granite's shared expert as one gate/up GEMV: the bits of the ops
-// one by one.
-TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
-  ARB_CUDA_OR_SKIP(probe, "bf16");
 #if ARBITER_HAVE_CUDA
-  for (const char* name : {"tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-granite-h-moe",
-                           "tiny-nemotron-h"}) {
+/// A 16-step greedy decode of each fixture, in every dtype, with the tier's fused kernels
+/// (where `op` must run as `provider`) and with fusion off: the same bits.
+void expect_fused_op_keeps_bits(std::initializer_list<const char*> fixtures, const char* op,
+                                const char* provider) {
+  for (const char* name : fixtures) {
     auto m = load_model(source_path(std::string("tests/fixtures/models/") + name));
     const int V = m->config.vocab;
     const std::vector<int32_t> prompt = {1 % V, 80 % V, 147 % V, 201 % V, 57 % V};
@@ -121,16 +119,28 @@ TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
       SCOPED_TRACE(std::string(name) + " " + dt);
       auto a = make_cuda_backend(0, dt), b = make_cuda_backend(0, dt);
       const auto ta = decode_logits(*m, *a, prompt, 16);
-      EXPECT_GT(a->stats().calls().at("moe_add").at("cuda.moe_decode_add"), 0)
-          << "the fused MoE residual update did not run";
+      EXPECT_GT(a->stats().calls().at(op).at(provider), 0) << op << " did not run fused";
       CudaTuning t = cuda_tuning(*b);
       t.fused = false;
       cuda_set_tuning(*b, t);
       const auto tb = decode_logits(*m, *b, prompt, 16);
-      EXPECT_EQ(b->stats().calls().count("moe_add"), 0u);
+      EXPECT_EQ(b->stats().calls().count(op), 0u);
       expect_same_bits(ta, tb);
     }
   }
+}
+#endif
+
+// The MoE blocks' residual update inside the decode down GEMV (moe_add: qwen3-moe's add,
+// qwen2-moe's shared expert, Granite's shared expert and residual_multiplier, Nemotron-H's
+// relu2 shared expert) and Granite's shared expert as one gate/up GEMV: the bits of the ops
+// one by one.
+TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+#if ARBITER_HAVE_CUDA
+  expect_fused_op_keeps_bits(
+      {"tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-granite-h-moe", "tiny-nemotron-h"}, "moe_add",
+      "cuda.moe_decode_add");
 #endif
 }
 
@@ -140,24 +150,8 @@ TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
 TEST(CudaFused, GemmaDecodeEqualsOpByOpPath) {
   ARB_CUDA_OR_SKIP(probe, "bf16");
 #if ARBITER_HAVE_CUDA
-  for (const char* name : {"tiny-gemma3", "tiny-gemma2"}) {
-    auto m = load_model(source_path(std::string("tests/fixtures/models/") + name));
-    const int V = m->config.vocab;
-    const std::vector<int32_t> prompt = {1 % V, 80 % V, 147 % V, 201 % V, 57 % V};
-    for (const char* dt : {"bf16", "f16", "f32"}) {
-      SCOPED_TRACE(std::string(name) + " " + dt);
-      auto a = make_cuda_backend(0, dt), b = make_cuda_backend(0, dt);
-      const auto ta = decode_logits(*m, *a, prompt, 16);
-      EXPECT_GT(a->stats().calls().at("matmul_rmsnorm_add").at("cuda.gemv_rmsnorm_add"), 0)
-          << "the fused projection, norm and add did not run";
-      CudaTuning t = cuda_tuning(*b);
-      t.fused = false;
-      cuda_set_tuning(*b, t);
-      const auto tb = decode_logits(*m, *b, prompt, 16);
-      EXPECT_EQ(b->stats().calls().count("matmul_rmsnorm_add"), 0u);
-      expect_same_bits(ta, tb);
-    }
-  }
+  expect_fused_op_keeps_bits({"tiny-gemma3", "tiny-gemma2"}, "matmul_rmsnorm_add",
+                             "cuda.gemv_rmsnorm_add");
 #endif
 }
 
