@@ -19,7 +19,6 @@
 // are summed in f32 in ascending expert id (fmaf, as in both paths), so a result depends on
 // neither the schedule nor the path's tiling beyond the dot products' order.
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 
 #include "backend/cuda/device_common.cuh"
