@@ -154,7 +154,7 @@ void CudaBackend::rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, 
   const void* yp = y.ptr;
   void* rp = residual.ptr;
   const float e = float(eps);
-  submit({25, int64_t(yp), int64_t(wp), T, D, cuda::sig_bits(eps), int64_t(rp)}, false, 0,
+  submit({27, int64_t(yp), int64_t(wp), T, D, cuda::sig_bits(eps), int64_t(rp)}, false, 0,
          [=, this](const cuda::StepCtx&) {
            cuda::launch_rmsnorm_add(ct_, yp, wp, T, D, e, rp, stream_);
          });
