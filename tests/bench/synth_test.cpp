@@ -87,8 +87,8 @@ TEST(SafetensorsWrite, RoundTripsThroughTheReader) {
   const std::string path = dir + "/t.safetensors";
   std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -8.5f};  // [2, 3]
   std::vector<uint16_t> b = {f32_to_bf16(1.0f), f32_to_bf16(-0.5f), f32_to_bf16(2.0f)};
-  SafetensorsEntry ea{"a", DType::F32, {2, 3}, nullptr, a.data()};
-  SafetensorsEntry eb{"b.weight", DType::BF16, {3}, nullptr, nullptr};
+  SafetensorsEntry ea{"a", DType::F32, {2, 3}, nullptr, a.data(), {}};
+  SafetensorsEntry eb{"b.weight", DType::BF16, {3}, nullptr, nullptr, {}};
   eb.fill = [&](int64_t begin, int64_t n, void* dst) { std::memcpy(dst, b.data() + begin, size_t(n) * 2); };
   write_safetensors(path, {ea, eb}, {{"format", "pt"}});
 
@@ -113,11 +113,11 @@ TEST(SafetensorsWrite, RoundTripsThroughTheReader) {
 TEST(SafetensorsWrite, RefusesDuplicatesAndBadDtypes) {
   const std::string dir = temp_dir("stw-bad");
   float x = 1;
-  SafetensorsEntry e{"x", DType::F32, {1}, nullptr, &x};
+  SafetensorsEntry e{"x", DType::F32, {1}, nullptr, &x, {}};
   EXPECT_THROW(write_safetensors(dir + "/d.safetensors", {e, e}), Error);
-  SafetensorsEntry q{"q", DType::Q8_0, {32}, nullptr, &x};
+  SafetensorsEntry q{"q", DType::Q8_0, {32}, nullptr, &x, {}};
   EXPECT_THROW(write_safetensors(dir + "/q.safetensors", {q}), Error);
-  SafetensorsEntry none{"n", DType::F32, {1}, nullptr, nullptr};
+  SafetensorsEntry none{"n", DType::F32, {1}, nullptr, nullptr, {}};
   EXPECT_THROW(write_safetensors(dir + "/n.safetensors", {none}), Error);
 }
 

@@ -102,14 +102,16 @@ void batched_forward_equals_sessions(const std::string& model, const DeviceSpec&
 TEST(Batching, BatchedForwardEqualsEachSequenceAloneBitForBit) {
   for (const char* f : {"tests/fixtures/models/tiny-llama", "tests/fixtures/models/tiny-qwen3",
                         "tests/fixtures/models/tiny-mistral", "tests/fixtures/models/tiny-qwen2-moe"})
-    for (const char* d : {"ref", "cpu"}) batched_forward_equals_sessions(f, DeviceSpec{d});
+    for (const char* d : {"ref", "cpu"})
+      batched_forward_equals_sessions(f, DeviceSpec{d, "", 0, ""});
 }
 
 // The sequence of 30 tokens crosses both fixtures' windows (tiny-gemma3 16, tiny-gemma2 24):
 // a sliding layer's queries see only their window of the pool's rows.
 TEST(Batching, BatchedForwardOfGemmaEqualsEachSequenceAloneBitForBit) {
   for (const char* f : {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-gemma2"})
-    for (const char* d : {"ref", "cpu"}) batched_forward_equals_sessions(f, DeviceSpec{d});
+    for (const char* d : {"ref", "cpu"})
+      batched_forward_equals_sessions(f, DeviceSpec{d, "", 0, ""});
 }
 
 // Each sequence's Mamba2 states live in their own slot: a slot mixed up or not started afresh
@@ -117,12 +119,13 @@ TEST(Batching, BatchedForwardOfGemmaEqualsEachSequenceAloneBitForBit) {
 TEST(Batching, BatchedForwardOfTheHybridsEqualsEachSequenceAloneBitForBit) {
   for (const char* f : {"tests/fixtures/models/tiny-granite-h", "tests/fixtures/models/tiny-granite-h-moe",
                         "tests/fixtures/models/tiny-nemotron-h"})
-    for (const char* d : {"ref", "cpu"}) batched_forward_equals_sessions(f, DeviceSpec{d});
+    for (const char* d : {"ref", "cpu"})
+      batched_forward_equals_sessions(f, DeviceSpec{d, "", 0, ""});
 }
 
 TEST(Batching, RefusesTwoSequencesInOneStateSlot) {
   auto m = load_model(test::source_path("tests/fixtures/models/tiny-granite-h"));
-  auto be = make_backend(DeviceSpec{"ref"});
+  auto be = make_backend(DeviceSpec{"ref", "", 0, ""});
   auto st = m->arch->make_batch_state(*m, *be, 64, 8, 2);
   const std::vector<int32_t> blocks = {0, 1}, ids = {1, 2};
   std::vector<BatchSeq> batch(2);
@@ -151,7 +154,7 @@ TEST(Batching, RefusesTwoSequencesInOneStateSlot) {
 // what the time-slice scheduler streams, for every way a token is chosen.
 TEST(Batching, EqualsTheTimeSliceSchedulerOnRef) {
   auto m = load_model(test::source_path(kStories));
-  auto be = make_backend(DeviceSpec{"ref"});
+  auto be = make_backend(DeviceSpec{"ref", "", 0, ""});
   std::vector<SeqRequest> reqs = greedy_requests(*m, 5);
   reqs[1].sampling.temperature = 0.8;
   reqs[1].sampling.seed = 7;
@@ -232,8 +235,12 @@ void batch_invariance(const DeviceSpec& dev) {
   }
 }
 
-TEST(Batching, GreedyOutputsEqualAloneAndInBatchesOf2_7_64OnRef) { batch_invariance(DeviceSpec{"ref"}); }
-TEST(Batching, GreedyOutputsEqualAloneAndInBatchesOf2_7_64OnCpu) { batch_invariance(DeviceSpec{"cpu"}); }
+TEST(Batching, GreedyOutputsEqualAloneAndInBatchesOf2_7_64OnRef) {
+  batch_invariance(DeviceSpec{"ref", "", 0, ""});
+}
+TEST(Batching, GreedyOutputsEqualAloneAndInBatchesOf2_7_64OnCpu) {
+  batch_invariance(DeviceSpec{"cpu", "", 0, ""});
+}
 
 // The same on a fixture of the gemma or hybrid family, from token ids: 7 prompts of 3 to 27
 // tokens and 12 greedy tokens each, so that most run past the sliding window (gemma: 16, 24)
@@ -277,20 +284,20 @@ void fixture_invariance(const std::string& model, const DeviceSpec& dev) {
 
 TEST(Batching, GreedyOutputsOfGemmaEqualAloneAndInBatchesOf2_7) {
   for (const char* f : {"tests/fixtures/models/tiny-gemma3", "tests/fixtures/models/tiny-gemma2"})
-    for (const char* d : {"ref", "cpu"}) fixture_invariance(f, DeviceSpec{d});
+    for (const char* d : {"ref", "cpu"}) fixture_invariance(f, DeviceSpec{d, "", 0, ""});
 }
 
 TEST(Batching, GreedyOutputsOfTheHybridsEqualAloneAndInBatchesOf2_7) {
   for (const char* f : {"tests/fixtures/models/tiny-granite-h", "tests/fixtures/models/tiny-granite-h-moe",
                         "tests/fixtures/models/tiny-nemotron-h"})
-    for (const char* d : {"ref", "cpu"}) fixture_invariance(f, DeviceSpec{d});
+    for (const char* d : {"ref", "cpu"}) fixture_invariance(f, DeviceSpec{d, "", 0, ""});
 }
 
 // A pool of exactly one context (3 blocks of 16 for ctx 48) shared by 7 sequences that each
 // need 2 blocks: admission waits, growth preempts; every output still equals its alone output.
 TEST(Batching, ATinyPoolPreemptsAndLosesNoSequence) {
   auto m = load_model(test::source_path(kStories));
-  auto be = make_backend(DeviceSpec{"cpu"});
+  auto be = make_backend(DeviceSpec{"cpu", "", 0, ""});
   std::vector<SeqRequest> reqs = greedy_requests(*m, 7);
   for (SeqRequest& r : reqs) {
     r.prompt.resize(std::min<size_t>(r.prompt.size(), 12));
@@ -319,7 +326,7 @@ TEST(Batching, ATinyPoolPreemptsAndLosesNoSequence) {
 
 TEST(Batching, ACancelFreesItsBlocksWithinOneStep) {
   auto m = load_model(test::source_path(kStories));
-  auto be = make_backend(DeviceSpec{"cpu"});
+  auto be = make_backend(DeviceSpec{"cpu", "", 0, ""});
   BatchingOptions o;
   o.ctx = 96;
   o.slots = 2;
@@ -343,7 +350,7 @@ TEST(Batching, ACancelFreesItsBlocksWithinOneStep) {
 
 TEST(Batching, RefusesAPoolSmallerThanOneContext) {
   auto m = load_model(test::source_path(kStories));
-  auto be = make_backend(DeviceSpec{"cpu"});
+  auto be = make_backend(DeviceSpec{"cpu", "", 0, ""});
   BatchingOptions o;
   o.ctx = 64;
   o.kv_blocks = 3;  // 48 positions
@@ -380,21 +387,26 @@ void session_inside_a_batch(const std::string& model) {
   const std::vector<int32_t> ctx = {1, 17, 33, 5, 80, 2, 9, 41, 7, 3, 66, 12, 19, 23, 4, 8, 15, 16, 42, 99};
   const std::vector<int32_t> in = {5, 6, 7, 8, 9, 10, 11};
   for (const char* d : {"ref", "cpu"}) {
-    auto be = make_backend(DeviceSpec{d});
+    auto be = make_backend(DeviceSpec{d, "", 0, ""});
     Session s(*m, *be, 64);
     std::vector<std::vector<double>> plain;
     if (std::string(d) == "ref") plain = traced_logits(s, ctx, in);  // ref: invariant as it is
     const bool moe = m->config.router.n_experts > 0 || m->config.moe_experts > 0;
-    if (!plain.empty() && moe)  // the traced forward's 7 tokens at every MoE layer were logged
+    if (!plain.empty() && moe) {  // the traced forward's 7 tokens at every MoE layer were logged
       EXPECT_GT(plain.size(), in.size() + in.size()) << model;
+    }
     std::vector<std::vector<double>> prev;
     for (int n : {1, 2, 7}) {
       s.set_batch_with(n);
       // Twice: the other sequences have moved on (and restarted) by the second chunk.
       for (int rep = 0; rep < 2; ++rep) {
         const std::vector<std::vector<double>> got = traced_logits(s, ctx, in);
-        if (!plain.empty()) EXPECT_EQ(got, plain) << model << " on " << d << " batch_with " << n;
-        if (!prev.empty()) EXPECT_EQ(got, prev) << model << " on " << d << " batch_with " << n;
+        if (!plain.empty()) {
+          EXPECT_EQ(got, plain) << model << " on " << d << " batch_with " << n;
+        }
+        if (!prev.empty()) {
+          EXPECT_EQ(got, prev) << model << " on " << d << " batch_with " << n;
+        }
         prev = got;
       }
     }
@@ -413,7 +425,7 @@ TEST(Batching, ASessionInsideABatchComputesTheSameRows) {
 }
 
 TEST(Batching, ASessionInsideABatchRefusesHooks) {
-  auto be = make_backend(DeviceSpec{"cpu"});
+  auto be = make_backend(DeviceSpec{"cpu", "", 0, ""});
   auto m = load_model(test::source_path("tests/fixtures/models/tiny-llama"));
   Session s(*m, *be, 32);
   s.set_inject(InjectSpec::parse("op=q,scale=2"));

@@ -199,7 +199,7 @@ TEST(GgufStacks, HfFusedExpertsLoadAsTheModulesDo) {
       if (mixtral && name.find(".block_sparse_moe.gate.") != std::string::npos)
         name.replace(name.find(".block_sparse_moe."), 18, ".mlp.");
       if (s.hf_stack.empty() || s.hf_stack.expert != 0 || s.hf_stack.row0 != 0) {
-        if (s.hf_stack.empty()) entries.push_back({name, t.dtype, t.shape, {}, t.data});
+        if (s.hf_stack.empty()) entries.push_back({name, t.dtype, t.shape, {}, t.data, {}});
         continue;
       }
       // The first slice of a stack: the experts' matrices of this projection, in order.
@@ -215,7 +215,8 @@ TEST(GgufStacks, HfFusedExpertsLoadAsTheModulesDo) {
           std::memcpy(b.data() + (size_t(e) * 2 + 1) * mat,
                       per_expert->weights.find("expert" + x + "_up", s.layer)->data, mat);
       }
-      entries.push_back({s.hf_stack.name, t.dtype, {E, s.hf_stack.rows, t.cols()}, {}, b.data()});
+      entries.push_back(
+          {s.hf_stack.name, t.dtype, {E, s.hf_stack.rows, t.cols()}, {}, b.data(), {}});
     }
     write_safetensors(out + "/model.safetensors", entries, {{"format", "pt"}});
     auto fused = load_model(out);
@@ -322,7 +323,9 @@ TEST(GgufFamilies, QuantizedStacksLoadAndRunClose) {
     GgufFile g(q8);
     EXPECT_EQ(g.tensor("blk.0.ffn_gate_inp.weight")->dtype, DType::F32);
     EXPECT_EQ(g.tensor("blk.0.ffn_down_exps.weight")->dtype, DType::Q8_0);
-    if (const Tensor* conv = g.tensor("blk.1.ssm_conv1d.weight")) EXPECT_EQ(conv->dtype, DType::F32);
+    if (const Tensor* conv = g.tensor("blk.1.ssm_conv1d.weight")) {
+      EXPECT_EQ(conv->dtype, DType::F32);
+    }
     auto m = load_model(q8);
     const Tensor* down = m->weights.find("expert1_down", 0);
     if (!down) down = m->weights.find("expert_down.1", 0);

@@ -100,7 +100,7 @@ const char* const kFixtures[] = {kGranite, "tests/fixtures/models/tiny-granite-h
                                  "tests/fixtures/models/tiny-nemotron-h"};
 
 TEST(Hybrid, PrefillEqualsStepsBitForBitOnRef) {
-  auto be = make_backend({"ref"});
+  auto be = make_backend({"ref", "", 0, ""});
   for (const char* dir : kFixtures) {
     auto m = load_model(test::source_path(dir));
     const Runs r = run_three_ways(*m, *be, prompt_of(dir, 20), 7);
@@ -118,7 +118,7 @@ TEST(Hybrid, PrefillEqualsStepsBitForBitOnRef) {
 // tokens cross two boundaries of the fixtures' chunk_size 16; pieces of 7 start and end
 // inside chunks, each continuing the state the last left.
 TEST(Hybrid, PrefillMatchesStepsOnCpu) {
-  auto be = make_backend({"cpu", "", 1});  // one thread: these shapes are too small to share
+  auto be = make_backend({"cpu", "", 1, ""});  // one thread: these shapes are too small to share
   for (const char* dir : kFixtures) {
     auto m = load_model(test::source_path(dir));
     const Runs r = run_three_ways(*m, *be, prompt_of(dir, 36), 7);
@@ -136,7 +136,7 @@ TEST(Hybrid, GreedyIdsOnCpuEqualRef) {
         m->tokenizer->encode("Once upon a time, a cat", true, false);
     std::vector<std::vector<int32_t>> ids;
     for (const char* tier : {"ref", "cpu"}) {
-      auto be = make_backend({tier, "", 1});
+      auto be = make_backend({tier, "", 1, ""});
       Session s(*m, *be, int(prompt.size()) + 16);
       ids.push_back(test::greedy_by_summarize(s, prompt, 16));
     }
@@ -190,7 +190,7 @@ TEST(Hybrid, NemotronSharedExpertWiderThanItsMlp) {
   const std::vector<int32_t> p = prompt_of("tests/fixtures/models/tiny-nemotron-h", 12);
   std::vector<std::vector<double>> logits;
   for (const char* tier : {"ref", "cpu"}) {
-    auto be = make_backend({tier, "", 1});
+    auto be = make_backend({tier, "", 1, ""});
     Session s(*m, *be, int(p.size()));
     s.forward(p);
     logits.push_back(s.logits(int(p.size()) - 1));
@@ -203,7 +203,7 @@ TEST(Hybrid, NemotronSharedExpertWiderThanItsMlp) {
 // continue where the states stopped is refused (they cannot rewind).
 TEST(Hybrid, TheRecurrentStateRestartsAtZeroAndCannotRewind) {
   auto m = load_model(test::source_path(kGranite));
-  auto be = make_backend({"ref"});
+  auto be = make_backend({"ref", "", 0, ""});
   const std::vector<int32_t> p = prompt_of(kGranite, 4);
   Session s(*m, *be, 8);
   s.forward(p);
@@ -409,8 +409,8 @@ TEST(Hybrid, DriftCpuAgainstRefFlagsNothing) {
   for (const char* dir : kFixtures) {
     auto m = load_model(test::source_path(dir));
     const std::vector<int32_t> ids = prompt_of(dir, 16);
-    auto a = make_backend({"ref", "", 1});
-    auto b = make_backend({"cpu", "", 1});
+    auto a = make_backend({"ref", "", 1, ""});
+    auto b = make_backend({"cpu", "", 1, ""});
     for (int w : {16, 1}) {
       Session sa(*m, *a, 16, w), sb(*m, *b, 16, w);
       b->stats().reset();
@@ -463,8 +463,8 @@ TEST(Hybrid, DriftNamesAFaultInsideTheMixer) {
     for (int w : {16, 1}) {
       auto m = load_model(test::source_path(fc.dir));
       const std::vector<int32_t> ids = prompt_of(fc.dir, 16);
-      auto a = make_backend({"ref", "", 1});
-      auto b = make_backend({"cpu", "", 1});
+      auto a = make_backend({"ref", "", 1, ""});
+      auto b = make_backend({"cpu", "", 1, ""});
       Session sa(*m, *a, 16, w), sb(*m, *b, 16, w);
       sb.set_inject(InjectSpec::parse(fc.inject));
       Capture ca = capture_forwards(sa, ids, w), cb = capture_forwards(sb, ids, w);

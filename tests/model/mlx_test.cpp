@@ -57,7 +57,7 @@ std::string rewrite(const std::string& dir, const std::function<void(json&)>& cf
   const std::string out = temp_dir("mlx-rw");
   keep = SafetensorsSet::open_dir(dir);
   std::vector<SafetensorsEntry> e;
-  for (const auto& [n, t] : keep.tensors()) e.push_back({n, t.dtype, t.shape, {}, t.data});
+  for (const auto& [n, t] : keep.tensors()) e.push_back({n, t.dtype, t.shape, {}, t.data, {}});
   for (const auto& [n, t] : keep.int_tensors()) e.push_back({n, DType::F32, t.shape, {}, t.data, t.type});
   edit(e);
   write_safetensors(out + "/model.safetensors", e);
@@ -177,7 +177,7 @@ TEST(MlxModel, RefEqualsAnIndependentDequantization) {
                 row_to_f64(b.dtype, static_cast<const uint8_t*>(b.data) + dtype_bytes(b.dtype, gi), &bi, 1);
                 v[size_t(r * cols + i)] = sc * bit_by_bit(w + r * wc, i, bits) + bi;
               }
-            out.push_back({x.name, DType::F64, {rows, cols}, {}, v.data()});
+            out.push_back({x.name, DType::F64, {rows, cols}, {}, v.data(), {}});
           }
           e = std::move(out);
         },
@@ -257,10 +257,10 @@ TEST(MlxModel, PerModuleOverrides) {
         e.push_back({down + ".weight", DType::F32, w.shape, {}, w.data, StInt::U32});
         for (const char* s : {".scales", ".biases"}) {
           const Tensor& t = *k8.tensor(down + s);
-          e.push_back({down + s, t.dtype, t.shape, {}, t.data});
+          e.push_back({down + s, t.dtype, t.shape, {}, t.data, {}});
         }
         const Tensor& f = *kp.tensor(o + ".weight");
-        e.push_back({o + ".weight", f.dtype, f.shape, {}, f.data});
+        e.push_back({o + ".weight", f.dtype, f.shape, {}, f.data, {}});
       },
       keep);
   auto m = load_model(mixed);
@@ -310,13 +310,13 @@ TEST(MlxModel, Refusals) {
       {"a stray scales tensor", same,
        [&](auto& e) {
          const SafetensorsEntry s = *std::find_if(e.begin(), e.end(), [&](auto& x) { return x.name == up + ".scales"; });
-         e.push_back({"model.norm.scales", s.dtype, s.shape, {}, s.data});
+         e.push_back({"model.norm.scales", s.dtype, s.shape, {}, s.data, {}});
        },
        "tensor 'model.norm.weight' has 'model.norm.scales' but is not stored as uint32"},
       {"scales of no module", same,
        [&](auto& e) {
          const SafetensorsEntry s = *std::find_if(e.begin(), e.end(), [&](auto& x) { return x.name == up + ".scales"; });
-         e.push_back({"model.extra.scales", s.dtype, s.shape, {}, s.data});
+         e.push_back({"model.extra.scales", s.dtype, s.shape, {}, s.data, {}});
        },
        "tensor 'model.extra.scales' is not used by this architecture"},
   };

@@ -18,11 +18,13 @@ struct Case {
   int T, pos0, H, Hkv, Dh, window, block_rows;
   Backend::AttentionScores scores;  // {}: attention()'s
 };
-const Case kCases[] = {{1, 0, 4, 2, 16, 0, 16},   {5, 3, 4, 2, 16, 0, 4},  {1, 37, 8, 2, 32, 0, 16},
-                       {17, 16, 4, 4, 8, 0, 16},  {7, 40, 6, 3, 16, 9, 8}, {33, 0, 2, 1, 64, 0, 16},
-                       {6, 21, 4, 2, 16, 16, 16, {0.25, 0}}, {9, 30, 4, 2, 16, 24, 4, {0.25, 50.0}},
-                       {1, 40, 4, 2, 16, 0, 16, {0.125, 0}}, {1, 200, 16, 4, 128, 0, 16, {}},
-                       {1, 90, 8, 2, 64, 32, 8, {0.125, 0}}, {1, 300, 4, 1, 256, 0, 16, {}}};
+const Case kCases[] = {
+    {1, 0, 4, 2, 16, 0, 16, {}},          {5, 3, 4, 2, 16, 0, 4, {}},
+    {1, 37, 8, 2, 32, 0, 16, {}},         {17, 16, 4, 4, 8, 0, 16, {}},
+    {7, 40, 6, 3, 16, 9, 8, {}},          {33, 0, 2, 1, 64, 0, 16, {}},
+    {6, 21, 4, 2, 16, 16, 16, {0.25, 0}}, {9, 30, 4, 2, 16, 24, 4, {0.25, 50.0}},
+    {1, 40, 4, 2, 16, 0, 16, {0.125, 0}}, {1, 200, 16, 4, 128, 0, 16, {}},
+    {1, 90, 8, 2, 64, 32, 8, {0.125, 0}}, {1, 300, 4, 1, 256, 0, 16, {}}};
 
 // The pages of n positions: blocks taken from the pool's end backwards, every other one, so
 // that no two neighbours are adjacent in the pool.
@@ -95,14 +97,15 @@ TEST_P(PagedKv, EqualsTheContiguousCacheBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Tiers, PagedKv, testing::ValuesIn(op_tiers()), op_tier_name);
 
 TEST(PagedKvRef, EqualsTheContiguousCacheBitForBit) {
-  const OpTier ref{"ref", DType::F64, false, [] { return make_backend(DeviceSpec{"ref"}); }};
+  const OpTier ref{"ref", DType::F64, false,
+                   [] { return make_backend(DeviceSpec{"ref", "", 0, ""}); }};
   auto be = ref.make();
   uint64_t seed = 950;
   for (const Case& c : kCases) run_case(*be, ref, c, seed += 10);
 }
 
 TEST(PagedKvRef, RefusesPagesThatDoNotCoverThePositions) {
-  auto be = make_backend(DeviceSpec{"ref"});
+  auto be = make_backend(DeviceSpec{"ref", "", 0, ""});
   const std::vector<int32_t> blocks = {0};
   Buf k(*be, 4 * 8), pool(*be, 2 * 4 * 8);
   EXPECT_THROW(be->kv_store_paged(k.b, k.b, pool.b, pool.b, {blocks.data(), 1, 4}, 4, 2, 8), Error);

@@ -47,7 +47,7 @@ void drain(SeqStream& s) {
 
 TEST(ServerMetrics, ShowThePagedPoolMovingUnderContinuousBatching) {
   auto m = load_model(test::source_path("models/TinyStories-656K"));
-  auto be = make_backend(DeviceSpec{"cpu"});
+  auto be = make_backend(DeviceSpec{"cpu", "", 0, ""});
   Metrics metrics;
   BatchingOptions o;
   o.ctx = 512;  // a sequence that runs long enough to be seen running
@@ -103,7 +103,7 @@ TEST(ServerMetrics, ShowThePagedPoolMovingUnderContinuousBatching) {
 
 TEST(ServerMetrics, TimeSlicingHasNoPoolLines) {
   auto m = load_model(test::source_path("models/TinyStories-656K"));
-  auto be = make_backend(DeviceSpec{"cpu"});
+  auto be = make_backend(DeviceSpec{"cpu", "", 0, ""});
   auto s = make_time_slice_scheduler(*m, *be, 2, 64, 8);
   const std::string t = Metrics().render(s->stats());
   EXPECT_EQ(value(t, "arbiter_slots"), 2) << t;
