@@ -363,6 +363,91 @@ TEST_P(RmsnormGated, MatchesRef) {
 
 INSTANTIATE_TEST_SUITE_P(Tiers, RmsnormGated, testing::ValuesIn(op_tiers()), op_tier_name);
 
+// --- ssm_scan_norm -------------------------------------------------------------------------
+
+struct ScanNormCase {
+  int T, nh, hd, G, N;
+  bool per_group;  // Nemotron-H's norm per group of nh*hd/G columns; Granite's over them all
+};
+// The decode step of tiny-granite-h's mixer (both norms), of granite-4.0-h-1b's (3,072
+// columns: 3 per thread of rmsnorm_gated's 1,024) and of Nemotron-H's (groups of 512: threads
+// with nothing to sum), groups of 16; then what cuda does not fuse: a row of 15 columns (not
+// whole 16-byte vectors), T = 4, and a row wider than kMaxScanNormWidth.
+const ScanNormCase kScanNorm[] = {{1, 8, 16, 2, 16, false},  {1, 8, 16, 2, 16, true},
+                                  {1, 48, 64, 1, 128, false}, {1, 64, 64, 8, 128, true},
+                                  {1, 6, 8, 3, 16, true},     {1, 3, 5, 1, 16, false},
+                                  {4, 8, 16, 2, 16, false},   {1, 200, 64, 1, 16, false}};
+
+struct ScanNormOut {
+  std::vector<double> out, y, state;
+};
+// One ssm_scan_norm (composed: ssm_scan, then rmsnorm_gated) from the case's state.
+ScanNormOut run_scan_norm(Backend& be, bool composed, const ScanNormCase& c, const ScanIn& in,
+                          const std::vector<double>& z, const Tensor& w, const StageTap* scan) {
+  const int64_t I = int64_t(c.nh) * c.hd;
+  const int group = c.per_group ? int(I) / c.G : int(I);
+  Buf xb(be, in.xbc), db(be, in.dt), st(be, in.state, true), yb(be, c.T * I), zb(be, z),
+      ob(be, c.T * I);
+  yb.poison();
+  ob.poison();
+  if (composed) {
+    be.ssm_scan(xb.b, db.b, in.A->t, in.D->t, in.B->t, 0, kInf, c.T, c.nh, c.hd, c.G, c.N, 16,
+                st.b, yb.b);
+    be.rmsnorm_gated(yb.b, zb.b, w, c.T, int(I), group, 1e-5, ob.b);
+  } else {
+    be.ssm_scan_norm(xb.b, db.b, in.A->t, in.D->t, in.B->t, 0, kInf, c.T, c.nh, c.hd, c.G, c.N,
+                     16, st.b, yb.b, scan, nullptr, {&zb.b, &w, group, 1e-5, &ob.b});
+  }
+  return {ob.read(), yb.read(), st.read()};
+}
+
+class SsmScanNorm : public OpTest {};
+
+// Against ref, and bit-equal to the tier's own ssm_scan then rmsnorm_gated: untapped (cuda's
+// decode step runs one kernel, its last block taking the norm) and with the scan tapped (the
+// two ops). The cases run in sequence on one backend, so a last-block counter left non-zero
+// fails the next case.
+TEST_P(SsmScanNorm, MatchesRefAndItsComposition) {
+  const OpTier& tier = GetParam();
+  ARB_TIER_OR_SKIP(be, tier);
+  auto ref = make_ref_backend();
+  uint64_t seed = 4650;
+  for (const ScanNormCase& c : kScanNorm) {
+    ++seed;
+    const ScanCase sc{c.T, c.nh, c.hd, c.G, c.N, 0, kInf, 16};
+    ScanIn in = scan_inputs(sc, seed, tier.compute);
+    const int64_t I = int64_t(c.nh) * c.hd;
+    const std::vector<double> z = values(c.T * I, seed + 7, 2.0, tier.compute);
+    auto w = make_tensor("norm", {I}, values(I, seed + 8, 1.0, DType::BF16), DType::BF16);
+    const std::string what = scan_what(sc) + (c.per_group ? " norm per group" : " norm");
+    be->stats().reset();
+    const ScanNormOut fused = run_scan_norm(*be, false, c, in, z, w->t, nullptr);
+    const int group = c.per_group ? int(I) / c.G : int(I);
+    check_close("ssm_scan_norm", tier, what, seed, fused.out,
+                run_scan_norm(*ref, false, c, in, z, w->t, nullptr).out,
+                nmse_bound(tier.compute, tier.compute, c.N + c.T + group, 20, 1));
+    const ScanNormOut composed = run_scan_norm(*be, true, c, in, z, w->t, nullptr);
+    check_exact("ssm_scan_norm.composed", tier, what, seed, fused.out, composed.out);
+    check_exact("ssm_scan_norm.y", tier, what, seed, fused.y, composed.y);
+    check_exact("ssm_scan_norm.state", tier, what, seed, fused.state, composed.state);
+    // The fused decode step, where cuda takes it: T = 1, whole vectors, a row that fits.
+    if (tier.name.rfind("cuda", 0) == 0 && c.T == 1 && I % 8 == 0 && I <= 12288) {
+      const auto& calls = be->stats().calls();
+      const auto op = calls.find("ssm_scan_norm");
+      EXPECT_TRUE(op != calls.end() && op->second.count("cuda.ssm_scan_norm"))
+          << tier.name << " " << what << ": the fused kernel did not run";
+    }
+    std::vector<double> ys;
+    StageTap scan;
+    scan.record = &ys;
+    check_exact("ssm_scan_norm.scan_tapped", tier, what, seed,
+                run_scan_norm(*be, false, c, in, z, w->t, &scan).out, fused.out);
+    EXPECT_EQ(ys, fused.y) << tier.name << " " << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, SsmScanNorm, testing::ValuesIn(op_tiers()), op_tier_name);
+
 class Relu2 : public OpTest {};
 
 TEST_P(Relu2, MatchesTheDefinition) {
