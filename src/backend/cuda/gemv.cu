@@ -134,8 +134,8 @@ constexpr int max_regs() {
 // TAP: the variant that applies a.taps (kernels.h) at the stages inside the fused forms; only
 // drift, opcheck and --inject launch it.
 // GemvNormAdd's epilogue, called by every thread of every block once the block's rows of out
-// are stored. Each block fences its stores and counts itself done; the last one loads out
-// into shared memory (all its threads, from L2: L1 holds no other block's stores), its first
+// are stored. The grid's last block (last_block) loads out into shared memory (all its
+// threads, from L2), its first
 // warp takes the sum of squares in rmsnorm_vec_kernel's order (a lane's 16-byte chunks in
 // turn, then the warp's tree), and all its threads normalise, round, add and round each
 // element as rmsnorm_vec_kernel<ADD> does: the bits of matmul then rmsnorm_add. The row's
@@ -145,13 +145,7 @@ template <class T>
 __device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
   extern __shared__ uint4 ys[];
   __shared__ float inv;
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block(p.done)) return;
   constexpr int V = Vec16<T>::N;
   const int n = N / V;
   for (int c = threadIdx.x; c < n; c += blockDim.x)
@@ -183,7 +177,6 @@ __device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
       re[i] = from_f<T>(to_f(re[i]) + to_f(norm_elem<T>(to_f(e[i]), inv, wv[i])));
     res[c] = r;
   }
-  if (threadIdx.x == 0) *p.done = 0;
 }
 
 template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>

@@ -105,25 +105,18 @@ __device__ __forceinline__ void scan_row(const T* xbc, const T* dt_raw, const fl
   }
 }
 
-// ScanArgs::Norm, every thread of every scan block once its rows of y are stored. Each block
-// fences its stores and counts itself done; the last one takes the gated norm of the T rows
-// of W = nh*hd: v = y silu(z) into shared memory (y from L2: L1 holds no other block's
-// stores), the sum of squares of each group in rmsnorm_gated_kernel's order (its 1,024
-// threads' sums, a thread's elements in turn, then each warp's tree, then the first warp's
-// tree over the 32 warps; each of this block's warps stands for 8 of those), then out =
-// v / rms * w, rounded once: the bits of ssm_scan then rmsnorm_gated, without the second
-// launch.
+// ScanArgs::Norm, every thread of every scan block once its rows of y are stored. The grid's
+// last block (last_block) takes the gated norm of the T rows of W = nh*hd: v = y silu(z) into
+// shared memory (y from L2), the sum of squares of each group in rmsnorm_gated_kernel's
+// order (its 1,024 threads' sums, a thread's elements in turn, then each warp's tree, then the
+// first warp's tree over the 32 warps; each of this block's warps stands for 8 of those),
+// then out = v / rms * w, rounded once: the bits of ssm_scan then rmsnorm_gated, without the
+// second launch.
 template <class T>
 __device__ void scan_norm_epilogue(const ScanArgs::Norm& p, const T* y, int R, int W) {
   extern __shared__ float vs[];  // [W]: one row's v
   __shared__ float red[kGatedThreads / 32];
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block(p.done)) return;
   constexpr int V = Vec16<T>::N, kPer = kGatedThreads / 32 / kScanWarps;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int r = 0; r < R; ++r) {
@@ -166,7 +159,6 @@ __device__ void scan_norm_epilogue(const ScanArgs::Norm& p, const T* y, int R, i
       __syncthreads();  // red and vs are taken again
     }
   }
-  if (threadIdx.x == 0) *p.done = 0;
 }
 
 template <class T>
