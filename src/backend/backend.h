@@ -254,24 +254,6 @@ class Backend {
   /// (group = W) and Zamba2RMSNormGated as Nemotron-H uses it (group = W / n_groups).
   virtual void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W,
                              int group, double eps, Buffer& out);
-  /// The gated norm that follows a scan in ssm_scan_norm: out = rmsnorm_gated(y, z; w, group,
-  /// eps) over the scan's T rows of nh*hd columns.
-  struct GatedNorm {
-    const Buffer* z = nullptr;
-    const Tensor* w = nullptr;
-    int group = 0;
-    double eps = 0;
-    Buffer* out = nullptr;
-  };
-  /// ssm_scan(...) into y (tap scan on y [T, nh*hd], then tap state_tap on the state [nh,
-  /// hd*N]), then rmsnorm_gated as norm says: the mixer's scan and gated norm over one
-  /// sequence's T rows, which a tier may run as one launch (cuda's decode step). Afterwards y
-  /// holds the scan's output.
-  virtual void ssm_scan_norm(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
-                             const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max,
-                             int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
-                             Buffer& y, const StageTap* scan, const StageTap* state_tap,
-                             const GatedNorm& norm);
   /// out[n] = max(x[n], 0)^2 (Nemotron-H's relu2 MLP activation).
   virtual void relu2(const Buffer& x, int64_t n, Buffer& out);
 

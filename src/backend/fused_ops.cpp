@@ -291,17 +291,6 @@ void Backend::rmsnorm_gated(const Buffer&, const Buffer&, const Tensor&, int, in
 }
 void Backend::relu2(const Buffer&, int64_t, Buffer&) { not_implemented(*this, "relu2", "hybrid"); }
 
-void Backend::ssm_scan_norm(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
-                            const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max,
-                            int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
-                            Buffer& y, const StageTap* scan, const StageTap* state_tap,
-                            const GatedNorm& norm) {
-  ssm_scan(xbc, dt_raw, A_log, D, dt_bias, dt_min, dt_max, T, nh, hd, G, N, chunk, state, y);
-  apply_tap(scan, y, T, nh * hd);
-  apply_tap(state_tap, state, nh, hd * N);
-  rmsnorm_gated(y, *norm.z, *norm.w, T, nh * hd, norm.group, norm.eps, *norm.out);
-}
-
 void Backend::pick_greedy(const Buffer& logits, int row, int V) {
   std::vector<LogitsSummary> s;
   summarize(logits, row + 1, V, 1, std::vector<int32_t>(size_t(row) + 1, -1).data(), s);

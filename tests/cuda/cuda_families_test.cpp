@@ -127,11 +127,11 @@ TEST_P(CudaFamilies, StepsAndRingPiecesGiveOneForwardsLogits) {
   std::vector<int32_t> ids(100);
   for (int t = 0; t < 100; ++t) ids[size_t(t)] = int32_t((t * 37 + 11) % m->config.vocab);
   Session full(*m, *cu, 100, 100), pieces(*m, *cu, 100, 5), steps(*m, *cu, 100, 1);
-  // The providers of op in a forward's stats: none on the families without a mixer.
-  auto providers = [&](const char* op) {
+  // The scan's provider of a forward's stats: none on the families without a mixer.
+  auto scan_providers = [&] {
     std::vector<std::string> names;
-    if (cu->stats().calls().count(op))
-      for (const auto& [prov, n] : cu->stats().calls().at(op)) names.push_back(prov);
+    if (cu->stats().calls().count("ssm_scan"))
+      for (const auto& [prov, n] : cu->stats().calls().at("ssm_scan")) names.push_back(prov);
     cu->stats().reset();
     return names;
   };
@@ -139,7 +139,7 @@ TEST_P(CudaFamilies, StepsAndRingPiecesGiveOneForwardsLogits) {
   using Names = std::vector<std::string>;
   cu->stats().reset();
   full.forward(ids);
-  EXPECT_EQ(providers("ssm_scan"), hybrid ? Names{"cuda.ssm_scan_chunked"} : Names{});
+  EXPECT_EQ(scan_providers(), hybrid ? Names{"cuda.ssm_scan_chunked"} : Names{});
   // Single rows against prefill GEMMs (cuBLASLt, f32) and splits sized by the cache: the
   // same sums in other orders, a few u of f32 apart.
   const double tol = 1e-5;
@@ -149,10 +149,9 @@ TEST_P(CudaFamilies, StepsAndRingPiecesGiveOneForwardsLogits) {
     for (int t = 0; t < 5; ++t)
       worst = std::max(worst, rel_l2(pieces.logits(t), full.logits(c + t)));
   }
-  providers("ssm_scan");
-  // A step's scan takes its gated norm in the same kernel.
+  scan_providers();
   for (int32_t id : ids) steps.forward({id});
-  EXPECT_EQ(providers("ssm_scan_norm"), hybrid ? Names{"cuda.ssm_scan_norm"} : Names{});
+  EXPECT_EQ(scan_providers(), hybrid ? Names{"cuda.ssm_scan"} : Names{});
   const double step = rel_l2(steps.logits(0), full.logits(99));
   std::printf("[ steps    ] %-20s pieces of 5: rel L2 <= %.3g; 100 steps: %.3g\n", GetParam(),
               worst, step);

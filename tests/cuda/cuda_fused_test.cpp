@@ -155,16 +155,6 @@ TEST(CudaFused, GemmaDecodeEqualsOpByOpPath) {
 #endif
 }
 
-// The Mamba2 mixers' scan with its gated norm in the grid's last block (ssm_scan_norm:
-// Granite's norm over the full width, Nemotron-H's per group): the bits of the ops one by one.
-TEST(CudaFused, HybridDecodeEqualsOpByOpPath) {
-  ARB_CUDA_OR_SKIP(probe, "bf16");
-#if ARBITER_HAVE_CUDA
-  expect_fused_op_keeps_bits({"tiny-granite-h", "tiny-granite-h-moe", "tiny-nemotron-h"},
-                             "ssm_scan_norm", "cuda.ssm_scan_norm");
-#endif
-}
-
 // The same at a real model's shapes (two layers of Qwen3-0.6B: 1024-wide x, 2048- and
 // 3072-element rows of the o and down projections, which keep x in shared memory and launch
 // the next GEMV early, 4096 q/k/v and 3072 gate/up rows, a 151,936-row logits GEMV), in both

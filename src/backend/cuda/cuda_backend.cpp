@@ -521,14 +521,6 @@ void CudaBackend::ssm_scan(const Buffer& xbc, const Buffer& dt_raw, const Tensor
                            Buffer& y) {
   // The decode step runs the recurrence; a prefill the chunked form, as HF does (backend.h).
   stats_.record("ssm_scan", T > 1 && !row_invariant_ ? "cuda.ssm_scan_chunked" : "cuda.ssm_scan");
-  submit_scan(scan_args(xbc, dt_raw, A_log, D, dt_bias, dt_min, dt_max, T, nh, hd, G, N, chunk,
-                        state, y));
-}
-
-cuda::ScanArgs CudaBackend::scan_args(const Buffer& xbc, const Buffer& dt_raw,
-                                      const Tensor& A_log, const Tensor& D, const Tensor& dt_bias,
-                                      double dt_min, double dt_max, int T, int nh, int hd, int G,
-                                      int N, int chunk, Buffer& state, Buffer& y) {
   ARB_CHECK(T >= 0 && nh >= 1 && hd >= 1 && G >= 1 && nh % G == 0 && N >= 1 &&
                 N <= cuda::kMaxScanState,
             "[cuda] ssm_scan: %d heads of %d, %d groups, state size %d (groups must divide the "
@@ -565,16 +557,9 @@ cuda::ScanArgs CudaBackend::scan_args(const Buffer& xbc, const Buffer& dt_raw,
     ensure(scan_, size_t(n) * sizeof(float));
     a.scratch = static_cast<float*>(scan_.ptr);
   }
-  return a;
-}
-
-void CudaBackend::submit_scan(const cuda::ScanArgs& a) {
-  const cuda::ScanArgs::Norm& n = a.norm;
-  submit({n.w ? 37 : 31, int64_t(a.xbc), int64_t(a.dt_raw), int64_t(a.a_log), int64_t(a.d),
-          int64_t(a.dt_bias), cuda::sig_bits(a.dt_min), cuda::sig_bits(a.dt_max), a.T, a.nh,
-          a.hd, a.G, a.N, a.chunk, int64_t(a.state), int64_t(a.y), int64_t(a.scratch),
-          a.recurrence, int64_t(n.z), int64_t(n.w), n.group, cuda::sig_bits(n.eps),
-          int64_t(n.out)},
+  submit({31, int64_t(a.xbc), int64_t(a.dt_raw), int64_t(a.a_log), int64_t(a.d),
+          int64_t(a.dt_bias), cuda::sig_bits(a.dt_min), cuda::sig_bits(a.dt_max), T, nh, hd, G, N,
+          chunk, int64_t(a.state), int64_t(a.y), int64_t(a.scratch), a.recurrence},
          false, 0, [=, this](const cuda::StepCtx&) { cuda::launch_ssm_scan(ct_, a, stream_); });
 }
 

@@ -72,12 +72,6 @@ class CudaBackend final : public Backend {
                 int N, int chunk, Buffer& state, Buffer& y) override;
   void rmsnorm_gated(const Buffer& y, const Buffer& z, const Tensor& w, int R, int W, int group,
                      double eps, Buffer& out) override;
-  /// The decode step's scan with the gated norm in its last block (fused.cpp).
-  void ssm_scan_norm(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
-                     const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max, int T,
-                     int nh, int hd, int G, int N, int chunk, Buffer& state, Buffer& y,
-                     const StageTap* scan, const StageTap* state_tap,
-                     const GatedNorm& norm) override;
 
   // Mixture of experts (moe_backend.cpp, kernels in moe.cu): the router, the experts and
   // their sum on the device; the host learns the routing only when asked for it (routes).
@@ -168,15 +162,6 @@ class CudaBackend final : public Backend {
   /// Whether a forward of T rows takes the single-token kernels (GEMV, the fused decode ops,
   /// a step graph): T == 1, unless row invariance asks for the batch's kernels.
   bool single_token(int T) const { return T == 1 && !row_invariant_; }
-  /// done_, allocated and zeroed on first use.
-  unsigned* done_counter();
-  /// ssm_scan's arguments, checked; the chunked form's workspace grown.
-  cuda::ScanArgs scan_args(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
-                           const Tensor& D, const Tensor& dt_bias, double dt_min, double dt_max,
-                           int T, int nh, int hd, int G, int N, int chunk, Buffer& state,
-                           Buffer& y);
-  /// ssm_scan's launch of a.
-  void submit_scan(const cuda::ScanArgs& a);
   /// Grows a workspace. Queued launches may point at the old block: run them first.
   void ensure(cuda::DevBuf& b, size_t bytes);
 
@@ -315,10 +300,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<std::string, DType>, std::string> packed_providers_;
   cuda::DevBuf qw_;  // a tile of a packed matrix's rows dequantized for the GEMM (T > 1)
   cuda::DevBuf ids_, part_, acc_, sum_out_, sum_scratch_, targets_, tap_mem_;
-  // The last-block epilogues' counter (cuda::GemvNormAdd::done, cuda::ScanArgs::Norm::done),
-  // zeroed once: each grid's last block leaves it zeroed, and a launch counts on it only after
-  // its griddep_wait, when the launch before it, reset included, is complete.
-  cuda::DevBuf done_;
+  cuda::DevBuf norm_add_done_;  // matmul_rmsnorm_add's counter (cuda::GemvNormAdd::done)
   cuda::DevBuf scan_;  // the chunked ssm_scan's chunk states (cuda::ScanArgs::scratch)
   cuda::DevBuf meta_;  // the latest batch_meta array, and its host copy
   std::vector<int> meta_host_, meta_next_;

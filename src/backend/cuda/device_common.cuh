@@ -150,22 +150,6 @@ __device__ __forceinline__ void load_chunks(const T* p, int n, int lane, uint4 (
     v[j] = k >= n ? make_uint4(0, 0, 0, 0) : kStream ? ldg_stream(q) : __ldg(q);
   }
 }
-/// A last-block epilogue's gate, called by every thread of every block once the block's
-/// outputs are stored: each block fences its stores and counts itself on done; true in the
-/// grid's last block, whose loads (from L2: L1 holds no other block's stores) then see every
-/// block's. The last block leaves done at 0 for the next launch.
-__device__ __forceinline__ bool last_block(unsigned* done) {
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(done, 1u) == gridDim.x - 1;
-    if (last) *done = 0;
-  }
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
 /// The gated activations of swiglu/geglu and the fused gate/up GEMV (one definition, so the
 /// fused and the op-by-op paths compile the same arithmetic): silu(g) * u, and HF
 /// gelu_pytorch_tanh(g) * u = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u.

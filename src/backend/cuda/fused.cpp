@@ -6,7 +6,6 @@
 // op-by-op path.
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
@@ -162,14 +161,6 @@ void CudaBackend::rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, 
   apply_tap(sum, residual, T, D);
 }
 
-unsigned* CudaBackend::done_counter() {
-  if (!done_.ptr) {
-    ensure(done_, sizeof(unsigned));
-    ARB_CUDA(cudaMemsetAsync(done_.ptr, 0, sizeof(unsigned), stream_));
-  }
-  return static_cast<unsigned*>(done_.ptr);
-}
-
 // The decode step's GEMV with the norm and the add as its epilogue, in its grid's last block
 // (cuda::GemvNormAdd): one launch instead of two, and no wait between them for the GEMV's
 // grid to drain.
@@ -188,11 +179,15 @@ void CudaBackend::matmul_rmsnorm_add(const Buffer& x, const Tensor& W, int T, Bu
   check_act(x, K, "matmul_rmsnorm_add x");
   check_act(y, N, "matmul_rmsnorm_add y");
   check_act(residual, N, "matmul_rmsnorm_add residual");
+  if (!norm_add_done_.ptr) {
+    ensure(norm_add_done_, sizeof(unsigned));
+    ARB_CUDA(cudaMemsetAsync(norm_add_done_.ptr, 0, sizeof(unsigned), stream_));
+  }
   cuda::GemvNormAdd post;
   post.norm_w = vec(w, N, "rmsnorm", nw == NormWeight::OnePlus);
   post.eps = float(eps);
   post.residual = residual.ptr;
-  post.done = done_counter();
+  post.done = static_cast<unsigned*>(norm_add_done_.ptr);
   const void *xp = x.ptr, *wp = m.ptr;
   void* yp = y.ptr;
   const int64_t ld = m.ld;
@@ -202,36 +197,6 @@ void CudaBackend::matmul_rmsnorm_add(const Buffer& x, const Tensor& W, int T, Bu
            cuda::launch_gemv(ct_, xp, wp, ld, nullptr, N, K, ct_, yp, sm_, stream_, &post);
          });
   apply_tap(sum, residual, T, N);
-}
-
-// The decode step's scan with the gated norm in its grid's last block (cuda::ScanArgs::Norm):
-// one launch instead of two, and no wait between them for the scan's grid to drain.
-void CudaBackend::ssm_scan_norm(const Buffer& xbc, const Buffer& dt_raw, const Tensor& A_log,
-                                const Tensor& D, const Tensor& dt_bias, double dt_min,
-                                double dt_max, int T, int nh, int hd, int G, int N, int chunk,
-                                Buffer& state, Buffer& y, const StageTap* scan,
-                                const StageTap* state_tap, const GatedNorm& norm) {
-  const int W = nh * hd;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool fusable = single_token(T) && tuning_.fused && !scan && !state_tap &&
-                       W % (16 / int(dtype_bytes(ct_, 1))) == 0 && W <= cuda::kMaxScanNormWidth &&
-                       norm.group >= 1 && W % norm.group == 0 && aligned(y.ptr) &&
-                       aligned(norm.z->ptr);
-  if (!fusable)
-    return Backend::ssm_scan_norm(xbc, dt_raw, A_log, D, dt_bias, dt_min, dt_max, T, nh, hd, G,
-                                  N, chunk, state, y, scan, state_tap, norm);
-  stats_.record("ssm_scan_norm", "cuda.ssm_scan_norm");
-  check_act(*norm.z, W, "ssm_scan_norm z");
-  check_act(*norm.out, W, "ssm_scan_norm out");
-  cuda::ScanArgs a =
-      scan_args(xbc, dt_raw, A_log, D, dt_bias, dt_min, dt_max, T, nh, hd, G, N, chunk, state, y);
-  a.norm.z = norm.z->ptr;
-  a.norm.w = vec(*norm.w, W, "rmsnorm_gated");
-  a.norm.group = norm.group;
-  a.norm.eps = float(norm.eps);
-  a.norm.out = norm.out->ptr;
-  a.norm.done = done_counter();
-  submit_scan(a);
 }
 
 void CudaBackend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,

@@ -134,18 +134,23 @@ constexpr int max_regs() {
 // TAP: the variant that applies a.taps (kernels.h) at the stages inside the fused forms; only
 // drift, opcheck and --inject launch it.
 // GemvNormAdd's epilogue, called by every thread of every block once the block's rows of out
-// are stored. The grid's last block (last_block) loads out into shared memory (all its
-// threads, from L2), its first
+// are stored. Each block fences its stores and counts itself done; the last one loads out
+// into shared memory (all its threads, from L2: L1 holds no other block's stores), its first
 // warp takes the sum of squares in rmsnorm_vec_kernel's order (a lane's 16-byte chunks in
 // turn, then the warp's tree), and all its threads normalise, round, add and round each
-// element as rmsnorm_vec_kernel<ADD> does: the bits of matmul then rmsnorm_add. The row's
-// shared memory is the launch's dynamic shared memory (norm_add_smem), so GEMVs without the
-// epilogue reserve none.
+// element as rmsnorm_vec_kernel<ADD> does: the bits of matmul then rmsnorm_add.
+constexpr int kNormAddChunks = 16 * 32;  // rmsnorm_add_fusable's widest row, in 16-byte chunks
 template <class T>
 __device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
-  extern __shared__ uint4 ys[];
+  __shared__ uint4 ys[kNormAddChunks];
   __shared__ float inv;
-  if (!last_block(p.done)) return;
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
   constexpr int V = Vec16<T>::N;
   const int n = N / V;
   for (int c = threadIdx.x; c < n; c += blockDim.x)
@@ -177,6 +182,7 @@ __device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
       re[i] = from_f<T>(to_f(re[i]) + to_f(norm_elem<T>(to_f(e[i]), inv, wv[i])));
     res[c] = r;
   }
+  if (threadIdx.x == 0) *p.done = 0;
 }
 
 template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>
@@ -408,22 +414,14 @@ int loop_slices(int N, int K, int sm_count) {
   return slices;
 }
 
-/// The dynamic shared memory of a plain GEMV launch: its output row when it ends with the
-/// norm epilogue.
-template <class T>
-size_t norm_add_smem(const GemvNormAdd& post, int N) {
-  return post.norm_w ? size_t(N) * sizeof(T) : 0;
-}
-
 template <class T, class TO>
 void gemv_loop_as(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
                   void* out, int sm_count, cudaStream_t s, const GemvNormAdd& post) {
   const int slices = loop_slices<T, TO>(N, K, sm_count);
   const int rows_per_block = kWarpsPerBlock / slices;
   launch_decode_k(gemv_kernel<T, TO>, dim3((N + rows_per_block - 1) / rows_per_block),
-                  dim3(kWarpsPerBlock * 32), norm_add_smem<T>(post, N), s,
-                  static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K, slices,
-                  static_cast<TO*>(out), post);
+                  dim3(kWarpsPerBlock * 32), 0, s, static_cast<const T*>(x),
+                  static_cast<const T*>(W), ld, bias, N, K, slices, static_cast<TO*>(out), post);
 }
 
 template <class T>
@@ -450,8 +448,8 @@ void gemv_reg_launch(const GemvArgs& a, int sm_count, cudaStream_t s) {
   constexpr int WPB = warps_per_block<ROWS>();
   const int blocks = std::max(1, std::min((a.N + ROWS * WPB - 1) / (ROWS * WPB),
                                           blocks_per_sm<T, NCH, MODE, ROWS>() * sm_count));
-  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, dim3(blocks), dim3(WPB * 32),
-                  norm_add_smem<T>(a.post, a.N), s, a);
+  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, dim3(blocks), dim3(WPB * 32), 0, s,
+                  a);
 }
 
 template <class T, int MODE, bool TAP = false>

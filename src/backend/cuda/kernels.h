@@ -114,27 +114,12 @@ struct ScanArgs {
   /// The recurrence at every T (row invariance: the chunked form's sums depend on where a
   /// forward starts a chunk, which a batch decides).
   bool recurrence = false;
-  /// Backend::ssm_scan_norm's gated norm, taken by the recurrence kernel's last block:
-  /// out[T, nh*hd] = rmsnorm_gated(y, z; w, group, eps), the bits of launch_rmsnorm_gated.
-  /// z and out 16-byte aligned, nh*hd a multiple of 16 bytes' elements and at most
-  /// kMaxScanNormWidth; done a zeroed counter, left zeroed. w null: no norm.
-  struct Norm {
-    const void* z = nullptr;
-    const float* w = nullptr;
-    int group = 0;
-    float eps = 0.f;
-    void* out = nullptr;
-    unsigned* done = nullptr;
-  } norm;
 };
-/// Widest row the scan's gated norm takes: the row's f32 values in shared memory (32 KB;
-/// granite-4.0-h-small's mixer is 8,192 wide), within the 48 KB a launch gets unasked.
-constexpr int kMaxScanNormWidth = 8192;
 /// f32 elements of the chunked scan's workspace for these arguments.
 int64_t ssm_scan_scratch_floats(const ScanArgs& a);
 /// T == 1 (the decode step) or `recurrence`: a warp per state row (h, p), its N values in
-/// registers, token by token, then a.norm if set. T > 1: the chunked form (SSD) in three
-/// kernels, parallel over chunks but for one pass over the chunk states in order (ssm.cu).
+/// registers, token by token. T > 1: the chunked form (SSD) in three kernels, parallel over chunks but for one pass over
+/// the chunk states in order (ssm.cu).
 void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s);
 /// Backend::rmsnorm_gated: out[R, W] = w * v / rms(v), v = y * silu(z), the RMS over each
 /// group of `group` columns (W % group == 0); a block per (row, group).

@@ -58,17 +58,17 @@ __device__ __forceinline__ float scan_dt(const T* dt_raw, int64_t t, int nh, int
 //   dt = clamp(softplus(dt_raw + dt_bias), dt_min, dt_max), decay = exp(dt * -exp(A_log))
 //   s[n] = decay s[n] + (dt x) B[n];  y = warp_sum(sum_n s[n] C[n]) + D x
 constexpr int kScanPerLane = kMaxScanState / 32;
-constexpr int kScanWarps = 4;  // a block's warps
-// rmsnorm_gated_kernel's block (below): 1,024 threads keep the few loads of a decode step's
-// one row in flight together.
-constexpr int kGatedThreads = 1024;
 
 template <class T>
-__device__ __forceinline__ void scan_row(const T* xbc, const T* dt_raw, const float* a_log,
-                                         const float* d_skip, const float* dt_bias, float dt_min,
-                                         float dt_max, int T_, int nh, int hd, int G, int N,
-                                         float* state, T* y, int row) {
+__global__ void ssm_scan_kernel(const T* xbc, const T* dt_raw, const float* a_log,
+                                const float* d_skip, const float* dt_bias, float dt_min,
+                                float dt_max, int T_, int nh, int hd, int G, int N, float* state,
+                                T* y) {
+  griddep_wait();
+  griddep_launch();
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // h * hd + p
   const int lane = threadIdx.x % 32;
+  if (row >= nh * hd) return;
   const int h = row / hd, g = h / (nh / G);
   const int64_t I = int64_t(nh) * hd, width = I + 2 * int64_t(G) * N;
   float* srow = state + int64_t(row) * N;
@@ -103,76 +103,6 @@ __device__ __forceinline__ void scan_row(const T* xbc, const T* dt_raw, const fl
     const int n = lane + 32 * j;
     if (n < N) srow[n] = s[j];
   }
-}
-
-// ScanArgs::Norm, every thread of every scan block once its rows of y are stored. The grid's
-// last block (last_block) takes the gated norm of the T rows of W = nh*hd: v = y silu(z) into
-// shared memory (y from L2), the sum of squares of each group in rmsnorm_gated_kernel's
-// order (its 1,024 threads' sums, a thread's elements in turn, then each warp's tree, then the
-// first warp's tree over the 32 warps; each of this block's warps stands for 8 of those),
-// then out = v / rms * w, rounded once: the bits of ssm_scan then rmsnorm_gated, without the
-// second launch.
-template <class T>
-__device__ void scan_norm_epilogue(const ScanArgs::Norm& p, const T* y, int R, int W) {
-  extern __shared__ float vs[];  // [W]: one row's v
-  __shared__ float red[kGatedThreads / 32];
-  if (!last_block(p.done)) return;
-  constexpr int V = Vec16<T>::N, kPer = kGatedThreads / 32 / kScanWarps;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int r = 0; r < R; ++r) {
-    const int64_t o = int64_t(r) * W;
-    const uint4* yv = reinterpret_cast<const uint4*>(y + o);
-    const uint4* zv = reinterpret_cast<const uint4*>(static_cast<const T*>(p.z) + o);
-    for (int c = threadIdx.x; c < W / V; c += blockDim.x) {
-      const uint4 yu = __ldcg(yv + c), zu = zv[c];
-      const T* ye = reinterpret_cast<const T*>(&yu);
-      const T* ze = reinterpret_cast<const T*>(&zu);
-#pragma unroll
-      for (int i = 0; i < V; ++i) vs[c * V + i] = to_f(ye[i]) * silu(to_f(ze[i]));
-    }
-    __syncthreads();
-    for (int g0 = 0; g0 < W; g0 += p.group) {
-      float ss[kPer];
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        ss[k] = 0.f;
-        for (int i = (warp + kScanWarps * k) * 32 + lane; i < p.group; i += kGatedThreads) {
-          const float v = vs[g0 + i];
-          ss[k] += v * v;
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const float w = warp_sum(ss[k]);
-        if (lane == 0) red[warp + kScanWarps * k] = w;
-      }
-      __syncthreads();
-      if (warp == 0) {
-        const float w = warp_sum(red[lane]);
-        if (lane == 0) red[0] = w;
-      }
-      __syncthreads();
-      const float inv = 1.0f / sqrtf(red[0] / float(p.group) + p.eps);
-      T* out = static_cast<T*>(p.out) + o + g0;
-      for (int i = threadIdx.x; i < p.group; i += blockDim.x)
-        out[i] = from_f<T>(vs[g0 + i] * inv * p.w[g0 + i]);
-      __syncthreads();  // red and vs are taken again
-    }
-  }
-}
-
-template <class T>
-__global__ void __launch_bounds__(kScanWarps * 32)
-    ssm_scan_kernel(const T* xbc, const T* dt_raw, const float* a_log, const float* d_skip,
-                    const float* dt_bias, float dt_min, float dt_max, int T_, int nh, int hd,
-                    int G, int N, float* state, T* y, ScanArgs::Norm norm) {
-  griddep_wait();
-  griddep_launch();
-  const int row = blockIdx.x * kScanWarps + threadIdx.x / 32;  // h * hd + p
-  if (row < nh * hd)
-    scan_row(xbc, dt_raw, a_log, d_skip, dt_bias, dt_min, dt_max, T_, nh, hd, G, N, state, y,
-             row);
-  if (norm.w) scan_norm_epilogue<T>(norm, y, T_, nh * hd);
 }
 
 // The chunked form (SSD; HF GraniteMoeHybridMambaLayer.torch_forward's "ssd naive" branch and
@@ -301,6 +231,7 @@ __global__ void ssm_chunk_out_kernel(const T* xbc, const T* dt_raw, const float*
 // recomputed (same bits). A decode step has one row and one group of thousands of columns
 // (granite-4.0-h-1b: 3,072): 1,024 threads keep their few loads in flight together, where 256
 // took 13.5 us (ncu, H200, docs/evidence/h200/profile-s20.txt).
+constexpr int kGatedThreads = 1024;
 template <class T>
 __global__ void __launch_bounds__(kGatedThreads)
     rmsnorm_gated_kernel(const T* y, const T* z, const float* w, int W, int group, float eps,
@@ -375,14 +306,13 @@ void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s) {
     ARB_LAUNCHED("ssm_chunk_out_kernel", s);
     return;
   }
-  const int rows = a.nh * a.hd;
-  const size_t smem = a.norm.w ? size_t(rows) * sizeof(float) : 0;
+  const int warps = 4, rows = a.nh * a.hd;
   ARB_DISPATCH_CTYPE(ct, E,
-                     launch_k(ssm_scan_kernel<E>, dim3((rows + kScanWarps - 1) / kScanWarps),
-                              dim3(32 * kScanWarps), smem, s, static_cast<const E*>(a.xbc),
+                     launch_k(ssm_scan_kernel<E>, dim3((rows + warps - 1) / warps),
+                              dim3(32 * warps), 0, s, static_cast<const E*>(a.xbc),
                               static_cast<const E*>(a.dt_raw), a.a_log, a.d, a.dt_bias, a.dt_min,
-                              a.dt_max, a.T, a.nh, a.hd, a.G, a.N, a.state, static_cast<E*>(a.y),
-                              a.norm));
+                              a.dt_max, a.T, a.nh, a.hd, a.G, a.N, a.state,
+                              static_cast<E*>(a.y)));
   ARB_LAUNCHED("ssm_scan_kernel", s);
 }
 

@@ -170,11 +170,10 @@ const StageTap* residual_tap(const ModelConfig& c, const Block& in, int l, const
 
 // The mixer's recurrent part for one sequence's T rows at positions pos0..: xbc [T, C] through
 // the causal conv into xbc_act, then the scan with dt [T, nh] into y [T, I], continuing the
-// sequence's conv_state [K-1, C] and ssm_state [nh, hd, N], then the gated norm of y as norm
-// says (rows are normalised one by one, so a batch's sequences take theirs apart).
+// sequence's conv_state [K-1, C] and ssm_state [nh, hd, N].
 void mamba_mix(const Model& m, Backend& be, int l, int T, int pos0, const Buffer& xbc,
                const Buffer& dt, Buffer& conv_state, Buffer& ssm_state, Buffer& xbc_act,
-               Buffer& y, const Backend::GatedNorm& norm, const Stages& tap) {
+               Buffer& y, const Stages& tap) {
   const ModelConfig& c = m.config;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
   const int nh = c.ssm_heads, hd = c.ssm_head_dim, N = c.ssm_state;
@@ -184,21 +183,21 @@ void mamba_mix(const Model& m, Backend& be, int l, int T, int pos0, const Buffer
   be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), xbc_act, T, C);
   // The conv state keeps the last K-1 input rows: a copy of xBC, one rounding to its type.
   be.apply_tap(tap.state("ssm_conv_state", l, "ssm_conv", K - 1, C, 1, 1), conv_state, K - 1, C);
+  be.ssm_scan(xbc_act, dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T, nh, hd,
+              G, N, c.ssm_chunk, ssm_state, y);
   // Each output sums N state terms; each state carries every earlier token's update; a
   // prefill's chunked form (cpu, cuda) adds a chunk's terms, each with its summed decays.
   const int chunk_terms = T > 1 ? 2 * std::min(c.ssm_chunk, T) : 0;
-  const StageTap* scan = tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T + chunk_terms, 6);
+  be.apply_tap(tap("ssm_scan", l, "ssm_scan", I, N + pos0 + T + chunk_terms, 6), y, T, I);
   // The state [nh, hd * N], one row per head: each element sums every token's decayed
   // update so far (plus the chunked form's terms), without the output's sum over N.
-  const StageTap* state =
-      tap.state("ssm_state", l, "ssm_scan", nh, hd * N, pos0 + T + chunk_terms, 6);
-  be.ssm_scan_norm(xbc_act, dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T, nh,
-                   hd, G, N, c.ssm_chunk, ssm_state, y, scan, state, norm);
+  be.apply_tap(tap.state("ssm_state", l, "ssm_scan", nh, hd * N, pos0 + T + chunk_terms, 6),
+               ssm_state, nh, hd * N);
 }
 
 // x += residual_multiplier * out_proj(rmsnorm_gated(scan(conv(xBC)), z)), z/xBC/dt of
-// rmsnorm(x). The projections run once over all T rows; the conv, the scan and the gated norm
-// per sequence (batch: each on its rows and its slot's states; else the one sequence).
+// rmsnorm(x). The projections and the gated norm run once over all T rows; the conv and the
+// scan per sequence (batch: each on its rows and its slot's states; else the one sequence).
 void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0, const Block& in,
            const std::vector<BatchSeq>* batch, const Stages& tap) {
   const ModelConfig& c = m.config;
@@ -214,21 +213,21 @@ void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0, 
       {&wxbc, nullptr, &s.xbc, tap("ssm_xbc", l, "matmul", C, D, 3)},  // xBC [T, C]
       {&wdt, nullptr, &s.dt, tap("ssm_dt", l, "matmul", nh, D, 3)}};   // dt [T, nh]
   be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, false, norm, proj, 3);
-  const int group = c.ssm_norm_per_group ? I / G : I;
   if (!batch) {
     mamba_mix(m, be, l, T, pos0, s.xbc, s.dt, s.conv_state[size_t(l)], s.ssm_state[size_t(l)],
-              s.xbc_act, s.y, {&s.z, &lw(kSsmNorm), group, c.norm_eps, &s.yn}, tap);
+              s.xbc_act, s.y, tap);
   } else {
     int r = 0;
     for (const BatchSeq& q : *batch) {
       Buffer conv = s.conv_slot(l, q.slot), ssm = s.ssm_slot(l, q.slot);
       Buffer act = batch_rows(s.xbc_act, r, q.T, C), y = batch_rows(s.y, r, q.T, I);
-      Buffer z = batch_rows(s.z, r, q.T, I), yn = batch_rows(s.yn, r, q.T, I);
       mamba_mix(m, be, l, q.T, q.pos0, batch_rows(s.xbc, r, q.T, C), batch_rows(s.dt, r, q.T, nh),
-                conv, ssm, act, y, {&z, &lw(kSsmNorm), group, c.norm_eps, &yn}, tap);
+                conv, ssm, act, y, tap);
       r += q.T;
     }
   }
+  const int group = c.ssm_norm_per_group ? I / G : I;
+  be.rmsnorm_gated(s.y, s.z, lw(kSsmNorm), T, I, group, c.norm_eps, s.yn);
   be.apply_tap(tap("ssm_norm", l, "rmsnorm_gated", I, group, 4), s.yn, T, I);
   const StageTap* out = tap("ssm_out", l, "matmul", D, I, 3);
   be.matmul_add(s.yn, lw(kOutProj), T, s.o, s.x, c.residual_mult, out, residual_tap(c, in, l, tap));
