@@ -138,11 +138,12 @@ constexpr int max_regs() {
 // into shared memory (all its threads, from L2: L1 holds no other block's stores), its first
 // warp takes the sum of squares in rmsnorm_vec_kernel's order (a lane's 16-byte chunks in
 // turn, then the warp's tree), and all its threads normalise, round, add and round each
-// element as rmsnorm_vec_kernel<ADD> does: the bits of matmul then rmsnorm_add.
-constexpr int kNormAddChunks = 16 * 32;  // rmsnorm_add_fusable's widest row, in 16-byte chunks
+// element as rmsnorm_vec_kernel<ADD> does: the bits of matmul then rmsnorm_add. The row's
+// shared memory is the launch's dynamic shared memory (norm_add_smem), so GEMVs without the
+// epilogue reserve none.
 template <class T>
 __device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
-  __shared__ uint4 ys[kNormAddChunks];
+  extern __shared__ uint4 ys[];
   __shared__ float inv;
   __shared__ int last;
   __threadfence();
@@ -414,14 +415,22 @@ int loop_slices(int N, int K, int sm_count) {
   return slices;
 }
 
+/// The dynamic shared memory of a plain GEMV launch: its output row when it ends with the
+/// norm epilogue.
+template <class T>
+size_t norm_add_smem(const GemvNormAdd& post, int N) {
+  return post.norm_w ? size_t(N) * sizeof(T) : 0;
+}
+
 template <class T, class TO>
 void gemv_loop_as(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
                   void* out, int sm_count, cudaStream_t s, const GemvNormAdd& post) {
   const int slices = loop_slices<T, TO>(N, K, sm_count);
   const int rows_per_block = kWarpsPerBlock / slices;
   launch_decode_k(gemv_kernel<T, TO>, dim3((N + rows_per_block - 1) / rows_per_block),
-                  dim3(kWarpsPerBlock * 32), 0, s, static_cast<const T*>(x),
-                  static_cast<const T*>(W), ld, bias, N, K, slices, static_cast<TO*>(out), post);
+                  dim3(kWarpsPerBlock * 32), norm_add_smem<T>(post, N), s,
+                  static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K, slices,
+                  static_cast<TO*>(out), post);
 }
 
 template <class T>
@@ -448,8 +457,8 @@ void gemv_reg_launch(const GemvArgs& a, int sm_count, cudaStream_t s) {
   constexpr int WPB = warps_per_block<ROWS>();
   const int blocks = std::max(1, std::min((a.N + ROWS * WPB - 1) / (ROWS * WPB),
                                           blocks_per_sm<T, NCH, MODE, ROWS>() * sm_count));
-  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, dim3(blocks), dim3(WPB * 32), 0, s,
-                  a);
+  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, dim3(blocks), dim3(WPB * 32),
+                  norm_add_smem<T>(a.post, a.N), s, a);
 }
 
 template <class T, int MODE, bool TAP = false>
