@@ -330,6 +330,27 @@ class Backend {
   virtual void rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                               double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
                               const MatmulTarget* outs, int n_outs);
+  /// Mamba2's causal conv of one rmsnorm_matmul output (xBC): ssm_conv of outs[of]'s T rows
+  /// (W's rows wide) with these weights into act, continuing state, then the taps on act
+  /// (stage ssm_conv) and on the state.
+  struct ConvTarget {
+    int of = 0;
+    const Tensor* w = nullptr;
+    const Tensor* bias = nullptr;  // may be null
+    int K = 0;
+    Buffer* state = nullptr;
+    Buffer* act = nullptr;
+    const StageTap *tap = nullptr, *state_tap = nullptr;
+  };
+  /// ssm_conv of x [T, C] as `conv` says, with its taps: the conv of rmsnorm_matmul_conv and
+  /// of a batched forward's sequences, one way.
+  void apply_conv(const Buffer& x, int T, int C, const ConvTarget& conv);
+  /// rmsnorm_matmul (keep_xn false), then ssm_conv(*outs[conv.of].out, ...): Mamba2's in_proj
+  /// and its conv, which a tier may run as one launch (cuda, T == 1: the conv in the GEMV's
+  /// rows of xBC).
+  virtual void rmsnorm_matmul_conv(const Buffer& x, const Tensor& w, NormWeight nw, int T,
+                                   int D, double eps, Buffer& xn, const StageTap* norm_tap,
+                                   const MatmulTarget* outs, int n_outs, const ConvTarget& conv);
   /// The stages of rmsnorm_glu: the norm, the two projections and their product.
   struct GluTaps {
     const StageTap *norm = nullptr, *gate = nullptr, *up = nullptr, *act = nullptr;

@@ -69,6 +69,19 @@ void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, in
   }
 }
 
+void Backend::apply_conv(const Buffer& x, int T, int C, const ConvTarget& conv) {
+  ssm_conv(x, *conv.w, conv.bias, T, C, conv.K, *conv.state, *conv.act);
+  apply_tap(conv.tap, *conv.act, T, C);
+  apply_tap(conv.state_tap, *conv.state, conv.K - 1, C);
+}
+
+void Backend::rmsnorm_matmul_conv(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                                  double eps, Buffer& xn, const StageTap* norm_tap,
+                                  const MatmulTarget* outs, int n_outs, const ConvTarget& conv) {
+  rmsnorm_matmul(x, w, nw, T, D, eps, xn, false, norm_tap, outs, n_outs);
+  apply_conv(*outs[conv.of].out, T, int(outs[conv.of].W->rows()), conv);
+}
+
 void Backend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                           double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
                           GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,

@@ -107,10 +107,16 @@ TEST(CudaFused, DecodeEqualsOpByOpPath) {
 }
 
 #if ARBITER_HAVE_CUDA
+/// An op of a fused kernel and the provider it must run as.
+struct FusedOp {
+  const char* op;
+  const char* provider;
+};
+
 /// A 16-step greedy decode of each fixture, in every dtype, with the tier's fused kernels
-/// (where `op` must run as `provider`) and with fusion off: the same bits.
-void expect_fused_op_keeps_bits(std::initializer_list<const char*> fixtures, const char* op,
-                                const char* provider) {
+/// (where each op must run as its provider) and with fusion off: the same bits.
+void expect_fused_ops_keep_bits(std::initializer_list<const char*> fixtures,
+                                std::initializer_list<FusedOp> ops) {
   for (const char* name : fixtures) {
     auto m = load_model(source_path(std::string("tests/fixtures/models/") + name));
     const int V = m->config.vocab;
@@ -119,12 +125,16 @@ void expect_fused_op_keeps_bits(std::initializer_list<const char*> fixtures, con
       SCOPED_TRACE(std::string(name) + " " + dt);
       auto a = make_cuda_backend(0, dt), b = make_cuda_backend(0, dt);
       const auto ta = decode_logits(*m, *a, prompt, 16);
-      EXPECT_GT(a->stats().calls().at(op).at(provider), 0) << op << " did not run fused";
+      for (const FusedOp& f : ops) {
+        const auto& calls = a->stats().calls();
+        EXPECT_TRUE(calls.count(f.op) && calls.at(f.op).count(f.provider))
+            << f.op << " did not run fused";
+      }
       CudaTuning t = cuda_tuning(*b);
       t.fused = false;
       cuda_set_tuning(*b, t);
       const auto tb = decode_logits(*m, *b, prompt, 16);
-      EXPECT_EQ(b->stats().calls().count(op), 0u);
+      for (const FusedOp& f : ops) EXPECT_EQ(b->stats().calls().count(f.op), 0u) << f.op;
       expect_same_bits(ta, tb);
     }
   }
@@ -138,9 +148,9 @@ void expect_fused_op_keeps_bits(std::initializer_list<const char*> fixtures, con
 TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
   ARB_CUDA_OR_SKIP(probe, "bf16");
 #if ARBITER_HAVE_CUDA
-  expect_fused_op_keeps_bits(
-      {"tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-granite-h-moe", "tiny-nemotron-h"}, "moe_add",
-      "cuda.moe_decode_add");
+  expect_fused_ops_keep_bits(
+      {"tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-granite-h-moe", "tiny-nemotron-h"},
+      {{"moe_add", "cuda.moe_decode_add"}});
 #endif
 }
 
@@ -150,8 +160,18 @@ TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
 TEST(CudaFused, GemmaDecodeEqualsOpByOpPath) {
   ARB_CUDA_OR_SKIP(probe, "bf16");
 #if ARBITER_HAVE_CUDA
-  expect_fused_op_keeps_bits({"tiny-gemma3", "tiny-gemma2"}, "matmul_rmsnorm_add",
-                             "cuda.gemv_rmsnorm_add");
+  expect_fused_ops_keep_bits({"tiny-gemma3", "tiny-gemma2"},
+                             {{"matmul_rmsnorm_add", "cuda.gemv_rmsnorm_add"}});
+#endif
+}
+
+// The hybrids' Mamba2 in_proj with the conv in its xBC rows (rmsnorm_matmul_conv): the bits of
+// the GEMV and then ssm_conv.
+TEST(CudaFused, HybridDecodeEqualsOpByOpPath) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+#if ARBITER_HAVE_CUDA
+  expect_fused_ops_keep_bits({"tiny-granite-h", "tiny-granite-h-moe", "tiny-nemotron-h"},
+                             {{"rmsnorm_matmul_conv", "cuda.norm_gemv_conv"}});
 #endif
 }
 

@@ -2,9 +2,10 @@
 // drift, opcheck and --inject see on the path trace and generate run. A tapped fused kernel
 // must record the bits its own op-by-op path stores (the fused forms compute exactly those),
 // replay a capture exactly, and put an injected fault where it names: inside the norm + q/k/v
-// GEMV, the q/k norm + RoPE + attention kernel, the GEMV + residual add and the norm + gate/up
-// GEMV. The drift run's providers are the trace run's. SKIP without a GPU
-// (ARBITER_REQUIRE_CUDA=1 makes that a failure). To add a fault case: append to kFaults.
+// GEMV, the q/k norm + RoPE + attention kernel, the GEMV + residual add, the norm + gate/up
+// GEMV and the hybrids' in_proj GEMV with the conv inside. The drift run's providers are the
+// trace run's. SKIP without a GPU (ARBITER_REQUIRE_CUDA=1 makes that a failure). To add a
+// fault case: append to kFaults.
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@ namespace {
 const char* kLlama = "models/TinyStories-656K";  // 2 layers, Dh 16: every fused form
 const char* kQwen2 = "tests/fixtures/models/tiny-qwen2";  // q/k/v biases
 const char* kQwen3 = "tests/fixtures/models/tiny-qwen3";  // q/k norms, Dh 32
+const char* kGraniteH = "tests/fixtures/models/tiny-granite-h";  // Mamba2 layers 0 and 2
 
 std::vector<int32_t> corpus_ids(const Model& m, int n) {
   std::ifstream f(source_path("models/corpus/stories.txt"), std::ios::binary);
@@ -80,6 +82,33 @@ TEST(CudaTaps, FusedKernelsRecordTheirOpByOpBits) {
 #endif
 }
 
+// The same for a hybrid: the Mamba2 in_proj with the conv inside records the GEMV's and the
+// conv's op-by-op bits (stages ssm_xbc, ssm_conv and the conv state among them).
+TEST(CudaTaps, HybridFusedKernelsRecordTheirOpByOpBits) {
+  ARB_CUDA_OR_SKIP(probe, "bf16");
+#if ARBITER_HAVE_CUDA
+  for (const char* dt : {"bf16", "f32"}) {
+    SCOPED_TRACE(dt);
+    auto m = load_model(source_path(kGraniteH));
+    auto fused = make_cuda_backend(0, dt), plain = make_cuda_backend(0, dt);
+    set_fused(*plain, false);
+    Session sf(*m, *fused, 24, 1), sp(*m, *plain, 24, 1);
+    const std::vector<int32_t> ids = corpus_ids(*m, 24);
+    const Capture cf = capture_forwards(sf, ids, 1), cp = capture_forwards(sp, ids, 1);
+    ASSERT_EQ(cf.size(), cp.size());
+    int fused_stages = 0;
+    for (size_t f = 0; f < cf.size(); ++f)
+      for (const StageRecord& r : cp[f].stages) {
+        ASSERT_EQ(cf[f].at(r.name, r.layer).values, r.values)
+            << "forward " << f << " " << verify::stage_id_name(r.name, r.layer);
+        fused_stages += r.name == "ssm_xbc" || r.name == "ssm_conv";
+      }
+    EXPECT_GT(fused_stages, 0);
+    EXPECT_TRUE(providers(*fused).count("rmsnorm_matmul_conv=cuda.norm_gemv_conv"));
+  }
+#endif
+}
+
 TEST(CudaTaps, ReplayOfItsOwnCaptureIsExact) {
   ARB_CUDA_OR_SKIP(cu, "bf16");
   // Overwriting every stage with the value it had leaves every stage as it was: the
@@ -120,6 +149,7 @@ TEST(CudaTaps, AFaultInsideAFusedKernelIsNamedByDrift) {
       {kLlama, "op=final_norm,scale=1.2", "final_norm", -1},
       {kQwen3, "op=q_norm,layer=1,scale=1.2", "q_norm", 1},
       {kQwen3, "op=k_norm,layer=0,noise=0.05", "k_norm", 0},
+      {kGraniteH, "op=ssm_xbc,layer=2,scale=1.2", "ssm_xbc", 2},  // read by the conv inside
   };
   for (const FaultCase& fc : kFaults) {
     SCOPED_TRACE(fc.inject);

@@ -5,7 +5,8 @@
 // the products exactly as in the composition. Shapes: the q/k/v form (rows of 1,024, 1,000
 // and 504 elements, segments of odd lengths), logits rows, a tiny model's, and T > 1; the
 // Plain norm and gemma's (1 + w) (gemma3-1b's q/k/v rows of 1,152). With keep_xn the
-// normalised x is the composition's too.
+// normalised x is the composition's too. rmsnorm_matmul_conv (Mamba2's in_proj with the
+// conv of its xBC rows) the same way, on the hybrids' shapes.
 #include <cmath>
 
 #include "tier_util.h"
@@ -128,6 +129,116 @@ TEST_P(RmsnormMatmul, MatchesRefAndItsComposition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, RmsnormMatmul, testing::ValuesIn(op_tiers()), op_tier_name);
+
+// --- rmsnorm_matmul_conv: Mamba2's in_proj (z, xBC, dt) with the conv of xBC ------------------
+
+struct ConvProj {
+  int T, D, I, C, nh, K;  // x [T, D]; outputs z [T, I], xBC [T, C], dt [T, nh]; conv width K
+};
+// tiny-granite-h's mixer; granite-4.0-h-1b's (rows of 1,536: six chunks); rows of 1,024 (two
+// rows a warp on cuda) with K = 3; T > 1 (the composition on every tier).
+const ConvProj kConvProj[] = {{1, 64, 128, 192, 8, 4},
+                              {1, 1536, 3072, 3328, 48, 4},
+                              {1, 1024, 256, 320, 8, 3},
+                              {3, 64, 128, 192, 8, 4}};
+
+struct ConvOutcome {
+  std::vector<std::vector<double>> outs;  // z, xBC, dt
+  std::vector<double> act, state;
+  std::vector<std::vector<double>> records;  // norm, z, xBC, dt, conv, state
+};
+
+ConvOutcome run_conv(Backend& be, bool composed, const ConvProj& c, const HostTensor& norm,
+                     const std::vector<std::unique_ptr<HostTensor>>& W, const HostTensor& cw,
+                     const HostTensor& cb, const std::vector<double>& x,
+                     const std::vector<double>& state, TapSet* taps) {
+  Buf xb(be, x), xn(be, x.size()), st(be, state), act(be, int64_t(c.T) * c.C);
+  act.poison();
+  auto tap = [&](size_t i) { return taps ? (*taps)[i] : nullptr; };
+  std::vector<std::unique_ptr<Buf>> out;
+  std::vector<Backend::MatmulTarget> tg;
+  for (size_t i = 0; i < W.size(); ++i) {
+    out.push_back(std::make_unique<Buf>(be, int64_t(c.T) * W[i]->t.rows()));
+    out.back()->poison();
+    tg.push_back({&W[i]->t, nullptr, &out.back()->b, tap(i + 1)});
+  }
+  const Backend::ConvTarget conv{1, &cw.t, &cb.t, c.K, &st.b, &act.b, tap(4), tap(5)};
+  if (composed)
+    be.Backend::rmsnorm_matmul_conv(xb.b, norm.t, NormWeight::Plain, c.T, c.D, 1e-6, xn.b, tap(0),
+                                    tg.data(), 3, conv);
+  else
+    be.rmsnorm_matmul_conv(xb.b, norm.t, NormWeight::Plain, c.T, c.D, 1e-6, xn.b, tap(0),
+                           tg.data(), 3, conv);
+  ConvOutcome r;
+  for (auto& o : out) r.outs.push_back(o->read());
+  r.act = act.read();
+  r.state = st.read();
+  if (taps) r.records = taps->records;
+  return r;
+}
+
+class RmsnormMatmulConv : public OpTest {};
+
+// The fused form gives the bits of the tier's own composition (rmsnorm_matmul, then ssm_conv
+// of xBC): every output, the conv's and the state; its taps record the composition's values,
+// and an overwritten xBC feeds the conv and the state as in the composition (whose ops are
+// checked against ref by RmsnormMatmul and SsmConv). On cuda a one-token case runs the fused
+// kernel.
+TEST_P(RmsnormMatmulConv, EqualsItsCompositionBitForBit) {
+  const OpTier& tier = GetParam();
+  ARB_TIER_OR_SKIP(be, tier);
+  const DType st = weight_types(tier).front();
+  uint64_t seed = 1400;
+  for (const ConvProj& c : kConvProj) {
+    ++seed;
+    std::vector<double> nv = values(c.D, seed, 0.1, DType::F32);
+    for (double& w : nv) w += 1.0;
+    auto norm = make_tensor("norm", {c.D}, nv, DType::F32);
+    std::vector<std::unique_ptr<HostTensor>> W;
+    const int rows[3] = {c.I, c.C, c.nh};
+    for (int i = 0; i < 3; ++i)
+      W.push_back(make_tensor("W" + std::to_string(i), {rows[i], c.D},
+                              values(int64_t(rows[i]) * c.D, seed + 10 + i, 0.05, DType::F32), st));
+    auto cw = make_tensor("conv1d.weight", {c.C, 1, c.K},
+                          values(int64_t(c.C) * c.K, seed + 3, 0.5, DType::BF16), DType::BF16);
+    auto cb = make_tensor("conv1d.bias", {c.C}, values(c.C, seed + 4, 0.2, DType::BF16),
+                          DType::BF16);
+    const std::vector<double> x = values(int64_t(c.T) * c.D, seed + 1, 1.0, tier.compute);
+    const std::vector<double> state = values(int64_t(c.K - 1) * c.C, seed + 2, 1.0, tier.compute);
+    const std::string what = strformat("T=%d D=%d C=%d K=%d", c.T, c.D, c.C, c.K);
+    const ConvOutcome fused = run_conv(*be, false, c, *norm, W, *cw, *cb, x, state, nullptr);
+    if (tier.cuda && c.T == 1) {
+      const auto& calls = be->stats().calls();
+      EXPECT_TRUE(calls.count("rmsnorm_matmul_conv") &&
+                  calls.at("rmsnorm_matmul_conv").count("cuda.norm_gemv_conv"))
+          << tier.name << " " << what << ": the fused kernel did not run";
+    }
+    const ConvOutcome composed = run_conv(*be, true, c, *norm, W, *cw, *cb, x, state, nullptr);
+    for (int i = 0; i < 3; ++i)
+      check_exact("rmsnorm_matmul_conv.out", tier, what, seed, fused.outs[size_t(i)],
+                  composed.outs[size_t(i)]);
+    check_exact("rmsnorm_matmul_conv.act", tier, what, seed, fused.act, composed.act);
+    check_exact("rmsnorm_matmul_conv.state", tier, what, seed, fused.state, composed.state);
+    TapSet tf(6), tc(6);
+    const ConvOutcome rf = run_conv(*be, false, c, *norm, W, *cw, *cb, x, state, &tf);
+    const ConvOutcome rc = run_conv(*be, true, c, *norm, W, *cw, *cb, x, state, &tc);
+    for (size_t i = 0; i < rf.records.size(); ++i) {
+      EXPECT_FALSE(rf.records[i].empty()) << tier.name << " " << what << " tap " << i;
+      check_exact("rmsnorm_matmul_conv.record", tier, what + " tap " + std::to_string(i), seed,
+                  rf.records[i], rc.records[i]);
+    }
+    const std::vector<double> other = values(int64_t(c.T) * c.C, seed + 5, 1.0, tier.compute);
+    TapSet of(6, {nullptr, nullptr, &other}), oc(6, {nullptr, nullptr, &other});
+    const ConvOutcome wf = run_conv(*be, false, c, *norm, W, *cw, *cb, x, state, &of);
+    const ConvOutcome wc = run_conv(*be, true, c, *norm, W, *cw, *cb, x, state, &oc);
+    check_exact("rmsnorm_matmul_conv.overwrite act", tier, what, seed, wf.act, wc.act);
+    check_exact("rmsnorm_matmul_conv.overwrite state", tier, what, seed, wf.state, wc.state);
+    EXPECT_NE(wf.act, fused.act) << tier.name << " " << what << ": the overwrite did not reach the conv";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, RmsnormMatmulConv, testing::ValuesIn(op_tiers()),
+                         op_tier_name);
 
 }  // namespace
 }  // namespace arbiter::test

@@ -88,6 +88,7 @@ CudaBackend::CudaBackend(int device, DType ct) : device_(device), ct_(ct) {
   tuning_.graphs = env_on("ARBITER_CUDA_GRAPH", true) && !cuda::sync_after_launch();
   tuning_.fused = env_on("ARBITER_CUDA_FUSED", true);
   tuning_.attn_direct = env_on("ARBITER_CUDA_ATTN_DIRECT", true);
+  tuning_.ssm_fused = env_on("ARBITER_CUDA_SSM_FUSED", true);
   tuning_.attn_mma = env_on("ARBITER_CUDA_ATTN_MMA", true);
   tuning_.qgemv_mma = env_on("ARBITER_CUDA_QGEMV_MMA", true);
   tuning_.attn_split_keys =

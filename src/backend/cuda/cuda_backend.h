@@ -19,7 +19,7 @@ struct CudaGraphStats {
 };
 
 /// Kernel choices (defaults from ARBITER_CUDA_GEMV / _GRAPH / _FUSED / _PDL / _ATTN_DIRECT /
-/// _ATTN_MMA / _QGEMV_MMA, each on unless "0").
+/// _SSM_FUSED / _ATTN_MMA / _QGEMV_MMA, each on unless "0").
 struct CudaTuning {
   bool gemv = true;    // T == 1 matmuls by the hand-written GEMV (else cuBLASLt)
   bool graphs = true;  // capture and replay single-token forwards, and batched forwards
@@ -31,6 +31,8 @@ struct CudaTuning {
                             // from global memory; ARBITER_CUDA_ATTN_DIRECT); off: flash + combine
   bool qgemv_mma = true;  // T == 1 matmuls of Q4_K/Q5_K/Q6_K rows on tensor cores (bf16/f16;
                           // ARBITER_CUDA_QGEMV_MMA); off: the CUDA-core packed GEMV
+  bool ssm_fused = true;  // T == 1 Mamba2 conv inside the in_proj GEMV (rmsnorm_matmul_conv;
+                          // ARBITER_CUDA_SSM_FUSED, under `fused`); off: GEMV, then ssm_conv
   bool attn_mma = true;  // T > 1 attention on tensor cores (bf16/f16, Dh 64/128;
                          // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel
   int attn_split_keys = 256;  // direct decode attention: the fewest keys per key split (the

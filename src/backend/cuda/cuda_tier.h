@@ -87,6 +87,9 @@ class CudaBackend final : public Backend {
   void rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
                       Buffer& xn, bool keep_xn, const StageTap* norm_tap,
                       const MatmulTarget* outs, int n_outs) override;
+  void rmsnorm_matmul_conv(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                           double eps, Buffer& xn, const StageTap* norm_tap,
+                           const MatmulTarget* outs, int n_outs, const ConvTarget& conv) override;
   void rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
                    Buffer& xn, const Tensor& w_gate, const Tensor& w_up, GluAct act_fn,
                    Buffer& gate, Buffer& up, Buffer& act, const GluTaps& taps) override;
@@ -228,6 +231,11 @@ class CudaBackend final : public Backend {
   const std::string& packed_provider(const char* prefix, DType qt);
 
   // fused.cpp
+  /// rmsnorm_matmul (conv null) or rmsnorm_matmul_conv as the norm + GEMV kernel (the conv
+  /// in its rows of xBC), or the packed GEMV (no conv); false when neither takes the step.
+  bool norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
+                 Buffer& xn, bool keep_xn, const StageTap* norm_tap, const MatmulTarget* outs,
+                 int n_outs, const ConvTarget* conv);
   /// A rmsnorm_matmul output's device bias (null without one), checked with its room.
   const float* target_bias(const MatmulTarget& o, int64_t rows);
   /// Whether the fused q/k norm + RoPE + KV store kernels take this step.

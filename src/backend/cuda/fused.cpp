@@ -19,19 +19,39 @@ using cuda::PosRef;
 void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                                  double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
                                  const MatmulTarget* outs, int n_outs) {
+  if (!norm_gemv(x, w, nw, T, D, eps, xn, keep_xn, norm_tap, outs, n_outs, nullptr))
+    Backend::rmsnorm_matmul(x, w, nw, T, D, eps, xn, keep_xn, norm_tap, outs, n_outs);
+}
+
+void CudaBackend::rmsnorm_matmul_conv(const Buffer& x, const Tensor& w, NormWeight nw, int T,
+                                      int D, double eps, Buffer& xn, const StageTap* norm_tap,
+                                      const MatmulTarget* outs, int n_outs,
+                                      const ConvTarget& conv) {
+  if (!tuning_.ssm_fused ||
+      !norm_gemv(x, w, nw, T, D, eps, xn, false, norm_tap, outs, n_outs, &conv))
+    Backend::rmsnorm_matmul_conv(x, w, nw, T, D, eps, xn, norm_tap, outs, n_outs, conv);
+}
+
+bool CudaBackend::norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
+                            double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
+                            const MatmulTarget* outs, int n_outs, const ConvTarget* conv) {
   const bool step = single_token(T) && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3;
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
   for (int i = 0; step && i < n_outs; ++i) mats[i] = &weights_->matrix(*outs[i].W);
-  if (step && mats[0]->packed() &&
+  if (step && !conv && mats[0]->packed() &&
       packed_rmsnorm_matmul(x, w, nw, D, eps, xn, keep_xn, norm_tap, outs, n_outs, mats))
-    return;
+    return true;
   bool fuse = step && cuda::gemv_fusable(ct_, D);
   for (int i = 0; fuse && i < n_outs; ++i)
     fuse = mats[i]->cols == D && !mats[i]->packed() &&
            (outs[i].out->dtype == DType::F32 || outs[i].out->dtype == ct_);
-  if (!fuse)
-    return Backend::rmsnorm_matmul(x, w, nw, T, D, eps, xn, keep_xn, norm_tap, outs, n_outs);
-  stats_.record("rmsnorm_matmul", prov_norm_gemv_);
+  // The conv reads its rows as the compute type stores them, without a bias.
+  if (fuse && conv)
+    fuse = conv->of >= 0 && conv->of < n_outs && outs[conv->of].out->dtype == ct_ &&
+           (!outs[conv->of].bias || outs[conv->of].bias->empty()) && conv->K >= 1;
+  if (!fuse) return false;
+  if (conv) stats_.record("rmsnorm_matmul_conv", "cuda.norm_gemv_conv");
+  else stats_.record("rmsnorm_matmul", prov_norm_gemv_);
   check_act(x, D, "rmsnorm_matmul x");
   if (keep_xn) check_act(xn, D, "rmsnorm_matmul xn");
   const float* norm_w = vec(w, D, "rmsnorm", nw == NormWeight::OnePlus);
@@ -53,13 +73,33 @@ void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw
     sig.insert(sig.end(), {int64_t(m.ptr), m.ld, int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
   }
   sig.push_back(cuda::sig_bits(eps));
-  const bool tapped = norm_tap != nullptr;
-  if (tapped) stage_taps({{norm_tap, D}}, a.tapped, a.taps);
+  const StageTap* conv_in = nullptr;  // the product the conv reads: tapped inside the kernel
+  int64_t C = 0;
+  if (conv) {
+    C = mats[conv->of]->rows;
+    const int K = conv->K;
+    check_act(*conv->act, C, "rmsnorm_matmul_conv act");
+    check_act(*conv->state, (K - 1) * C, "rmsnorm_matmul_conv state");
+    a.conv = cuda::GemvConv{conv->of, vec(*conv->w, C * K, "ssm_conv"),
+                            conv->bias ? vec(*conv->bias, C, "ssm_conv") : nullptr, K,
+                            conv->state->ptr, conv->act->ptr};
+    sig.insert(sig.end(), {conv->of, int64_t(a.conv.w), int64_t(a.conv.b), K,
+                           int64_t(a.conv.state), int64_t(a.conv.act)});
+    conv_in = outs[conv->of].tap;
+  }
+  const bool tapped = norm_tap != nullptr || conv_in != nullptr;
+  if (tapped) stage_taps({{norm_tap, D}, {conv_in, C}}, a.tapped, a.taps);
   submit(std::move(sig), false, 0, [=, this](const cuda::StepCtx&) {
     cuda::launch_gemv_fused(ct_, cuda::kGemvNorm, a, sm_, stream_);
   });
   if (tapped) collect_taps();
-  for (int i = 0; i < n_outs; ++i) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
+  for (int i = 0; i < n_outs; ++i)
+    if (!conv || i != conv->of) apply_tap(outs[i].tap, *outs[i].out, T, int(mats[i]->rows));
+  if (conv) {
+    apply_tap(conv->tap, *conv->act, T, int(C));
+    apply_tap(conv->state_tap, *conv->state, conv->K - 1, int(C));
+  }
+  return true;
 }
 
 void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,

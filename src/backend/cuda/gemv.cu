@@ -21,7 +21,10 @@
 // the normalised output row into the residual. H100, synth gemma3-1b bf16 decode, alternating
 // in one call (docs/evidence/h200/call-d-s33.txt): 835.2-835.7 tok/s against 818.0-818.2 with
 // the norm and add as a kernel of their own; with one warp of the last block doing all of it,
-// its loads one after the other, 795 against 814 (call-c-s33.txt).
+// its loads one after the other, 795 against 814 (call-c-s33.txt). The norm form can end the
+// rows of one segment with one token of Mamba2's conv (GemvConv, rmsnorm_matmul_conv): the
+// hybrids' in_proj and ssm_conv in one launch (H100, Nsight Compute, a granite-4.0-h-1b layer:
+// 32.2 us against 31.0 + 4.7 us; docs/evidence/h200/call-a-s35.txt).
 #include "backend/cuda/device_common.cuh"
 #include <algorithm>
 #include <type_traits>
@@ -186,6 +189,19 @@ __device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
   if (threadIdx.x == 0) *p.done = 0;
 }
 
+// GemvConv's channel c, whose product is acc: the product rounded and stored as the plain
+// form stores it (TAP: the stage ssm_xbc, taps[1], tapped first), then one token of
+// ssm_conv_kernel's arithmetic (conv_step) on it and the channel's state.
+template <class T, bool TAP>
+__device__ __forceinline__ void conv_row(const GemvArgs& a, int c, float acc, void* out) {
+  T v = from_f<T>(acc);
+  if constexpr (TAP) v = tap_value(a.taps[1], c, v, true);
+  static_cast<T*>(out)[c] = v;
+  const GemvConv& p = a.conv;
+  static_cast<T*>(p.act)[c] =
+      from_f<T>(conv_step(p.w, p.b, a.seg[p.seg].rows, p.K, c, v, static_cast<T*>(p.state)));
+}
+
 template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>
 __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     __maxnreg__((max_regs<NCH, MODE, ROWS>())) gemv_reg_kernel(GemvArgs a) {
@@ -317,7 +333,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
           res[rr[r]] = from_f<T>(to_f(first ? res0 : res[rr[r]]) + to_f(p));
         }
       } else if (lane == 0) {
-        store_out<T>(g.out, g.out_f32, rr[r], g.bias ? acc + g.bias[rr[r]] : acc);
+        if (MODE == kGemvNorm && si[r] == a.conv.seg) conv_row<T, TAP>(a, rr[r], acc, g.out);
+        else store_out<T>(g.out, g.out_f32, rr[r], g.bias ? acc + g.bias[rr[r]] : acc);
       }
     }
     row += ROWS * stride;

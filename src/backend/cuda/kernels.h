@@ -257,6 +257,18 @@ struct GemvSeg {
   int rows = 0;
   int out_f32 = 0;
 };
+/// Mamba2's conv behind the xBC rows of a kGemvNorm launch (rmsnorm_matmul_conv): for channel
+/// c, row c of segment `seg` (stored there as matmul stores it), act[c] = ssm_conv's output
+/// of one token with the channel's state [K-1, C] (shifted a row). w [C, K], b [C] (may be
+/// null) in f32; act and state in the compute type. Off while seg < 0.
+struct GemvConv {
+  int seg = -1;
+  const float* w = nullptr;
+  const float* b = nullptr;
+  int K = 0;
+  void* state = nullptr;
+  void* act = nullptr;
+};
 /// Fused GEMV forms (launch_gemv_fused's mode):
 ///   kGemvPlain       seg[i].out = W_i @ x (rows of the segments stacked)
 ///   kGemvNorm        seg[i].out = W_i @ rmsnorm(x; norm_w, eps) (xn rounded to the compute type)
@@ -283,8 +295,11 @@ struct GemvArgs {
   /// kGemvAdd: the product times res_scale (rounded, as scale() rounds it) before the add,
   /// unless it is 1 (Granite's residual_multiplier).
   float res_scale = 1.f;
+  /// kGemvNorm: the conv behind one segment's rows.
+  GemvConv conv;
   /// The stages inside the fused forms, when `tapped`: kGemvNorm and kGemvNormGlu
-  /// taps[0] on the normalised x [K]; kGemvNormGlu taps[1], taps[2] on gate and up [N];
+  /// taps[0] on the normalised x [K]; kGemvNorm with the conv taps[1] on its segment's
+  /// product, which the conv reads; kGemvNormGlu taps[1], taps[2] on gate and up [N];
   /// kGemvAdd taps[0] on the product [N] before the add. Null entries are left alone.
   bool tapped = false;
   Tap taps[3];

@@ -13,32 +13,19 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-
 // --- ssm_conv -------------------------------------------------------------------------------
-// A thread per channel c runs every token: with seq = [state (K-1 rows); x (T rows)],
-// out[t, c] = silu(sum_k w[c, k] seq[t + k, c] + b[c]) (k in order, f32), then the channel's
-// state rows become seq's last K-1 rows. The thread reads and writes only its own channel, so
-// the state update needs no barrier: row r takes seq row T + r, which is x's (T + r >= K - 1)
-// or old state row T + r > r, not yet overwritten when the rows go in increasing order.
+// A thread per channel c runs every token through conv_step (device_common.cuh): with
+// seq = [state (K-1 rows); x (T rows)], out[t, c] = silu(sum_k w[c, k] seq[t + k, c] + b[c]),
+// the channel's state moving a row per token, so that it ends as seq's last K-1 rows. The
+// thread reads and writes only its own channel: no barrier.
 template <class T>
 __global__ void ssm_conv_kernel(const T* x, const float* w, const float* b, int T_, int C, int K,
                                 T* state, T* out) {
   griddep_wait();
   griddep_launch();
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
-    auto seq = [&](int r) {
-      return r < K - 1 ? to_f(state[int64_t(r) * C + c]) : to_f(x[int64_t(r - (K - 1)) * C + c]);
-    };
-    const float bias = b ? b[c] : 0.f;
-    for (int t = 0; t < T_; ++t) {
-      float acc = 0.f;
-      for (int k = 0; k < K; ++k) acc += w[int64_t(c) * K + k] * seq(t + k);
-      out[int64_t(t) * C + c] = from_f<T>(silu(acc + bias));
-    }
-    // Values of seq are compute-type values already: the copy is exact.
-    for (int r = 0; r < K - 1; ++r) state[int64_t(r) * C + c] = from_f<T>(seq(T_ + r));
-  }
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
+    for (int t = 0; t < T_; ++t)
+      out[int64_t(t) * C + c] = from_f<T>(conv_step(w, b, C, K, c, x[int64_t(t) * C + c], state));
 }
 
 // --- ssm_scan -------------------------------------------------------------------------------

@@ -168,21 +168,33 @@ const StageTap* residual_tap(const ModelConfig& c, const Block& in, int l, const
   return tap(in.res, l, "add", c.d_model, 1, c.residual_mult != 1 ? 4 : 3);
 }
 
-// The mixer's recurrent part for one sequence's T rows at positions pos0..: xbc [T, C] through
-// the causal conv into xbc_act, then the scan with dt [T, nh] into y [T, I], continuing the
-// sequence's conv_state [K-1, C] and ssm_state [nh, hd, N].
-void mamba_mix(const Model& m, Backend& be, int l, int T, int pos0, const Buffer& xbc,
-               const Buffer& dt, Buffer& conv_state, Buffer& ssm_state, Buffer& xbc_act,
-               Buffer& y, const Stages& tap) {
+// The causal conv of a mixer layer (width K) on one sequence's rows, continuing conv_state
+// [K-1, C] into act, with its stages.
+Backend::ConvTarget mamba_conv(const Model& m, int l, Buffer& conv_state, Buffer& act,
+                               const Stages& tap) {
+  const ModelConfig& c = m.config;
+  const int C = c.ssm_heads * c.ssm_head_dim + 2 * c.ssm_groups * c.ssm_state, K = c.ssm_conv;
+  Backend::ConvTarget conv;
+  conv.of = 1;  // xBC, the second of the in_proj's outputs
+  conv.w = &m.weights.layer(l, kConvW);
+  conv.bias = c.ssm_conv_bias ? &m.weights.layer(l, kConvB) : nullptr;
+  conv.K = K;
+  conv.state = &conv_state;
+  conv.act = &act;
+  conv.tap = tap("ssm_conv", l, "ssm_conv", C, K + 1, 4);
+  // The conv state keeps the last K-1 input rows: a copy of xBC, one rounding to its type.
+  conv.state_tap = tap.state("ssm_conv_state", l, "ssm_conv", K - 1, C, 1, 1);
+  return conv;
+}
+
+// The selective scan of one sequence's T rows at positions pos0..: xbc_act [T, C] (the conv's
+// output) with dt [T, nh] into y [T, I], continuing the sequence's ssm_state [nh, hd, N].
+void mamba_scan(const Model& m, Backend& be, int l, int T, int pos0, const Buffer& xbc_act,
+                const Buffer& dt, Buffer& ssm_state, Buffer& y, const Stages& tap) {
   const ModelConfig& c = m.config;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
   const int nh = c.ssm_heads, hd = c.ssm_head_dim, N = c.ssm_state;
-  const int G = c.ssm_groups, I = nh * hd, C = I + 2 * G * N, K = c.ssm_conv;
-  const Tensor* conv_b = c.ssm_conv_bias ? &lw(kConvB) : nullptr;
-  be.ssm_conv(xbc, lw(kConvW), conv_b, T, C, K, conv_state, xbc_act);
-  be.apply_tap(tap("ssm_conv", l, "ssm_conv", C, K + 1, 4), xbc_act, T, C);
-  // The conv state keeps the last K-1 input rows: a copy of xBC, one rounding to its type.
-  be.apply_tap(tap.state("ssm_conv_state", l, "ssm_conv", K - 1, C, 1, 1), conv_state, K - 1, C);
+  const int G = c.ssm_groups, I = nh * hd;
   be.ssm_scan(xbc_act, dt, lw(kALog), lw(kD), lw(kDtBias), c.ssm_dt_min, c.ssm_dt_max, T, nh, hd,
               G, N, c.ssm_chunk, ssm_state, y);
   // Each output sums N state terms; each state carries every earlier token's update; a
@@ -197,13 +209,14 @@ void mamba_mix(const Model& m, Backend& be, int l, int T, int pos0, const Buffer
 
 // x += residual_multiplier * out_proj(rmsnorm_gated(scan(conv(xBC)), z)), z/xBC/dt of
 // rmsnorm(x). The projections and the gated norm run once over all T rows; the conv and the
-// scan per sequence (batch: each on its rows and its slot's states; else the one sequence).
+// scan per sequence (batch: each on its rows and its slot's states; else the one sequence,
+// whose conv may run inside the projection: rmsnorm_matmul_conv).
 void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0, const Block& in,
            const std::vector<BatchSeq>* batch, const Stages& tap) {
   const ModelConfig& c = m.config;
   auto lw = [&](int slot) -> const Tensor& { return m.weights.layer(l, slot); };
-  const int D = c.d_model, nh = c.ssm_heads, hd = c.ssm_head_dim, N = c.ssm_state;
-  const int G = c.ssm_groups, I = nh * hd, C = I + 2 * G * N;
+  const int D = c.d_model, nh = c.ssm_heads, hd = c.ssm_head_dim;
+  const int G = c.ssm_groups, I = nh * hd, C = I + 2 * G * c.ssm_state;
   const Tensor& in_proj = lw(kInProj);
   const Tensor wz = row_slice(in_proj, 0, I, "[z]"), wxbc = row_slice(in_proj, I, C, "[xBC]");
   const Tensor wdt = row_slice(in_proj, I + C, nh, "[dt]");
@@ -212,17 +225,19 @@ void mamba(const Model& m, Backend& be, HybridState& s, int l, int T, int pos0, 
       {&wz, nullptr, &s.z, tap("ssm_z", l, "matmul", I, D, 3)},          // z [T, I]
       {&wxbc, nullptr, &s.xbc, tap("ssm_xbc", l, "matmul", C, D, 3)},  // xBC [T, C]
       {&wdt, nullptr, &s.dt, tap("ssm_dt", l, "matmul", nh, D, 3)}};   // dt [T, nh]
-  be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, false, norm, proj, 3);
   if (!batch) {
-    mamba_mix(m, be, l, T, pos0, s.xbc, s.dt, s.conv_state[size_t(l)], s.ssm_state[size_t(l)],
-              s.xbc_act, s.y, tap);
+    const Backend::ConvTarget conv = mamba_conv(m, l, s.conv_state[size_t(l)], s.xbc_act, tap);
+    be.rmsnorm_matmul_conv(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, norm, proj, 3,
+                           conv);
+    mamba_scan(m, be, l, T, pos0, s.xbc_act, s.dt, s.ssm_state[size_t(l)], s.y, tap);
   } else {
+    be.rmsnorm_matmul(s.x, in.w, NormWeight::Plain, T, D, c.norm_eps, s.xn, false, norm, proj, 3);
     int r = 0;
     for (const BatchSeq& q : *batch) {
-      Buffer conv = s.conv_slot(l, q.slot), ssm = s.ssm_slot(l, q.slot);
+      Buffer conv_state = s.conv_slot(l, q.slot), ssm = s.ssm_slot(l, q.slot);
       Buffer act = batch_rows(s.xbc_act, r, q.T, C), y = batch_rows(s.y, r, q.T, I);
-      mamba_mix(m, be, l, q.T, q.pos0, batch_rows(s.xbc, r, q.T, C), batch_rows(s.dt, r, q.T, nh),
-                conv, ssm, act, y, tap);
+      be.apply_conv(batch_rows(s.xbc, r, q.T, C), q.T, C, mamba_conv(m, l, conv_state, act, tap));
+      mamba_scan(m, be, l, q.T, q.pos0, act, batch_rows(s.dt, r, q.T, nh), ssm, y, tap);
       r += q.T;
     }
   }
