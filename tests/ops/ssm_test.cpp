@@ -22,8 +22,11 @@ double silu(double v) { return v / (1.0 + std::exp(-v)); }
 struct ConvCase {
   int T, C, K;
 };
-// tiny-granite-h's conv (C = 128 + 2*2*16 = 192, K = 4), one token, odd widths, K = 1 and 2.
-const ConvCase kConv[] = {{1, 192, 4}, {7, 192, 4}, {3, 33, 2}, {20, 5, 4}, {2, 7, 1}, {1, 1, 3}};
+// tiny-granite-h's conv (C = 128 + 2*2*16 = 192, K = 4), one token, odd widths, K = 1 and 2;
+// a prefill over several of cuda's 64-token tiles and channel blocks, and a window longer than
+// a tile (K - 1 = 69 tokens read the state).
+const ConvCase kConv[] = {{1, 192, 4}, {7, 192, 4}, {3, 33, 2},   {20, 5, 4},
+                          {2, 7, 1},   {1, 1, 3},   {150, 300, 4}, {75, 9, 70}};
 
 struct ConvIn {
   std::vector<double> x, state, w, b;
@@ -102,23 +105,28 @@ TEST_P(SsmConv, MatchesRef) {
 
 // The decode step is the op with T = 1: T such calls leave the outputs and the state of one
 // call of T tokens, bit for bit, on every tier (the state carries the window exactly).
-TEST_P(SsmConv, OneTokenCallsGiveOneCallsBits) {
-  const OpTier& tier = GetParam();
-  ARB_TIER_OR_SKIP(be, tier);
-  const ConvCase c = kConv[1];
+void expect_one_token_calls_equal_one_call(Backend& be, const OpTier& tier, const ConvCase& c) {
   ConvIn in = conv_inputs(c, 4250, tier.compute);
-  Buf xb(*be, in.x), st(*be, in.state), ob(*be, int64_t(c.T) * c.C);
-  be->ssm_conv(xb.b, in.wt->t, &in.bt->t, c.T, c.C, c.K, st.b, ob.b);
+  const std::string what = strformat("T=%d C=%d K=%d", c.T, c.C, c.K);
+  Buf xb(be, in.x), st(be, in.state), ob(be, int64_t(c.T) * c.C);
+  be.ssm_conv(xb.b, in.wt->t, &in.bt->t, c.T, c.C, c.K, st.b, ob.b);
   const std::vector<double> all = ob.read();
-  Buf st1(*be, in.state), xt(*be, c.C), one(*be, c.C);
+  Buf st1(be, in.state), xt(be, c.C), one(be, c.C);
   for (int t = 0; t < c.T; ++t) {
     xt.be->write(xt.b, 0, c.C, in.x.data() + size_t(t) * c.C);
-    be->ssm_conv(xt.b, in.wt->t, &in.bt->t, 1, c.C, c.K, st1.b, one.b);
-    check_exact("ssm_conv", tier, strformat("token %d", t), 4250, one.read(),
+    be.ssm_conv(xt.b, in.wt->t, &in.bt->t, 1, c.C, c.K, st1.b, one.b);
+    check_exact("ssm_conv", tier, strformat("%s token %d", what.c_str(), t), 4250, one.read(),
                 std::vector<double>(all.begin() + int64_t(t) * c.C,
                                     all.begin() + int64_t(t + 1) * c.C));
   }
-  check_exact("ssm_conv", tier, "state", 4250, st1.read(), st.read());
+  check_exact("ssm_conv", tier, what + " state", 4250, st1.read(), st.read());
+}
+
+TEST_P(SsmConv, OneTokenCallsGiveOneCallsBits) {
+  const OpTier& tier = GetParam();
+  ARB_TIER_OR_SKIP(be, tier);
+  for (const ConvCase& c : {kConv[1], kConv[6]})
+    expect_one_token_calls_equal_one_call(*be, tier, c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, SsmConv, testing::ValuesIn(op_tiers()), op_tier_name);
@@ -134,14 +142,16 @@ const double kInf = INFINITY;
 // tiny-granite-h's mixer (8 heads x 16, 2 groups, d_state 16, chunk 16): the decode step, T
 // below the chunk, at it, 3 chunks + 5, and across chunks of 4; granite-4.0-h's head and state
 // sizes (64, 128; one group); one group, a group per head, a clamped dt, odd sizes, a chunk of
-// 1 (every token its own chunk) and N = 256 (the cuda tier's largest).
+// 1 (every token its own chunk) and N = 256 (the cuda tier's largest); granite-4.0-h's chunk
+// (256) and Nemotron-H's (128) with T past it, rows of 80 (two of cuda's 64-row passes).
 const ScanCase kScan[] = {
     {1, 8, 16, 2, 16, 0, kInf, 16},      {7, 8, 16, 2, 16, 0, kInf, 16},
     {16, 8, 16, 2, 16, 0, kInf, 16},     {53, 8, 16, 2, 16, 0, kInf, 16},
     {13, 8, 16, 2, 16, 0, kInf, 4},      {40, 2, 64, 1, 128, 0, kInf, 16},
     {5, 4, 3, 1, 5, 0, kInf, 5},         {9, 6, 8, 6, 7, 0.05, 0.4, 4},
     {2, 3, 1, 3, 1, 0, kInf, 1},         {33, 2, 4, 2, 16, 0.001, 2, 8},
-    {12, 2, 3, 1, 256, 0, kInf, 5}};
+    {12, 2, 3, 1, 256, 0, kInf, 5},      {300, 2, 64, 1, 128, 0, kInf, 256},
+    {150, 4, 80, 2, 40, 0, kInf, 128}};
 
 struct ScanIn {
   std::vector<double> xbc, dt, state, a_log, d, dt_bias;

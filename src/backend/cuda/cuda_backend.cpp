@@ -82,6 +82,7 @@ CudaBackend::CudaBackend(int device, DType ct) : device_(device), ct_(ct) {
   ARB_CUBLAS(cublasLtCreate(&lt_));
   ARB_CUDA(cudaMalloc(&lt_ws_, kLtWorkspace));
   cuda::attention_init();
+  cuda::ssm_init();
   ARB_CUDA(cudaMalloc(&counters_, sizeof(unsigned) * cuda::kDecodeCounterWords));
   ARB_CUDA(cudaMemset(counters_, 0, sizeof(unsigned) * cuda::kDecodeCounterWords));
   tuning_.gemv = env_on("ARBITER_CUDA_GEMV", true);

@@ -156,22 +156,29 @@ __device__ __forceinline__ void load_chunks(const T* p, int n, int lane, uint4 (
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
-/// One token of Mamba2's causal conv (Backend::ssm_conv) in channel c of C: with seq = [the
-/// channel's state rows 0..K-2; x], returns silu(sum_k w[c, k] seq[k] + b[c]) (k in order, f32)
-/// and shifts the state a row (row K-2 becomes x; T values copied as they are). ssm_conv_kernel
-/// runs it token by token, the in_proj GEMV of rmsnorm_matmul_conv for its one token: one
-/// arithmetic.
+/// One output of Mamba2's causal conv (Backend::ssm_conv) in channel c: silu(sum_k w[c, k]
+/// seq(k) + b[c]), k in increasing order, f32, where seq(k) is row k of the K rows that end at
+/// the token. ssm_conv_kernel (a prefill's tokens side by side) and conv_step (the in_proj
+/// GEMV's one token) take it: one arithmetic.
+template <class F>
+__device__ __forceinline__ float conv_out(const float* w, const float* b, int K, int c, F seq) {
+  const float* wc = w + int64_t(c) * K;
+  float acc = 0.f;
+  for (int k = 0; k < K; ++k) acc += wc[k] * seq(k);
+  return silu(acc + (b ? b[c] : 0.f));
+}
+/// One token of the conv in channel c of C: conv_out of [the channel's state rows 0..K-2; x],
+/// and the state shifted a row (row K-2 becomes x; T values copied as they are).
 template <class T>
 __device__ __forceinline__ float conv_step(const float* w, const float* b, int C, int K, int c,
                                            T x, T* state) {
-  const float* wc = w + int64_t(c) * K;
-  float acc = 0.f;
-  for (int k = 0; k < K; ++k)
-    acc += wc[k] * (k < K - 1 ? to_f(state[int64_t(k) * C + c]) : to_f(x));
+  const float out = conv_out(w, b, K, c, [&](int k) {
+    return k < K - 1 ? to_f(state[int64_t(k) * C + c]) : to_f(x);
+  });
   // Rows in increasing order: row r takes row r + 1 before that one is overwritten.
   for (int r = 0; r < K - 1; ++r)
     state[int64_t(r) * C + c] = r + 1 < K - 1 ? state[int64_t(r + 1) * C + c] : x;
-  return silu(acc + (b ? b[c] : 0.f));
+  return out;
 }
 __device__ __forceinline__ float gelu_tanh_mul(float g, float u) {
   const float c = 0.7978845608028654f;  // sqrt(2/pi) rounded to f32
@@ -290,6 +297,7 @@ __device__ __forceinline__ void norm_rope_head(const T* x, const float* nw, floa
   }
   __syncwarp();
 }
+
 
 }  // namespace arbiter::cuda
 

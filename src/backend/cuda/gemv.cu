@@ -191,7 +191,8 @@ __device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
 
 // GemvConv's channel c, whose product is acc: the product rounded and stored as the plain
 // form stores it (TAP: the stage ssm_xbc, taps[1], tapped first), then one token of
-// ssm_conv_kernel's arithmetic (conv_step) on it and the channel's state.
+// ssm_conv_kernel's arithmetic (conv_step: conv_out, then the state's shift) on it and the
+// channel's state.
 template <class T, bool TAP>
 __device__ __forceinline__ void conv_row(const GemvArgs& a, int c, float acc, void* out) {
   T v = from_f<T>(acc);

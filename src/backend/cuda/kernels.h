@@ -90,12 +90,12 @@ void launch_bias_out(const float* acc, const float* bias, int T, int N, DType ot
 // --- Mamba2 mixer (ssm.cu) ------------------------------------------------------------------
 /// Backend::ssm_conv: x, out [T, C] and state [K-1, C] in the compute type (the state holds
 /// rows of x, so keeping it in that type is exact); w [C, K] and b [C] (may be null) in f32.
-/// A thread per channel.
+/// A thread per (channel, tile of at least 64 tokens).
 void launch_ssm_conv(DType ct, const void* x, const float* w, const float* b, int T, int C, int K,
                      void* state, void* out, cudaStream_t s);
 /// Largest ssm_scan state size N (a warp per state row keeps N / 32 values per lane).
 constexpr int kMaxScanState = 256;
-/// Largest chunk of the chunked scan (two f32 per token of a chunk in shared memory).
+/// Largest chunk of the chunked scan (an f64 and an f32 per token of a chunk in shared memory).
 constexpr int kMaxScanChunk = 4096;
 /// Backend::ssm_scan's arguments: xbc [T, nh*hd + 2*G*N], dt_raw [T, nh], y [T, nh*hd] in the
 /// compute type; a_log, d, dt_bias [nh] and the state [nh, hd, N] in f32.
@@ -109,7 +109,8 @@ struct ScanArgs {
   float* state = nullptr;
   void* y = nullptr;
   /// The chunked form's workspace (T > 1), ssm_scan_scratch_floats(...) floats: each chunk's
-  /// state [ceil(T / Q), nh, hd, N], then each chunk's decay [ceil(T / Q), nh].
+  /// state [ceil(T / Q), nh, hd, N], each chunk's decay [ceil(T / Q), nh], then C_t . B_s of
+  /// the chunk's tokens s for each group and token t [G, T, Q].
   float* scratch = nullptr;
   /// The recurrence at every T (row invariance: the chunked form's sums depend on where a
   /// forward starts a chunk, which a batch decides).
@@ -118,9 +119,12 @@ struct ScanArgs {
 /// f32 elements of the chunked scan's workspace for these arguments.
 int64_t ssm_scan_scratch_floats(const ScanArgs& a);
 /// T == 1 (the decode step) or `recurrence`: a warp per state row (h, p), its N values in
-/// registers, token by token. T > 1: the chunked form (SSD) in three kernels, parallel over chunks but for one pass over
-/// the chunk states in order (ssm.cu).
+/// registers, token by token. T > 1: the chunked form (SSD) in four kernels, parallel over
+/// chunks but for one pass over the chunk states in order (ssm.cu).
 void launch_ssm_scan(DType ct, const ScanArgs& a, cudaStream_t s);
+/// Lets the chunked scan's kernels take the shared memory of kMaxScanChunk and kMaxScanState
+/// (once, at the backend's start).
+void ssm_init();
 /// Backend::rmsnorm_gated: out[R, W] = w * v / rms(v), v = y * silu(z), the RMS over each
 /// group of `group` columns (W % group == 0); a block per (row, group).
 void launch_rmsnorm_gated(DType ct, const void* y, const void* z, const float* w, int R, int W,
