@@ -12,6 +12,7 @@
 // Adding a case: a row of kCases.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "tier_util.h"
@@ -63,6 +64,9 @@ const MoeCase kCases[] = {
     {"wide_granite", 5, 64, 16, 72, 10, false, kSoftmax, kTopkFirst, false, 1, 1, 1, false, 0},
     {"wide_sigmoid", 5, 64, 16, 128, 6, true, kSigmoid, kScoreFirst, true, 2.5, 8, 4, true, 2},
     {"wide_sigmoid", 3, 64, 16, 96, 6, true, kSigmoid, kScoreFirst, true, 2.5, 6, 3, true, 1},
+    // A prefill whose experts fill several row tiles (64 rows of 4 experts on average) and whose
+    // projections several column blocks (D 160, F 96), K a multiple of 8 (the 16-byte loads).
+    {"tiles", 128, 160, 96, 4, 2, false, kSoftmax, kScoreFirst, true, 1, 1, 1, false, 0},
 };
 
 RouterSpec spec_of(const MoeCase& c) {
@@ -203,8 +207,17 @@ TEST_P(Moe, MatchesRefAndRoutesAlike) {
     Buf lr(*ref, in->logits), xr(*ref, in->x), want(*ref, int64_t(c.T) * c.D);
     out.poison();
     std::vector<Route> got_r, want_r;
+    be->stats().reset();
     be->moe(lg.b, x.b, in->ex, c.T, out.b, &got_r);
     ref->moe(lr.b, xr.b, in->ex, c.T, want.b, &want_r);
+    if (tier.cuda && c.T > 1) {
+      // A prefill groups the experts' rows: on tensor cores in bf16/f16 unless switched off.
+      const char* sw = std::getenv("ARBITER_CUDA_MOE_MMA");
+      const bool mma = tier.compute != DType::F32 && !(sw && std::string(sw) == "0");
+      const auto& provs = be->stats().calls().at("moe");
+      ASSERT_EQ(provs.size(), 1u) << what;
+      EXPECT_EQ(provs.begin()->first, mma ? "cuda.moe_grouped_mma" : "cuda.moe_grouped") << what;
+    }
     // Per output: the gate/up dots (D terms), the down dot (F terms) and the k-term sum;
     // roundings to the compute type of gate, up, the activation and y; an exp and a division.
     check_close("moe", tier, what, seed, out.read(), want.read(),

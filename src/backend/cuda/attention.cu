@@ -346,31 +346,6 @@ constexpr int kTcKeys = 64;             // keys per tile
 
 size_t attn_tc_smem_bytes(int Dh) { return size_t(2) * 2 * kTcKeys * (Dh + 8) * 2; }
 
-template <class T>
-struct Mma;
-template <>
-struct Mma<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <>
-struct Mma<__half> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
 /// Two values rounded to T, packed low element first (the mma operand layout).
 template <class T>
 __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
@@ -502,8 +477,8 @@ __global__ void __launch_bounds__(kTcWarps * 32) attn_tc_kernel(AttnArgs a) {
         for (int np = 0; np < SN / 2; ++np) {
           uint32_t b[4];
           ldsm_x4(b, ks_ + (np * 16 + (mi >> 1) * 8 + lane % 8) * LD + kk * 16 + (mi & 1) * 8);
-          Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
-          Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+          mma_16816<T>(s[2 * np], qf[kk], b[0], b[1]);
+          mma_16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
         }
       // Online softmax: element e of n-tile n is row e >> 1, key k0 + 8n + 2(lane % 4) + (e & 1).
       float mt[2] = {-INFINITY, -INFINITY};
@@ -560,8 +535,8 @@ __global__ void __launch_bounds__(kTcWarps * 32) attn_tc_kernel(AttnArgs a) {
         for (int dp = 0; dp < NT / 2; ++dp) {
           uint32_t b[4];
           ldsm_x4_t(b, vs_ + (j * 16 + (mi & 1) * 8 + lane % 8) * LD + dp * 16 + (mi >> 1) * 8);
-          Mma<T>::run(o[2 * dp], pf[j], b[0], b[1]);
-          Mma<T>::run(o[2 * dp + 1], pf[j], b[2], b[3]);
+          mma_16816<T>(o[2 * dp], pf[j], b[0], b[1]);
+          mma_16816<T>(o[2 * dp + 1], pf[j], b[2], b[3]);
         }
     }
     __syncthreads();  // this buffer is refilled two tiles on

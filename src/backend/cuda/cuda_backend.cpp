@@ -92,6 +92,7 @@ CudaBackend::CudaBackend(int device, DType ct) : device_(device), ct_(ct) {
   tuning_.ssm_fused = env_on("ARBITER_CUDA_SSM_FUSED", true);
   tuning_.attn_mma = env_on("ARBITER_CUDA_ATTN_MMA", true);
   tuning_.qgemv_mma = env_on("ARBITER_CUDA_QGEMV_MMA", true);
+  tuning_.moe_mma = env_on("ARBITER_CUDA_MOE_MMA", true);
   tuning_.attn_split_keys =
       env_int("ARBITER_CUDA_ATTN_SPLIT_KEYS", tuning_.attn_split_keys, 1, kMaxSplitKeys);
   tuning_.attn_max_splits =

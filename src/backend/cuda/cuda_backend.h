@@ -19,7 +19,7 @@ struct CudaGraphStats {
 };
 
 /// Kernel choices (defaults from ARBITER_CUDA_GEMV / _GRAPH / _FUSED / _PDL / _ATTN_DIRECT /
-/// _SSM_FUSED / _ATTN_MMA / _QGEMV_MMA, each on unless "0").
+/// _SSM_FUSED / _ATTN_MMA / _QGEMV_MMA / _MOE_MMA, each on unless "0").
 struct CudaTuning {
   bool gemv = true;    // T == 1 matmuls by the hand-written GEMV (else cuBLASLt)
   bool graphs = true;  // capture and replay single-token forwards, and batched forwards
@@ -35,6 +35,8 @@ struct CudaTuning {
                           // ARBITER_CUDA_SSM_FUSED, under `fused`); off: GEMV, then ssm_conv
   bool attn_mma = true;  // T > 1 attention on tensor cores (bf16/f16, Dh 64/128;
                          // ARBITER_CUDA_ATTN_MMA); off: the CUDA-core flash kernel
+  bool moe_mma = true;  // T > 1 MoE experts' grouped GEMMs on tensor cores (bf16/f16;
+                        // ARBITER_CUDA_MOE_MMA); off: the CUDA-core f32 tiles
   int attn_split_keys = 256;  // direct decode attention: the fewest keys per key split (the
                               // grid's splits are sized by the cache rows; the kernel uses
                               // those the position needs; ARBITER_CUDA_ATTN_SPLIT_KEYS)

@@ -1,5 +1,6 @@
 // Device-side helpers shared by the .cu files: f32 conversion of the compute types, 16-byte
-// vector loads, warp reductions and the dispatch from DType to a C++ element type.
+// vector loads, warp reductions, the tensor-core MMA and the dispatch from DType to a C++
+// element type.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -7,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -298,6 +300,28 @@ __device__ __forceinline__ void norm_rope_head(const T* x, const float* nw, floa
   __syncwarp();
 }
 
+/// d += a b on tensor cores: one mma.sync m16n8k16 row.col with f32 accumulation, T the
+/// element type of a and b (__nv_bfloat16 or __half). Lane (g = lane / 4, t = lane % 4) holds
+/// pairs of T, the lower k (or column) in the low 16 bits: a[0] = A[g][2t, 2t+1],
+/// a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9];
+/// b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; d[0], d[1] = D[g][2t, 2t+1], d[2], d[3] =
+/// D[g+8][2t, 2t+1]. (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type".)
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
+                "mma_16816 takes bf16 or f16 operands");
+  if constexpr (std::is_same_v<T, __half>)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 }  // namespace arbiter::cuda
 

@@ -328,20 +328,9 @@ bool qgemv_typed(const QGemvArgs& a, int sm_count, cudaStream_t s) {
 // long as A and B share it).
 constexpr int kMmaRows = 16, kMmaMaxWarps = 8;
 
+/// The element type of the bf16 (F16 false) or f16 form: mma_16816's operands.
 template <bool F16>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  if constexpr (F16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using MmaElem = std::conditional_t<F16, __half, __nv_bfloat16>;
 
 /// Bytes 0 and 2 of v (sel 0x4240) or 1 and 3 (0x4341), quants below 128, as a pair of the
 /// compute type holding q - OFF exactly (lower k in the low half).
@@ -452,7 +441,7 @@ struct MmaKQuant {
             A[r] = quant_pair<F16, 0>(v, 0x4240);
             A[2 + r] = quant_pair<F16, 0>(v, 0x4341);
           }
-          mma_16816<F16>(D, A, xlo[i] & mk, xhi[i] & mk);
+          mma_16816<MmaElem<F16>>(D, A, xlo[i] & mk, xhi[i] & mk);
         }
     // D[2r + e] = row g + 8r, group 2t + e; its scale and min (ggml's get_scale_min_k4) from
     // bytes 2t + e of the 12 scale bytes, the header's words y, z, w.
@@ -533,7 +522,7 @@ struct MmaFmt<DType::Q6_K> {
             A[r] = quant_pair<F16, 32>(v, 0x4240);
             A[2 + r] = quant_pair<F16, 32>(v, 0x4341);
           }
-          mma_16816<F16>(D, A, xlo[w] & mk, xhi[w] & mk);
+          mma_16816<MmaElem<F16>>(D, A, xlo[w] & mk, xhi[w] & mk);
         }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -582,7 +571,7 @@ __device__ __forceinline__ void normalise_x(const T* x, int K, const float* w, f
 template <DType Q, bool F16, bool SW, bool NORM>
 __global__ void __launch_bounds__(kMmaMaxWarps * 32, 2) qmma_kernel(QGemvArgs a, int S) {
   using M = MmaFmt<Q>;
-  using T = std::conditional_t<F16, __half, __nv_bfloat16>;
+  using T = MmaElem<F16>;
   extern __shared__ uint4 qmma_xn[];  // NORM: the normalised x [K]
   constexpr int OUT = SW ? 8 : 16;  // output rows per tile
   __shared__ float part[2][kMmaMaxWarps][kMmaRows];  // the warps' sums, by tile parity

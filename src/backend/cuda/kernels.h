@@ -180,7 +180,8 @@ void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* i
 /// grouped tiled GEMM over the groups for gate/up and the activation (act [T*k, F]) and for
 /// down (y [T*k, D]), then out[t] = sum over t's slots in ascending expert id of
 /// weights * y in f32. The grids are sized for the worst grouping (no host sync): tiles past
-/// the last group return at once.
+/// the last group return at once. mma (CudaTuning::moe_mma): the grouped GEMMs of bf16/f16 on
+/// tensor cores; f32 always runs them on CUDA cores.
 struct MoeSortBufs {
   int* offsets = nullptr;
   int* tiles = nullptr;
@@ -190,7 +191,7 @@ struct MoeSortBufs {
 constexpr int kMoeTileRows = 32;
 void launch_moe_prefill(DType ct, const MoeTables& w, const void* x, int T, const int* ids,
                         const float* weights, const MoeSortBufs& sb, void* act, void* y,
-                        void* out, cudaStream_t s);
+                        void* out, bool mma, cudaStream_t s);
 /// y[t, :D] *= sigmoid(g[t]) (f32, one rounding): Qwen2-MoE's shared-expert gate.
 void launch_sigmoid_gate(DType ct, void* y, const void* g, int T, int D, cudaStream_t s);
 

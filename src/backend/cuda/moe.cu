@@ -11,15 +11,17 @@
 //             per slot), summed over the slots; for moe_add, added to the residual there.
 //   prefill:  T > 1. A counting sort of the (token, slot) pairs by expert (one block), then a
 //             tiled GEMM over the groups (tiles of kMoeTileRows rows of one expert), gate/up
-//             and down, then the weighted sum per token. Grids are sized for the worst
-//             grouping; a tile past the groups returns at once, so the host never waits for
-//             the group sizes.
+//             and down, on tensor cores in bf16/f16 (moe_group_gemm_mma), on CUDA cores in
+//             f32 or under ARBITER_CUDA_MOE_MMA=0 (moe_group_gemm), then the weighted sum per
+//             token. Grids are sized for the worst grouping; a tile past the groups returns at
+//             once, so the host never waits for the group sizes.
 // Every projection is rounded to the compute type where matmul would round it, the
 // activation as swiglu/relu2 compute it, each expert's output too; the k weighted outputs
 // are summed in f32 in ascending expert id (fmaf, as in both paths), so a result depends on
 // neither the schedule nor the path's tiling beyond the dot products' order.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/device_common.cuh"
 
@@ -352,16 +354,28 @@ __global__ void moe_sort_kernel(const int* ids, int n, int k, int E, MoeSortBufs
 constexpr int kTileN = 64, kTileK = 32, kGemmThreads = 256;
 enum GemmMode { kGateUp = 0, kUpRelu2 = 1, kDown = 2 };
 
-// One tile of kMoeTileRows sorted rows of one expert by kTileN output columns: a thread
-// computes 2 rows x 4 columns (and the gate's too), each output one f32 fma chain over K.
+// A block's part of a grouped GEMM: one expert's sorted rows [row0, row0 + rows) (rows <=
+// kMoeTileRows) by output columns; the product's K and N, and the expert's weights [N, K] at
+// row stride ld (w1: the gate's, kGateUp only).
 template <class T, int kMode>
-__global__ void moe_group_gemm(MoeTables w, const T* in, MoeSortBufs b, T* outp) {
-  __shared__ float as[kMoeTileRows][kTileK + 1];
-  __shared__ float bs[kMode == kGateUp ? 2 : 1][kTileN][kTileK + 1];
-  griddep_wait();
-  griddep_launch();
+struct GroupTile {
+  int row0, rows, K, N;
+  int64_t ld;
+  const T* w0;
+  const T* w1;
+  // The input row of the tile's row r: its token's row of x (gate/up), its sorted row (down).
+  __device__ int src(const MoeSortBufs& b, int r) const {
+    return kMode == kDown ? row0 + r : b.tok_of[row0 + r];
+  }
+};
+
+// Tile blockIdx.x of the groups; false past the last group (the grid is sized for the worst
+// grouping).
+template <class T, int kMode>
+__device__ __forceinline__ bool group_tile(const MoeTables& w, const MoeSortBufs& b,
+                                           GroupTile<T, kMode>& g) {
   const int tile = blockIdx.x, E = w.E;
-  if (tile >= b.tiles[E]) return;
+  if (tile >= b.tiles[E]) return false;
   int lo = 0, hi = E - 1;  // the last expert whose tiles start at or before this one
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -369,31 +383,52 @@ __global__ void moe_group_gemm(MoeTables w, const T* in, MoeSortBufs b, T* outp)
     else hi = mid - 1;
   }
   const int e = lo;
-  const int row0 = b.offsets[e] + (tile - b.tiles[e]) * kMoeTileRows;
-  const int rows = min(kMoeTileRows, b.offsets[e + 1] - row0);
-  const int K = kMode == kDown ? w.F : w.D, N = kMode == kDown ? w.D : w.F;
-  const int64_t ld = kMode == kDown ? w.ld_down : w.ld_in;
-  const T* w0 = static_cast<const T*>(kMode == kDown ? w.down[e] : w.up[e]);
-  const T* w1 = kMode == kGateUp ? static_cast<const T*>(w.gate[e]) : nullptr;
+  g.row0 = b.offsets[e] + (tile - b.tiles[e]) * kMoeTileRows;
+  g.rows = min(kMoeTileRows, b.offsets[e + 1] - g.row0);
+  g.K = kMode == kDown ? w.F : w.D;
+  g.N = kMode == kDown ? w.D : w.F;
+  g.ld = kMode == kDown ? w.ld_down : w.ld_in;
+  g.w0 = static_cast<const T*>(kMode == kDown ? w.down[e] : w.up[e]);
+  g.w1 = kMode == kGateUp ? static_cast<const T*>(w.gate[e]) : nullptr;
+  return true;
+}
+
+// An output from its f32 sums (gate's unused but in kGateUp): the activation of the rounded
+// projections, or the rounded down product.
+template <class T, int kMode>
+__device__ __forceinline__ T group_out(float up, float gate) {
+  if constexpr (kMode == kDown) return from_f<T>(up);
+  else return expert_act<T, kMode == kUpRelu2>(gate, up);
+}
+
+// CUDA-core form (f32, and bf16/f16 under ARBITER_CUDA_MOE_MMA=0): one tile of kMoeTileRows
+// sorted rows of one expert by kTileN output columns, K in steps of kTileK through shared memory
+// in f32; a thread computes 2 rows x 4 columns (and the gate's too), each output one f32 fma
+// chain over K.
+template <class T, int kMode>
+__global__ void moe_group_gemm(MoeTables w, const T* in, MoeSortBufs b, T* outp) {
+  __shared__ float as[kMoeTileRows][kTileK + 1];
+  __shared__ float bs[kMode == kGateUp ? 2 : 1][kTileN][kTileK + 1];
+  griddep_wait();
+  griddep_launch();
+  GroupTile<T, kMode> g;
+  if (!group_tile(w, b, g)) return;
   const int n0 = blockIdx.y * kTileN, tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   constexpr int kG = kMode == kGateUp ? 1 : 0;  // the gate's weight tile (only in kGateUp)
   float acc[2][2][4] = {};  // [up or down, gate][row][col]
-  for (int k0 = 0; k0 < K; k0 += kTileK) {
+  for (int k0 = 0; k0 < g.K; k0 += kTileK) {
     for (int i = threadIdx.x; i < kMoeTileRows * kTileK; i += kGemmThreads) {
       const int r = i / kTileK, c = i % kTileK;
       float v = 0.f;
-      if (r < rows && k0 + c < K) {
-        const int src = kMode == kDown ? row0 + r : b.tok_of[row0 + r];
-        v = to_f(in[int64_t(src) * K + k0 + c]);
-      }
+      if (r < g.rows && k0 + c < g.K) v = to_f(in[int64_t(g.src(b, r)) * g.K + k0 + c]);
       as[r][c] = v;
     }
     for (int i = threadIdx.x; i < kTileN * kTileK; i += kGemmThreads) {
       const int n = i / kTileK, c = i % kTileK;
-      const bool in_range = n0 + n < N && k0 + c < K;
-      const int64_t at = int64_t(n0 + n) * ld + k0 + c;
-      bs[0][n][c] = in_range ? to_f(w0[at]) : 0.f;
-      if (kMode == kGateUp) bs[kG][n][c] = in_range ? to_f(w1[at]) : 0.f;
+      const bool in_range = n0 + n < g.N && k0 + c < g.K;
+      const int64_t at = int64_t(n0 + n) * g.ld + k0 + c;
+      bs[0][n][c] = in_range ? to_f(g.w0[at]) : 0.f;
+      if (kMode == kGateUp) bs[kG][n][c] = in_range ? to_f(g.w1[at]) : 0.f;
     }
     __syncthreads();
     for (int c = 0; c < kTileK; ++c) {
@@ -417,12 +452,116 @@ __global__ void moe_group_gemm(MoeTables w, const T* in, MoeSortBufs b, T* outp)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = ty * 2 + i, n = n0 + tx * 4 + j;
-      if (r >= rows || n >= N) continue;
-      T v;
-      if (kMode == kDown) v = from_f<T>(acc[0][i][j]);
-      else v = expert_act<T, kMode == kUpRelu2>(acc[1][i][j], acc[0][i][j]);
-      outp[int64_t(row0 + r) * N + n] = v;
+      if (r < g.rows && n < g.N)
+        outp[int64_t(g.row0 + r) * g.N + n] = group_out<T, kMode>(acc[0][i][j], acc[1][i][j]);
     }
+}
+
+// Row stride of the tensor-core form's shared tiles in elements: 8 past kTileK (80 bytes), so
+// a warp's 32-bit fragment loads (8 rows g, word t of each) fall in 32 distinct banks, and
+// every row starts 16-byte aligned for the chunk stores.
+constexpr int kMmaLd = kTileK + 8;
+static_assert(kGemmThreads == 4 * kTileN && kTileK == 4 * 8 && kMoeTileRows <= kTileN,
+              "moe_group_gemm_mma stages a chunk of 8 values of a row per thread");
+
+// Values [k, k + 8) of a row of K values (zeros past K, all zeros for a null row) as one
+// 16-byte chunk of T: one vector load when `vec` (K, the row stride and the base all multiples
+// of 8 elements: a chunk is then wholly inside or past K), else value by value.
+template <class T>
+__device__ __forceinline__ uint4 load_chunk(const T* row, int k, int K, bool vec) {
+  if (!row || k >= K) return make_uint4(0, 0, 0, 0);
+  if (vec) return *reinterpret_cast<const uint4*>(row + k);
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
+  uint32_t v[4] = {};
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (k + j < K) v[j / 2] |= uint32_t(h[k + j]) << (16 * (j % 2));
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// A pair of T at p (even index within a row): one 32-bit fragment register.
+template <class T>
+__device__ __forceinline__ uint32_t pair_at(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Tensor-core form (bf16/f16): the tile of moe_group_gemm, K in steps of kTileK staged in
+// shared memory in T (thread i holds chunk i % 4 of row i / 4 of the activations, i < 128, and
+// of each weight tile; the next step's chunks load into registers while this one computes).
+// Warp w takes the tile's rows 16 (w / 4) + [0, 16) and columns 16 (w % 4) + [0, 16): per 16
+// values of K two m16n8k16 MMAs (four with the gate) into f32 accumulators, so an output is a
+// chain of 16-term tensor-core dot products in k order, whatever rows share its tile.
+template <class T, int kMode>
+__global__ void moe_group_gemm_mma(MoeTables w, const T* in, MoeSortBufs b, T* outp) {
+  constexpr int kMats = kMode == kGateUp ? 2 : 1;  // up or down, then the gate
+  __shared__ __align__(16) T as[kMoeTileRows][kMmaLd];
+  __shared__ __align__(16) T bs[kMats][kTileN][kMmaLd];
+  griddep_wait();
+  griddep_launch();
+  GroupTile<T, kMode> g;
+  if (!group_tile(w, b, g)) return;
+  const int n0 = blockIdx.y * kTileN;
+  const int cr = threadIdx.x / 4, ck = threadIdx.x % 4 * 8;  // this thread's chunk
+  const bool stage_a = cr < kMoeTileRows;
+  const T* arow = stage_a && cr < g.rows ? in + int64_t(g.src(b, cr)) * g.K : nullptr;
+  const T* brow[kMats];
+  brow[0] = n0 + cr < g.N ? g.w0 + int64_t(n0 + cr) * g.ld : nullptr;
+  if constexpr (kMats == 2) brow[1] = n0 + cr < g.N ? g.w1 + int64_t(n0 + cr) * g.ld : nullptr;
+  const uintptr_t bases = reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(g.w0) |
+                          reinterpret_cast<uintptr_t>(g.w1);  // w1 null but in kGateUp
+  const bool vec = g.K % 8 == 0 && g.ld % 8 == 0 && bases % 16 == 0;
+  uint4 ac, bc[kMats];
+  auto load = [&](int k0) {
+    ac = load_chunk(arow, k0 + ck, g.K, vec);
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) bc[m] = load_chunk(brow[m], k0 + ck, g.K, vec);
+  };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  const int wr = warp / 4 * 16, wc = warp % 4 * 16;
+  float acc[kMats][2][4] = {};  // [up or down, gate][n8 block][fragment element]
+  load(0);
+  for (int k0 = 0; k0 < g.K; k0 += kTileK) {
+    if (stage_a) *reinterpret_cast<uint4*>(&as[cr][ck]) = ac;
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) *reinterpret_cast<uint4*>(&bs[m][cr][ck]) = bc[m];
+    __syncthreads();
+    if (k0 + kTileK < g.K) load(k0 + kTileK);
+#pragma unroll
+    for (int kk = 0; kk < kTileK; kk += 16) {
+      const int k = kk + 2 * t;
+      const uint32_t a[4] = {pair_at(&as[wr + gr][k]), pair_at(&as[wr + gr + 8][k]),
+                             pair_at(&as[wr + gr][k + 8]), pair_at(&as[wr + gr + 8][k + 8])};
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          const T* bn = bs[m][wc + 8 * j + gr];  // B[k][n] = W[n][k]: a pair of W's row
+          mma_16816<T>(acc[m][j], a, pair_at(bn + k), pair_at(bn + k + 8));
+        }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // D[gr + 8 (i / 2)][2t + i % 2] of n8 block j
+      const int r = wr + gr + 8 * (i / 2), n = n0 + wc + 8 * j + 2 * t + i % 2;
+      if (r < g.rows && n < g.N)
+        outp[int64_t(g.row0 + r) * g.N + n] =
+            group_out<T, kMode>(acc[0][j][i], acc[kMats - 1][j][i]);
+    }
+}
+
+// One grouped GEMM: on tensor cores for bf16/f16 when `mma`, else on CUDA cores.
+template <class T, int kMode>
+void launch_group_gemm(bool mma, dim3 grid, cudaStream_t s, const MoeTables& w, const T* in,
+                       const MoeSortBufs& sb, T* out) {
+  if constexpr (!std::is_same_v<T, float>)
+    if (mma) {
+      launch_k(moe_group_gemm_mma<T, kMode>, grid, dim3(kGemmThreads), 0, s, w, in, sb, out);
+      return;
+    }
+  launch_k(moe_group_gemm<T, kMode>, grid, dim3(kGemmThreads), 0, s, w, in, sb, out);
 }
 
 // out[t, d] = sum over t's slots in ascending expert id of weight * y[its sorted row, d].
@@ -504,25 +643,22 @@ void launch_moe_decode(DType ct, const MoeTables& w, const void* x, const int* i
 
 void launch_moe_prefill(DType ct, const MoeTables& w, const void* x, int T_, const int* ids,
                         const float* weights, const MoeSortBufs& sb, void* act, void* y,
-                        void* out, cudaStream_t s) {
+                        void* out, bool mma, cudaStream_t s) {
   if (T_ == 0) return;
   const int n = T_ * w.k;
   launch_k(moe_sort_kernel, dim3(1), dim3(kSortThreads), 0, s, ids, n, w.k, w.E, sb);
   ARB_LAUNCHED("moe_sort_kernel", s);
   // Tiles of all groups together: sum of ceil(count_e / rows) <= n / rows + min(E, n).
   const int max_tiles = (n + kMoeTileRows - 1) / kMoeTileRows + (w.E < n ? w.E : n);
-  const dim3 block(kGemmThreads);
   const dim3 g_in(max_tiles, (w.F + kTileN - 1) / kTileN), g_dn(max_tiles, (w.D + kTileN - 1) /
                                                                            kTileN);
   ARB_DISPATCH_CTYPE(ct, T, {
     const T* xp = static_cast<const T*>(x);
-    if (w.relu2)
-      launch_k(moe_group_gemm<T, kUpRelu2>, g_in, block, 0, s, w, xp, sb, static_cast<T*>(act));
-    else
-      launch_k(moe_group_gemm<T, kGateUp>, g_in, block, 0, s, w, xp, sb, static_cast<T*>(act));
+    if (w.relu2) launch_group_gemm<T, kUpRelu2>(mma, g_in, s, w, xp, sb, static_cast<T*>(act));
+    else launch_group_gemm<T, kGateUp>(mma, g_in, s, w, xp, sb, static_cast<T*>(act));
     ARB_LAUNCHED("moe_group_gemm (gate/up)", s);
-    launch_k(moe_group_gemm<T, kDown>, g_dn, block, 0, s, w, static_cast<const T*>(act), sb,
-             static_cast<T*>(y));
+    launch_group_gemm<T, kDown>(mma, g_dn, s, w, static_cast<const T*>(act), sb,
+                                static_cast<T*>(y));
     ARB_LAUNCHED("moe_group_gemm (down)", s);
     launch_k(moe_combine_kernel<T>, dim3(T_), dim3(256), 0, s, static_cast<const T*>(y), ids,
              weights, static_cast<const int*>(sb.row_of), w.k, w.D, static_cast<T*>(out));

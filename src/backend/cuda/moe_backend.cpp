@@ -83,8 +83,11 @@ void CudaBackend::run_moe(const Buffer& logits, const Buffer& x, const MoeExpert
                           Buffer& out, std::vector<Route>* routes, Buffer* residual,
                           const MoeResidual* r) {
   const bool decode = single_token(T);  // else the grouped kernels (T == 1 under row invariance)
+  const bool mma = tuning_.moe_mma && ct_ != DType::F32;  // the grouped GEMMs on tensor cores
   if (residual) stats_.record("moe_add", "cuda.moe_decode_add");
-  else stats_.record("moe", decode ? "cuda.moe_decode" : "cuda.moe_grouped");
+  else stats_.record("moe", decode ? "cuda.moe_decode"
+                            : mma  ? "cuda.moe_grouped_mma"
+                                   : "cuda.moe_grouped");
   int D = 0, F = 0;
   moe_check_experts(*this, ex, D, F);
   const RouterSpec& rs = ex.spec;
@@ -160,7 +163,8 @@ void CudaBackend::run_moe(const Buffer& logits, const Buffer& x, const MoeExpert
             int64_t(ws), int64_t(op)},
            false, 0,
            [=, this](const cuda::StepCtx&) {
-             cuda::launch_moe_prefill(ct_, t, xp, T, ra.ids, ra.weights, sb, act, y, op, stream_);
+             cuda::launch_moe_prefill(ct_, t, xp, T, ra.ids, ra.weights, sb, act, y, op, mma,
+                                      stream_);
            });
   }
   if (!routes) return;
