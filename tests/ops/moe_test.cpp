@@ -67,6 +67,9 @@ const MoeCase kCases[] = {
     // A prefill whose experts fill several row tiles (64 rows of 4 experts on average) and whose
     // projections several column blocks (D 160, F 96), K a multiple of 8 (the 16-byte loads).
     {"tiles", 128, 160, 96, 4, 2, false, kSoftmax, kScoreFirst, true, 1, 1, 1, false, 0},
+    // More (token, slot) pairs than the cuda sort's 16 warps take 32 at a time (960: two
+    // passes a warp, the second partial), over 200 experts, many groups empty or of one pair.
+    {"sort", 160, 32, 16, 200, 6, false, kSoftmax, kScoreFirst, true, 1, 1, 1, false, 0},
 };
 
 RouterSpec spec_of(const MoeCase& c) {

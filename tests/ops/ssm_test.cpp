@@ -23,7 +23,7 @@ struct ConvCase {
   int T, C, K;
 };
 // tiny-granite-h's conv (C = 128 + 2*2*16 = 192, K = 4), one token, odd widths, K = 1 and 2;
-// a prefill over several of cuda's 64-token tiles and channel blocks, and a window longer than
+// a prefill over several of cuda's 16-token tiles and channel blocks, and a window longer than
 // a tile (K - 1 = 69 tokens read the state).
 const ConvCase kConv[] = {{1, 192, 4}, {7, 192, 4}, {3, 33, 2},   {20, 5, 4},
                           {2, 7, 1},   {1, 1, 3},   {150, 300, 4}, {75, 9, 70}};

@@ -90,7 +90,7 @@ void launch_bias_out(const float* acc, const float* bias, int T, int N, DType ot
 // --- Mamba2 mixer (ssm.cu) ------------------------------------------------------------------
 /// Backend::ssm_conv: x, out [T, C] and state [K-1, C] in the compute type (the state holds
 /// rows of x, so keeping it in that type is exact); w [C, K] and b [C] (may be null) in f32.
-/// A thread per (channel, tile of at least 64 tokens).
+/// A thread per (channel, tile of at least 16 tokens).
 void launch_ssm_conv(DType ct, const void* x, const float* w, const float* b, int T, int C, int K,
                      void* state, void* out, cudaStream_t s);
 /// Largest ssm_scan state size N (a warp per state row keeps N / 32 values per lane).

@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(kGatedThreads)
 void launch_ssm_conv(DType ct, const void* x, const float* w, const float* b, int T, int C, int K,
                      void* state, void* out, cudaStream_t s) {
   if (T == 0) return;  // the state stays as it is
-  const int tile = std::max(64, K - 1);
+  const int tile = std::max(16, K - 1);
   const dim3 grid(unsigned((C + kThreads - 1) / kThreads), unsigned((T + tile - 1) / tile));
   ARB_DISPATCH_CTYPE(ct, E,
                      launch_k(ssm_conv_kernel<E>, grid, dim3(kThreads), 0, s,
