@@ -3,7 +3,8 @@
 // product and the sum, whose records are the composition's and whose overwrite of the
 // product feeds the add as in the composition. Rows of 1,024, 1,536 (cuda: six chunks a
 // lane), 2,048 and 3,072 (x in registers or in shared memory), a tiny model's, and T > 1; with
-// Granite's residual scale.
+// Granite's residual scale; 6,000 rows of 1,536, several rows a warp on cuda (the next row's
+// weights loaded while the current one is multiplied).
 #include "tier_util.h"
 
 #include "backend/ref/ref_backend.h"
@@ -17,7 +18,7 @@ struct Case {
 };
 const Case kCases[] = {{1, 1024, 2048}, {1, 1024, 3072}, {1, 2048, 1024},     {1, 64, 128},
                        {1, 128, 384},   {3, 64, 172},    {1, 1536, 3072, 0.22}, {3, 64, 172, 0.5},
-                       {1, 640, 1536, 0.22}};
+                       {1, 640, 1536, 0.22}, {1, 6000, 1536}};
 
 struct Outcome {
   std::vector<double> sum;

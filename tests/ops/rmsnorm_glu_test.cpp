@@ -3,7 +3,9 @@
 // with stage taps (norm, gate, up, act) whose records are the composition's intermediates and
 // whose overwrite of gate feeds the product as in the composition. Shapes: 3,001 rows of 1,024
 // (pairs of rows per warp and a last warp with one), a tiny model's, gemma3-1b's rows of
-// 1,152, and T > 1; llama's form and gemma's ((1 + w) norm, gelu_tanh).
+// 1,152, 3,000 rows of 2,048 (several rows a warp on cuda, the next ones' weights loaded while
+// the current ones are multiplied), and T > 1; llama's form and gemma's ((1 + w) norm,
+// gelu_tanh).
 #include "tier_util.h"
 
 #include "backend/ref/ref_backend.h"
@@ -21,6 +23,7 @@ const Case kCases[] = {{1, 3001, 1024},
                        {1, 384, 128},
                        {3, 172, 64},
                        {1, 700, 1152, NormWeight::OnePlus, GluAct::GeluTanh},
+                       {1, 3000, 2048},
                        {3, 172, 64, NormWeight::OnePlus, GluAct::GeluTanh}};
 
 struct Outcome {

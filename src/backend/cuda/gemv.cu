@@ -225,22 +225,38 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     while (si + 1 < a.n_seg && rr >= a.seg[si].rows) rr -= a.seg[si++].rows;
   };
   constexpr int kUp = MODE == kGemvNormGlu ? ROWS : 0;
-  uint4 w[ROWS][NCH], w2[kUp ? kUp : 1][NCH];  // w2: the up rows (SwiGLU)
-  int si[ROWS], rr[ROWS];
-  auto load_rows = [&] {
+  // The warp's current rows (w2: the up rows of SwiGLU) and, with kPipe, while they are
+  // multiplied, the next ones: a warp with several rows in turn then has the next rows' loads
+  // in flight during the current ones' dot products and stores, instead of paying each row's
+  // latency alone (H100, synth bf16 decode, alternating in one call: granite-4.0-h-1b 532-542
+  // against 513-517 tok/s, granite-4.0-h-tiny 448 against 433). Only where the second set of
+  // weights fits the register cap with room to spare (ptxas spilled every form past three
+  // quarters of it), and not in the forms with x in shared memory, which are kept small so
+  // that blocks of the next GEMV fit beside them (with them too, qwen3-0.6b's o projection
+  // went from three blocks an SM to two, and its decode from 1,641 to 1,626 tok/s: H100,
+  // docs/evidence/h200/call-b-s37.txt).
+  constexpr int kChunkRegs = 4 * NCH * (1 + 2 * ROWS * (kUp ? 2 : 1));
+  constexpr bool kPipe = !kSmemX && 4 * kChunkRegs < 3 * max_regs<NCH, MODE, ROWS>();
+  struct Rows {
+    uint4 w[ROWS][NCH], w2[kUp ? kUp : 1][NCH];
+    int si[ROWS], rr[ROWS];
+  };
+  auto load_rows = [&](int from, Rows& b) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      if (row + r * stride >= a.N) break;
-      locate(row + r * stride, si[r], rr[r]);
-      const GemvSeg& g = a.seg[si[r]];
-      load_chunks<T, NCH, true>(static_cast<const T*>(g.W) + int64_t(rr[r]) * g.ld, a.K, lane,
-                                w[r]);
+      if (from + r * stride >= a.N) break;
+      locate(from + r * stride, b.si[r], b.rr[r]);
+      const GemvSeg& g = a.seg[b.si[r]];
+      load_chunks<T, NCH, true>(static_cast<const T*>(g.W) + int64_t(b.rr[r]) * g.ld, a.K,
+                                lane, b.w[r]);
       if constexpr (kUp > 0)
         load_chunks<T, NCH, true>(
-            static_cast<const T*>(a.seg[1].W) + int64_t(rr[r]) * a.seg[1].ld, a.K, lane, w2[r]);
+            static_cast<const T*>(a.seg[1].W) + int64_t(b.rr[r]) * a.seg[1].ld, a.K, lane,
+            b.w2[r]);
     }
   };
-  if (row < a.N) load_rows();
+  Rows cur;
+  if (row < a.N) load_rows(row, cur);
   constexpr int V = Vec16<T>::N;
   const int warp = threadIdx.x / 32;
   griddep_wait();
@@ -250,7 +266,7 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   // value row read early too (attention.cu), H200, synth qwen3-0.6b bf16 decode, one call:
   // 1,803-1,804 against 1,785 tok/s (docs/evidence/h200/decode-variants-s12.txt).
   T res0 = from_f<T>(0.f);
-  if (MODE == kGemvAdd && lane == 0 && row < a.N) res0 = static_cast<const T*>(a.res)[rr[0]];
+  if (MODE == kGemvAdd && lane == 0 && row < a.N) res0 = static_cast<const T*>(a.res)[cur.rr[0]];
   // x in chunks, normalised (and rounded to T, as the op-by-op RMSNorm stores it) when fused;
   // kSmemX: in shared memory, chunk j loaded by warp j % WPB.
   uint4 x[NCH];
@@ -307,6 +323,12 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   }
   bool first = true;
   while (row < a.N) {
+    const int next = row + ROWS * stride;
+    [[maybe_unused]] Rows nxt;
+    if (kPipe && next < a.N) load_rows(next, nxt);
+    const auto& w = cur.w;
+    const auto& si = cur.si;
+    const auto& rr = cur.rr;
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       if (row + r * stride >= a.N) break;
@@ -315,7 +337,7 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
       if constexpr (MODE == kGemvNormGlu) {
         // act = silu(gate) * up (or GeGLU's gelu_tanh) with gate and up rounded to T first, as
         // the op-by-op path does.
-        const float gu = dot_chunks<T, NCH>(w2[r], x_at);
+        const float gu = dot_chunks<T, NCH>(cur.w2[r], x_at);
         if (lane == 0) {
           T g = from_f<T>(acc), u = from_f<T>(gu);
           if constexpr (TAP) {
@@ -338,10 +360,11 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
         else store_out<T>(g.out, g.out_f32, rr[r], g.bias ? acc + g.bias[rr[r]] : acc);
       }
     }
-    row += ROWS * stride;
+    row = next;
     first = false;
     if (row >= a.N) break;
-    load_rows();
+    if constexpr (kPipe) cur = nxt;
+    else load_rows(row, cur);
   }
   if constexpr (MODE == kGemvPlain)
     if (a.post.norm_w) norm_add_epilogue<T>(a.post, static_cast<const T*>(a.seg[0].out), a.N);
