@@ -235,8 +235,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   // that blocks of the next GEMV fit beside them (with them too, qwen3-0.6b's o projection
   // went from three blocks an SM to two, and its decode from 1,641 to 1,626 tok/s: H100,
   // docs/evidence/h200/call-b-s37.txt).
-  constexpr int kChunkRegs = 4 * NCH * (1 + 2 * ROWS * (kUp ? 2 : 1));
-  constexpr bool kPipe = !kSmemX && 4 * kChunkRegs < 3 * max_regs<NCH, MODE, ROWS>();
+  constexpr int kPipeRegs = 4 * NCH * (1 + 2 * ROWS * (kUp ? 2 : 1));  // x and two row sets
+  constexpr bool kPipe = !kSmemX && 4 * kPipeRegs < 3 * max_regs<NCH, MODE, ROWS>();
   struct Rows {
     uint4 w[ROWS][NCH], w2[kUp ? kUp : 1][NCH];
     int si[ROWS], rr[ROWS];
@@ -266,7 +266,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   // value row read early too (attention.cu), H200, synth qwen3-0.6b bf16 decode, one call:
   // 1,803-1,804 against 1,785 tok/s (docs/evidence/h200/decode-variants-s12.txt).
   T res0 = from_f<T>(0.f);
-  if (MODE == kGemvAdd && lane == 0 && row < a.N) res0 = static_cast<const T*>(a.res)[cur.rr[0]];
+  if (MODE == kGemvAdd && lane == 0 && row < a.N)
+    res0 = static_cast<const T*>(a.res)[cur.rr[0]];
   // x in chunks, normalised (and rounded to T, as the op-by-op RMSNorm stores it) when fused;
   // kSmemX: in shared memory, chunk j loaded by warp j % WPB.
   uint4 x[NCH];
