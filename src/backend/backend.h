@@ -324,12 +324,27 @@ class Backend {
     Buffer* out = nullptr;
     const StageTap* tap = nullptr;
   };
-  /// xn[T, D] = norm(x; w, nw, eps) (tap norm_tap), then outs[i].out = xn @ outs[i].W^T (+ bias)
-  /// for each i. Afterwards xn holds norm(x) if keep_xn (a MoE block's router: the experts read
-  /// xn next), else its contents are unspecified (a fused kernel need not write it).
+  /// A residual update that the next norm runs first: rmsnorm_add(*y, *w, nw, T, D, eps,
+  /// *residual, norm, sum) with that op's nw, T, D and eps, where residual is that op's x.
+  /// Gemma's post norms: the block's output normalised and added where the next block's norm
+  /// reads the residual anyway (cuda, T == 1: inside that GEMV, instead of a pass of its own
+  /// after the output's GEMV).
+  struct NormAdd {
+    Buffer* y = nullptr;
+    const Tensor* w = nullptr;
+    Buffer* residual = nullptr;
+    const StageTap *norm = nullptr, *sum = nullptr;
+  };
+  /// rmsnorm_add as pre says, when given.
+  void norm_add(const NormAdd* pre, NormWeight nw, int T, int D, double eps);
+  /// With pre, its residual update first (x += norm(pre's y)). xn[T, D] = norm(x; w, nw, eps)
+  /// (tap norm_tap), then outs[i].out = xn @ outs[i].W^T (+ bias) for each i. Afterwards xn
+  /// holds norm(x) if keep_xn (a MoE block's router: the experts read xn next), else its
+  /// contents are unspecified (a fused kernel need not write it).
   virtual void rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                               double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
-                              const MatmulTarget* outs, int n_outs);
+                              const MatmulTarget* outs, int n_outs,
+                              const NormAdd* pre = nullptr);
   /// Mamba2's causal conv of one rmsnorm_matmul output (xBC): ssm_conv of outs[of]'s T rows
   /// (W's rows wide) with these weights into act, continuing state, then the taps on act
   /// (stage ssm_conv) and on the state.
@@ -355,12 +370,13 @@ class Backend {
   struct GluTaps {
     const StageTap *norm = nullptr, *gate = nullptr, *up = nullptr, *act = nullptr;
   };
-  /// xn = norm(x; w, nw, eps); act[T, F] = swiglu or geglu (as `act_fn` says) of
-  /// xn @ w_gate^T and xn @ w_up^T. Afterwards the contents of xn, gate and up are unspecified.
+  /// With pre, its residual update first (x += norm(pre's y)). xn = norm(x; w, nw, eps);
+  /// act[T, F] = swiglu or geglu (as `act_fn` says) of xn @ w_gate^T and xn @ w_up^T.
+  /// Afterwards the contents of xn, gate and up are unspecified.
   virtual void rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                            double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
                            GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
-                           const GluTaps& taps);
+                           const GluTaps& taps, const NormAdd* pre = nullptr);
   /// tmp[T, N] = x @ W^T (tap product); tmp *= scale unless scale is 1 (Granite's
   /// residual_multiplier: scale()); then residual[T, N] += tmp (tap sum). Afterwards tmp's
   /// contents are unspecified.

@@ -57,9 +57,15 @@ void Backend::norm(const Buffer& x, const Tensor& w, NormWeight nw, int R, int N
   else rmsnorm(x, w, R, N, eps, out);
 }
 
+void Backend::norm_add(const NormAdd* pre, NormWeight nw, int T, int D, double eps) {
+  if (pre) rmsnorm_add(*pre->y, *pre->w, nw, T, D, eps, *pre->residual, pre->norm, pre->sum);
+}
+
 void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                              double eps, Buffer& xn, bool /*keep_xn: xn is always kept here*/,
-                             const StageTap* norm_tap, const MatmulTarget* outs, int n_outs) {
+                             const StageTap* norm_tap, const MatmulTarget* outs, int n_outs,
+                             const NormAdd* pre) {
+  norm_add(pre, nw, T, D, eps);
   norm(x, w, nw, T, D, eps, xn);
   apply_tap(norm_tap, xn, T, D);
   for (int i = 0; i < n_outs; ++i) {
@@ -85,8 +91,9 @@ void Backend::rmsnorm_matmul_conv(const Buffer& x, const Tensor& w, NormWeight n
 void Backend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                           double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
                           GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
-                          const GluTaps& taps) {
+                          const GluTaps& taps, const NormAdd* pre) {
   const int F = int(w_gate.rows());
+  norm_add(pre, nw, T, D, eps);
   norm(x, w, nw, T, D, eps, xn);
   apply_tap(taps.norm, xn, T, D);
   matmul(xn, w_gate, nullptr, T, gate);

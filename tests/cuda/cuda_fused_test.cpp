@@ -154,14 +154,14 @@ TEST(CudaFused, MoeDecodeEqualsOpByOpPath) {
 #endif
 }
 
-// Gemma's o and down projections with their post norms and residual adds as one GEMV
-// (matmul_rmsnorm_add: the norm and the add in the grid's last block): the bits of the ops
-// one by one.
+// Gemma's post norms and residual adds inside the next norm's GEMV (rmsnorm_add as the
+// NormAdd of the feed-forward's, the next layer's q/k/v and the final norm): the bits of the
+// ops one by one.
 TEST(CudaFused, GemmaDecodeEqualsOpByOpPath) {
   ARB_CUDA_OR_SKIP(probe, "bf16");
 #if ARBITER_HAVE_CUDA
   expect_fused_ops_keep_bits({"tiny-gemma3", "tiny-gemma2"},
-                             {{"matmul_rmsnorm_add", "cuda.gemv_rmsnorm_add"}});
+                             {{"rmsnorm_add", "cuda.in_norm_gemv"}});
 #endif
 }
 

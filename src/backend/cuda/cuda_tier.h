@@ -86,13 +86,14 @@ class CudaBackend final : public Backend {
   // orders, same roundings), so a decode does not depend on whether a stage is tapped.
   void rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
                       Buffer& xn, bool keep_xn, const StageTap* norm_tap,
-                      const MatmulTarget* outs, int n_outs) override;
+                      const MatmulTarget* outs, int n_outs, const NormAdd* pre = nullptr) override;
   void rmsnorm_matmul_conv(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                            double eps, Buffer& xn, const StageTap* norm_tap,
                            const MatmulTarget* outs, int n_outs, const ConvTarget& conv) override;
   void rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
                    Buffer& xn, const Tensor& w_gate, const Tensor& w_up, GluAct act_fn,
-                   Buffer& gate, Buffer& up, Buffer& act, const GluTaps& taps) override;
+                   Buffer& gate, Buffer& up, Buffer& act, const GluTaps& taps,
+                   const NormAdd* pre = nullptr) override;
   void matmul_add(const Buffer& x, const Tensor& W, int T, Buffer& tmp, Buffer& residual,
                   double scale, const StageTap* product, const StageTap* sum) override;
   void rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D, double eps,
@@ -233,9 +234,18 @@ class CudaBackend final : public Backend {
   // fused.cpp
   /// rmsnorm_matmul (conv null) or rmsnorm_matmul_conv as the norm + GEMV kernel (the conv
   /// in its rows of xBC), or the packed GEMV (no conv); false when neither takes the step.
+  /// Either way pre has run (inside the kernel, or before it as its own op).
   bool norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
                  Buffer& xn, bool keep_xn, const StageTap* norm_tap, const MatmulTarget* outs,
-                 int n_outs, const ConvTarget* conv);
+                 int n_outs, const ConvTarget* conv, const NormAdd* pre);
+  /// Whether a norm GEMV on x that takes the step can run pre inside (untapped, on x).
+  bool pre_fusable(const NormAdd* pre, const Buffer& x, int D) const;
+  /// The norm GEMV's fields for pre inside it, and their part of the step's signature.
+  void gemv_pre(const NormAdd& pre, NormWeight nw, int D, cuda::GemvArgs& a,
+                std::vector<int64_t>& sig);
+  /// The device counter of the last-block epilogues (GemvNormAdd::done, GemvArgs::pre_done),
+  /// zero between launches.
+  unsigned* grid_done();
   /// A rmsnorm_matmul output's device bias (null without one), checked with its room.
   const float* target_bias(const MatmulTarget& o, int64_t rows);
   /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
@@ -308,7 +318,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<std::string, DType>, std::string> packed_providers_;
   cuda::DevBuf qw_;  // a tile of a packed matrix's rows dequantized for the GEMM (T > 1)
   cuda::DevBuf ids_, part_, acc_, sum_out_, sum_scratch_, targets_, tap_mem_;
-  cuda::DevBuf norm_add_done_;  // matmul_rmsnorm_add's counter (cuda::GemvNormAdd::done)
+  cuda::DevBuf grid_done_;  // grid_done()
   cuda::DevBuf scan_;  // the chunked ssm_scan's chunk states (cuda::ScanArgs::scratch)
   cuda::DevBuf meta_;  // the latest batch_meta array, and its host copy
   std::vector<int> meta_host_, meta_next_;

@@ -187,14 +187,16 @@ __device__ __forceinline__ float gelu_tanh_mul(float g, float u) {
   return 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
 }
 
-/// Sum of squares of a row held in chunks, in the canonical order; the same in every lane.
-template <class T, int NCH>
-__device__ __forceinline__ float chunks_sumsq(const uint4 (&v)[NCH]) {
+/// Sum of squares of a row in chunks (chunk(j): this lane's chunk j, e.g. from shared memory,
+/// one chunk live at a time), in the canonical order; the same in every lane.
+template <class T, int NCH, class Chunk>
+__device__ __forceinline__ float chunks_sumsq_by(Chunk chunk) {
   constexpr int V = Vec16<T>::N;
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < NCH; ++j) {
-    const T* e = reinterpret_cast<const T*>(&v[j]);
+    const uint4 c = chunk(j);
+    const T* e = reinterpret_cast<const T*>(&c);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const float f = to_f(e[i]);
@@ -202,6 +204,11 @@ __device__ __forceinline__ float chunks_sumsq(const uint4 (&v)[NCH]) {
     }
   }
   return warp_sum(ss);
+}
+/// The same of a row held in chunks.
+template <class T, int NCH>
+__device__ __forceinline__ float chunks_sumsq(const uint4 (&v)[NCH]) {
+  return chunks_sumsq_by<T, NCH>([&](int j) { return v[j]; });
 }
 /// 1 / sqrt(mean(x^2) + eps) as every RMSNorm of the tier computes it.
 __device__ __forceinline__ float inv_rms(float sumsq, int n, float eps) {

@@ -18,8 +18,8 @@ using cuda::PosRef;
 
 void CudaBackend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                                  double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
-                                 const MatmulTarget* outs, int n_outs) {
-  if (!norm_gemv(x, w, nw, T, D, eps, xn, keep_xn, norm_tap, outs, n_outs, nullptr))
+                                 const MatmulTarget* outs, int n_outs, const NormAdd* pre) {
+  if (!norm_gemv(x, w, nw, T, D, eps, xn, keep_xn, norm_tap, outs, n_outs, nullptr, pre))
     Backend::rmsnorm_matmul(x, w, nw, T, D, eps, xn, keep_xn, norm_tap, outs, n_outs);
 }
 
@@ -28,19 +28,17 @@ void CudaBackend::rmsnorm_matmul_conv(const Buffer& x, const Tensor& w, NormWeig
                                       const MatmulTarget* outs, int n_outs,
                                       const ConvTarget& conv) {
   if (!tuning_.ssm_fused ||
-      !norm_gemv(x, w, nw, T, D, eps, xn, false, norm_tap, outs, n_outs, &conv))
+      !norm_gemv(x, w, nw, T, D, eps, xn, false, norm_tap, outs, n_outs, &conv, nullptr))
     Backend::rmsnorm_matmul_conv(x, w, nw, T, D, eps, xn, norm_tap, outs, n_outs, conv);
 }
 
 bool CudaBackend::norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                             double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
-                            const MatmulTarget* outs, int n_outs, const ConvTarget* conv) {
+                            const MatmulTarget* outs, int n_outs, const ConvTarget* conv,
+                            const NormAdd* pre) {
   const bool step = single_token(T) && tuning_.gemv && tuning_.fused && n_outs >= 1 && n_outs <= 3;
   const cuda::DevMat* mats[3] = {};  // looked up once: a lookup samples the host tensor's bytes
   for (int i = 0; step && i < n_outs; ++i) mats[i] = &weights_->matrix(*outs[i].W);
-  if (step && !conv && mats[0]->packed() &&
-      packed_rmsnorm_matmul(x, w, nw, D, eps, xn, keep_xn, norm_tap, outs, n_outs, mats))
-    return true;
   bool fuse = step && cuda::gemv_fusable(ct_, D);
   for (int i = 0; fuse && i < n_outs; ++i)
     fuse = mats[i]->cols == D && !mats[i]->packed() &&
@@ -49,6 +47,11 @@ bool CudaBackend::norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int
   if (fuse && conv)
     fuse = conv->of >= 0 && conv->of < n_outs && outs[conv->of].out->dtype == ct_ &&
            (!outs[conv->of].bias || outs[conv->of].bias->empty()) && conv->K >= 1;
+  const bool pre_inside = fuse && pre_fusable(pre, x, D);
+  if (!pre_inside) norm_add(pre, nw, T, D, eps);
+  if (step && !conv && mats[0]->packed() &&
+      packed_rmsnorm_matmul(x, w, nw, D, eps, xn, keep_xn, norm_tap, outs, n_outs, mats))
+    return true;
   if (!fuse) return false;
   if (conv) stats_.record("rmsnorm_matmul_conv", "cuda.norm_gemv_conv");
   else stats_.record("rmsnorm_matmul", prov_norm_gemv_);
@@ -73,6 +76,7 @@ bool CudaBackend::norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int
     sig.insert(sig.end(), {int64_t(m.ptr), m.ld, int64_t(bp), int64_t(outs[i].out->ptr), m.rows, f32});
   }
   sig.push_back(cuda::sig_bits(eps));
+  if (pre_inside) gemv_pre(*pre, nw, D, a, sig);
   const StageTap* conv_in = nullptr;  // the product the conv reads: tapped inside the kernel
   int64_t C = 0;
   if (conv) {
@@ -102,19 +106,44 @@ bool CudaBackend::norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int
   return true;
 }
 
+bool CudaBackend::pre_fusable(const NormAdd* pre, const Buffer& x, int D) const {
+  return pre && !pre->norm && !pre->sum && pre->residual->ptr == x.ptr && x.dtype == ct_ &&
+         pre->y->dtype == ct_ && pre->y->n >= D;
+}
+
+void CudaBackend::gemv_pre(const NormAdd& pre, NormWeight nw, int D, cuda::GemvArgs& a,
+                           std::vector<int64_t>& sig) {
+  stats_.record("rmsnorm_add", "cuda.in_norm_gemv");
+  a.pre_y = pre.y->ptr;
+  a.pre_w = vec(*pre.w, D, "rmsnorm", nw == NormWeight::OnePlus);
+  a.pre_x = pre.residual->ptr;
+  a.pre_done = grid_done();
+  sig.insert(sig.end(), {int64_t(a.pre_y), int64_t(a.pre_w), int64_t(a.pre_x)});
+}
+
+unsigned* CudaBackend::grid_done() {
+  if (!grid_done_.ptr) {
+    ensure(grid_done_, sizeof(unsigned));
+    ARB_CUDA(cudaMemsetAsync(grid_done_.ptr, 0, sizeof(unsigned), stream_));
+  }
+  return static_cast<unsigned*>(grid_done_.ptr);
+}
+
 void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
                               double eps, Buffer& xn, const Tensor& w_gate, const Tensor& w_up,
                               GluAct act_fn, Buffer& gate, Buffer& up, Buffer& act,
-                              const GluTaps& taps) {
+                              const GluTaps& taps, const NormAdd* pre) {
   const bool step = single_token(T) && tuning_.gemv && tuning_.fused;
   const cuda::DevMat* gm = step ? &weights_->matrix(w_gate) : nullptr;
   const cuda::DevMat* um = step ? &weights_->matrix(w_up) : nullptr;
-  if (step && gm->packed() && act_fn == GluAct::SiLU &&
-      packed_rmsnorm_swiglu(x, w, nw, D, eps, xn, *gm, *um, act, taps))
-    return;
   bool fuse = step && cuda::gemv_fusable(ct_, D);
   fuse = fuse && !gm->packed() && !um->packed() && gm->cols == D && um->cols == D &&
          gm->rows == um->rows && gm->ld == um->ld;
+  const bool pre_inside = fuse && pre_fusable(pre, x, D);
+  if (!pre_inside) norm_add(pre, nw, T, D, eps);
+  if (step && gm->packed() && act_fn == GluAct::SiLU &&
+      packed_rmsnorm_swiglu(x, w, nw, D, eps, xn, *gm, *um, act, taps))
+    return;
   if (!fuse)
     return Backend::rmsnorm_glu(x, w, nw, T, D, eps, xn, w_gate, w_up, act_fn, gate, up, act,
                                 taps);
@@ -137,12 +166,13 @@ void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, i
   const bool tapped = taps.norm || taps.gate || taps.up;
   if (tapped)
     stage_taps({{taps.norm, D}, {taps.gate, g.rows}, {taps.up, g.rows}}, a.tapped, a.taps);
-  const int64_t ebits = cuda::sig_bits(eps);
-  submit({kTagNormGlu, int64_t(x.ptr), int64_t(norm_w), D, int64_t(g.ptr), int64_t(u.ptr), g.ld,
-          g.rows, int64_t(act.ptr), ebits, a.gelu},
-         false, 0, [=, this](const cuda::StepCtx&) {
-           cuda::launch_gemv_fused(ct_, cuda::kGemvNormGlu, a, sm_, stream_);
-         });
+  std::vector<int64_t> sig = {kTagNormGlu, int64_t(x.ptr), int64_t(norm_w), D, int64_t(g.ptr),
+                              int64_t(u.ptr), g.ld, g.rows, int64_t(act.ptr),
+                              cuda::sig_bits(eps), a.gelu};
+  if (pre_inside) gemv_pre(*pre, nw, D, a, sig);
+  submit(std::move(sig), false, 0, [=, this](const cuda::StepCtx&) {
+    cuda::launch_gemv_fused(ct_, cuda::kGemvNormGlu, a, sm_, stream_);
+  });
   if (tapped) collect_taps();
   apply_tap(taps.act, act, T, int(g.rows));
 }
@@ -219,15 +249,11 @@ void CudaBackend::matmul_rmsnorm_add(const Buffer& x, const Tensor& W, int T, Bu
   check_act(x, K, "matmul_rmsnorm_add x");
   check_act(y, N, "matmul_rmsnorm_add y");
   check_act(residual, N, "matmul_rmsnorm_add residual");
-  if (!norm_add_done_.ptr) {
-    ensure(norm_add_done_, sizeof(unsigned));
-    ARB_CUDA(cudaMemsetAsync(norm_add_done_.ptr, 0, sizeof(unsigned), stream_));
-  }
   cuda::GemvNormAdd post;
   post.norm_w = vec(w, N, "rmsnorm", nw == NormWeight::OnePlus);
   post.eps = float(eps);
   post.residual = residual.ptr;
-  post.done = static_cast<unsigned*>(norm_add_done_.ptr);
+  post.done = grid_done();
   const void *xp = x.ptr, *wp = m.ptr;
   void* yp = y.ptr;
   const int64_t ld = m.ld;

@@ -289,6 +289,45 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   auto x_at = [&](int j) {
     return kSmemX ? xs[j * 32 + lane] : kXnShared ? xn[j * 32 + lane] : x[j];
   };
+  // x + rmsnorm(pre_y) first. pre_y is staged in xn (free until the norm below), chunk j by
+  // warp j % WPB, and every warp takes its sum of squares from there (in registers beside the
+  // rows loaded before the wait, it made the forms spill); chunk j of the sum is computed by
+  // warp j % WPB and shared through hs (x in element order), which the grid's last block
+  // stores into x at the end.
+  __shared__ uint4 hs[kNorm ? NCH * 32 : 1];
+  const bool pre = kNorm && a.pre_y;
+  if (pre) {
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+      const int k = lane * V + j * 32 * V;
+      if (j % WPB == warp)
+        xn[j * 32 + lane] =
+            k < a.K ? __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.pre_y) + k))
+                    : make_uint4(0, 0, 0, 0);
+    }
+    __syncthreads();
+    const float inv_y =
+        inv_rms(chunks_sumsq_by<T, NCH>([&](int j) { return xn[j * 32 + lane]; }), a.K, a.eps);
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+      const int k = lane * V + j * 32 * V;
+      if (j % WPB != warp) continue;
+      if (k < a.K) {
+        float pw[V];
+        load_f32s<V>(a.pre_w + k, pw);
+        const uint4 yj = xn[j * 32 + lane];
+        T* r = reinterpret_cast<T*>(&x[j]);
+        const T* e = reinterpret_cast<const T*>(&yj);
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          r[i] = from_f<T>(to_f(r[i]) + to_f(norm_elem<T>(to_f(e[i]), inv_y, pw[i])));
+      }
+      hs[j * 32 + lane] = x[j];
+    }
+    __syncthreads();  // also: every warp has read xn's y before the norm writes xn
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) x[j] = hs[j * 32 + lane];
+  }
   if (kNorm) {
     // Every warp takes the sum of squares in the canonical order, but chunk j is normalised
     // by warp j % WPB alone and shared through shared memory: with every warp normalising all
@@ -369,6 +408,17 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   }
   if constexpr (MODE == kGemvPlain)
     if (a.post.norm_w) norm_add_epilogue<T>(a.post, static_cast<const T*>(a.seg[0].out), a.N);
+  if (pre) {
+    // Every block has read x once it counts itself: the store needs no fence before it.
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.pre_done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    for (int c = threadIdx.x; c < NCH * 32 && c * V < a.K; c += blockDim.x)
+      static_cast<uint4*>(a.pre_x)[c] = hs[c];
+    if (threadIdx.x == 0) *a.pre_done = 0;
+  }
 }
 
 // Loop kernel for long or odd rows (unfused only). Rows this long are few (gemma3-1b's down

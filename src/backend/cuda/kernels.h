@@ -302,6 +302,15 @@ struct GemvArgs {
   float res_scale = 1.f;
   /// kGemvNorm: the conv behind one segment's rows.
   GemvConv conv;
+  /// kGemvNorm and kGemvNormGlu: x += rmsnorm(pre_y; pre_w, eps) first, with rmsnorm_add's
+  /// arithmetic (Backend::NormAdd: Gemma's post norm of the block before, run inside this
+  /// one's norm), when pre_y is set. Every block computes the sum; the grid's last block to
+  /// finish its rows stores it into x (found with the counter pre_done, which that block
+  /// resets), after every block has read x. pre_x is x, writable.
+  const void* pre_y = nullptr;
+  const float* pre_w = nullptr;
+  void* pre_x = nullptr;
+  unsigned* pre_done = nullptr;
   /// The stages inside the fused forms, when `tapped`: kGemvNorm and kGemvNormGlu
   /// taps[0] on the normalised x [K]; kGemvNorm with the conv taps[1] on its segment's
   /// product, which the conv reads; kGemvNormGlu taps[1], taps[2] on gate and up [N];

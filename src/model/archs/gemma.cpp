@@ -330,6 +330,11 @@ class Gemma final : public Arch {
     be.scale(s.x, int64_t(T) * D, embed_scale(c, embed.dtype));
     be.apply_tap(tap("embed", -1, "embed", D, 1, 3), s.x, T, D);
 
+    // A block's post norm and residual add, run by the next norm that reads the residual
+    // (Backend::NormAdd): the first's in the feed-forward norm, the second's in the next
+    // layer's attention norm or the final norm.
+    Backend::NormAdd post;
+    auto pending = [&]() { return post.y ? &post : nullptr; };
     for (int l = 0; l < c.n_layer; ++l) {
       auto lw = [&](int slot) -> const Tensor& { return w.layer(l, slot); };
       const bool sliding = c.layer_sliding[size_t(l)];
@@ -343,7 +348,7 @@ class Gemma final : public Arch {
           {&lw(kWk), nullptr, &s.k, tap("k", l, "matmul", kv_dim, D, 3)},    // k [T, Hkv*Dh]
           {&lw(kWv), nullptr, &s.v, tap("v", l, "matmul", kv_dim, D, 3)}};  // v [T, Hkv*Dh]
       be.rmsnorm_matmul(s.x, lw(kAttnNorm), nw, T, D, eps, s.xn, false,
-                        tap("attn_norm", l, "rmsnorm", D, D, 3), qkv, 3);
+                        tap("attn_norm", l, "rmsnorm", D, D, 3), qkv, 3, pending());
       Backend::AttentionTaps at;
       if (c.qk_norm) {  // gemma3: (1 + w) RMSNorm over each head before RoPE
         at.q_norm = tap("q_norm", l, "rmsnorm", q_dim, Dh, 3);
@@ -362,10 +367,10 @@ class Gemma final : public Arch {
         be.qk_rope_attention(s.q, s.k, s.v, q_norm, k_norm, nw, eps, T, H, Hkv, Dh, pos0, rope,
                              s.k_cache[size_t(l)], s.v_cache[size_t(l)], window, scores, s.att,
                              at);  // att [T, H*Dh]
-      be.matmul_rmsnorm_add(s.att, lw(kWo), T, s.o, lw(kPostAttnNorm), nw, eps, s.x,
-                            tap("o", l, "matmul", D, q_dim, 3),  // o [T, D]
-                            tap("post_attn_norm", l, "rmsnorm", D, D, 3),
-                            tap("attn_res", l, "add", D, 1, 3));
+      be.matmul(s.att, lw(kWo), nullptr, T, s.o);  // o [T, D]
+      be.apply_tap(tap("o", l, "matmul", D, q_dim, 3), s.o, T, D);
+      post = {&s.o, &lw(kPostAttnNorm), &s.x, tap("post_attn_norm", l, "rmsnorm", D, D, 3),
+              tap("attn_res", l, "add", D, 1, 3)};
 
       // feed-forward block: x += post_ffn_norm(down(gelu_tanh(gate(xn)) * up(xn))), xn = norm(x)
       Backend::GluTaps ft;
@@ -374,11 +379,16 @@ class Gemma final : public Arch {
       ft.up = tap("up", l, "matmul", F, D, 3);
       ft.act = tap("act", l, "geglu", F, 1, 3);
       be.rmsnorm_glu(s.x, lw(kFfnNorm), nw, T, D, eps, s.xn, lw(kGate), lw(kUp), GluAct::GeluTanh,
-                     s.gate, s.up, s.act, ft);
-      be.matmul_rmsnorm_add(s.act, lw(kDown), T, s.down, lw(kPostFfnNorm), nw, eps, s.x,
-                            tap("down", l, "matmul", D, F, 3),  // [T, D]
-                            tap("post_ffn_norm", l, "rmsnorm", D, D, 3),
-                            tap("ffn_res", l, "add", D, 1, 3));
+                     s.gate, s.up, s.act, ft, pending());
+      be.matmul(s.act, lw(kDown), nullptr, T, s.down);  // [T, D]
+      be.apply_tap(tap("down", l, "matmul", D, F, 3), s.down, T, D);
+      post = {&s.down, &lw(kPostFfnNorm), &s.x, tap("post_ffn_norm", l, "rmsnorm", D, D, 3),
+              tap("ffn_res", l, "add", D, 1, 3)};
+    }
+    // The final norm takes the last update when it reads all of x.
+    if (a.batch || !a.logits || a.last_row) {
+      be.norm_add(pending(), nw, T, D, eps);
+      post = {};
     }
     int rows = T;  // logits rows
     if (a.batch) {
@@ -390,7 +400,8 @@ class Gemma final : public Arch {
       const Backend::MatmulTarget head = {&w.global(kLmHead), nullptr, &s.logits,
                                           tap("logits", -1, "matmul", c.vocab, D, 3)};
       be.rmsnorm_matmul(x, w.global(kOutNorm), nw, rows, D, eps, s.xn, false,
-                        tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1);  // [rows, V]
+                        tap("final_norm", -1, "rmsnorm", D, D, 3), &head, 1,
+                        pending());  // [rows, V]
     }
     if (c.final_softcap > 0 && rows > 0) {
       be.softcap(s.logits, int64_t(rows) * c.vocab, c.final_softcap);
