@@ -401,13 +401,6 @@ class Backend {
   /// post-attention and post-feedforward norms. Afterwards y's contents are unspecified.
   virtual void rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D, double eps,
                            Buffer& residual, const StageTap* norm_tap, const StageTap* sum);
-  /// y[T, D] = x @ W^T (W [D, K]; tap product), then rmsnorm_add(y, ...): Gemma's o and down
-  /// projections with their post norms, which a tier may run as one launch. Afterwards y's
-  /// contents are unspecified.
-  virtual void matmul_rmsnorm_add(const Buffer& x, const Tensor& W, int T, Buffer& y,
-                                  const Tensor& w, NormWeight nw, double eps, Buffer& residual,
-                                  const StageTap* product, const StageTap* norm_tap,
-                                  const StageTap* sum);
   /// The stages of qk_rope_attention, in order.
   struct AttentionTaps {
     const StageTap *q_norm = nullptr, *k_norm = nullptr, *q_rope = nullptr, *k_rope = nullptr,

@@ -139,16 +139,6 @@ void Backend::rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int 
   apply_tap(sum, residual, T, D);
 }
 
-void Backend::matmul_rmsnorm_add(const Buffer& x, const Tensor& W, int T, Buffer& y,
-                                 const Tensor& w, NormWeight nw, double eps, Buffer& residual,
-                                 const StageTap* product, const StageTap* norm_tap,
-                                 const StageTap* sum) {
-  matmul(x, W, nullptr, T, y);
-  const int D = int(W.rows());
-  apply_tap(product, y, T, D);
-  rmsnorm_add(y, w, nw, T, D, eps, residual, norm_tap, sum);
-}
-
 void Backend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                             const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H,
                             int Hkv, int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache,

@@ -2,8 +2,8 @@
 // ref; against the tier's own composition (rmsnorm or rmsnorm_1p, then add) bit for bit; with a
 // stage tap on the sum, whose record is the composition's. A tapped norm runs the composition
 // (the fused kernel never writes the normalised y). Rows of gemma3-1b's 1,152, a tiny model's,
-// one no 16-byte chunk divides, and T > 1. matmul_rmsnorm_add (the projection in front) the
-// same way.
+// one no 16-byte chunk divides, and T > 1. Then the same update as the NormAdd that
+// rmsnorm_matmul and rmsnorm_glu run first.
 #include <cmath>
 
 #include "tier_util.h"
@@ -71,82 +71,6 @@ TEST_P(RmsnormAdd, MatchesRefAndItsComposition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, RmsnormAdd, testing::ValuesIn(op_tiers()), op_tier_name);
-
-// matmul_rmsnorm_add: the projection, then rmsnorm_add. Against ref; bit for bit against the
-// tier's composition, untapped, with the sum tapped, and with the product tapped (which runs
-// the composition); the cases in sequence on one backend, so a fused kernel's per-launch
-// state (cuda: the grid's last-block counter) is reused. gemma3-1b's o projection (1,152 rows
-// of 1,024: cuda's register GEMV) and down projection (rows of 6,912: its loop GEMV), a tiny
-// model's, rows of a width the fused norm does not take, and T > 1.
-struct MmCase {
-  int T, K, D;
-  NormWeight nw;
-};
-const MmCase kMmCases[] = {{1, 1024, 1152, NormWeight::OnePlus},
-                           {1, 6912, 1152, NormWeight::OnePlus},
-                           {1, 64, 64, NormWeight::Plain},
-                           {1, 64, 1156, NormWeight::OnePlus},
-                           {3, 64, 64, NormWeight::OnePlus},
-                           {1, 1024, 1152, NormWeight::OnePlus}};
-
-Outcome run_mm(Backend& be, bool composed, const MmCase& c, const HostTensor& W,
-               const HostTensor& w, const std::vector<double>& x, const std::vector<double>& res,
-               const StageTap* product, bool tap_sum) {
-  Buf xb(be, x), yb(be, int64_t(c.T) * c.D), rb(be, res);
-  std::vector<double> record;
-  StageTap sum;
-  sum.record = &record;
-  const StageTap* st = tap_sum ? &sum : nullptr;
-  if (composed)
-    be.Backend::matmul_rmsnorm_add(xb.b, W.t, c.T, yb.b, w.t, c.nw, 1e-6, rb.b, product, nullptr,
-                                   st);
-  else be.matmul_rmsnorm_add(xb.b, W.t, c.T, yb.b, w.t, c.nw, 1e-6, rb.b, product, nullptr, st);
-  return {rb.read(), record};
-}
-
-class MatmulRmsnormAdd : public OpTest {};
-
-TEST_P(MatmulRmsnormAdd, MatchesRefAndItsComposition) {
-  const OpTier& tier = GetParam();
-  ARB_TIER_OR_SKIP(be, tier);
-  auto ref = make_ref_backend();
-  uint64_t seed = 1800;
-  for (const MmCase& c : kMmCases) {
-    ++seed;
-    std::vector<double> wv = values(c.D, seed, 0.1, DType::F32);
-    if (c.nw == NormWeight::Plain)
-      for (double& v : wv) v += 1.0;
-    auto w = make_tensor("norm", {c.D}, wv, DType::F32);
-    auto W = make_tensor("proj", {c.D, c.K},
-                         values(int64_t(c.D) * c.K, seed + 3, 1.0 / std::sqrt(double(c.K)),
-                                tier.compute),
-                         tier.compute);
-    const std::vector<double> x = values(int64_t(c.T) * c.K, seed + 1, 1.0, tier.compute);
-    const std::vector<double> res = values(int64_t(c.T) * c.D, seed + 2, 1.0, tier.compute);
-    const std::string what = strformat("T=%d K=%d D=%d%s", c.T, c.K, c.D,
-                                       c.nw == NormWeight::OnePlus ? " 1+w" : "");
-    const Outcome fused = run_mm(*be, false, c, *W, *w, x, res, nullptr, false);
-    // The projection's K-term dots rounded, the norm's sum of squares over D, the normalised
-    // value rounded, then the add.
-    check_close("matmul_rmsnorm_add", tier, what, seed, fused.sum,
-                run_mm(*ref, false, c, *W, *w, x, res, nullptr, false).sum,
-                nmse_bound(tier.compute, tier.compute, c.K + c.D, 5, 2));
-    check_exact("matmul_rmsnorm_add.composed", tier, what, seed, fused.sum,
-                run_mm(*be, true, c, *W, *w, x, res, nullptr, false).sum);
-    const Outcome ts = run_mm(*be, false, c, *W, *w, x, res, nullptr, true);
-    check_exact("matmul_rmsnorm_add.sum_record", tier, what, seed, ts.record,
-                run_mm(*be, true, c, *W, *w, x, res, nullptr, true).record);
-    check_exact("matmul_rmsnorm_add.sum_tapped", tier, what, seed, ts.sum, fused.sum);
-    std::vector<double> products;
-    StageTap product;
-    product.record = &products;
-    check_exact("matmul_rmsnorm_add.product_tapped", tier, what, seed,
-                run_mm(*be, false, c, *W, *w, x, res, &product, false).sum, fused.sum);
-    EXPECT_EQ(products.size(), size_t(c.T) * c.D) << tier.name << " " << what;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Tiers, MatmulRmsnormAdd, testing::ValuesIn(op_tiers()), op_tier_name);
 
 // rmsnorm_matmul and rmsnorm_glu with a NormAdd first (Gemma's post norm, run by the next
 // norm that reads the residual): the residual they leave against ref, and it and every output

@@ -98,9 +98,6 @@ class CudaBackend final : public Backend {
                   double scale, const StageTap* product, const StageTap* sum) override;
   void rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, int D, double eps,
                    Buffer& residual, const StageTap* norm_tap, const StageTap* sum) override;
-  void matmul_rmsnorm_add(const Buffer& x, const Tensor& W, int T, Buffer& y, const Tensor& w,
-                          NormWeight nw, double eps, Buffer& residual, const StageTap* product,
-                          const StageTap* norm_tap, const StageTap* sum) override;
   void qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,
                      const Tensor* k_norm, NormWeight qk_nw, double eps, int T, int H, int Hkv,
                      int Dh, int pos0, const RopeSpec& rope, Buffer& k_cache, Buffer& v_cache,
@@ -243,9 +240,6 @@ class CudaBackend final : public Backend {
   /// The norm GEMV's fields for pre inside it, and their part of the step's signature.
   void gemv_pre(const NormAdd& pre, NormWeight nw, int D, cuda::GemvArgs& a,
                 std::vector<int64_t>& sig);
-  /// The device counter of the last-block epilogues (GemvNormAdd::done, GemvArgs::pre_done),
-  /// zero between launches.
-  unsigned* grid_done();
   /// A rmsnorm_matmul output's device bias (null without one), checked with its room.
   const float* target_bias(const MatmulTarget& o, int64_t rows);
   /// Whether the fused q/k norm + RoPE + KV store kernels take this step.
@@ -318,7 +312,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<std::string, DType>, std::string> packed_providers_;
   cuda::DevBuf qw_;  // a tile of a packed matrix's rows dequantized for the GEMM (T > 1)
   cuda::DevBuf ids_, part_, acc_, sum_out_, sum_scratch_, targets_, tap_mem_;
-  cuda::DevBuf grid_done_;  // grid_done()
+  cuda::DevBuf pre_done_;  // the norm GEMVs' last-block counter (cuda::GemvArgs::pre_done)
   cuda::DevBuf scan_;  // the chunked ssm_scan's chunk states (cuda::ScanArgs::scratch)
   cuda::DevBuf meta_;  // the latest batch_meta array, and its host copy
   std::vector<int> meta_host_, meta_next_;

@@ -114,19 +114,15 @@ bool CudaBackend::pre_fusable(const NormAdd* pre, const Buffer& x, int D) const 
 void CudaBackend::gemv_pre(const NormAdd& pre, NormWeight nw, int D, cuda::GemvArgs& a,
                            std::vector<int64_t>& sig) {
   stats_.record("rmsnorm_add", "cuda.in_norm_gemv");
+  if (!pre_done_.ptr) {  // zero between launches: each launch's last block resets it
+    ensure(pre_done_, sizeof(unsigned));
+    ARB_CUDA(cudaMemsetAsync(pre_done_.ptr, 0, sizeof(unsigned), stream_));
+  }
   a.pre_y = pre.y->ptr;
   a.pre_w = vec(*pre.w, D, "rmsnorm", nw == NormWeight::OnePlus);
   a.pre_x = pre.residual->ptr;
-  a.pre_done = grid_done();
+  a.pre_done = static_cast<unsigned*>(pre_done_.ptr);
   sig.insert(sig.end(), {int64_t(a.pre_y), int64_t(a.pre_w), int64_t(a.pre_x)});
-}
-
-unsigned* CudaBackend::grid_done() {
-  if (!grid_done_.ptr) {
-    ensure(grid_done_, sizeof(unsigned));
-    ARB_CUDA(cudaMemsetAsync(grid_done_.ptr, 0, sizeof(unsigned), stream_));
-  }
-  return static_cast<unsigned*>(grid_done_.ptr);
 }
 
 void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D,
@@ -229,40 +225,6 @@ void CudaBackend::rmsnorm_add(Buffer& y, const Tensor& w, NormWeight nw, int T, 
            cuda::launch_rmsnorm_add(ct_, yp, wp, T, D, e, rp, stream_);
          });
   apply_tap(sum, residual, T, D);
-}
-
-// The decode step's GEMV with the norm and the add as its epilogue, in its grid's last block
-// (cuda::GemvNormAdd): one launch instead of two, and no wait between them for the GEMV's
-// grid to drain.
-void CudaBackend::matmul_rmsnorm_add(const Buffer& x, const Tensor& W, int T, Buffer& y,
-                                     const Tensor& w, NormWeight nw, double eps,
-                                     Buffer& residual, const StageTap* product,
-                                     const StageTap* norm_tap, const StageTap* sum) {
-  const bool step = single_token(T) && tuning_.gemv && tuning_.fused && !product && !norm_tap;
-  const cuda::DevMat* mp = step ? &weights_->matrix(W) : nullptr;
-  if (!mp || mp->packed() || !cuda::rmsnorm_add_fusable(ct_, int(mp->rows)))
-    return Backend::matmul_rmsnorm_add(x, W, T, y, w, nw, eps, residual, product, norm_tap,
-                                       sum);
-  stats_.record("matmul_rmsnorm_add", "cuda.gemv_rmsnorm_add");
-  const cuda::DevMat& m = *mp;
-  const int N = int(m.rows), K = int(m.cols);
-  check_act(x, K, "matmul_rmsnorm_add x");
-  check_act(y, N, "matmul_rmsnorm_add y");
-  check_act(residual, N, "matmul_rmsnorm_add residual");
-  cuda::GemvNormAdd post;
-  post.norm_w = vec(w, N, "rmsnorm", nw == NormWeight::OnePlus);
-  post.eps = float(eps);
-  post.residual = residual.ptr;
-  post.done = grid_done();
-  const void *xp = x.ptr, *wp = m.ptr;
-  void* yp = y.ptr;
-  const int64_t ld = m.ld;
-  submit({26, int64_t(xp), int64_t(wp), ld, N, K, int64_t(yp), int64_t(post.norm_w),
-          cuda::sig_bits(eps), int64_t(post.residual)},
-         false, 0, [=, this](const cuda::StepCtx&) {
-           cuda::launch_gemv(ct_, xp, wp, ld, nullptr, N, K, ct_, yp, sm_, stream_, &post);
-         });
-  apply_tap(sum, residual, T, N);
 }
 
 void CudaBackend::qk_rope_store(Buffer& q, Buffer& k, const Buffer& v, const Tensor* q_norm,

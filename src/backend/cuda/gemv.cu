@@ -16,15 +16,14 @@
 // the warp's shuffle tree): deterministic, and the same arithmetic in the fused and the
 // unfused forms, so a fused decode step is byte-identical to the same step run op by op
 // (tests/cuda). Other shapes use the loop kernel (a row split along K over up to 4 warps), and
-// the fused forms fall back to the op-by-op composition. The plain form of either kernel can
-// end with GemvNormAdd's epilogue (matmul_rmsnorm_add): the grid's last block to finish adds
-// the normalised output row into the residual. H100, synth gemma3-1b bf16 decode, alternating
-// in one call (docs/evidence/h200/call-d-s33.txt): 835.2-835.7 tok/s against 818.0-818.2 with
-// the norm and add as a kernel of their own; with one warp of the last block doing all of it,
-// its loads one after the other, 795 against 814 (call-c-s33.txt). The norm form can end the
-// rows of one segment with one token of Mamba2's conv (GemvConv, rmsnorm_matmul_conv): the
-// hybrids' in_proj and ssm_conv in one launch (H100, Nsight Compute, a granite-4.0-h-1b layer:
-// 32.2 us against 31.0 + 4.7 us; docs/evidence/h200/call-a-s35.txt).
+// the fused forms fall back to the op-by-op composition. The norm forms can run a
+// Backend::NormAdd first (GemvArgs::pre_y, Gemma's post norm of the block before): every block
+// computes x + rmsnorm(y), and the grid's last block to finish stores it into the residual.
+// It replaced an epilogue of the o and down GEMVs in which their grid's last block normalised
+// the row and added it, on the step's critical path (docs/performance.md, session 38). The
+// norm form can end the rows of one segment with one token of Mamba2's conv (GemvConv,
+// rmsnorm_matmul_conv): the hybrids' in_proj and ssm_conv in one launch (H100, Nsight
+// Compute, a granite-4.0-h-1b layer: 32.2 us against 31.0 + 4.7 us; call-a-s35.txt).
 #include "backend/cuda/device_common.cuh"
 #include <algorithm>
 #include <type_traits>
@@ -136,59 +135,6 @@ constexpr int max_regs() {
 }
 // TAP: the variant that applies a.taps (kernels.h) at the stages inside the fused forms; only
 // drift, opcheck and --inject launch it.
-// GemvNormAdd's epilogue, called by every thread of every block once the block's rows of out
-// are stored. Each block fences its stores and counts itself done; the last one loads out
-// into shared memory (all its threads, from L2: L1 holds no other block's stores), its first
-// warp takes the sum of squares in rmsnorm_vec_kernel's order (a lane's 16-byte chunks in
-// turn, then the warp's tree), and all its threads normalise, round, add and round each
-// element as rmsnorm_vec_kernel<ADD> does: the bits of matmul then rmsnorm_add. The row's
-// shared memory is the launch's dynamic shared memory (norm_add_smem), so GEMVs without the
-// epilogue reserve none.
-template <class T>
-__device__ void norm_add_epilogue(const GemvNormAdd& p, const T* out, int N) {
-  extern __shared__ uint4 ys[];
-  __shared__ float inv;
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  constexpr int V = Vec16<T>::N;
-  const int n = N / V;
-  for (int c = threadIdx.x; c < n; c += blockDim.x)
-    ys[c] = __ldcg(reinterpret_cast<const uint4*>(out) + c);
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float ss = 0.f;
-    for (int c = threadIdx.x; c < n; c += 32) {
-      const T* e = reinterpret_cast<const T*>(&ys[c]);
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const float f = to_f(e[i]);
-        ss = fmaf(f, f, ss);
-      }
-    }
-    ss = inv_rms(warp_sum(ss), N, p.eps);
-    if (threadIdx.x == 0) inv = ss;
-  }
-  __syncthreads();
-  uint4* res = static_cast<uint4*>(p.residual);
-  for (int c = threadIdx.x; c < n; c += blockDim.x) {
-    float wv[V];
-    load_f32s<V>(p.norm_w + c * V, wv);
-    uint4 r = res[c];
-    T* re = reinterpret_cast<T*>(&r);
-    const T* e = reinterpret_cast<const T*>(&ys[c]);
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      re[i] = from_f<T>(to_f(re[i]) + to_f(norm_elem<T>(to_f(e[i]), inv, wv[i])));
-    res[c] = r;
-  }
-  if (threadIdx.x == 0) *p.done = 0;
-}
-
 // GemvConv's channel c, whose product is acc: the product rounded and stored as the plain
 // form stores it (TAP: the stage ssm_xbc, taps[1], tapped first), then one token of
 // ssm_conv_kernel's arithmetic (conv_step: conv_out, then the state's shift) on it and the
@@ -406,8 +352,6 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     if constexpr (kPipe) cur = nxt;
     else load_rows(row, cur);
   }
-  if constexpr (MODE == kGemvPlain)
-    if (a.post.norm_w) norm_add_epilogue<T>(a.post, static_cast<const T*>(a.seg[0].out), a.N);
   if (pre) {
     // Every block has read x once it counts itself: the store needs no fence before it.
     __shared__ bool last;
@@ -435,8 +379,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
 template <class T, class TO>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ W, int64_t ld,
-                const float* __restrict__ bias, int N, int K, int slices, TO* __restrict__ out,
-                GemvNormAdd post) {
+                const float* __restrict__ bias, int N, int K, int slices,
+                TO* __restrict__ out) {
   constexpr int V = Vec16<T>::N;
   constexpr int kStep = 32 * V;  // elements one warp covers per 16-byte load
   constexpr int U = 8;           // loads in flight per lane
@@ -486,8 +430,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int j = 1; j < slices; ++j) total += part[warp + j];
     out[row] = from_f<TO>(bias ? total + bias[row] : total);
   }
-  if constexpr (std::is_same_v<T, TO>)
-    if (post.norm_w) norm_add_epilogue<T>(post, out, N);
 }
 
 /// Warps per row of the loop kernel: doubled (up to 4) while the rows' warps fill less than
@@ -507,29 +449,22 @@ int loop_slices(int N, int K, int sm_count) {
   return slices;
 }
 
-/// The dynamic shared memory of a plain GEMV launch: its output row when it ends with the
-/// norm epilogue.
-template <class T>
-size_t norm_add_smem(const GemvNormAdd& post, int N) {
-  return post.norm_w ? size_t(N) * sizeof(T) : 0;
-}
-
 template <class T, class TO>
 void gemv_loop_as(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
-                  void* out, int sm_count, cudaStream_t s, const GemvNormAdd& post) {
+                  void* out, int sm_count, cudaStream_t s) {
   const int slices = loop_slices<T, TO>(N, K, sm_count);
   const int rows_per_block = kWarpsPerBlock / slices;
   launch_decode_k(gemv_kernel<T, TO>, dim3((N + rows_per_block - 1) / rows_per_block),
-                  dim3(kWarpsPerBlock * 32), norm_add_smem<T>(post, N), s,
+                  dim3(kWarpsPerBlock * 32), 0, s,
                   static_cast<const T*>(x), static_cast<const T*>(W), ld, bias, N, K, slices,
-                  static_cast<TO*>(out), post);
+                  static_cast<TO*>(out));
 }
 
 template <class T>
 void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int N, int K,
-               DType ot, void* out, int sm_count, cudaStream_t s, const GemvNormAdd& post) {
-  if (ot == DType::F32) gemv_loop_as<T, float>(x, W, ld, bias, N, K, out, sm_count, s, post);
-  else gemv_loop_as<T, T>(x, W, ld, bias, N, K, out, sm_count, s, post);
+               DType ot, void* out, int sm_count, cudaStream_t s) {
+  if (ot == DType::F32) gemv_loop_as<T, float>(x, W, ld, bias, N, K, out, sm_count, s);
+  else gemv_loop_as<T, T>(x, W, ld, bias, N, K, out, sm_count, s);
 }
 
 /// Blocks of the register kernel that fit on one SM (once per kernel).
@@ -550,7 +485,7 @@ void gemv_reg_launch(const GemvArgs& a, int sm_count, cudaStream_t s) {
   const int blocks = std::max(1, std::min((a.N + ROWS * WPB - 1) / (ROWS * WPB),
                                           blocks_per_sm<T, NCH, MODE, ROWS>() * sm_count));
   launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, dim3(blocks), dim3(WPB * 32),
-                  norm_add_smem<T>(a.post, a.N), s, a);
+                  0, s, a);
 }
 
 template <class T, int MODE, bool TAP = false>
@@ -607,11 +542,7 @@ void launch_gemv_fused(DType ct, int mode, const GemvArgs& a, int sm_count, cuda
 }
 
 void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
-                 int K, DType ot, void* out, int sm_count, cudaStream_t s,
-                 const GemvNormAdd* post) {
-  const GemvNormAdd p = post ? *post : GemvNormAdd{};
-  ARB_CHECK(!p.norm_w || (ot == ct && !bias), "[cuda] gemv: a norm epilogue on a %s output%s",
-            dtype_name(ot), bias ? " with a bias" : "");
+                 int K, DType ot, void* out, int sm_count, cudaStream_t s) {
   if (gemv_fusable(ct, K)) {
     GemvArgs a;
     a.x = x;
@@ -620,11 +551,10 @@ void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float
     a.n_seg = 1;
     a.seg[0] = GemvSeg{W, ld, bias, out, N, ot == DType::F32 && ct != DType::F32 ? 1 : 0};
     if (ct == DType::F32) a.seg[0].out_f32 = 1;
-    a.post = p;
     launch_gemv_fused(ct, kGemvPlain, a, sm_count, s);
     return;
   }
-  ARB_DISPATCH_CTYPE(ct, T, gemv_loop<T>(x, W, ld, bias, N, K, ot, out, sm_count, s, p));
+  ARB_DISPATCH_CTYPE(ct, T, gemv_loop<T>(x, W, ld, bias, N, K, ot, out, sm_count, s));
   ARB_LAUNCHED("gemv_kernel", s);
 }
 

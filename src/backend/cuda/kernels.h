@@ -196,22 +196,10 @@ void launch_moe_prefill(DType ct, const MoeTables& w, const void* x, int T, cons
 void launch_sigmoid_gate(DType ct, void* y, const void* g, int T, int D, cudaStream_t s);
 
 // --- matrix-vector (T == 1) ---------------------------------------------------------------
-/// A plain GEMV's epilogue over its whole output out [N] (matmul_rmsnorm_add): residual[N] +=
-/// rmsnorm(out; norm_w, eps), with rmsnorm_add's arithmetic. The grid's last block to store
-/// its rows runs it, found with the counter `done` (zero between launches: that block resets
-/// it), so one counter serves every launch on a stream.
-struct GemvNormAdd {
-  const float* norm_w = nullptr;  // null: no epilogue
-  float eps = 0.f;
-  void* residual = nullptr;
-  unsigned* done = nullptr;
-};
 /// out[N] (type ot) = W[N, K] (row stride ld, 16-byte aligned rows) @ x[K] (+ bias[N]).
-/// One warp per row, 16-byte loads, f32 accumulation (gemv.cu). With post (ot the compute
-/// type, no bias), its epilogue too.
+/// One warp per row, 16-byte loads, f32 accumulation (gemv.cu).
 void launch_gemv(DType ct, const void* x, const void* W, int64_t ld, const float* bias, int N,
-                 int K, DType ot, void* out, int sm_count, cudaStream_t s,
-                 const GemvNormAdd* post = nullptr);
+                 int K, DType ot, void* out, int sm_count, cudaStream_t s);
 
 // --- packed block formats (gemv_quant.cu) -------------------------------------------------
 /// Whether a matrix in block format t stays packed on the device (the ggml block formats,
@@ -317,8 +305,6 @@ struct GemvArgs {
   /// kGemvAdd taps[0] on the product [N] before the add. Null entries are left alone.
   bool tapped = false;
   Tap taps[3];
-  /// kGemvPlain, one segment, out in the compute type: the epilogue, when post.norm_w is set.
-  GemvNormAdd post;
 };
 /// Whether the register GEMV (and so the fused forms) takes rows of K elements.
 bool gemv_fusable(DType ct, int K);
