@@ -59,13 +59,13 @@ __global__ void ssm_scan_kernel(const T* xbc, const T* dt_raw, const float* a_lo
                                 const float* d_skip, const float* dt_bias, float dt_min,
                                 float dt_max, int T_, int nh, int hd, int G, int N, float* state,
                                 T* y) {
-  griddep_wait();
-  griddep_launch();
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // h * hd + p
   const int lane = threadIdx.x % 32;
   if (row >= nh * hd) return;
   const int h = row / hd, g = h / (nh / G);
   const int64_t I = int64_t(nh) * hd, width = I + 2 * int64_t(G) * N;
+  // The state row and the head's constants are loaded before the wait: no kernel before this
+  // one in the chain writes them (the state is this kernel's own, from the last step).
   float* srow = state + int64_t(row) * N;
   float s[kScanPerLane];
 #pragma unroll
@@ -74,6 +74,8 @@ __global__ void ssm_scan_kernel(const T* xbc, const T* dt_raw, const float* a_lo
     s[j] = n < N ? srow[n] : 0.f;
   }
   const float A = -expf(a_log[h]), skip = d_skip[h], bias = dt_bias[h];
+  griddep_wait();
+  griddep_launch();
   for (int t = 0; t < T_; ++t) {
     const T* xt = xbc + int64_t(t) * width;
     const T* Bt = xt + I + int64_t(g) * N;
