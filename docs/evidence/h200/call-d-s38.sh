@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 38, call D: what the NormAdd code in the register norm GEMV costs the models that do
 # not use it. arbiter: the tree as it lands (call C's binary); arbiter_nopre: the same build
-# with that code compiled out of gemv.cu (pre false, hs of one element; gemma's NormAdd then
-# runs as cuda.rmsnorm_add before the norm GEMV). tg128, the binaries alternating.
+# with that code compiled out (gemv.cu: `constexpr bool pre = false;` and `hs[1]`; fused.cpp:
+# pre_inside false, so gemma's NormAdd runs as cuda.rmsnorm_add before the norm GEMV). tg128,
+# the binaries alternating. Not run: session 38's device time ran out before a machine came.
 set -u
 CARRY=.carry/b38d
 source "$(dirname "$0")/call-common.sh"
