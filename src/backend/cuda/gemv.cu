@@ -215,19 +215,22 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   if (MODE == kGemvAdd && lane == 0 && row < a.N)
     res0 = static_cast<const T*>(a.res)[cur.rr[0]];
   // x in chunks, normalised (and rounded to T, as the op-by-op RMSNorm stores it) when fused;
-  // kSmemX: in shared memory, chunk j loaded by warp j % WPB.
+  // kSmemX: in shared memory (stage: chunk j loaded by warp j % WPB).
   uint4 x[NCH];
-  __shared__ uint4 xs[kSmemX ? NCH * 32 : 1];
-  if (kSmemX) {
+  auto stage = [&](const void* src, uint4* buf) {  // a row into shared memory, zeros past K
 #pragma unroll
     for (int j = 0; j < NCH; ++j) {
       const int k = lane * V + j * 32 * V;
       if (j % WPB == warp)
-        xs[j * 32 + lane] = k < a.K ? __ldg(reinterpret_cast<const uint4*>(
-                                          static_cast<const T*>(a.x) + k))
-                                    : make_uint4(0, 0, 0, 0);
+        buf[j * 32 + lane] =
+            k < a.K ? __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(src) + k))
+                    : make_uint4(0, 0, 0, 0);
     }
     __syncthreads();
+  };
+  __shared__ uint4 xs[kSmemX ? NCH * 32 : 1];
+  if (kSmemX) {
+    stage(a.x, xs);
   } else {
     load_chunks<T, NCH>(static_cast<const T*>(a.x), a.K, lane, x);
   }
@@ -243,15 +246,7 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   __shared__ uint4 hs[kNorm ? NCH * 32 : 1];
   const bool pre = kNorm && a.pre_y;
   if (pre) {
-#pragma unroll
-    for (int j = 0; j < NCH; ++j) {
-      const int k = lane * V + j * 32 * V;
-      if (j % WPB == warp)
-        xn[j * 32 + lane] =
-            k < a.K ? __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.pre_y) + k))
-                    : make_uint4(0, 0, 0, 0);
-    }
-    __syncthreads();
+    stage(a.pre_y, xn);
     const float inv_y =
         inv_rms(chunks_sumsq_by<T, NCH>([&](int j) { return xn[j * 32 + lane]; }), a.K, a.eps);
 #pragma unroll
