@@ -77,8 +77,9 @@ INSTANTIATE_TEST_SUITE_P(Tiers, RmsnormAdd, testing::ValuesIn(op_tiers()), op_ti
 // bit for bit against the tier's composition (rmsnorm_add, then the op), untapped and with the
 // NormAdd's sum recorded (which runs it as its own op). The cases in sequence on one backend,
 // so cuda's last-block counter is reused. gemma3-1b's q/k/v (rows of 1,152) and gate/up (6,912
-// rows: many blocks, several rows a warp), rows of 1,024 (two rows a warp on cuda), logits
-// rows in f32, a tiny model's, and T > 1.
+// rows: many blocks, several rows a warp), rows of 1,024 (cuda's four-chunk forms, whose
+// NormAdd variant takes one row a warp where the plain one takes two), logits rows in f32, a
+// tiny model's, and T > 1.
 struct PreCase {
   int T, D;
   std::vector<int> rows;  // rmsnorm_matmul's outputs; rmsnorm_glu: rows[0] of gate and of up

@@ -235,8 +235,9 @@ class CudaBackend final : public Backend {
   bool norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int T, int D, double eps,
                  Buffer& xn, bool keep_xn, const StageTap* norm_tap, const MatmulTarget* outs,
                  int n_outs, const ConvTarget* conv, const NormAdd* pre);
-  /// Whether a norm GEMV on x that takes the step can run pre inside (untapped, on x).
-  bool pre_fusable(const NormAdd* pre, const Buffer& x, int D) const;
+  /// Whether a norm GEMV on x that takes the step can run pre inside: pre untapped and on x,
+  /// the GEMV untapped (`tapped`: its stages are; gemv.cu has no tapped NormAdd variant).
+  bool pre_fusable(const NormAdd* pre, const Buffer& x, int D, bool tapped) const;
   /// The norm GEMV's fields for pre inside it, and their part of the step's signature.
   void gemv_pre(const NormAdd& pre, NormWeight nw, int D, cuda::GemvArgs& a,
                 std::vector<int64_t>& sig);

@@ -47,7 +47,7 @@ bool CudaBackend::norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int
   if (fuse && conv)
     fuse = conv->of >= 0 && conv->of < n_outs && outs[conv->of].out->dtype == ct_ &&
            (!outs[conv->of].bias || outs[conv->of].bias->empty()) && conv->K >= 1;
-  const bool pre_inside = fuse && pre_fusable(pre, x, D);
+  const bool pre_inside = fuse && pre_fusable(pre, x, D, norm_tap || (conv && outs[conv->of].tap));
   if (!pre_inside) norm_add(pre, nw, T, D, eps);
   if (step && !conv && mats[0]->packed() &&
       packed_rmsnorm_matmul(x, w, nw, D, eps, xn, keep_xn, norm_tap, outs, n_outs, mats))
@@ -106,9 +106,9 @@ bool CudaBackend::norm_gemv(const Buffer& x, const Tensor& w, NormWeight nw, int
   return true;
 }
 
-bool CudaBackend::pre_fusable(const NormAdd* pre, const Buffer& x, int D) const {
-  return pre && !pre->norm && !pre->sum && pre->residual->ptr == x.ptr && x.dtype == ct_ &&
-         pre->y->dtype == ct_ && pre->y->n >= D;
+bool CudaBackend::pre_fusable(const NormAdd* pre, const Buffer& x, int D, bool tapped) const {
+  return pre && !tapped && !pre->norm && !pre->sum && pre->residual->ptr == x.ptr &&
+         x.dtype == ct_ && pre->y->dtype == ct_ && pre->y->n >= D;
 }
 
 void CudaBackend::gemv_pre(const NormAdd& pre, NormWeight nw, int D, cuda::GemvArgs& a,
@@ -135,7 +135,7 @@ void CudaBackend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, i
   bool fuse = step && cuda::gemv_fusable(ct_, D);
   fuse = fuse && !gm->packed() && !um->packed() && gm->cols == D && um->cols == D &&
          gm->rows == um->rows && gm->ld == um->ld;
-  const bool pre_inside = fuse && pre_fusable(pre, x, D);
+  const bool pre_inside = fuse && pre_fusable(pre, x, D, taps.norm || taps.gate || taps.up);
   if (!pre_inside) norm_add(pre, nw, T, D, eps);
   if (step && gm->packed() && act_fn == GluAct::SiLU &&
       packed_rmsnorm_swiglu(x, w, nw, D, eps, xn, *gm, *um, act, taps))

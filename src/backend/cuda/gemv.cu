@@ -134,7 +134,10 @@ constexpr int max_regs() {
   return 255;
 }
 // TAP: the variant that applies a.taps (kernels.h) at the stages inside the fused forms; only
-// drift, opcheck and --inject launch it.
+// drift, opcheck and --inject launch it. PRE: the variant of the norm forms (one row a warp,
+// untapped) that runs the NormAdd first. Its code in every norm form cost qwen3-0.6b's decode
+// 2.8%, which runs none (H100, synth bf16 decode tg128, alternating in one call: 1,593-1,595
+// against 1,639 tok/s with the code compiled out; docs/evidence/h200/call-a-s39.txt).
 // GemvConv's channel c, whose product is acc: the product rounded and stored as the plain
 // form stores it (TAP: the stage ssm_xbc, taps[1], tapped first), then one token of
 // ssm_conv_kernel's arithmetic (conv_step: conv_out, then the state's shift) on it and the
@@ -149,15 +152,16 @@ __device__ __forceinline__ void conv_row(const GemvArgs& a, int c, float acc, vo
       from_f<T>(conv_step(p.w, p.b, a.seg[p.seg].rows, p.K, c, v, static_cast<T*>(p.state)));
 }
 
-template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>
+template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false, bool PRE = false>
 __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     __maxnreg__((max_regs<NCH, MODE, ROWS>())) gemv_reg_kernel(GemvArgs a) {
   static_assert(ROWS == 1 || MODE == kGemvNorm || MODE == kGemvNormGlu,
                 "several rows per warp: the norm forms only");
   static_assert(!TAP || MODE != kGemvPlain, "no stage inside the plain form");
+  constexpr bool kNorm = MODE == kGemvNorm || MODE == kGemvNormGlu;
+  static_assert(!PRE || (kNorm && ROWS == 1 && !TAP), "the NormAdd: untapped norm forms");
   constexpr int WPB = warps_per_block<ROWS>();
   constexpr bool kSmemX = MODE == kGemvAdd && NCH >= 8;
-  constexpr bool kNorm = MODE == kGemvNorm || MODE == kGemvNormGlu;
   constexpr bool kXnShared = MODE == kGemvNorm && ROWS > 1;  // the dots read xn below
   const bool early = kSmemX && a.launch_early;
   if (early) griddep_launch();
@@ -243,9 +247,8 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
   // rows loaded before the wait, it made the forms spill); chunk j of the sum is computed by
   // warp j % WPB and shared through hs (x in element order), which the grid's last block
   // stores into x at the end.
-  __shared__ uint4 hs[kNorm ? NCH * 32 : 1];
-  const bool pre = kNorm && a.pre_y;
-  if (pre) {
+  __shared__ uint4 hs[PRE ? NCH * 32 : 1];
+  if constexpr (PRE) {
     stage(a.pre_y, xn);
     const float inv_y =
         inv_rms(chunks_sumsq_by<T, NCH>([&](int j) { return xn[j * 32 + lane]; }), a.K, a.eps);
@@ -347,7 +350,7 @@ __global__ void __launch_bounds__(warps_per_block<ROWS>() * 32)
     if constexpr (kPipe) cur = nxt;
     else load_rows(row, cur);
   }
-  if (pre) {
+  if constexpr (PRE) {
     // Every block has read x once it counts itself: the store needs no fence before it.
     __shared__ bool last;
     __syncthreads();
@@ -380,40 +383,55 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   constexpr int kStep = 32 * V;  // elements one warp covers per 16-byte load
   constexpr int U = 8;           // loads in flight per lane
   __shared__ float part[kWarpsPerBlock];
-  griddep_wait();
-  griddep_launch();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * (kWarpsPerBlock / slices) + warp / slices;
   const int slice = warp % slices;
   const int Kv = K / V * V;  // vectorised prefix
   const int steps = (Kv + kStep - 1) / kStep;
   const int k_end = min(Kv, int(int64_t(steps) * (slice + 1) / slices) * kStep);
+  const T* w = W + int64_t(row) * ld;
+  int k = int(int64_t(steps) * slice / slices) * kStep + lane * V;
+  // U steps from k (when FULL, all of them before k_end): the U weight loads issued, then
+  // step u into accumulator u % 4. FULL keeps the steps free of branches, so that x's loads
+  // too can be issued together.
+  uint4 wr[U];
+  auto load = [&](auto full) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (full || k + u * kStep < k_end)
+        wr[u] = ldg_stream(reinterpret_cast<const uint4*>(w + k + u * kStep));
+  };
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  auto use = [&](auto full) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!full && k + u * kStep >= k_end) continue;
+      float x0[V];
+      load16(x + k + u * kStep, x0);
+      const T* we = reinterpret_cast<const T*>(&wr[u]);
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[u % 4] = fmaf(to_f(we[i]), x0[i], acc[u % 4]);
+    }
+    k += U * kStep;
+  };
+  // The first group's weights before the wait (no kernel of the step writes them), so that
+  // they load while the kernel before finishes. H100, synth bf16 decode tg128, alternating in
+  // one call (docs/evidence/h200/call-a-s39.txt): gemma3-1b 877 against 844 tok/s,
+  // llama-3.2-1b 1,013 against 986, qwen3-8b 167.5 against 164.8.
+  const bool first = row < N && k + (U - 1) * kStep < k_end;
+  if (first) load(std::true_type());
+  griddep_wait();
+  griddep_launch();
   if (row < N) {
-    const T* w = W + int64_t(row) * ld;
-    int k = int(int64_t(steps) * slice / slices) * kStep + lane * V;
-    // U steps from k (when FULL, all of them before k_end): the U weight loads issued, then
-    // step u into accumulator u % 4. FULL keeps the steps free of branches, so that x's loads
-    // too can be issued together.
-    auto group = [&](auto full) {
-      uint4 wr[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (full || k + u * kStep < k_end)
-          wr[u] = ldg_stream(reinterpret_cast<const uint4*>(w + k + u * kStep));
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (!full && k + u * kStep >= k_end) continue;
-        float x0[V];
-        load16(x + k + u * kStep, x0);
-        const T* we = reinterpret_cast<const T*>(&wr[u]);
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc[u % 4] = fmaf(to_f(we[i]), x0[i], acc[u % 4]);
-      }
-      k += U * kStep;
-    };
-    while (k + (U - 1) * kStep < k_end) group(std::true_type());
-    if (k < k_end) group(std::false_type());
+    if (first) use(std::true_type());
+    while (k + (U - 1) * kStep < k_end) {
+      load(std::true_type());
+      use(std::true_type());
+    }
+    if (k < k_end) {
+      load(std::false_type());
+      use(std::false_type());
+    }
     if (slice == slices - 1)
       for (int j = Kv + lane; j < K; j += 32) acc[1] = fmaf(to_f(w[j]), to_f(x[j]), acc[1]);
   }
@@ -463,10 +481,10 @@ void gemv_loop(const void* x, const void* W, int64_t ld, const float* bias, int 
 }
 
 /// Blocks of the register kernel that fit on one SM (once per kernel).
-template <class T, int NCH, int MODE, int ROWS, bool TAP = false>
+template <class T, int NCH, int MODE, int ROWS, bool PRE = false>
 int blocks_per_sm() {
-  static const int n =
-      resident_blocks(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, warps_per_block<ROWS>() * 32);
+  static const int n = resident_blocks(gemv_reg_kernel<T, NCH, MODE, ROWS, false, PRE>,
+                                       warps_per_block<ROWS>() * 32);
   return n;
 }
 
@@ -474,31 +492,35 @@ int blocks_per_sm() {
 /// would pay the whole load latency again).
 /// The grid is sized by the untapped kernel's occupancy, so that a tapped launch runs the
 /// same blocks over the same rows.
-template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false>
+template <class T, int NCH, int MODE, int ROWS = 1, bool TAP = false, bool PRE = false>
 void gemv_reg_launch(const GemvArgs& a, int sm_count, cudaStream_t s) {
   constexpr int WPB = warps_per_block<ROWS>();
   const int blocks = std::max(1, std::min((a.N + ROWS * WPB - 1) / (ROWS * WPB),
-                                          blocks_per_sm<T, NCH, MODE, ROWS>() * sm_count));
-  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP>, dim3(blocks), dim3(WPB * 32),
-                  0, s, a);
+                                          blocks_per_sm<T, NCH, MODE, ROWS, PRE>() * sm_count));
+  launch_decode_k(gemv_reg_kernel<T, NCH, MODE, ROWS, TAP, PRE>, dim3(blocks),
+                  dim3(WPB * 32), 0, s, a);
 }
 
-template <class T, int MODE, bool TAP = false>
+template <class T, int MODE, bool TAP = false, bool PRE = false>
 void gemv_reg_mode(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
   switch (nch) {
-    case 1: gemv_reg_launch<T, 1, MODE, 1, TAP>(a, sm_count, s); break;
-    case 4: gemv_reg_launch<T, 4, MODE, 1, TAP>(a, sm_count, s); break;
-    case 6: gemv_reg_launch<T, 6, MODE, 1, TAP>(a, sm_count, s); break;
-    case 8: gemv_reg_launch<T, 8, MODE, 1, TAP>(a, sm_count, s); break;
-    case 12: gemv_reg_launch<T, 12, MODE, 1, TAP>(a, sm_count, s); break;
-    default: gemv_reg_launch<T, 16, MODE, 1, TAP>(a, sm_count, s); break;
+    case 1: gemv_reg_launch<T, 1, MODE, 1, TAP, PRE>(a, sm_count, s); break;
+    case 4: gemv_reg_launch<T, 4, MODE, 1, TAP, PRE>(a, sm_count, s); break;
+    case 6: gemv_reg_launch<T, 6, MODE, 1, TAP, PRE>(a, sm_count, s); break;
+    case 8: gemv_reg_launch<T, 8, MODE, 1, TAP, PRE>(a, sm_count, s); break;
+    case 12: gemv_reg_launch<T, 12, MODE, 1, TAP, PRE>(a, sm_count, s); break;
+    default: gemv_reg_launch<T, 16, MODE, 1, TAP, PRE>(a, sm_count, s); break;
   }
 }
 
 /// A norm form: rows of four chunks (1,024 elements in bf16/f16, 512 in f32; the q/k/v and
-/// gate/up projections) two per warp when they fit in one wave, else one.
+/// gate/up projections) two per warp when they fit in one wave, else one. With a NormAdd
+/// (untapped launches only: CudaBackend::pre_fusable) the PRE variant, one row a warp.
 template <class T, int MODE, bool TAP = false>
 void gemv_norm_form(const GemvArgs& a, int nch, int sm_count, cudaStream_t s) {
+  ARB_ASSERT(!TAP || !a.pre_y);
+  if constexpr (!TAP)
+    if (a.pre_y) return gemv_reg_mode<T, MODE, false, true>(a, nch, sm_count, s);
   constexpr int R = 2;
   if (nch == 4 && a.N <= R * warps_per_block<R>() * blocks_per_sm<T, 4, MODE, R>() * sm_count)
     gemv_reg_launch<T, 4, MODE, R, TAP>(a, sm_count, s);
