@@ -5,6 +5,8 @@
 //   gemv/...      our GEMV per dtype and ISA at llama-3.2-1B shapes, over a 1 GiB set of
 //                 weight copies so that every call streams from DRAM (bytes/s)
 //   qgemv/...     the block formats' integer GEMV, the same way (bytes/s of packed weights)
+//   qgemv_hot/... the same on one matrix that stays in L2 (256 x 2048), one thread: the
+//                 kernel's own rate, which the DRAM runs above only show when it is the bound
 //   gemm/...      T = 512 and T = 64 GEMMs, own kernel vs OpenBLAS on widened panels (FLOP/s)
 // Run: build-<name>/bench/arbiter_bench --benchmark_filter=... (see bench/README.md).
 // The dev machine is shared and noisy: use --benchmark_repetitions and read medians.
@@ -107,10 +109,11 @@ void gemv(benchmark::State& state, DType dt, Isa isa, int threads, int64_t N, in
 }
 
 // The integer GEMV of the block formats (x quantized to 8 bits once per call, as the tier
-// does), over copies of one matrix of normal weights quantized to dt.
-void qgemv(benchmark::State& state, DType dt, Isa isa, int threads, int64_t N, int64_t K) {
+// does), over copies of one matrix of normal weights quantized to dt (one copy when hot).
+void qgemv(benchmark::State& state, DType dt, Isa isa, int threads, int64_t N, int64_t K,
+           bool hot = false) {
   const size_t mat_bytes = dtype_bytes(dt, N * K);
-  const int copies = int(std::max<size_t>(1, kGiB / mat_bytes));
+  const int copies = hot ? 1 : int(std::max<size_t>(1, kGiB / mat_bytes));
   HugeBuffer w(mat_bytes * size_t(copies));
   {
     std::vector<float> wf(static_cast<size_t>(N * K));
@@ -201,6 +204,15 @@ void register_all() {
             qgemv(s, dt, isa, th, sh.N, sh.K);
           })->UseRealTime()->Unit(benchmark::kMicrosecond);
         }
+  for (DType dt : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K,
+                   DType::Q2_K, DType::IQ4_XS})
+    for (Isa isa : cpu::available_isas())
+      benchmark::RegisterBenchmark(
+          (std::string("qgemv_hot/") + dtype_name(dt) + "/" + cpu::isa_name(isa) +
+           "/threads:1/N:256/K:2048").c_str(),
+          [=](benchmark::State& s) { qgemv(s, dt, isa, 1, 256, 2048, /*hot=*/true); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
   // T 512 at llama-3.2-1B's shapes; T 64 (bench's pp64, the CPU peer runs) at qwen3-0.6b's.
   struct GemmCase {
     int64_t T;

@@ -127,7 +127,8 @@ class QdotTest : public testing::TestWithParam<Isa> {};
 //  (a) exact_q = sum w_k d q_k in f64 (the exact weights, the activations as quantized): the
 //      kernel's f32 steps alone. Per sub-block the kernel forms A = a * dx (one rounding), an
 //      exact integer dot, one FMA into a lane; a lane sums at most K / 16 such terms, lanes
-//      are reduced in 4 steps and the b terms (b * dx * sum q, two roundings) are summed apart.
+//      are reduced in at most 5 steps (16 lanes folded to 8, then 4 steps) and the b terms
+//      (b * dx * sum q, two roundings) are summed apart.
 //      Each term's magnitude is at most (|a u| + |b|) |d q| <= (|w| + 2 |z|) |d q|, z the value
 //      of code 0 (|b| <= |z|, a u = w - b), so |y - exact_q| <= (K / 16 + 16) u S with
 //      S = sum (|w_k| + 2 |z_k|) |d q_k|.

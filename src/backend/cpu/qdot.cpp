@@ -448,6 +448,23 @@ inline __m256i scales_of_pair(__m256i sc16, int h, int k) {
 // 2 threads, 26 GB/s with the prefetch (bench/cpu_kernels_bench.cpp qgemv/q4_k; 1 KiB and
 // 4 KiB were slower, docs/performance.md).
 constexpr int64_t kPrefetchAhead = 2048;
+// The integer sums' lanes: 8 (R::Sums __m256i) or 16 (__m512i, the 512-bit kernels below),
+// each FMAed into its f32 lane; 16 lanes folded to 8 before the b term joins them.
+inline __m256 zero_lanes(__m256i) { return _mm256_setzero_ps(); }
+inline __m256 fma_lanes(__m256i s, float f, __m256 acc) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(f), acc);
+}
+inline __m256 fold_lanes(__m256 v) { return v; }
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
+inline __m512 zero_lanes(__m512i) { return _mm512_setzero_ps(); }
+inline __m512 fma_lanes(__m512i s, float f, __m512 acc) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(f), acc);
+}
+inline __m256 fold_lanes(__m512 v) {
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+}
+#endif
 template <class I, class R>
 void qgemv_reg(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
   using B = typename R::Block;
@@ -456,24 +473,26 @@ void qgemv_reg(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0,
   const R r;
   for (int64_t n = n0; n < n1; ++n) {
     const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
-    __m256 acc = _mm256_setzero_ps(), bacc = _mm256_setzero_ps();
+    auto acc = zero_lanes(typename R::Sums{});
+    __m256 bacc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_lines(row + size_t(b) * sizeof(B) + kPrefetchAhead, sizeof(B));
       float a, bb = 0;
       __m256i count = _mm256_setzero_si256();
-      const __m256i s = r.template block<I>(row + size_t(b) * sizeof(B), xa.q.data() + b * R::kBlock,
-                                            xa.sums.data() + b * (R::kBlock / 16), a, bb, count);
+      const typename R::Sums s = r.template block<I>(row + size_t(b) * sizeof(B), xa.q.data() + b * R::kBlock,
+                                                     xa.sums.data() + b * (R::kBlock / 16), a, bb, count);
       const float dx = xa.d[size_t(b)];
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a * dx), acc);
-      if constexpr (R::kHasB) bacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(count), _mm256_set1_ps(bb * dx), bacc);
+      acc = fma_lanes(s, a * dx, acc);
+      if constexpr (R::kHasB) bacc = fma_lanes(count, bb * dx, bacc);
     }
-    y[n] = VAvx2::reduce_add(R::kHasB ? _mm256_add_ps(acc, bacc) : acc);
+    y[n] = VAvx2::reduce_add(R::kHasB ? _mm256_add_ps(fold_lanes(acc), bacc) : fold_lanes(acc));
   }
 }
 
 // Q8_0: the signed dot (w's sign moved onto x); a = d.
 struct RegQ8_0 {
   using Block = BlockQ8_0;
+  using Sums = __m256i;
   static constexpr int kBlock = kQK;
   static constexpr bool kHasB = false;
   template <class I>
@@ -492,6 +511,7 @@ struct RegQ8_0 {
 template <DType T>
 struct Reg32 {
   using F = Fmt<T>;
+  using Sums = __m256i;
   using Block = std::conditional_t<T == DType::Q4_0, BlockQ4_0,
                 std::conditional_t<T == DType::Q4_1, BlockQ4_1,
                 std::conditional_t<T == DType::Q5_0, BlockQ5_0,
@@ -542,6 +562,7 @@ struct Reg32 {
 // |sum| <= 8 * 32 * 32 * 127 * 127 < 2^31: exact; a = d.
 struct RegIq4Xs {
   using Block = BlockIQ4_XS;
+  using Sums = __m256i;
   static constexpr int kBlock = kQK_K;
   static constexpr bool kHasB = false;
   const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -571,6 +592,7 @@ struct RegIq4Xs {
 template <DType T>
 struct RegQ45K {
   using Block = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
+  using Sums = __m256i;
   static constexpr int kBlock = kQK_K;
   static constexpr bool kHasB = true;
   template <class I>
@@ -607,6 +629,7 @@ struct RegQ45K {
 template <DType T>
 struct RegQ23K {
   using Block = std::conditional_t<T == DType::Q3_K, BlockQ3_K, BlockQ2_K>;
+  using Sums = __m256i;
   static constexpr int kBlock = kQK_K;
   static constexpr bool kHasB = T == DType::Q2_K;
   const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
@@ -654,6 +677,7 @@ struct RegQ23K {
 // The -32 offset per lane: lane i starts at -32 (sc_2i sum(q)_2i + sc_2i+1 sum(q)_2i+1).
 struct RegQ6K {
   using Block = BlockQ6_K;
+  using Sums = __m256i;
   static constexpr int kBlock = kQK_K;
   static constexpr bool kHasB = false;
   template <class I>
@@ -671,6 +695,154 @@ struct RegQ6K {
     return isum;
   }
 };
+
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
+// 512-bit kernels for the k-quants of the common mixtures (Q4_K_M, Q5_K_M: Q4_K or Q5_K with
+// Q6_K). A register holds 64 values: two sub-blocks of 32 (Q4_K, Q5_K) or four of 16 (Q6_K),
+// one per 256 or 128 bits. The codes come from one 64-byte load or one 32-byte broadcast, each
+// half shifted its own way by a masked shift (no cross-lane shuffle); maddubs forms the 16-bit
+// pair sums and vpdpwssd multiplies them by the sub-scales' words (one vpermw a register) into
+// int32 lanes: two instructions per 64 values, where the 256-bit kernels take three per 32.
+// One thread from L2 on the Zen 5 VM (512-bit datapaths; bench/cpu_kernels_bench.cpp
+// qgemv_hot, the 256-bit kernels in the avx2 rows): Q4_K 27.4 -> 32.2 GB/s, Q5_K 25.2 -> 33.6,
+// Q6_K 36.8 -> 54.9; Q8_0 (qgemv_q8_0_zmm, below) 35.1 -> 53.3. A thread streams 40 GB/s.
+inline __m512i zdot(__m512i acc, __m512i u, __m512i x, __m512i s) {
+  return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, x), s);
+}
+inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
+inline __m512i bcast32(const void* p) { return _mm512_broadcast_i64x4(load32(p)); }
+// vpermw's index for a register of sub-blocks first, first + 1, ... of `words` words each
+// (maddubs' words: 2 values each): word w takes sub-scale first + w / words.
+inline __m512i subscale_index(int first, int words) {
+  alignas(64) int16_t idx[32];
+  for (int w = 0; w < 32; ++w) idx[w] = int16_t(first + w / words);
+  return _mm512_load_si512(idx);
+}
+constexpr __mmask32 kLowWords = 0x0000FFFF, kHighWords = 0xFFFF0000;
+
+// Q4_K / Q5_K (RegQ45K's sums): register p holds sub-blocks 2p (the low nibbles of qs[32 p,
+// + 32), in the low half) and 2p + 1 (their high nibbles); Q5_K's 5th bit of sub-block j is
+// bit j of qh[l], tested per byte (vptestmb) and added as 16.
+template <DType T>
+struct ZRegQ45K {
+  using Block = std::conditional_t<T == DType::Q5_K, BlockQ5_K, BlockQ4_K>;
+  using Sums = __m512i;
+  static constexpr int kBlock = kQK_K;
+  static constexpr bool kHasB = true;
+  const __m512i m4 = _mm512_set1_epi8(0xF), c16 = _mm512_set1_epi8(0x10);
+  __m512i idx[4], hbit[4];
+  ZRegQ45K() {
+    for (int p = 0; p < 4; ++p) {
+      idx[p] = subscale_index(2 * p, 16);
+      hbit[p] = _mm512_inserti64x4(_mm512_set1_epi8(char(1 << 2 * p)),
+                                   _mm256_set1_epi8(char(1 << (2 * p + 1))), 1);
+    }
+  }
+  template <class I>
+  __m512i block(const uint8_t* p, const int8_t* xq, const int16_t* xs, float& a, float& b,
+                __m256i& count) const {
+    using B = Block;
+    uint64_t sc8, m8;
+    scales_mins_k4(p + offsetof(B, scales), sc8, m8);
+    const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc8))));
+    const __m128i mv = _mm_cvtsi64_si128(int64_t(m8));
+    count = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)), load32(xs));
+    __m512i qh = _mm512_setzero_si512();
+    if constexpr (T == DType::Q5_K) qh = bcast32(p + offsetof(B, qh));
+    __m512i isum = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m512i q = bcast32(p + offsetof(B, qs) + 32 * j);
+      __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(q, kHighWords, q, 4), m4);
+      if constexpr (T == DType::Q5_K) u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh, hbit[j]), u, c16);
+      isum = zdot(isum, u, load64(xq + 64 * j), _mm512_permutexvar_epi16(idx[j], sc));
+    }
+    a = f16_at(p + offsetof(B, d));
+    b = -f16_at(p + offsetof(B, dmin));
+    return isum;
+  }
+};
+
+// Q6_K (RegQ6K's sums): register 2 h + g holds values 128 h + 64 g + [0, 64), sub-blocks
+// 8 h + 4 g + [0, 4): for g = 0 the low nibbles of ql[64 h, + 64) (q6k_codes' k = 0 in the low
+// half, k = 1 in the high), for g = 1 their high nibbles (k = 2, 3); bits 2k, 2k + 1 of qh[l]
+// moved to bits 4-5 by a shift of 4, 2, 0 or -2.
+struct ZRegQ6K {
+  using Block = BlockQ6_K;
+  using Sums = __m512i;
+  static constexpr int kBlock = kQK_K;
+  static constexpr bool kHasB = false;
+  const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+  __m512i idx[4];
+  ZRegQ6K() {
+    for (int m = 0; m < 4; ++m) idx[m] = subscale_index(4 * m, 8);
+  }
+  template <class I>
+  __m512i block(const uint8_t* p, const int8_t* xq, const int16_t* xs, float& a, float&, __m256i&) const {
+    using B = Block;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(load16(p + offsetof(B, scales)));
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    __m512i isum = _mm512_zextsi256_si512(
+        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(xs)), 5)));
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = load64(p + offsetof(B, ql) + 64 * h), qh = bcast32(p + offsetof(B, qh) + 32 * h);
+      const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(qh, 2), kLowWords, qh, 4);
+      const __m512i h23 = _mm512_mask_srli_epi16(qh, kHighWords, qh, 2);
+      const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(h01, m30));
+      const __m512i u23 =
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(h23, m30));
+      isum = zdot(isum, u01, load64(xq + 128 * h), _mm512_permutexvar_epi16(idx[2 * h], sc));
+      isum = zdot(isum, u23, load64(xq + 128 * h + 64), _mm512_permutexvar_epi16(idx[2 * h + 1], sc));
+    }
+    a = f16_at(p + offsetof(B, d));
+    return isum;
+  }
+};
+
+// Q8_0, two blocks a register: the codes of block b in the low half, b + 1 in the high; w's
+// sign moved onto x (x negated where w < 0; |w| <= 128 read unsigned: the exact product), one
+// vpdpbusd, then each half's f32 factor d dx in one FMA. Four blocks a step share the
+// conversion of their scales (one vcvtph2ps, one multiply by the 4 dx, one vpermps a
+// register); a last 1-3 blocks run one at a time in the low half. Its own GEMV: qgemv_reg
+// takes one factor a block.
+void qgemv_q8_0_zmm(const void* Wv, int64_t K, const ActQ8& xa, float* y, int64_t n0, int64_t n1) {
+  using B = BlockQ8_0;
+  ARB_ASSERT(xa.block == kQK && xa.K == K);
+  const int64_t nb = K / kQK;
+  const __m512i spread[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                             _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)};
+  // The exact integer dot of w and x per 4 values, in 16 lanes.
+  auto dot = [](__m512i w, __m512i x) {
+    const __m512i xs = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), xs));
+  };
+  for (int64_t n = n0; n < n1; ++n) {
+    const auto* row = static_cast<const uint8_t*>(Wv) + size_t(n * nb) * sizeof(B);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+      const uint8_t* p = row + size_t(b) * sizeof(B);
+      prefetch_lines(p + kPrefetchAhead, 4 * sizeof(B));
+      uint64_t d4 = 0;
+      for (int i = 0; i < 4; ++i) d4 |= uint64_t(f16_bits_at(p + i * sizeof(B) + offsetof(B, d))) << (16 * i);
+      const __m512 f = _mm512_castps128_ps512(
+          _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(d4))), _mm_loadu_ps(xa.d.data() + b)));
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* q = p + 2 * h * sizeof(B) + offsetof(B, qs);
+        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(load32(q)), load32(q + sizeof(B)), 1);
+        acc = _mm512_fmadd_ps(dot(w, load64(xa.q.data() + (b + 2 * h) * kQK)),
+                              _mm512_permutexvar_ps(spread[h], f), acc);
+      }
+    }
+    for (; b < nb; ++b) {
+      const uint8_t* p = row + size_t(b) * sizeof(B);
+      const __m512 s = dot(_mm512_zextsi256_si512(load32(p + offsetof(B, qs))),
+                           _mm512_zextsi256_si512(load32(xa.q.data() + b * kQK)));
+      acc = _mm512_fmadd_ps(s, _mm512_set1_ps(f16_at(p + offsetof(B, d)) * xa.d[size_t(b)]), acc);
+    }
+    y[n] = VAvx2::reduce_add(fold_lanes(acc));
+  }
+}
+#endif
 #endif
 
 // The scalar twin's GEMV: per row, chunks of 256 values (one super-block, or up to 8 blocks of
@@ -761,7 +933,14 @@ QGemvFn qgemv_kernel(Isa isa, DType dtype) {
     case Isa::Avx2: return qgemv_registers<I8Madd>(dtype);
 #endif
 #ifdef ARBITER_CPU_AVX512
-    case Isa::Avx512: return qgemv_registers<I8Vnni>(dtype);
+    case Isa::Avx512:
+#ifdef __AVX512VNNI__
+      if (dtype == DType::Q8_0) return qgemv_q8_0_zmm;
+      if (dtype == DType::Q4_K) return qgemv_reg<I8Vnni, ZRegQ45K<DType::Q4_K>>;
+      if (dtype == DType::Q5_K) return qgemv_reg<I8Vnni, ZRegQ45K<DType::Q5_K>>;
+      if (dtype == DType::Q6_K) return qgemv_reg<I8Vnni, ZRegQ6K>;
+#endif
+      return qgemv_registers<I8Vnni>(dtype);
 #endif
     default: return nullptr;
   }
