@@ -506,6 +506,8 @@ class Backend {
   void qk_norm_rope(Buffer& q, Buffer& k, const Tensor* q_norm, const Tensor* k_norm,
                     NormWeight qk_nw, double eps, int T, int H, int Hkv, int Dh, int pos0,
                     const RopeSpec& rope, const AttentionTaps& taps);
+  /// A pick kept on the host, as the default pick_greedy keeps it: the latest, and queued.
+  void push_pick(int32_t id);
 
  private:
   int32_t last_pick_ = -1;         // the defaults' picks: latest, and those not yet taken

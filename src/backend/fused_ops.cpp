@@ -304,8 +304,12 @@ void Backend::relu2(const Buffer&, int64_t, Buffer&) { not_implemented(*this, "r
 void Backend::pick_greedy(const Buffer& logits, int row, int V) {
   std::vector<LogitsSummary> s;
   summarize(logits, row + 1, V, 1, std::vector<int32_t>(size_t(row) + 1, -1).data(), s);
-  last_pick_ = s[size_t(row)].top_ids[0];
-  picks_.push_back(last_pick_);
+  push_pick(s[size_t(row)].top_ids[0]);
+}
+
+void Backend::push_pick(int32_t id) {
+  last_pick_ = id;
+  picks_.push_back(id);
 }
 
 void Backend::embed_picked(const Tensor& table, Buffer& out) {

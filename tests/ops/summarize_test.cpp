@@ -2,7 +2,8 @@
 // greedy pick (summarize's top-1 kept on the tier) of logits rows, against ref's summary of
 // the same rows: the top-K, target and counts exactly; the lse in f64, exactly on the host
 // tiers and within 1e-10 (relative) where the device sums in another order. Rows: random,
-// long runs of ties, NaN/Inf, signed zeros; long rows with few rows split into many slices.
+// long runs of ties, NaN/Inf, signed zeros, rows of NaN and -Inf only; long rows with few
+// rows split into many slices.
 #include <algorithm>
 
 #include "tier_util.h"
@@ -12,14 +13,15 @@
 namespace arbiter::test {
 namespace {
 
-// special: 0 random, 1 ties, 2 non-finite, 3 signed zeros
+// special: 0 random, 1 ties, 2 non-finite, 3 signed zeros, 4 rows of NaN and -Inf only
 struct Case {
   int T, V, K, special;
 };
 const Case kCases[] = {{2, 151936, 8, 0}, {3, 512, 64, 0},  {1, 33, 33, 0},    {2, 2048, 16, 1},
                        {2, 1000, 10, 2},  {1, 128, 5, 3},   {1, 32000, 1, 0},  {2, 2048, 1, 1},
                        {2, 1000, 1, 2},   {1, 128, 1, 3},   {1, 50000, 1, 2},  {1, 50000, 4, 1},
-                       {3, 151936, 1, 0}, {1, 7, 1, 1},     {3, 1001, 8, 2}};
+                       {3, 151936, 1, 0}, {1, 7, 1, 1},     {3, 1001, 8, 2},
+                       {3, 4099, 1, 4},   {2, 300, 4, 4}};
 
 std::vector<double> logits(const Case& c, uint64_t seed) {
   std::vector<double> v = values(int64_t(c.T) * c.V, seed, 3.0, DType::F32);
@@ -32,6 +34,9 @@ std::vector<double> logits(const Case& c, uint64_t seed) {
     v[40] = -INFINITY;
     if (c.T > 1) v[size_t(c.V) + 3] = std::nan("");  // second row: NaN only
   }
+  if (c.special == 4)  // row 0 all NaN; later rows -Inf with NaN at every third id
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = i < size_t(c.V) || i % 3 == 0 ? std::nan("") : -INFINITY;
   if (c.special == 3)
     for (size_t i = 0; i < v.size(); ++i) v[i] = i % 3 == 0 ? -0.0 : (i % 3 == 1 ? 0.0 : -1.0);
   return v;
