@@ -345,6 +345,10 @@ class Backend {
                               double eps, Buffer& xn, bool keep_xn, const StageTap* norm_tap,
                               const MatmulTarget* outs, int n_outs,
                               const NormAdd* pre = nullptr);
+  /// outs[i].out = x @ outs[i].W^T (+ bias), then outs[i].tap, for each i: rmsnorm_matmul's
+  /// and rmsnorm_glu's projections of one input, which a tier may run together (cpu, T == 1:
+  /// one parallel region).
+  virtual void matmuls(const Buffer& x, int T, const MatmulTarget* outs, int n_outs);
   /// Mamba2's causal conv of one rmsnorm_matmul output (xBC): ssm_conv of outs[of]'s T rows
   /// (W's rows wide) with these weights into act, continuing state, then the taps on act
   /// (stage ssm_conv) and on the state.

@@ -68,9 +68,13 @@ void Backend::rmsnorm_matmul(const Buffer& x, const Tensor& w, NormWeight nw, in
   norm_add(pre, nw, T, D, eps);
   norm(x, w, nw, T, D, eps, xn);
   apply_tap(norm_tap, xn, T, D);
+  matmuls(xn, T, outs, n_outs);
+}
+
+void Backend::matmuls(const Buffer& x, int T, const MatmulTarget* outs, int n_outs) {
   for (int i = 0; i < n_outs; ++i) {
     const MatmulTarget& o = outs[i];
-    matmul(xn, *o.W, o.bias && !o.bias->empty() ? o.bias : nullptr, T, *o.out);
+    matmul(x, *o.W, o.bias && !o.bias->empty() ? o.bias : nullptr, T, *o.out);
     apply_tap(o.tap, *o.out, T, int(o.W->rows()));
   }
 }
@@ -96,10 +100,9 @@ void Backend::rmsnorm_glu(const Buffer& x, const Tensor& w, NormWeight nw, int T
   norm_add(pre, nw, T, D, eps);
   norm(x, w, nw, T, D, eps, xn);
   apply_tap(taps.norm, xn, T, D);
-  matmul(xn, w_gate, nullptr, T, gate);
-  apply_tap(taps.gate, gate, T, F);
-  matmul(xn, w_up, nullptr, T, up);
-  apply_tap(taps.up, up, T, F);
+  const MatmulTarget outs[2] = {{&w_gate, nullptr, &gate, taps.gate},
+                                {&w_up, nullptr, &up, taps.up}};
+  matmuls(xn, T, outs, 2);
   if (act_fn == GluAct::GeluTanh) geglu(gate, up, int64_t(T) * F, act);
   else swiglu(gate, up, int64_t(T) * F, act);
   apply_tap(taps.act, act, T, F);

@@ -130,6 +130,58 @@ TEST_P(RmsnormMatmul, MatchesRefAndItsComposition) {
 
 INSTANTIATE_TEST_SUITE_P(Tiers, RmsnormMatmul, testing::ValuesIn(op_tiers()), op_tier_name);
 
+// --- matmuls: the projections of one input -------------------------------------------------
+
+class Matmuls : public OpTest {};
+
+// The tier's matmuls (cpu, T == 1: every target's rows in one parallel region, x quantized
+// once for the block formats) gives each output the bits of Backend::matmuls' one matmul at a
+// time: per weight type of the tier, q/k/v-like rows (one with a bias, as Qwen2's), and the
+// block-format mixtures of Q4_K_M (Q4_K and Q6_K share the activation block: one region) and
+// one that does not group (Q8_0 beside Q4_K: their activation blocks differ).
+TEST_P(Matmuls, EqualsOneAtATime) {
+  const OpTier& tier = GetParam();
+  ARB_TIER_OR_SKIP(be, tier);
+  const int K = 1024;
+  const std::vector<int> rows = {520, 37, 700};
+  std::vector<std::vector<DType>> mixes;
+  for (DType t : weight_types(tier)) mixes.push_back({t, t, t});
+  if (!tier.cuda) {
+    mixes.push_back({DType::Q4_K, DType::Q4_K, DType::Q6_K});
+    mixes.push_back({DType::Q8_0, DType::Q4_K, DType::Q8_0});
+  }
+  uint64_t seed = 1350;
+  for (const std::vector<DType>& mix : mixes) {
+    ++seed;
+    std::vector<std::unique_ptr<HostTensor>> W;
+    for (size_t i = 0; i < rows.size(); ++i)
+      W.push_back(make_tensor("W" + std::to_string(i), {rows[i], K},
+                              values(int64_t(rows[i]) * K, seed + 10 + i, 0.05, DType::F32), mix[i]));
+    auto bias = make_tensor("bias", {rows[1]}, values(rows[1], seed + 20, 0.5, DType::F32), DType::F32);
+    const std::vector<double> x = values(K, seed + 1, 1.0, tier.compute);
+    std::vector<std::vector<double>> got[2];
+    for (int one_by_one = 0; one_by_one < 2; ++one_by_one) {
+      Buf xb(*be, x);
+      std::vector<std::unique_ptr<Buf>> out;
+      std::vector<Backend::MatmulTarget> tg;
+      for (size_t i = 0; i < W.size(); ++i) {
+        out.push_back(std::make_unique<Buf>(*be, rows[i]));
+        out.back()->poison();
+        tg.push_back({&W[i]->t, i == 1 ? &bias->t : nullptr, &out.back()->b, nullptr});
+      }
+      if (one_by_one) be->Backend::matmuls(xb.b, 1, tg.data(), int(tg.size()));
+      else be->matmuls(xb.b, 1, tg.data(), int(tg.size()));
+      for (auto& o : out) got[one_by_one].push_back(o->read());
+    }
+    std::string what = "T=1 K=1024 weights";
+    for (DType t : mix) what += std::string(" ") + dtype_name(t);
+    for (size_t i = 0; i < W.size(); ++i)
+      check_exact("matmuls", tier, what + " output " + std::to_string(i), seed, got[0][i], got[1][i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, Matmuls, testing::ValuesIn(op_tiers()), op_tier_name);
+
 // --- rmsnorm_matmul_conv: Mamba2's in_proj (z, xBC, dt) with the conv of xBC ------------------
 
 struct ConvProj {

@@ -184,44 +184,22 @@ class CpuBackend final : public Backend {
               Buffer& out) override {
     const int64_t N = W.rows(), K = W.cols();
     ARB_ASSERT(x.n >= T * K && out.n >= T * N && x.ptr != out.ptr);
-    ARB_CHECK(K % block_elems(W.dtype) == 0,
-              "[cpu] matmul: %s tensor '%s' has %lld columns (expected a multiple of %d)",
-              dtype_name(W.dtype), W.name.c_str(), (long long)K, block_elems(W.dtype));
-    const float* bp = nullptr;
-    if (bias) {
-      ARB_ASSERT(bias->numel() == N);
-      widen_small(*bias, bias_buf_);
-      bp = bias_buf_.data();
-    }
+    check_columns(W);
+    ARB_ASSERT(!bias || bias->numel() == N);
     const std::string dt = dtype_name(W.dtype);
     const void* wdata = weight_data(W);
     begin_input_rounding();
     GemvFn gemv = gemv_kernel(isa_, W.dtype);
-    if (!gemv) return matmul_generic(x, W, bp, T, out);
-    if (T == 1 && !row_invariant_) {
-      const float* xp = f32(x);
-      float* yp = f32(out);
-      // Block formats with an integer kernel: x quantized once to 8 bits (CpuOptions::act_quant).
-      const int act_block = act_quant_ ? act_q8_block(W.dtype) : 0;
-      QGemvFn qgemv = act_block ? qgemv_kernel(isa_, W.dtype) : nullptr;
-      if (qgemv) {
-        quantize_x(xp, 1, K, act_block, W.dtype, wdata, N);
-        stats_.record("matmul", "cpu.gemv_" + dt + "_q8" + suffix_);
-      } else {
-        stats_.record("matmul", "cpu.gemv_" + dt + suffix_);
-      }
-      auto body = [&](int64_t n0, int64_t n1) {
-        if (qgemv) qgemv(wdata, K, xq_rows_[0], yp, n0, n1);
-        else gemv(wdata, K, xp, yp, n0, n1);
-        if (bp)
-          for (int64_t n = n0; n < n1; ++n) yp[n] += bp[n];
-      };
-      // Claimed chunks of rows, 8 per thread: a thread whose core the host takes away
-      // holds up at most one small chunk. Any split gives the same y (kernels.h).
-      if (N * K >= kParallelElems) pool_.parallel_for_dynamic(N, int64_t(pool_.size()) * 8, body);
-      else body(0, N);
-      return;
+    if (gemv && T == 1 && !row_invariant_) {
+      const MatmulTarget one{&W, bias, &out, nullptr};
+      return gemv_group(f32(x), K, &one, 1);
     }
+    const float* bp = nullptr;
+    if (bias) {
+      widen_small(*bias, bias_buf_[0]);
+      bp = bias_buf_[0].data();
+    }
+    if (!gemv) return matmul_generic(x, W, bp, T, out);
     // T > 1 (or row-invariant) on weights with an integer GEMM: every token's x quantized as
     // a decode step quantizes it (CpuOptions::act_quant).
     QGemmFn qgemm = act_quant_ ? qgemm_kernel(isa_, W.dtype, K) : nullptr;
@@ -260,6 +238,84 @@ class CpuBackend final : public Backend {
       stats_.record("matmul", "cpu.gemm_" + dt + suffix_);
       gemm_own(isa_, p, pool_);
     }
+  }
+
+  // rmsnorm_matmul's and rmsnorm_glu's projections: at T == 1 one gemv_group, unless a tap,
+  // the input-rounding measure (drift, opcheck: per matmul), or a mix of kernels that
+  // quantize x differently asks for the matmuls one by one.
+  void matmuls(const Buffer& x, int T, const MatmulTarget* outs, int n_outs) override {
+    bool group = T == 1 && !row_invariant_ && !measure_input_rounding_;
+    int block = -1;
+    for (int i = 0; group && i < n_outs; ++i) {
+      const Tensor& W = *outs[i].W;
+      ARB_ASSERT(W.cols() == outs[0].W->cols());
+      const int b = act_quant_ && qgemv_kernel(isa_, W.dtype) ? act_q8_block(W.dtype) : 0;
+      group = !outs[i].tap && gemv_kernel(isa_, W.dtype) && (block < 0 || b == block);
+      block = b;
+    }
+    if (!group) return Backend::matmuls(x, T, outs, n_outs);
+    begin_input_rounding();
+    for (int i = 0; i < n_outs; ++i) check_columns(*outs[i].W);
+    gemv_group(f32(x), outs[0].W->cols(), outs, n_outs);
+  }
+
+  struct GemvJob {  // a target's kernel and rows [row0, row0 + N) of the region
+    const void* w;
+    GemvFn gemv;
+    QGemvFn qgemv;
+    const float* bias;
+    float* y;
+    int64_t row0, N;
+  };
+  // T == 1: outs[i].out = x @ W_i^T (+ bias_i) for each target, every kernel known to exist,
+  // the rows of all targets in one parallel region (claimed chunks, 8 a thread: a thread
+  // whose core the host takes away holds up at most one small chunk), so the workers are
+  // woken and waited for once. Block formats with an integer kernel use x quantized to 8 bits
+  // (CpuOptions::act_quant), once for all targets (matmuls groups only targets of one
+  // activation block). Any split gives each row the same bits (kernels.h).
+  void gemv_group(const float* xp, int64_t K, const MatmulTarget* outs, int n) {
+    std::vector<GemvJob>& jobs = gemv_jobs_;
+    jobs.resize(size_t(n));
+    if (bias_buf_.size() < size_t(n)) bias_buf_.resize(size_t(n));
+    int64_t rows = 0;
+    for (int i = 0; i < n; ++i) {
+      const MatmulTarget& o = outs[i];
+      const Tensor& W = *o.W;
+      const bool has_bias = o.bias && !o.bias->empty();
+      if (has_bias) widen_small(*o.bias, bias_buf_[size_t(i)]);
+      const int block = act_quant_ ? act_q8_block(W.dtype) : 0;
+      GemvJob& j = jobs[size_t(i)];
+      j = {weight_data(W), gemv_kernel(isa_, W.dtype),
+           block ? qgemv_kernel(isa_, W.dtype) : nullptr,
+           has_bias ? bias_buf_[size_t(i)].data() : nullptr, f32(*o.out), rows, W.rows()};
+      const std::string dt = dtype_name(W.dtype);
+      if (j.qgemv) {
+        if (i == 0) quantize_x(xp, 1, K, block, W.dtype, j.w, j.N);
+        stats_.record("matmul", "cpu.gemv_" + dt + "_q8" + suffix_);
+      } else {
+        stats_.record("matmul", "cpu.gemv_" + dt + suffix_);
+      }
+      rows += j.N;
+    }
+    auto body = [&](int64_t r0, int64_t r1) {
+      for (const GemvJob& j : jobs) {
+        const int64_t n0 = std::max(r0, j.row0) - j.row0;
+        const int64_t n1 = std::min(r1, j.row0 + j.N) - j.row0;
+        if (n0 >= n1) continue;
+        if (j.qgemv) j.qgemv(j.w, K, xq_rows_[0], j.y, n0, n1);
+        else j.gemv(j.w, K, xp, j.y, n0, n1);
+        if (j.bias)
+          for (int64_t r = n0; r < n1; ++r) j.y[r] += j.bias[r];
+      }
+    };
+    if (rows * K >= kParallelElems) pool_.parallel_for_dynamic(rows, int64_t(pool_.size()) * 8, body);
+    else body(0, rows);
+  }
+
+  void check_columns(const Tensor& W) const {
+    ARB_CHECK(W.cols() % block_elems(W.dtype) == 0,
+              "[cpu] matmul: %s tensor '%s' has %lld columns (expected a multiple of %d)",
+              dtype_name(W.dtype), W.name.c_str(), (long long)W.cols(), block_elems(W.dtype));
   }
 
   // The integer kernels' input: x's T rows quantized to 8-bit codes in blocks of `block`
@@ -464,8 +520,8 @@ class CpuBackend final : public Backend {
     ARB_ASSERT(w.numel() == int64_t(C) * K && (!bias || bias->numel() == C) && K >= 1);
     ARB_ASSERT(x.n >= int64_t(T) * C && out.n >= int64_t(T) * C && state.n >= int64_t(K - 1) * C);
     widen_small(w, wbuf_);
-    if (bias) widen_small(*bias, bias_buf_);
-    ssm_conv_f32(f32(x), wbuf_.data(), bias ? bias_buf_.data() : nullptr, T, C, K, f32(state),
+    if (bias) widen_small(*bias, bias_buf_[0]);
+    ssm_conv_f32(f32(x), wbuf_.data(), bias ? bias_buf_[0].data() : nullptr, T, C, K, f32(state),
                  f32(out));
   }
 
@@ -720,7 +776,9 @@ class CpuBackend final : public Backend {
   std::vector<std::pair<void*, size_t>> arenas_;   // the mappings holding the copies
   const RowKernels* rows_ = nullptr;
   std::string suffix_;
-  std::vector<float> wbuf_, bias_buf_;
+  std::vector<float> wbuf_;
+  std::vector<std::vector<float>> bias_buf_ = std::vector<std::vector<float>>(1);  // a target's
+  std::vector<GemvJob> gemv_jobs_;
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<double> rope_inv_;
   int rope_pos0_ = -1, rope_T_ = 0;
