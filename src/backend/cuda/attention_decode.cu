@@ -51,6 +51,14 @@ namespace {
 // KV head; with one column per KV head the ticket says as much).
 constexpr int kDecWarps = 8;
 constexpr int kDecMaxGroup = 8;
+/// Keys a warp takes at a time for blocks of hb query heads (KPW, above).
+__host__ __device__ constexpr int dec_kpw(int hb) { return hb <= 2 ? 4 : hb <= 4 ? 2 : 1; }
+/// Floats of one warp's partial output of one head in shared memory: each lane group's slice
+/// of E = Dh KPW / 32 elements padded by 4, so that the 8 lanes of a quarter warp storing
+/// their slices hit distinct banks. Unpadded, a slice of 32 floats (Dh 256) put all 8 on one
+/// bank: Nsight Compute counted 85% of gemma3-1b's shared stores as bank conflicts
+/// (docs/evidence/h200/call-c-s40.txt).
+__host__ __device__ constexpr int dec_partial_row(int Dh, int kpw) { return Dh + 4 * (32 / kpw); }
 static_assert(kMaxHeadDim <= kDecWarps * 32, "kQk: an element of a head per thread");
 
 /// E consecutive elements of T (the largest vector loads their alignment allows; L2 only:
@@ -88,8 +96,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   constexpr int LPK = 32 / KPW;            // lanes per key
   constexpr int KPB = kDecWarps * KPW;     // keys per block iteration
   constexpr int MAXG = kDecMaxGroup / KPW;  // query heads per block the lanes hold
-  // [kDecWarps][hb][Dh], then kQk: [hb + 1][Dh] roped q and k, [2][Dh] the q and k norm
-  // weights, [Dh / 2] (cos, sin) of the position
+  // [kDecWarps][hb][ROW] (padded rows), then kQk: [hb + 1][Dh] roped q and k, [2][Dh] the
+  // q and k norm weights, [Dh / 2] (cos, sin) of the position
   extern __shared__ float dec_o[];
   __shared__ float dec_m[kDecWarps][kDecMaxGroup], dec_l[kDecWarps][kDecMaxGroup];
   __shared__ int dec_last;
@@ -97,6 +105,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   const int hk = blockIdx.x / columns, column = blockIdx.x % columns, split = blockIdx.y;
   const int hq0 = blockIdx.x * hb;  // the block's first query head
   const int Dh = E * LPK, kv_dim = a.Hkv * Dh;
+  constexpr int EP = E + 4, ROW = EP * LPK;  // a padded slice, a padded row (dec_partial_row)
+  static_assert(ROW == dec_partial_row(E * LPK, KPW));
   unsigned* k_readers = counters + kMaxDecodeHeads + hk;  // blocks past their raw k read
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / LPK, dl = lane % LPK;  // key of the warp's KPW, slice of the head
@@ -147,7 +157,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   if (kQk) load_first();
   const T* qp = static_cast<const T*>(a.q) + int64_t(qrow) * a.H * Dh;
   T* const outp = static_cast<T*>(a.out) + int64_t(qrow) * a.H * Dh;
-  float* qks = dec_o + kDecWarps * hb * Dh;  // kQk: the block's roped q heads, then k
+  float* qks = dec_o + kDecWarps * hb * ROW;  // kQk: the block's roped q heads, then k
   float* nws = qks + (hb + 1) * Dh;          // kQk: q norm weights, k norm weights
   float2* css = reinterpret_cast<float2*>(nws + 2 * Dh);  // kQk: the position's RoPE row
   float* vns = reinterpret_cast<float*>(css + Dh / 2);     // kQk: the new row's value
@@ -289,7 +299,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       float O = o[g][e] * c;
 #pragma unroll
       for (int off = LPK; off < 32; off <<= 1) O += __shfl_xor_sync(0xffffffffu, O, off);
-      if (sub == 0) dec_o[(warp * hb + g) * Dh + dl * E + e] = O;
+      if (sub == 0) dec_o[(warp * hb + g) * ROW + dl * EP + e] = O;
     }
     if (lane == 0) {
       dec_m[warp][g] = M;
@@ -313,7 +323,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       if (dec_m[w][g] == -INFINITY) continue;
       const float cw = expf(dec_m[w][g] - M);  // warp w's weight e^(m_w - M)
       L += dec_l[w][g] * cw;
-      O = fmaf(dec_o[(w * hb + g) * Dh + d], cw, O);
+      O = fmaf(dec_o[(w * hb + g) * ROW + d / E * EP + d % E], cw, O);
     }
     if (S == 1) {
       outp[int64_t(h) * Dh + d] = from_f<T>(O / L);
@@ -387,10 +397,11 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   if (threadIdx.x == 0) counters[blockIdx.x] = 0u;  // ready for the next launch (graph replays too)
 }
 
-/// Dynamic shared memory of the decode kernel: [kDecWarps][group][Dh] partial outputs; kQk:
-/// roped q and k, the q/k norm weights, the RoPE row, the new row's value.
+/// Dynamic shared memory of the decode kernel: [kDecWarps][group] partial outputs (padded
+/// rows); kQk: roped q and k, the q/k norm weights, the RoPE row, the new row's value.
 size_t attn_decode_smem_bytes(int group, int Dh, bool qk) {
-  return sizeof(float) * (kDecWarps * size_t(group) + (qk ? group + 1 + 2 + 1 + 1 : 0)) * Dh;
+  return sizeof(float) * (kDecWarps * size_t(group) * dec_partial_row(Dh, dec_kpw(group)) +
+                          (qk ? group + 1 + 2 + 1 + 1 : 0) * size_t(Dh));
 }
 
 template <class T, int KPW, bool kQk, bool kTap>
@@ -436,9 +447,11 @@ void attn_decode_group(const AttnArgs& a, unsigned* counters, const QkRopeArgs& 
             kQk ? " and the fused q/k RoPE" : "");
   const dim3 grid(unsigned(a.H / hb), unsigned(a.n_splits), unsigned(a.seqs ? a.n_seqs : 1));
   const size_t smem = attn_decode_smem_bytes(hb, a.Dh, kQk);
-  if (hb <= 2) attn_decode_launch<T, 4, kQk, kTap>(a, counters, qk, grid, smem, s);
-  else if (hb <= 4) attn_decode_launch<T, 2, kQk, kTap>(a, counters, qk, grid, smem, s);
-  else attn_decode_launch<T, 1, kQk, kTap>(a, counters, qk, grid, smem, s);
+  switch (dec_kpw(hb)) {
+    case 4: attn_decode_launch<T, 4, kQk, kTap>(a, counters, qk, grid, smem, s); break;
+    case 2: attn_decode_launch<T, 2, kQk, kTap>(a, counters, qk, grid, smem, s); break;
+    default: attn_decode_launch<T, 1, kQk, kTap>(a, counters, qk, grid, smem, s); break;
+  }
   ARB_LAUNCHED("attn_decode_kernel", s);
 }
 
