@@ -53,11 +53,11 @@ constexpr int kDecWarps = 8;
 constexpr int kDecMaxGroup = 8;
 /// Keys a warp takes at a time for blocks of hb query heads (KPW, above).
 __host__ __device__ constexpr int dec_kpw(int hb) { return hb <= 2 ? 4 : hb <= 4 ? 2 : 1; }
-/// Floats of one warp's partial output of one head in shared memory: each lane group's slice
-/// of E = Dh KPW / 32 elements padded by 4, so that the 8 lanes of a quarter warp storing
-/// their slices hit distinct banks. Unpadded, a slice of 32 floats (Dh 256) put all 8 on one
-/// bank: Nsight Compute counted 85% of gemma3-1b's shared stores as bank conflicts
-/// (docs/evidence/h200/call-c-s40.txt).
+/// Floats of one head's row in shared memory (a warp's partial output; kQk, a roped q or k
+/// head): each lane group's slice of E = Dh KPW / 32 elements padded by 4, so that the 8
+/// lanes of a quarter warp storing or loading their slices hit distinct banks. Unpadded, a
+/// slice of 32 floats (Dh 256) put all 8 on one bank: Nsight Compute counted 85% of gemma3-1b's
+/// shared stores and loads as bank conflicts (docs/evidence/h200/call-c-s40.txt).
 __host__ __device__ constexpr int dec_partial_row(int Dh, int kpw) { return Dh + 4 * (32 / kpw); }
 static_assert(kMaxHeadDim <= kDecWarps * 32, "kQk: an element of a head per thread");
 
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   constexpr int LPK = 32 / KPW;            // lanes per key
   constexpr int KPB = kDecWarps * KPW;     // keys per block iteration
   constexpr int MAXG = kDecMaxGroup / KPW;  // query heads per block the lanes hold
-  // [kDecWarps][hb][ROW] (padded rows), then kQk: [hb + 1][Dh] roped q and k, [2][Dh] the
+  // [kDecWarps][hb][ROW] (padded rows), then kQk: [hb + 1][ROW] roped q and k, [2][Dh] the
   // q and k norm weights, [Dh / 2] (cos, sin) of the position
   extern __shared__ float dec_o[];
   __shared__ float dec_m[kDecWarps][kDecMaxGroup], dec_l[kDecWarps][kDecMaxGroup];
@@ -107,6 +107,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   const int Dh = E * LPK, kv_dim = a.Hkv * Dh;
   constexpr int EP = E + 4, ROW = EP * LPK;  // a padded slice, a padded row (dec_partial_row)
   static_assert(ROW == dec_partial_row(E * LPK, KPW));
+  auto at = [](int d) { return d / E * EP + d % E; };  // element d of a padded row
   unsigned* k_readers = counters + kMaxDecodeHeads + hk;  // blocks past their raw k read
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / LPK, dl = lane % LPK;  // key of the warp's KPW, slice of the head
@@ -157,8 +158,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   if (kQk) load_first();
   const T* qp = static_cast<const T*>(a.q) + int64_t(qrow) * a.H * Dh;
   T* const outp = static_cast<T*>(a.out) + int64_t(qrow) * a.H * Dh;
-  float* qks = dec_o + kDecWarps * hb * ROW;  // kQk: the block's roped q heads, then k
-  float* nws = qks + (hb + 1) * Dh;          // kQk: q norm weights, k norm weights
+  float* qks = dec_o + kDecWarps * hb * ROW;  // kQk: the block's roped q heads, then k (padded)
+  float* nws = qks + (hb + 1) * ROW;         // kQk: q norm weights, k norm weights
   float2* css = reinterpret_cast<float2*>(nws + 2 * Dh);  // kQk: the position's RoPE row
   float* vns = reinterpret_cast<float*>(css + Dh / 2);     // kQk: the new row's value
   if (kQk) {
@@ -194,7 +195,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
         ht.base = int64_t(is_k ? hk : hq0 + h) * Dh;
         ht.writer = split == 0 && (!is_k || column == 0);
       }
-      norm_rope_head<T, NCH, kTap>(x, nw, qk.eps, Dh, css, qk.adjacent, qks + h * Dh, lane, ht);
+      norm_rope_head<T, NCH, kTap, E>(x, nw, qk.eps, Dh, css, qk.adjacent, qks + h * ROW, lane,
+                                      ht);
     }
     if (has_v) vns[threadIdx.x] = to_f(vnew);
     __syncthreads();
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     griddep_launch();
     if (column == 0 && ks <= pos && pos < ke && has_v) {  // the new row is in range: store it
       const int64_t row = int64_t(pos) * kv_dim + int64_t(hk) * Dh + threadIdx.x;
-      static_cast<T*>(qk.k_cache)[row] = from_f<T>(qks[hb * Dh + threadIdx.x]);
+      static_cast<T*>(qk.k_cache)[row] = from_f<T>(qks[hb * ROW + at(int(threadIdx.x))]);
       static_cast<T*>(qk.v_cache)[row] = vnew;
     }
   }
@@ -224,7 +226,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     if (g < hb) {
       if (kQk) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) q[g][e] = qks[g * Dh + dl * E + e];
+        for (int e = 0; e < E; ++e) q[g][e] = qks[g * ROW + dl * EP + e];
       } else {
         Slice<T, E> qs;
         load_slice(qp + int64_t(hq0 + g) * Dh + dl * E, qs);
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     if (kQk && key == pos) {  // the new row, as stored above
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        kf[e] = qks[hb * Dh + dl * E + e];
+        kf[e] = qks[hb * ROW + dl * EP + e];
         vf[e] = vns[dl * E + e];
       }
     } else {
@@ -323,7 +325,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       if (dec_m[w][g] == -INFINITY) continue;
       const float cw = expf(dec_m[w][g] - M);  // warp w's weight e^(m_w - M)
       L += dec_l[w][g] * cw;
-      O = fmaf(dec_o[(w * hb + g) * ROW + d / E * EP + d % E], cw, O);
+      O = fmaf(dec_o[(w * hb + g) * ROW + at(d)], cw, O);
     }
     if (S == 1) {
       outp[int64_t(h) * Dh + d] = from_f<T>(O / L);
@@ -352,7 +354,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       __syncthreads();
     }
     for (int i = threadIdx.x; i < n * Dh; i += blockDim.x) {
-      const T y = from_f<T>(qks[i]);
+      const T y = from_f<T>(qks[i / Dh * ROW + at(i % Dh)]);
       if (i < hb * Dh) qo[i] = y;
       else ko[i - hb * Dh] = y;
     }
@@ -397,11 +399,13 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   if (threadIdx.x == 0) counters[blockIdx.x] = 0u;  // ready for the next launch (graph replays too)
 }
 
-/// Dynamic shared memory of the decode kernel: [kDecWarps][group] partial outputs (padded
-/// rows); kQk: roped q and k, the q/k norm weights, the RoPE row, the new row's value.
+/// Dynamic shared memory of the decode kernel: [kDecWarps][group] partial outputs; kQk: roped
+/// q and k (padded rows, dec_partial_row), the q/k norm weights, the RoPE row, the new row's
+/// value.
 size_t attn_decode_smem_bytes(int group, int Dh, bool qk) {
-  return sizeof(float) * (kDecWarps * size_t(group) * dec_partial_row(Dh, dec_kpw(group)) +
-                          (qk ? group + 1 + 2 + 1 + 1 : 0) * size_t(Dh));
+  const size_t row = dec_partial_row(Dh, dec_kpw(group));
+  return sizeof(float) *
+         (kDecWarps * size_t(group) * row + (qk ? (group + 1) * row + 4 * size_t(Dh) : 0));
 }
 
 template <class T, int KPW, bool kQk, bool kTap>

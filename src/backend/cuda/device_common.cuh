@@ -266,12 +266,14 @@ struct HeadTaps {
 /// order, each value rounded to T as the op-by-op norm stores it), then rotated by the RoPE
 /// row cs[Dh / 2] (each output rounded to T as rope_kernel stores it), into sm[Dh] as f32
 /// (exact T values). NCH = chunks per lane (Dh <= NCH x 32 x V). TAP: the stage taps of ht
-/// after the norm and after the rotation. Ends with __syncwarp.
-template <class T, int NCH, bool TAP = false>
+/// after the norm and after the rotation. PE > 0: element i at sm[i + i / PE * 4] (the decode
+/// attention's padded slices of PE elements). Ends with __syncwarp.
+template <class T, int NCH, bool TAP = false, int PE = 0>
 __device__ __forceinline__ void norm_rope_head(const T* x, const float* nw, float eps, int Dh,
                                                const float2* cs, bool adjacent, float* sm,
                                                int lane, const HeadTaps& ht = HeadTaps{}) {
   constexpr int V = Vec16<T>::N;
+  auto at = [](int i) { return PE ? i + i / (PE ? PE : 1) * 4 : i; };
   uint4 c[NCH];
   load_chunks<T, NCH>(x, Dh, lane, c);
   const float inv = nw ? inv_rms(chunks_sumsq<T, NCH>(c), Dh, eps) : 1.f;
@@ -283,26 +285,26 @@ __device__ __forceinline__ void norm_rope_head(const T* x, const float* nw, floa
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       if (!nw) {
-        sm[k + i] = to_f(e[i]);
+        sm[at(k + i)] = to_f(e[i]);
         continue;
       }
       T y = norm_elem<T>(to_f(e[i]), inv, nw[k + i]);
       if constexpr (TAP) y = tap_value(*ht.norm, ht.base + k + i, y, ht.writer);
-      sm[k + i] = to_f(y);
+      sm[at(k + i)] = to_f(y);
     }
   }
   __syncwarp();
   const int half = Dh / 2;
   for (int i = lane; i < half; i += 32) {  // each pair read and written by one lane
     const int ia = adjacent ? 2 * i : i, ib = adjacent ? 2 * i + 1 : i + half;
-    const float xa = sm[ia], xb = sm[ib];
+    const float xa = sm[at(ia)], xb = sm[at(ib)];
     T ya = from_f<T>(rope_a(xa, xb, cs[i])), yb = from_f<T>(rope_b(xa, xb, cs[i]));
     if constexpr (TAP) {
       ya = tap_value(*ht.rope, ht.base + ia, ya, ht.writer);
       yb = tap_value(*ht.rope, ht.base + ib, yb, ht.writer);
     }
-    sm[ia] = to_f(ya);
-    sm[ib] = to_f(yb);
+    sm[at(ia)] = to_f(ya);
+    sm[at(ib)] = to_f(yb);
   }
   __syncwarp();
 }
