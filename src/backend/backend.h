@@ -458,7 +458,8 @@ class Backend {
   // defaults go through summarize() and embed(), so every tier picks the same token.
 
   /// Picks the next token from logits row `row` of [row + 1, V]: summarize's top-1 (the
-  /// largest logit, ties to the lower id, non-finite values last).
+  /// largest logit, +Inf above every number, ties to the lower id, NaN last; a row of NaN
+  /// only picks id 0).
   virtual void pick_greedy(const Buffer& logits, int row, int V);
   /// out[1, D] = table[the token of the latest pick_greedy].
   virtual void embed_picked(const Tensor& table, Buffer& out);
