@@ -186,14 +186,14 @@ class CpuBackend final : public Backend {
     ARB_ASSERT(x.n >= T * K && out.n >= T * N && x.ptr != out.ptr);
     check_columns(W);
     ARB_ASSERT(!bias || bias->numel() == N);
-    const std::string dt = dtype_name(W.dtype);
-    const void* wdata = weight_data(W);
     begin_input_rounding();
     GemvFn gemv = gemv_kernel(isa_, W.dtype);
     if (gemv && T == 1 && !row_invariant_) {
       const MatmulTarget one{&W, bias, &out, nullptr};
       return gemv_group(f32(x), K, &one, 1);
     }
+    const std::string dt = dtype_name(W.dtype);
+    const void* wdata = weight_data(W);
     const float* bp = nullptr;
     if (bias) {
       widen_small(*bias, bias_buf_[0]);
