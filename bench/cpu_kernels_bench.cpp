@@ -8,6 +8,8 @@
 //   qgemv_hot/... the same on one matrix that stays in L2 (256 x 2048), one thread: the
 //                 kernel's own rate, which the DRAM runs above only show when it is the bound
 //   gemm/...      T = 512 and T = 64 GEMMs, own kernel vs OpenBLAS on widened panels (FLOP/s)
+//   gemm_bf16_dot/...  the same shapes on bf16 weights with x rounded to bf16 (AVX512-BF16
+//                 builds), x's rounding included as the tier runs it
 // Run: build-<name>/bench/arbiter_bench --benchmark_filter=... (see bench/README.md).
 // The dev machine is shared and noisy: use --benchmark_repetitions and read medians.
 #include <benchmark/benchmark.h>
@@ -158,6 +160,27 @@ void gemm(benchmark::State& state, GemmImpl impl, DType dt, Isa isa, int threads
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void gemm_bf16_dot(benchmark::State& state, int threads, int64_t T, int64_t N, int64_t K) {
+  HugeBuffer w(dtype_bytes(DType::BF16, N * K)), x(size_t(T * K) * 4), out(size_t(T * N) * 4);
+  fill_random(DType::BF16, w.ptr, N * K, 4, 0.05f);
+  fill_random(DType::F32, x.ptr, T * K, 5, 1);
+  std::vector<uint16_t> xb(static_cast<size_t>(T * K));
+  cpu::GemmProblem p;
+  p.W = w.ptr;
+  p.wtype = DType::BF16;
+  p.out = out.as<float>();
+  p.T = T;
+  p.N = N;
+  p.K = K;
+  for (auto _ : state) {
+    cpu::round_act_bf16(x.as<float>(), T * K, xb.data());
+    cpu::gemm_bf16_dot(xb.data(), p, pool(threads));
+  }
+  benchmark::DoNotOptimize(out.ptr);
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * T * N * K,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // llama-3.2-1B: D 2048, F 8192, Hkv*Dh 512.
 struct Shape {
   int64_t N, K;
@@ -233,6 +256,15 @@ void register_all() {
               gemm(s, impl, dt, isa, th, c.T, c.sh.N, c.sh.K);
             })->UseRealTime()->Unit(benchmark::kMillisecond);
           }
+  if (cpu::bf16_dot(Isa::Avx512))
+    for (int th : {1, 2})
+      for (const GemmCase& c : gemm_cases)
+        benchmark::RegisterBenchmark(
+            ("gemm_bf16_dot/threads:" + std::to_string(th) + "/T:" + std::to_string(c.T) +
+             "/N:" + std::to_string(c.sh.N) + "/K:" + std::to_string(c.sh.K)).c_str(),
+            [=](benchmark::State& s) { gemm_bf16_dot(s, th, c.T, c.sh.N, c.sh.K); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
 }
 
 const bool registered = (register_all(), true);

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -218,6 +220,18 @@ std::string stories260k() {
   return test::shared_path("models/stories260K/stories260K.gguf");
 }
 
+// The best rate over 8 runs of `run`, `flops` operations each, in G/s.
+double best_rate(double flops, const std::function<void()>& run) {
+  double best = 0;
+  for (int rep = 0; rep < 8; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, flops / s / 1e9);
+  }
+  return best;
+}
+
 // The 8-bit dot peak is a limit too: the integer GEMM (backend/cpu/qgemm.cpp), timed as the
 // f32 GEMM is above, must not beat it; it sits above the f32 FMA peak (64 multiply-adds an
 // instruction against 16: 4x on paper); and bench divides a k-quant model's prefill by it, a
@@ -240,13 +254,7 @@ TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
   const std::vector<double> peak = cpu::measure_int8_gops(1, 3), fma = cpu::measure_fma_gflops(cpu::Isa::Avx512, 1, 3);
   const double best_peak = *std::max_element(peak.begin(), peak.end());
   const double best_fma = *std::max_element(fma.begin(), fma.end());
-  double best_gemm = 0;
-  for (int rep = 0; rep < 8; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    gemm(q.data(), N, K, p, out.data(), 0, N);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best_gemm = std::max(best_gemm, 2.0 * T * N * K / s / 1e9);
-  }
+  const double best_gemm = best_rate(2.0 * T * N * K, [&] { gemm(q.data(), N, K, p, out.data(), 0, N); });
   std::printf("8-bit peak %.1f GOP/s, f32 FMA peak %.1f GFLOP/s, integer GEMM %.1f GOP/s = %.3f of the 8-bit peak\n",
               best_peak, best_fma, best_gemm, best_gemm / best_peak);
   EXPECT_LE(best_gemm, best_peak * 1.10) << "the integer GEMM beat the 8-bit peak";
@@ -260,6 +268,48 @@ TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const std::string got = json::parse(r.out)["limits"]["matmul_source"].get<std::string>();
     EXPECT_EQ(got.rfind(source, 0), 0u) << file << ": " << got;
+  }
+}
+
+// The bf16 pair-dot peak likewise: gemm_bf16_dot must not beat it, it sits above the f32 FMA
+// peak (two products an instruction), and bench divides a bf16 model's prefill by it when the
+// tier runs that GEMM (ARBITER_CPU_BF16_DOT=1), by the FMA peak when not.
+TEST(BenchProbes, Bf16DotPeakBoundsTheBf16Gemm) {
+  if (!cpu::bf16_dot(cpu::Isa::Avx512))
+    GTEST_SKIP() << "SKIP: this build or CPU has no AVX512-BF16, so no bf16 GEMM and no bf16 dot probe";
+  const int64_t T = 64, N = 192, K = 512;
+  std::vector<uint16_t> w(size_t(N * K)), xb(size_t(T * K));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(0.01f * float(int(i % 7) - 3));
+  for (size_t i = 0; i < xb.size(); ++i) xb[i] = f32_to_bf16(0.01f * float(int(i % 13) - 6));
+  std::vector<float> out(size_t(T * N));
+  cpu::GemmProblem p;
+  p.W = w.data();
+  p.wtype = DType::BF16;
+  p.out = out.data();
+  p.T = T;
+  p.N = N;
+  p.K = K;
+  ThreadPool pool(1);
+  const std::vector<double> peak = cpu::measure_bf16_dot_gflops(1, 3),
+                            fma = cpu::measure_fma_gflops(cpu::Isa::Avx512, 1, 3);
+  const double best_peak = *std::max_element(peak.begin(), peak.end());
+  const double best_fma = *std::max_element(fma.begin(), fma.end());
+  const double best_gemm = best_rate(2.0 * T * N * K, [&] { cpu::gemm_bf16_dot(xb.data(), p, pool); });
+  std::printf("bf16 dot peak %.1f GFLOP/s, f32 FMA peak %.1f GFLOP/s, bf16 GEMM %.1f GFLOP/s = %.3f of the bf16 peak\n",
+              best_peak, best_fma, best_gemm, best_gemm / best_peak);
+  EXPECT_LE(best_gemm, best_peak * 1.10) << "the bf16 GEMM beat the bf16 dot peak";
+  EXPECT_GT(best_peak, best_fma) << "the bf16 dot peak is below the f32 FMA peak";
+
+  const std::string bf = test::temp_dir("bench-bf16") + "/b.gguf";
+  auto made = test::run_cli("synth --preset tiny-qwen3-256 --layers 1 --dtype bf16 -q -o " + bf);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  for (const char* on : {"1", "0"}) {
+    ::setenv("ARBITER_CPU_BF16_DOT", on, 1);  // CpuOptions::bf16_dot, off by default
+    auto r = test::run_cli("bench -m " + bf + " --device cpu -t 2 -p 8 -n 2 -r 1 --json");
+    ::unsetenv("ARBITER_CPU_BF16_DOT");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string got = json::parse(r.out)["limits"]["matmul_source"].get<std::string>();
+    EXPECT_EQ(got.rfind(*on == '1' ? "bf16 pair-dot peak" : "f32 FMA peak", 0), 0u) << on << ": " << got;
   }
 }
 

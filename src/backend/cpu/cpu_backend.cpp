@@ -45,7 +45,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuOptions& o)
       : pool_(o.threads), isa_(o.isa), gemm_(o.gemm), hugepage_weights_(o.hugepage_weights),
-        act_quant_(o.act_quant) {
+        act_quant_(o.act_quant), bf16_dot_(o.bf16_dot) {
     const auto& isas = available_isas();
     ARB_CHECK(std::find(isas.begin(), isas.end(), isa_) != isas.end(),
               "[cpu] ISA %s is not compiled in or not supported by this CPU", isa_name(isa_));
@@ -65,8 +65,10 @@ class CpuBackend final : public Backend {
   // compared, not only the address, because a model loaded after another one was freed
   // can be mapped at the same address.
   void prepare(const Prepare& p) override {
-    for (const WeightUse& u : p.weights)
+    for (const WeightUse& u : p.weights) {
       if (act_quant_ && qgemm_kernel(isa_, u.tensor->dtype, u.tensor->cols())) int8_gemm_ = true;
+      if (x_form(*u.tensor) == kXBf16) bf16_gemm_ = true;
+    }
     if (!hugepage_weights_) return;
     constexpr size_t kMinBytes = size_t(256) << 10, kAlign = 64, kHuge = size_t(2) << 20;
     std::vector<const Tensor*> todo;
@@ -114,12 +116,17 @@ class CpuBackend final : public Backend {
   }
 
   // The f32 FMA peak of this tier's ISA on all of its threads: what its GEMM could reach;
-  // the 8-bit dot peak, 4x higher, once a model with weights for the integer GEMM was
-  // prepared: its prefill runs on both, and only the higher one bounds that.
+  // the 8-bit dot peak (4x) or the bf16 pair-dot peak (2x) once a model with weights for the
+  // integer or the bf16 GEMM was prepared: its prefill runs partly on those, and only the
+  // highest peak among its instructions bounds it.
   std::vector<double> peak_gflops(int passes, std::string* source) override {
     if (int8_gemm_) {
       if (source) *source = int8_probe_source(pool_.size(), passes);
       return measure_int8_gops(pool_.size(), passes);
+    }
+    if (bf16_gemm_) {
+      if (source) *source = bf16_dot_probe_source(pool_.size(), passes);
+      return measure_bf16_dot_gflops(pool_.size(), passes);
     }
     if (source) *source = fma_probe_source(isa_, pool_.size(), passes);
     return measure_fma_gflops(isa_, pool_.size(), passes);
@@ -200,6 +207,21 @@ class CpuBackend final : public Backend {
       bp = bias_buf_[0].data();
     }
     if (!gemv) return matmul_generic(x, W, bp, T, out);
+    GemmProblem p;
+    p.x = f32(x);
+    p.W = wdata;
+    p.wtype = W.dtype;
+    p.bias = bp;
+    p.out = f32(out);
+    p.T = T;
+    p.N = N;
+    p.K = K;
+    // T > 1 (or row-invariant) on bf16 weights: x rounded to bf16 as a decode step rounds it.
+    if (x_form(W) == kXBf16) {
+      round_x_bf16(p.x, T, K, wdata, N);
+      stats_.record("matmul", "cpu.gemm_bf16_bf16" + suffix_);
+      return gemm_bf16_dot(xb_.data(), p, pool_);
+    }
     // T > 1 (or row-invariant) on weights with an integer GEMM: every token's x quantized as
     // a decode step quantizes it (CpuOptions::act_quant).
     QGemmFn qgemm = act_quant_ ? qgemm_kernel(isa_, W.dtype, K) : nullptr;
@@ -220,15 +242,6 @@ class CpuBackend final : public Backend {
       });
       return;
     }
-    GemmProblem p;
-    p.x = f32(x);
-    p.W = wdata;
-    p.wtype = W.dtype;
-    p.bias = bp;
-    p.out = f32(out);
-    p.T = T;
-    p.N = N;
-    p.K = K;
     // Row invariance: OpenBLAS's result for a row may depend on T (its kernel choice), the own
     // kernel's never does (one FMA chain per element, kernels.h).
     if (gemm_ == GemmImpl::Blas && !row_invariant_) {
@@ -245,13 +258,10 @@ class CpuBackend final : public Backend {
   // quantize x differently asks for the matmuls one by one.
   void matmuls(const Buffer& x, int T, const MatmulTarget* outs, int n_outs) override {
     bool group = T == 1 && !row_invariant_ && !measure_input_rounding_;
-    int block = -1;
     for (int i = 0; group && i < n_outs; ++i) {
       const Tensor& W = *outs[i].W;
       ARB_ASSERT(W.cols() == outs[0].W->cols());
-      const int b = act_quant_ && qgemv_kernel(isa_, W.dtype) ? act_q8_block(W.dtype) : 0;
-      group = !outs[i].tap && gemv_kernel(isa_, W.dtype) && (block < 0 || b == block);
-      block = b;
+      group = !outs[i].tap && gemv_kernel(isa_, W.dtype) && x_form(W) == x_form(*outs[0].W);
     }
     if (!group) return Backend::matmuls(x, T, outs, n_outs);
     begin_input_rounding();
@@ -259,10 +269,21 @@ class CpuBackend final : public Backend {
     gemv_group(f32(x), outs[0].W->cols(), outs, n_outs);
   }
 
+  // The form a matmul of W takes x in: f32 (0), 8-bit codes in blocks of 32 or 256 (the
+  // integer kernels', CpuOptions::act_quant), or bf16 (kXBf16: gemv_bf16_dot and
+  // gemm_bf16_dot, CpuOptions::bf16_dot). matmuls groups targets of one form: x is converted
+  // once.
+  static constexpr int kXBf16 = -1;
+  int x_form(const Tensor& W) const {
+    if (W.dtype == DType::BF16) return bf16_dot_ && W.cols() % 2 == 0 && bf16_dot(isa_) ? kXBf16 : 0;
+    return act_quant_ && qgemv_kernel(isa_, W.dtype) ? act_q8_block(W.dtype) : 0;
+  }
+
   struct GemvJob {  // a target's kernel and rows [row0, row0 + N) of the region
     const void* w;
     GemvFn gemv;
     QGemvFn qgemv;
+    bool xbf16;  // gemv_bf16_dot on x rounded to bf16
     const float* bias;
     float* y;
     int64_t row0, N;
@@ -271,8 +292,8 @@ class CpuBackend final : public Backend {
   // the rows of all targets in one parallel region (claimed chunks, 8 a thread: a thread
   // whose core the host takes away holds up at most one small chunk), so the workers are
   // woken and waited for once. Block formats with an integer kernel use x quantized to 8 bits
-  // (CpuOptions::act_quant), once for all targets (matmuls groups only targets of one
-  // activation block). Any split gives each row the same bits (kernels.h).
+  // (CpuOptions::act_quant), bf16 weights x rounded to bf16 (CpuOptions::bf16_dot), once for
+  // all targets (matmuls groups only targets of one x_form). Any split gives each row the same bits (kernels.h).
   void gemv_group(const float* xp, int64_t K, const MatmulTarget* outs, int n) {
     std::vector<GemvJob>& jobs = gemv_jobs_;
     jobs.resize(size_t(n));
@@ -283,15 +304,18 @@ class CpuBackend final : public Backend {
       const Tensor& W = *o.W;
       const bool has_bias = o.bias && !o.bias->empty();
       if (has_bias) widen_small(*o.bias, bias_buf_[size_t(i)]);
-      const int block = act_quant_ ? act_q8_block(W.dtype) : 0;
+      const int form = x_form(W);
       GemvJob& j = jobs[size_t(i)];
       j = {weight_data(W), gemv_kernel(isa_, W.dtype),
-           block ? qgemv_kernel(isa_, W.dtype) : nullptr,
+           form > 0 ? qgemv_kernel(isa_, W.dtype) : nullptr, form == kXBf16,
            has_bias ? bias_buf_[size_t(i)].data() : nullptr, f32(*o.out), rows, W.rows()};
       const std::string dt = dtype_name(W.dtype);
       if (j.qgemv) {
-        if (i == 0) quantize_x(xp, 1, K, block, W.dtype, j.w, j.N);
+        if (i == 0) quantize_x(xp, 1, K, form, W.dtype, j.w, j.N);
         stats_.record("matmul", "cpu.gemv_" + dt + "_q8" + suffix_);
+      } else if (j.xbf16) {
+        if (i == 0) round_x_bf16(xp, 1, K, j.w, j.N);
+        stats_.record("matmul", "cpu.gemv_bf16_bf16" + suffix_);
       } else {
         stats_.record("matmul", "cpu.gemv_" + dt + suffix_);
       }
@@ -303,6 +327,7 @@ class CpuBackend final : public Backend {
         const int64_t n1 = std::min(r1, j.row0 + j.N) - j.row0;
         if (n0 >= n1) continue;
         if (j.qgemv) j.qgemv(j.w, K, xq_rows_[0], j.y, n0, n1);
+        else if (j.xbf16) gemv_bf16_dot(j.w, K, xb_.data(), j.y, n0, n1);
         else j.gemv(j.w, K, xp, j.y, n0, n1);
         if (j.bias)
           for (int64_t r = n0; r < n1; ++r) j.y[r] += j.bias[r];
@@ -333,6 +358,23 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
       for (int64_t t = 0; t < T; ++t)
         act_q8_rounding(wt, wdata, K, xq_rows_[size_t(t)], input_rounding_.data() + t * N + n0, n0, n1);
+    });
+  }
+
+  // x's T rows rounded to bf16 for the bf16 dot kernels (xb_), named for the trace header,
+  // and while drift or opcheck measure, the squared error the rounding adds to each of the N
+  // outputs of W (act_bf16_rounding).
+  void round_x_bf16(const float* xp, int64_t T, int64_t K, const void* wdata, int64_t N) {
+    xb_.resize(size_t(T * K));
+    pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+      round_act_bf16(xp + t0 * K, (t1 - t0) * K, xb_.data() + t0 * K);
+    });
+    stats_.record_act_quant("bf16");
+    if (!measure_input_rounding_) return;
+    input_rounding_.resize(size_t(T * N));
+    pool_.parallel_for(N, [&](int64_t n0, int64_t n1) {
+      for (int64_t t = 0; t < T; ++t)
+        act_bf16_rounding(wdata, K, xp + t * K, xb_.data() + t * K, input_rounding_.data() + t * N + n0, n0, n1);
     });
   }
 
@@ -764,9 +806,12 @@ class CpuBackend final : public Backend {
   GemmImpl gemm_;
   bool hugepage_weights_;
   bool act_quant_;
+  bool bf16_dot_;
   std::vector<ActQ8> xq_rows_;  // x quantized for the integer kernels (quantize_x)
   ActQ8Panels xq_panels_;       // the integer GEMM's: xq_rows_ in panels
   bool int8_gemm_ = false;  // a prepared model has weights the integer GEMM reads (peak_gflops)
+  std::vector<uint16_t> xb_;  // x rounded to bf16 for the bf16 dot kernels (round_x_bf16)
+  bool bf16_gemm_ = false;    // ... and weights gemm_bf16_dot reads
   bool row_invariant_ = false;  // set_row_invariant: the own GEMM, the scan's recurrence at every T
   struct Copy {
     const void* ptr;
@@ -821,6 +866,11 @@ std::unique_ptr<Backend> make_cpu_backend(int threads) {
     const std::string v = e;
     ARB_CHECK(v == "1" || v == "0", "[cpu] ARBITER_CPU_ACT_QUANT=%s (expected 1 or 0)", e);
     o.act_quant = v == "1";
+  }
+  if (const char* e = std::getenv("ARBITER_CPU_BF16_DOT"); e && *e) {
+    const std::string v = e;
+    ARB_CHECK(v == "1" || v == "0", "[cpu] ARBITER_CPU_BF16_DOT=%s (expected 1 or 0)", e);
+    o.bf16_dot = v == "1";
   }
   return cpu::make_cpu_backend(o);
 }

@@ -13,6 +13,8 @@
 //   widened and transposed into Bp[k][NR] (L1-resident) and reused by every token block: per
 //   k, MR broadcasts of x times NV vectors of weights.
 // AVX-512 tiles are 12 x 32 either way: 24 zmm accumulators.
+// - bf16 pairs (gemm_bf16_dot, AVX512-BF16): the broadcast-weights scheme on bf16 weight pairs
+//   as stored and x rounded to bf16, one vdpbf16ps per two products; for every T.
 // Every out element is one FMA chain over k = 0..K-1 starting from 0 (a k-block continues the
 // chain from the stored partial sum), so the result depends neither on the scheme nor on the
 // tiling nor on the thread count. Threads claim chunks of whole strips; the strip grid is
@@ -247,6 +249,46 @@ void gemm_broadcast_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
   });
 }
 
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512BF16__)
+// ---- bf16 pairs (vdpbf16ps; gemm_bf16_dot) ----
+// The broadcast-weights scheme on pairs: per k-block of kRowKC values, a strip's 12 rows are
+// copied as pairs into wp[12][kDotLd] (rows at constant offsets from one pointer, padded out
+// of one L1 set as kRowLd; rows past N zero), and x's pairs sit in tiles of 32 tokens,
+// Xp[kb][tt][kc / 2][32]. Per pair: 2 loads of 16 tokens'
+// pairs, 12 broadcast weight pairs, 24 vdpbf16ps. The weights are copied, not widened, so
+// this one scheme serves every T; the partial sums take the f32 path's layout and
+// store_transposed.
+constexpr int kDotMR = 12, kDotTN = 32;
+constexpr int64_t kDotLd = kRowKC / 2 + 16;
+
+template <int NV>
+inline void dot_row_kernel(const uint32_t* wp, const uint32_t* xp, int64_t kp, float* c,
+                           bool accumulate) {
+  constexpr int MR = kDotMR, TN = kDotTN;
+  __m512 acc[MR][NV];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v)
+      acc[m][v] = accumulate ? _mm512_loadu_ps(c + m * TN + v * 16) : _mm512_setzero_ps();
+  for (int64_t j = 0; j < kp; ++j) {
+    __m512bh xv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) xv[v] = __m512bh(_mm512_loadu_si512(xp + j * TN + v * 16));
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh a = __m512bh(_mm512_set1_epi32(int(wp[m * kDotLd + j])));
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], a, xv[v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + m * TN + v * 16, acc[m][v]);
+}
+#endif
+
 // ---- Packed weights (long prefills) ----
 
 // k-block: Bp is kKC x NR f32 = 32 KiB at NR = 32 (L1d is 48 KiB on the dev machine). Tile
@@ -409,6 +451,73 @@ void gemm_own(Isa isa, const GemmProblem& p, ThreadPool& pool) {
     default: throw Error(std::string("[cpu] gemm: ISA ") + isa_name(isa) + " not compiled in");
   }
 }
+
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512BF16__)
+void gemm_bf16_dot(const uint16_t* xb, const GemmProblem& p, ThreadPool& pool) {
+  constexpr int MR = kDotMR, TN = kDotTN;
+  constexpr int64_t KP = kRowKC / 2;
+  const int64_t T = p.T, N = p.N, K = p.K;
+  ARB_ASSERT(p.wtype == DType::BF16 && K % 2 == 0);
+  const int64_t n_tt = (T + TN - 1) / TN, n_strips = (N + MR - 1) / MR;
+  const int64_t n_kb = (K + kRowKC - 1) / kRowKC;
+  // Xp[kb][tt][j][TN]: pair j of k-block kb for the tile's tokens (zero past T).
+  thread_local std::vector<uint32_t> xp;
+  xp.resize(size_t(n_kb * n_tt * KP * TN));
+  uint32_t* xpp = xp.data();
+  const auto* xpairs = reinterpret_cast<const uint32_t*>(xb);
+  pool.parallel_for(n_tt, [&](int64_t b, int64_t e) {
+    for (int64_t tt = b; tt < e; ++tt)
+      for (int64_t kb = 0; kb < n_kb; ++kb) {
+        const int64_t kp = std::min(kRowKC, K - kb * kRowKC) / 2;
+        uint32_t* dst = xpp + (kb * n_tt + tt) * KP * TN;
+        for (int j = 0; j < TN; ++j) {
+          const int64_t t = tt * TN + j;
+          const uint32_t* src = xpairs + t * (K / 2) + kb * KP;
+          for (int64_t i = 0; i < kp; ++i) dst[i * TN + j] = t < T ? src[i] : 0u;
+        }
+      }
+  });
+
+  pool.parallel_for_dynamic(n_strips, int64_t(pool.size()) * 4, [&](int64_t s0, int64_t s1) {
+    thread_local std::vector<uint32_t> wp;
+    thread_local std::vector<float> c;
+    wp.resize(size_t(kDotLd * MR));
+    c.resize(size_t(n_tt * MR * TN));
+    const auto* W = static_cast<const uint32_t*>(p.W);  // pairs: K / 2 a row
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t n0 = s * MR;
+      const int nr = int(std::min<int64_t>(MR, N - n0));
+      for (int64_t k0 = 0; k0 < K; k0 += kRowKC) {
+        const int64_t kp = std::min(kRowKC, K - k0) / 2;
+        // The rows' next k-block (after the last, the next strip's first), as in
+        // gemm_broadcast_w.
+        const int64_t k_next = k0 + kRowKC < K ? k0 + kRowKC : 0;
+        const int64_t n_next = k_next > 0 ? n0 : n0 + MR;
+        const size_t next_bytes = size_t(std::min(kRowKC, K - k_next)) * 2;
+        for (int m = 0; m < MR; ++m) {
+          uint32_t* dst = wp.data() + m * kDotLd;
+          if (m < nr) std::copy_n(W + (n0 + m) * (K / 2) + k0 / 2, kp, dst);
+          else std::fill_n(dst, kp, 0u);
+          if (n_next + m < N && (k_next > 0 || s + 1 < s1))
+            prefetch_lines(W + (n_next + m) * (K / 2) + k_next / 2, next_bytes);
+        }
+        for (int64_t tt = 0; tt < n_tt; ++tt) {
+          const uint32_t* xt = xpp + ((k0 / kRowKC) * n_tt + tt) * KP * TN;
+          float* ct = c.data() + tt * MR * TN;
+          if (T - tt * TN > 16) dot_row_kernel<2>(wp.data(), xt, kp, ct, k0 > 0);
+          else dot_row_kernel<1>(wp.data(), xt, kp, ct, k0 > 0);
+        }
+      }
+      store_transposed<VAvx512, MR, TN>(c.data(), T, nr, p.bias ? p.bias + n0 : nullptr,
+                                        p.out + n0, N);
+    }
+  });
+}
+#else
+void gemm_bf16_dot(const uint16_t*, const GemmProblem&, ThreadPool&) {
+  ARB_CHECK(false, "[cpu] gemm_bf16_dot: this build has no AVX512-BF16");
+}
+#endif
 
 void blas_pin_single_thread() {
   static std::once_flag once;

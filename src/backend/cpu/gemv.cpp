@@ -334,4 +334,72 @@ WidenFn widen_kernel(Isa isa, DType dtype) {
   }
 }
 
+bool bf16_dot(Isa isa) {
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512BF16__)
+  static const bool cpu = __builtin_cpu_supports("avx512bf16");
+  return isa == Isa::Avx512 && cpu;
+#else
+  (void)isa;
+  return false;
+#endif
+}
+
+void round_act_bf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = f32_to_bf16(x[i]);
+    out[i] = (h & 0x7f80u) == 0 ? uint16_t(h & 0x8000u) : h;
+  }
+}
+
+void act_bf16_rounding(const void* Wv, int64_t K, const float* x, const uint16_t* xb, double* out,
+                       int64_t n0, int64_t n1) {
+  const auto* W = static_cast<const uint16_t*>(Wv);
+  for (int64_t n = n0; n < n1; ++n) {
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const double e = double(bf16_to_f32(W[n * K + k])) * (double(x[k]) - double(bf16_to_f32(xb[k])));
+      s += e * e;
+    }
+    out[n - n0] = s;
+  }
+}
+
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512BF16__)
+// Per row: 32 pairs a step, accumulator 0 taking even steps and 1 odd steps and the masked
+// tail, then acc0 + acc1 and VAvx512's fixed-order horizontal sum. Prefetch as gemv_dense_row.
+void gemv_bf16_dot(const void* Wv, int64_t K, const uint16_t* xb, float* y, int64_t n0,
+                   int64_t n1) {
+  ARB_ASSERT(K % 2 == 0);
+  const auto* W = static_cast<const uint16_t*>(Wv);
+  constexpr int64_t ahead = kAheadBytes / 2;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* row = W + n * K;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+      prefetch_lines(row + k + ahead, 128);
+      acc0 = _mm512_dpbf16_ps(acc0, __m512bh(_mm512_loadu_si512(row + k)),
+                              __m512bh(_mm512_loadu_si512(xb + k)));
+      acc1 = _mm512_dpbf16_ps(acc1, __m512bh(_mm512_loadu_si512(row + k + 32)),
+                              __m512bh(_mm512_loadu_si512(xb + k + 32)));
+    }
+    if (k + 32 <= K) {
+      acc0 = _mm512_dpbf16_ps(acc0, __m512bh(_mm512_loadu_si512(row + k)),
+                              __m512bh(_mm512_loadu_si512(xb + k)));
+      k += 32;
+    }
+    if (k < K) {
+      const __mmask32 m = __mmask32((uint64_t(1) << (K - k)) - 1);
+      acc1 = _mm512_dpbf16_ps(acc1, __m512bh(_mm512_maskz_loadu_epi16(m, row + k)),
+                              __m512bh(_mm512_maskz_loadu_epi16(m, xb + k)));
+    }
+    y[n] = VAvx512::reduce_add(_mm512_add_ps(acc0, acc1));
+  }
+}
+#else
+void gemv_bf16_dot(const void*, int64_t, const uint16_t*, float*, int64_t, int64_t) {
+  ARB_CHECK(false, "[cpu] gemv_bf16_dot: this build has no AVX512-BF16");
+}
+#endif
+
 }  // namespace arbiter::cpu

@@ -122,6 +122,28 @@ struct GemmProblem {
 void gemm_own(Isa isa, const GemmProblem& p, ThreadPool& pool);
 /// Same contract with OpenBLAS's sgemm (pinned to 1 thread) on weight panels widened to f32.
 void gemm_blas(Isa isa, const GemmProblem& p, ThreadPool& pool);
+/// bf16 weights against x rounded to bf16, as llama.cpp runs them: `vdpbf16ps` multiplies
+/// pairs of bf16 values exactly and adds both products to an f32 chain (two roundings; its
+/// inputs and outputs below bf16's smallest normal read as zero), twice the FMA's products
+/// per instruction and no widening of the weights. Only AVX512-BF16 builds have these kernels:
+/// bf16_dot(isa) says whether the running ISA takes them (CpuOptions::bf16_dot).
+bool bf16_dot(Isa isa);
+/// out[i] = x[i] rounded to bf16 (to nearest even; a result below the smallest normal
+/// flushed to a zero of its sign, as vdpbf16ps would read it; NaN stays NaN).
+void round_act_bf16(const float* x, int64_t n, uint16_t* out);
+/// out[n - n0] = sum_k (w_nk (x_k - xb_k))^2 for the rows n in [n0, n1) of the bf16 W [N, K]:
+/// the squared error xb's rounding of x adds to y[n] (as act_q8_rounding does for 8 bits).
+void act_bf16_rounding(const void* W, int64_t K, const float* x, const uint16_t* xb, double* out,
+                       int64_t n0, int64_t n1);
+/// y[n] = dot(W[n, :], xb) for n in [n0, n1), W bf16 [N, K] (K even). Any split of the rows
+/// gives bit-identical y.
+void gemv_bf16_dot(const void* W, int64_t K, const uint16_t* xb, float* y, int64_t n0,
+                   int64_t n1);
+/// out[T, N] = xb[T, K] @ W^T (+ bias) with p's W (bf16), bias, out and shape (p.x unused), on
+/// the pool. Every out element is one vdpbf16ps chain over the pairs of k = 0..K-1 (K even),
+/// so its bits depend neither on T nor on the thread count.
+void gemm_bf16_dot(const uint16_t* xb, const GemmProblem& p, ThreadPool& pool);
+
 /// Calls openblas_set_num_threads(1) once: our pool parallelises, two pools on two cores fight.
 void blas_pin_single_thread();
 
@@ -154,8 +176,9 @@ struct RowKernels {
 const RowKernels& row_kernels(Isa isa);
 
 /// What a CPU backend runs; the defaults are the fastest compiled paths. ARBITER_CPU_ISA
-/// (scalar|avx2|avx512), ARBITER_CPU_GEMM (own|blas), ARBITER_CPU_WEIGHTS (hugepage|mmap)
-/// and ARBITER_CPU_ACT_QUANT (1|0) override them in make_cpu_backend.
+/// (scalar|avx2|avx512), ARBITER_CPU_GEMM (own|blas), ARBITER_CPU_WEIGHTS (hugepage|mmap),
+/// ARBITER_CPU_ACT_QUANT (1|0) and ARBITER_CPU_BF16_DOT (1|0) override them in
+/// make_cpu_backend.
 struct CpuOptions {
   int threads = 0;  // <= 0: all cores
   Isa isa = best_isa();
@@ -174,6 +197,14 @@ struct CpuOptions {
   /// f32 GEMV and GEMM of the dequantized weights.
   /// ARBITER_CPU_ACT_QUANT=0 sets false.
   bool act_quant = true;
+  /// true: a matmul of bf16 weights (K even) on an ISA with the bf16 dot kernels (bf16_dot)
+  /// rounds x to bf16 and runs gemv_bf16_dot or gemm_bf16_dot (providers
+  /// cpu.gemv_bf16_bf16_<isa>, cpu.gemm_bf16_bf16_<isa>; the trace header's act_quant "bf16"),
+  /// as llama.cpp runs bf16 weights: prefill at up to twice the f32 FMA's rate, for x's
+  /// rounding (u = 2^-8 where the f32 path has 2^-24). Off by default: the tier's exact f32
+  /// arithmetic on the most common checkpoint dtype is what its comparisons against ref
+  /// rely on. ARBITER_CPU_BF16_DOT=1 sets it.
+  bool bf16_dot = false;
 };
 std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& opts);
 

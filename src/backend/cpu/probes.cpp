@@ -148,6 +148,23 @@ float dpbusd_loop(int64_t iters) {
 }
 #endif
 
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512BF16__)
+// gemm_bf16_dot's instruction: chains of vdpbf16ps, 32 bf16 multiply-adds each.
+float dpbf16_loop(int64_t iters) {
+  static volatile int32_t va = 0x3f803f80;  // the pair (1, 1)
+  const __m512bh a = __m512bh(_mm512_set1_epi32(va)), b = a;
+  __m512 acc[kFmaAccumulators];
+  for (int i = 0; i < kFmaAccumulators; ++i) acc[i] = _mm512_set1_ps(float(i));
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kFmaAccumulators; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < kFmaAccumulators; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+#endif
+
 // `passes` timed rates of `loop` (after one shorter untimed pass), `ops` operations per
 // iteration, on `threads` threads released together.
 std::vector<double> loop_rates(FmaLoop loop, double ops, int threads, int passes) {
@@ -230,6 +247,23 @@ std::vector<double> measure_int8_gops(int threads, int passes) {
   ARB_CHECK(false, "[cpu] int8 probe: this build has no AVX512-VNNI");
   return {};
 #endif
+}
+
+std::vector<double> measure_bf16_dot_gflops(int threads, int passes) {
+  threads = resolve_threads(threads);
+  ARB_CHECK(passes >= 1, "[cpu] bf16 dot probe: bad passes %d", passes);
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512BF16__)
+  return loop_rates(dpbf16_loop, 2.0 * 32 * kFmaAccumulators, threads, passes);
+#else
+  ARB_CHECK(false, "[cpu] bf16 dot probe: this build has no AVX512-BF16");
+  return {};
+#endif
+}
+
+std::string bf16_dot_probe_source(int threads, int passes) {
+  return strformat("bf16 pair-dot peak of avx512 (vdpbf16ps, 2 FLOPs per multiply-add), %d threads released "
+                   "together, %d register chains each, %d passes per rep",
+                   resolve_threads(threads), kFmaAccumulators, passes);
 }
 
 std::string int8_probe_source(int threads, int passes) {

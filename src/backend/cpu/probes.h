@@ -1,5 +1,5 @@
-// Physical limits of the host, measured: the streaming read bandwidth, the f32 FMA peak and the
-// 8-bit dot peak.
+// Physical limits of the host, measured: the streaming read bandwidth, the f32 FMA peak, the
+// 8-bit dot peak and the bf16 pair-dot peak.
 // bench divides the CPU tiers' speeds by them (engine/bench.h).
 #pragma once
 #include <cstddef>
@@ -33,5 +33,12 @@ std::string fma_probe_source(Isa isa, int threads, int passes);
 /// build without AVX512-VNNI (where qgemm_kernel is nullptr for every type).
 std::vector<double> measure_int8_gops(int threads, int passes);
 std::string int8_probe_source(int threads, int passes);
+
+/// The bf16 pair-dot peak of gemm_bf16_dot's instruction (AVX512-BF16 vdpbf16ps, 32
+/// multiply-adds, 2 operations each), measured the same way: GFLOP/s of each pass. Twice the
+/// f32 FMA's products per instruction; it bounds a prefill on bf16 weights with x in bf16.
+/// Throws in a build without AVX512-BF16 (where bf16_dot is false for every ISA).
+std::vector<double> measure_bf16_dot_gflops(int threads, int passes);
+std::string bf16_dot_probe_source(int threads, int passes);
 
 }  // namespace arbiter::cpu

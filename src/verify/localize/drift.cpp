@@ -160,9 +160,10 @@ std::vector<LocalRow> local_rows(const Capture& a, const Roundoff& u, const Capt
       for (double v : fr.values) sum_a2 += v * v;
     }
     ARB_CHECK(!std::isnan(rounding),
-              "[localize] %s: its op ran matmuls on 8-bit activation codes whose rounding the "
-              "tier cannot carry to this stage's output, so its bound is not known; rerun with "
-              "ARBITER_CPU_ACT_QUANT=0",
+              "[localize] %s: its op ran matmuls on activations rounded on the fly (8-bit codes "
+              "or bf16) whose rounding the tier cannot carry to this stage's output, so its "
+              "bound is not known; rerun with ARBITER_CPU_ACT_QUANT=0 and ARBITER_CPU_BF16_DOT "
+              "unset",
               stage_id_name(r.name, r.layer).c_str());
     const double q = rounding == 0 ? 0.0 : sum_a2 > 0 ? std::sqrt(rounding / sum_a2) : INFINITY;
     const double S = r.has_attention ? attention_score_scale(a, r.name, r.layer) : 0.0;
