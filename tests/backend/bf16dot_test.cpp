@@ -202,5 +202,44 @@ TEST(Bf16Dot, TierRoundsXOnlyWhenAsked) {
   }
 }
 
+// rmsnorm_matmul's projections at T == 1 (Backend::matmuls): bf16 targets share one rounding
+// of x and one parallel region; a target in another x form (f32 weights) makes the tier run
+// them one at a time. Either way every output has the bits of one matmul at a time.
+TEST(Bf16Dot, GroupedMatmulsEqualOneAtATime) {
+  SKIP_WITHOUT_BF16_DOT();
+  cpu::CpuOptions o;
+  o.threads = 2;
+  o.isa = Isa::Avx512;
+  o.bf16_dot = true;
+  auto be = cpu::make_cpu_backend(o);
+  const int64_t K = 1024;
+  const std::vector<int64_t> rows = {520, 37, 700};
+  auto bias = make_tensor("bias", {rows[1]}, values(rows[1], 7500, 0.5, DType::F32), DType::F32);
+  for (const std::vector<DType>& mix : {std::vector<DType>{DType::BF16, DType::BF16, DType::BF16},
+                                        std::vector<DType>{DType::BF16, DType::F32, DType::BF16}}) {
+    std::vector<std::unique_ptr<HostTensor>> W;
+    for (size_t i = 0; i < rows.size(); ++i)
+      W.push_back(make_tensor("W" + std::to_string(i), {rows[i], K},
+                              values(rows[i] * K, 7510 + i, 0.05, DType::F32), mix[i]));
+    std::vector<std::vector<double>> got[2];
+    for (int one_by_one = 0; one_by_one < 2; ++one_by_one) {
+      Buf xb(*be, values(K, 7501, 1.0, DType::F32));
+      std::vector<std::unique_ptr<Buf>> out;
+      std::vector<Backend::MatmulTarget> tg;
+      for (size_t i = 0; i < W.size(); ++i) {
+        out.push_back(std::make_unique<Buf>(*be, rows[i]));
+        tg.push_back({&W[i]->t, i == 1 ? &bias->t : nullptr, &out.back()->b, nullptr});
+      }
+      if (one_by_one) be->Backend::matmuls(xb.b, 1, tg.data(), int(tg.size()));
+      else be->matmuls(xb.b, 1, tg.data(), int(tg.size()));
+      for (auto& b : out) got[one_by_one].push_back(b->read());
+    }
+    for (size_t i = 0; i < W.size(); ++i)
+      EXPECT_EQ(got[0][i], got[1][i]) << "output " << i << " of " << dtype_name(mix[1]) << " mix";
+    EXPECT_EQ(be->stats().act_quant(), "bf16");
+    be->stats().reset();
+  }
+}
+
 }  // namespace
 }  // namespace arbiter::test

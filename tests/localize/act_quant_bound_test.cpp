@@ -40,6 +40,14 @@ class ActQuantBound : public testing::Test {
       so.progress = false;
       synth_checkpoint(so);
     }
+    SynthOptions so;  // bf16 weights: the bf16 dot kernels' x rounding (CpuOptions::bf16_dot)
+    so.preset = "tiny-qwen3-256";
+    so.format = SynthFormat::Gguf;
+    so.dtype = DType::BF16;
+    so.out_dir = *dir_ + "/tiny-qwen3-256-bf16.gguf";
+    so.layers = 1;
+    so.progress = false;
+    synth_checkpoint(so);
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::unique_ptr<Model> load(const char* preset) {
@@ -63,10 +71,11 @@ std::unique_ptr<Backend> ref_tier() {
   return make_backend(s);
 }
 
-std::unique_ptr<Backend> cpu_tier(bool act_quant) {
+std::unique_ptr<Backend> cpu_tier(bool act_quant, bool bf16_dot = false) {
   cpu::CpuOptions o;
   o.threads = 1;
   o.act_quant = act_quant;
+  o.bf16_dot = bf16_dot;
   return cpu::make_cpu_backend(o);
 }
 
@@ -77,9 +86,10 @@ struct Opcheck {
   std::unique_ptr<Backend> cpu;
   OpcheckReport r;
 };
-Opcheck opcheck(const Model& m, const Capture& cap, bool act_quant, const std::string& fault = "") {
+Opcheck opcheck(const Model& m, const Capture& cap, bool act_quant, const std::string& fault = "",
+                bool bf16_dot = false) {
   Opcheck o;
-  o.cpu = cpu_tier(act_quant);
+  o.cpu = cpu_tier(act_quant, bf16_dot);
   Session s(m, *o.cpu, kPositions, 1);
   if (!fault.empty()) s.set_inject(InjectSpec::parse(fault));
   o.r = run_opcheck(cap, replay_forwards(s, cap), *o.cpu, m.config.vocab, kF32);
@@ -128,6 +138,30 @@ TEST_F(ActQuantBound, OpcheckCountsTheCodesWhereTheTierQuantized) {
   EXPECT_EQ(off.r.n_flagged, 0) << opcheck_text(off.r);
   for (const OpcheckRow& row : off.r.rows) EXPECT_EQ(row.id.bound.act, 0.0);
   EXPECT_EQ(opcheck_text(off.r).find("act_q"), std::string::npos);
+}
+
+// The bf16 dot kernels (ARBITER_CPU_BF16_DOT=1) round x to bf16: on a bf16 model every
+// matmul carries that rounding as q (act_bf16_rounding), and with it opcheck passes where the
+// f32 bound alone flags most of them.
+TEST_F(ActQuantBound, OpcheckCountsTheBf16RoundingOfTheBf16DotKernels) {
+  if (!cpu::bf16_dot(cpu::best_isa()))
+    GTEST_SKIP() << "SKIP: this build or CPU has no AVX512-BF16, so no bf16 dot kernels";
+  auto m = load_model(*dir_ + "/tiny-qwen3-256-bf16.gguf");
+  auto ref = ref_tier();
+  Session sr(*m, *ref, kPositions, 1);
+  const Capture cap = capture_forwards(sr, ids(*m, kPositions), 1);
+  Opcheck on = opcheck(*m, cap, true, "", true);
+  EXPECT_EQ(on.r.n_flagged, 0) << opcheck_text(on.r);
+  EXPECT_NE(on.cpu->stats().summary().find("_bf16_bf16_"), std::string::npos) << on.cpu->stats().summary();
+  int matmuls = 0, over_without_q = 0;
+  for (const OpcheckRow& row : on.r.rows) {
+    if (row.id.op != "matmul") continue;
+    ++matmuls;
+    EXPECT_GT(row.id.bound.act, 0.0) << stage_id_name(row.id.stage, row.id.layer);
+    over_without_q += row.err.rel_l2() > row.id.bound.value - kBoundSafety * row.id.bound.act;
+  }
+  EXPECT_GE(matmuls, 8);
+  EXPECT_GT(over_without_q, matmuls / 2) << "the term did not matter:\n" << opcheck_text(on.r);
 }
 
 // The smallest fault the bound can see is about the bound itself: the rounding error sits

@@ -254,10 +254,11 @@ void gemm_broadcast_w(Isa isa, const GemmProblem& p, ThreadPool& pool) {
 // The broadcast-weights scheme on pairs: per k-block of kRowKC values, a strip's 12 rows are
 // copied as pairs into wp[12][kDotLd] (rows at constant offsets from one pointer, padded out
 // of one L1 set as kRowLd; rows past N zero), and x's pairs sit in tiles of 32 tokens,
-// Xp[kb][tt][kc / 2][32]. Per pair: 2 loads of 16 tokens'
-// pairs, 12 broadcast weight pairs, 24 vdpbf16ps. The weights are copied, not widened, so
-// this one scheme serves every T; the partial sums take the f32 path's layout and
-// store_transposed.
+// Xp[kb][tt][kc / 2][32]. Per pair: 2 loads of 16 tokens' pairs, 12 broadcast weight pairs,
+// 24 vdpbf16ps. The weights are copied, not widened, so this one scheme serves every T; the
+// partial sums take the f32 path's layout and store_transposed. Tried and slower
+// (docs/performance.md, session 41): 16 rows x 16 tokens (whole 64-byte rows of out per
+// store), k-blocks of 512.
 constexpr int kDotMR = 12, kDotTN = 32;
 constexpr int64_t kDotLd = kRowKC / 2 + 16;
 
@@ -472,8 +473,12 @@ void gemm_bf16_dot(const uint16_t* xb, const GemmProblem& p, ThreadPool& pool) {
         uint32_t* dst = xpp + (kb * n_tt + tt) * KP * TN;
         for (int j = 0; j < TN; ++j) {
           const int64_t t = tt * TN + j;
-          const uint32_t* src = xpairs + t * (K / 2) + kb * KP;
-          for (int64_t i = 0; i < kp; ++i) dst[i * TN + j] = t < T ? src[i] : 0u;
+          if (t < T) {
+            const uint32_t* src = xpairs + t * (K / 2) + kb * KP;
+            for (int64_t i = 0; i < kp; ++i) dst[i * TN + j] = src[i];
+          } else {
+            for (int64_t i = 0; i < kp; ++i) dst[i * TN + j] = 0u;
+          }
         }
       }
   });

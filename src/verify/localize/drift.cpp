@@ -17,7 +17,7 @@ std::string bound_formula_text(const Roundoff& u, bool act) {
   return strformat("%.0f * (u_s * (sqrt(m) + amp) + u_a * sqrt(n)%s),  u_s = %s, u_a = %s%s",
                    kBoundSafety, act ? " + q" : "", fmt_g(u.storage).c_str(),
                    fmt_g(u.accum).c_str(),
-                   act ? "; q: what the tier's 8-bit activation codes can add (act_q column)" : "");
+                   act ? "; q: what the tier's rounding of x on the fly (8-bit codes, bf16) can add (act_q column)" : "");
 }
 
 std::string stage_id_name(const std::string& stage, int layer) {
