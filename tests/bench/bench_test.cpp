@@ -220,8 +220,14 @@ std::string stories260k() {
   return test::shared_path("models/stories260K/stories260K.gguf");
 }
 
-// The best rate over 8 runs of `run`, `flops` operations each, in G/s.
-double best_rate(double flops, const std::function<void()>& run) {
+// A GEMM (`flops` operations a run, its best of 8 runs) must not beat the peak of its
+// instruction (`peak`: the probe's passes; 10% slack for the probe's own spread), and that
+// peak must sit above the f32 FMA peak.
+void expect_gemm_within_peak(const std::string& what, const std::vector<double>& peak,
+                             double flops, const std::function<void()>& run) {
+  const std::vector<double> fma = cpu::measure_fma_gflops(cpu::Isa::Avx512, 1, 3);
+  const double best_peak = *std::max_element(peak.begin(), peak.end());
+  const double best_fma = *std::max_element(fma.begin(), fma.end());
   double best = 0;
   for (int rep = 0; rep < 8; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -229,7 +235,10 @@ double best_rate(double flops, const std::function<void()>& run) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, flops / s / 1e9);
   }
-  return best;
+  std::printf("%s: peak %.1f G/s, f32 FMA peak %.1f GFLOP/s, GEMM %.1f G/s = %.3f of the peak\n",
+              what.c_str(), best_peak, best_fma, best, best / best_peak);
+  EXPECT_LE(best, best_peak * 1.10) << what << ": the GEMM beat its peak";
+  EXPECT_GT(best_peak, best_fma) << what << ": the peak is below the f32 FMA peak";
 }
 
 // The 8-bit dot peak is a limit too: the integer GEMM (backend/cpu/qgemm.cpp), timed as the
@@ -251,14 +260,8 @@ TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
   }
   cpu::ActQ8Panels p;
   cpu::pack_act_q8(a.data(), T, p);
-  const std::vector<double> peak = cpu::measure_int8_gops(1, 3), fma = cpu::measure_fma_gflops(cpu::Isa::Avx512, 1, 3);
-  const double best_peak = *std::max_element(peak.begin(), peak.end());
-  const double best_fma = *std::max_element(fma.begin(), fma.end());
-  const double best_gemm = best_rate(2.0 * T * N * K, [&] { gemm(q.data(), N, K, p, out.data(), 0, N); });
-  std::printf("8-bit peak %.1f GOP/s, f32 FMA peak %.1f GFLOP/s, integer GEMM %.1f GOP/s = %.3f of the 8-bit peak\n",
-              best_peak, best_fma, best_gemm, best_gemm / best_peak);
-  EXPECT_LE(best_gemm, best_peak * 1.10) << "the integer GEMM beat the 8-bit peak";
-  EXPECT_GT(best_peak, best_fma) << "the 8-bit peak is below the f32 FMA peak";
+  expect_gemm_within_peak("integer GEMM, 8-bit dot peak", cpu::measure_int8_gops(1, 3), 2.0 * T * N * K,
+                          [&] { gemm(q.data(), N, K, p, out.data(), 0, N); });
 
   const std::string q4 = test::temp_dir("bench-int8") + "/q.gguf";
   auto made = test::run_cli("synth --preset tiny-qwen3-256 --layers 1 --dtype q4_k_m -q -o " + q4);
@@ -290,15 +293,8 @@ TEST(BenchProbes, Bf16DotPeakBoundsTheBf16Gemm) {
   p.N = N;
   p.K = K;
   ThreadPool pool(1);
-  const std::vector<double> peak = cpu::measure_bf16_dot_gflops(1, 3),
-                            fma = cpu::measure_fma_gflops(cpu::Isa::Avx512, 1, 3);
-  const double best_peak = *std::max_element(peak.begin(), peak.end());
-  const double best_fma = *std::max_element(fma.begin(), fma.end());
-  const double best_gemm = best_rate(2.0 * T * N * K, [&] { cpu::gemm_bf16_dot(xb.data(), p, pool); });
-  std::printf("bf16 dot peak %.1f GFLOP/s, f32 FMA peak %.1f GFLOP/s, bf16 GEMM %.1f GFLOP/s = %.3f of the bf16 peak\n",
-              best_peak, best_fma, best_gemm, best_gemm / best_peak);
-  EXPECT_LE(best_gemm, best_peak * 1.10) << "the bf16 GEMM beat the bf16 dot peak";
-  EXPECT_GT(best_peak, best_fma) << "the bf16 dot peak is below the f32 FMA peak";
+  expect_gemm_within_peak("bf16 GEMM, bf16 pair-dot peak", cpu::measure_bf16_dot_gflops(1, 3),
+                          2.0 * T * N * K, [&] { cpu::gemm_bf16_dot(xb.data(), p, pool); });
 
   const std::string bf = test::temp_dir("bench-bf16") + "/b.gguf";
   auto made = test::run_cli("synth --preset tiny-qwen3-256 --layers 1 --dtype bf16 -q -o " + bf);
