@@ -367,6 +367,7 @@ BenchReport run_bench(const Model& m, Backend& be, const BenchOptions& opt) {
     (void)run_tg(std::min(N, 8));
     say(strformat("warm-up: done (%.1f s)", secs(t0, Clock::now())));
     note_hwm();
+    r.act_quant = be.stats().act_quant();
   }
   for (int rep = 0; rep < opt.reps; ++rep) {
     probe();
@@ -455,8 +456,10 @@ std::string bench_report_text(const BenchReport& r) {
   s << strformat("model   %s (%s, %s, %.3f G params, %.3f GB of weights in %s%s)\n", r.model_path.c_str(),
                  r.arch.c_str(), r.format.c_str(), r.n_params / 1e9, r.weight_bytes / 1e9, r.weight_dtype.c_str(),
                  types.c_str());
-  s << strformat("device  %s (compute %s), %d probe threads; host %s, %d cores; build %s\n", r.device.c_str(),
-                 r.compute.c_str(), r.threads, r.host_cpu.c_str(), r.host_cores, r.build.c_str());
+  const std::string act = r.act_quant.empty() ? "" : ", activations rounded to " + r.act_quant;
+  s << strformat("device  %s (compute %s%s), %d probe threads; host %s, %d cores; build %s\n",
+                 r.device.c_str(), r.compute.c_str(), act.c_str(), r.threads, r.host_cpu.c_str(),
+                 r.host_cores, r.build.c_str());
   s << strformat("state   %.2f MB on the device for %d positions (KV caches and scratch)\n", r.state_bytes / 1e6,
                  r.state_ctx);
   s << strformat("method  %d repetitions after 1 warm-up, interleaved with the limit probes; limits from medians\n\n",
@@ -532,8 +535,8 @@ std::string bench_report_json(const BenchReport& r) {
                 {"weight_dtype", r.weight_dtype}, {"params", r.n_params}, {"weight_bytes", r.weight_bytes},
                 {"weight_type_bytes", json(std::map<std::string, uint64_t>(r.weight_types.begin(), r.weight_types.end()))},
                 {"n_layer", r.n_layer}, {"d_model", r.d_model},    {"vocab", r.vocab}};
-  j["device"] = {{"name", r.device}, {"compute", r.compute}, {"threads", r.threads},
-                 {"host_cpu", r.host_cpu}, {"host_cores", r.host_cores}};
+  j["device"] = {{"name", r.device}, {"compute", r.compute}, {"act_quant", r.act_quant},
+                 {"threads", r.threads}, {"host_cpu", r.host_cpu}, {"host_cores", r.host_cores}};
   j["state"] = {{"bytes", r.state_bytes}, {"positions", r.state_ctx}};
   j["params"] = {{"n_prompt", o.n_prompt}, {"n_gen", o.n_gen}, {"reps", o.reps}, {"depth", o.depth}, {"warmup", 1}};
   j["pp"] = {{"tokens", o.n_prompt}, {"tok_s", stat_json(r.pp_tok_s)}};

@@ -84,6 +84,9 @@ struct BenchReport {
   int64_t state_bytes = 0;    // the session's KV caches and scratch on the tier
   int state_ctx = 0;          // the positions that state holds
   std::string device, compute;
+  /// The tier's activations rounded on the fly during the run (OpStats::act_quant: "bf16",
+  /// "q8_0,q8_K", ...; the trace header's act_quant line), empty when none.
+  std::string act_quant;
   int threads = 0;
   std::string host_cpu;       // /proc/cpuinfo model name
   int host_cores = 0;

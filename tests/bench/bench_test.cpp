@@ -269,9 +269,15 @@ TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
   for (const auto& [file, source] : {std::pair{q4, "8-bit dot peak"}, std::pair{stories260k(), "f32 FMA peak"}}) {
     auto r = test::run_cli("bench -m " + file + " --device cpu -t 2 -p 8 -n 2 -r 1 --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string got = json::parse(r.out)["limits"]["matmul_source"].get<std::string>();
+    const json j = json::parse(r.out);
+    const std::string got = j["limits"]["matmul_source"].get<std::string>();
     EXPECT_EQ(got.rfind(source, 0), 0u) << file << ": " << got;
+    // The integer kernels round x to 8-bit codes; stories260K's f32 weights keep f32.
+    EXPECT_EQ(j["device"]["act_quant"].get<std::string>().empty(), file != q4) << file;
   }
+  auto text = test::run_cli("bench -m " + q4 + " --device cpu -t 2 -p 8 -n 2 -r 1");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("(compute f32, activations rounded to q8_"), std::string::npos) << text.out;
 }
 
 // The bf16 pair-dot peak likewise: gemm_bf16_dot must not beat it, it sits above the f32 FMA
@@ -304,8 +310,10 @@ TEST(BenchProbes, Bf16DotPeakBoundsTheBf16Gemm) {
     auto r = test::run_cli("bench -m " + bf + " --device cpu -t 2 -p 8 -n 2 -r 1 --json");
     ::unsetenv("ARBITER_CPU_BF16_DOT");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string got = json::parse(r.out)["limits"]["matmul_source"].get<std::string>();
+    const json j = json::parse(r.out);
+    const std::string got = j["limits"]["matmul_source"].get<std::string>();
     EXPECT_EQ(got.rfind(*on == '1' ? "bf16 pair-dot peak" : "f32 FMA peak", 0), 0u) << on << ": " << got;
+    EXPECT_EQ(j["device"]["act_quant"], *on == '1' ? "bf16" : "") << "the run names its activations' rounding";
   }
 }
 
