@@ -258,10 +258,11 @@ class CpuBackend final : public Backend {
   // quantize x differently asks for the matmuls one by one.
   void matmuls(const Buffer& x, int T, const MatmulTarget* outs, int n_outs) override {
     bool group = T == 1 && !row_invariant_ && !measure_input_rounding_;
+    const int form = group ? x_form(*outs[0].W) : 0;
     for (int i = 0; group && i < n_outs; ++i) {
       const Tensor& W = *outs[i].W;
       ARB_ASSERT(W.cols() == outs[0].W->cols());
-      group = !outs[i].tap && gemv_kernel(isa_, W.dtype) && x_form(W) == x_form(*outs[0].W);
+      group = !outs[i].tap && gemv_kernel(isa_, W.dtype) && x_form(W) == form;
     }
     if (!group) return Backend::matmuls(x, T, outs, n_outs);
     begin_input_rounding();
@@ -293,7 +294,8 @@ class CpuBackend final : public Backend {
   // whose core the host takes away holds up at most one small chunk), so the workers are
   // woken and waited for once. Block formats with an integer kernel use x quantized to 8 bits
   // (CpuOptions::act_quant), bf16 weights x rounded to bf16 (CpuOptions::bf16_dot), once for
-  // all targets (matmuls groups only targets of one x_form). Any split gives each row the same bits (kernels.h).
+  // all targets (matmuls groups only targets of one x_form). Any split gives each row the
+  // same bits (kernels.h).
   void gemv_group(const float* xp, int64_t K, const MatmulTarget* outs, int n) {
     std::vector<GemvJob>& jobs = gemv_jobs_;
     jobs.resize(size_t(n));

@@ -123,9 +123,9 @@ void gemm_own(Isa isa, const GemmProblem& p, ThreadPool& pool);
 /// Same contract with OpenBLAS's sgemm (pinned to 1 thread) on weight panels widened to f32.
 void gemm_blas(Isa isa, const GemmProblem& p, ThreadPool& pool);
 /// bf16 weights against x rounded to bf16, as llama.cpp runs them: `vdpbf16ps` multiplies
-/// pairs of bf16 values exactly and adds both products to an f32 chain (two roundings; its
-/// inputs and outputs below bf16's smallest normal read as zero), twice the FMA's products
-/// per instruction and no widening of the weights. Only AVX512-BF16 builds have these kernels:
+/// pairs of bf16 values exactly and adds both products to an f32 chain (two roundings; bf16
+/// inputs below bf16's smallest normal read as zero, and f32 results below f32's are flushed
+/// to zero), twice the FMA's products per instruction and no widening of the weights. Only AVX512-BF16 builds have these kernels:
 /// bf16_dot(isa) says whether the running ISA takes them (CpuOptions::bf16_dot).
 bool bf16_dot(Isa isa);
 /// out[i] = x[i] rounded to bf16 (to nearest even; a result below the smallest normal
