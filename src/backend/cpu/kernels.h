@@ -125,8 +125,9 @@ void gemm_blas(Isa isa, const GemmProblem& p, ThreadPool& pool);
 /// bf16 weights against x rounded to bf16, as llama.cpp runs them: `vdpbf16ps` multiplies
 /// pairs of bf16 values exactly and adds both products to an f32 chain (two roundings; bf16
 /// inputs below bf16's smallest normal read as zero, and f32 results below f32's are flushed
-/// to zero), twice the FMA's products per instruction and no widening of the weights. Only AVX512-BF16 builds have these kernels:
-/// bf16_dot(isa) says whether the running ISA takes them (CpuOptions::bf16_dot).
+/// to zero), twice the FMA's products per instruction and no widening of the weights. Only
+/// AVX512-BF16 builds have these kernels: bf16_dot(isa) says whether the running ISA takes
+/// them (CpuOptions::bf16_dot).
 bool bf16_dot(Isa isa);
 /// out[i] = x[i] rounded to bf16 (to nearest even; a result below the smallest normal
 /// flushed to a zero of its sign, as vdpbf16ps would read it; NaN stays NaN).
