@@ -177,12 +177,14 @@ TEST_P(QdotTest, IntegerGemmWithinBoundsAndRowInvariant) {
   const Isa isa = GetParam();
   for (DType dt : kQdotTypes) {
     const bool gemm = dt == DType::Q4_K || dt == DType::Q5_K || dt == DType::Q6_K || dt == DType::Q8_0;
-    if (isa != Isa::Avx512 || !gemm) {
+    if (isa == Isa::Scalar || !gemm) {
       EXPECT_EQ(cpu::qgemm_kernel(isa, dt, 256), nullptr) << dtype_name(dt);
+    } else if (isa == Isa::Avx2) {
+      EXPECT_NE(cpu::qgemm_kernel(isa, dt, 256), nullptr) << dtype_name(dt);
     }
     EXPECT_EQ(cpu::qgemm_kernel(isa, dt, 256 + 32), nullptr) << dtype_name(dt) << ": K % 256";
   }
-  if (isa != Isa::Avx512) return;  // only AVX512-VNNI has an integer GEMM (asserted above)
+  if (isa == Isa::Scalar) return;  // AVX2 and AVX512-VNNI have an integer GEMM (asserted above)
   if (!cpu::qgemm_kernel(isa, DType::Q4_K, 256))
     GTEST_SKIP() << "this build's AVX-512 has no VNNI";
   std::mt19937_64 rng(4600);
@@ -212,6 +214,12 @@ TEST_P(QdotTest, IntegerGemmWithinBoundsAndRowInvariant) {
     gemm(q.data(), N, K, p, split.data(), 0, 1);
     gemm(q.data(), N, K, p, split.data(), 1, N);
     EXPECT_EQ(out, split) << "the row split changed the bits";
+    // The same integers and f32 steps on every ISA: AVX2's bits are AVX512-VNNI's.
+    if (cpu::QGemmFn vnni = isa == Isa::Avx2 ? cpu::qgemm_kernel(Isa::Avx512, dt, K) : nullptr) {
+      std::vector<float> wide(size_t(T * N), NAN);
+      vnni(q.data(), N, K, p, wide.data(), 0, N);
+      EXPECT_EQ(out, wide) << "AVX2 and AVX-512 differ";
+    }
     for (int64_t t = 0; t < T; ++t) {
       cpu::ActQ8Panels p1;
       cpu::pack_act_q8(&a[size_t(t)], 1, p1);

@@ -223,9 +223,9 @@ std::string stories260k() {
 // A GEMM (`flops` operations a run, its best of 8 runs) must not beat the peak of its
 // instruction (`peak`: the probe's passes; 10% slack for the probe's own spread), and that
 // peak must sit above the f32 FMA peak.
-void expect_gemm_within_peak(const std::string& what, const std::vector<double>& peak,
+void expect_gemm_within_peak(const std::string& what, cpu::Isa isa, const std::vector<double>& peak,
                              double flops, const std::function<void()>& run) {
-  const std::vector<double> fma = cpu::measure_fma_gflops(cpu::Isa::Avx512, 1, 3);
+  const std::vector<double> fma = cpu::measure_fma_gflops(isa, 1, 3);
   const double best_peak = *std::max_element(peak.begin(), peak.end());
   const double best_fma = *std::max_element(fma.begin(), fma.end());
   double best = 0;
@@ -242,13 +242,15 @@ void expect_gemm_within_peak(const std::string& what, const std::vector<double>&
 }
 
 // The 8-bit dot peak is a limit too: the integer GEMM (backend/cpu/qgemm.cpp), timed as the
-// f32 GEMM is above, must not beat it; it sits above the f32 FMA peak (64 multiply-adds an
-// instruction against 16: 4x on paper); and bench divides a k-quant model's prefill by it, a
-// dense model's by the FMA peak.
+// f32 GEMM is above, must not beat it; it sits above the f32 FMA peak (AVX512-VNNI: 64
+// multiply-adds an instruction against 16, 4x on paper; AVX2: 32 per two multiplier slots
+// against 8 per one, 2x); and bench divides a k-quant model's prefill by it, a dense model's
+// by the FMA peak.
 TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
   const int64_t T = 48, N = 128, K = 512;
-  cpu::QGemmFn gemm = cpu::qgemm_kernel(cpu::Isa::Avx512, DType::Q4_K, K);
-  if (!gemm) GTEST_SKIP() << "SKIP: this build has no AVX512-VNNI, so no integer GEMM and no 8-bit probe";
+  const cpu::Isa isa = cpu::best_isa();  // the cpu tier's: its bench divides by this probe
+  cpu::QGemmFn gemm = cpu::qgemm_kernel(isa, DType::Q4_K, K);
+  if (!gemm) GTEST_SKIP() << "SKIP: this build's " << cpu::isa_name(isa) << " has no integer GEMM and no 8-bit probe";
   std::vector<float> w(size_t(N * K)), x(static_cast<size_t>(K)), out(size_t(T * N));
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * float(int(i % 7) - 3);
   std::vector<uint8_t> q(dtype_bytes(DType::Q4_K, N * K));
@@ -260,7 +262,7 @@ TEST(BenchProbes, Int8PeakBoundsTheIntegerGemm) {
   }
   cpu::ActQ8Panels p;
   cpu::pack_act_q8(a.data(), T, p);
-  expect_gemm_within_peak("integer GEMM, 8-bit dot peak", cpu::measure_int8_gops(1, 3), 2.0 * T * N * K,
+  expect_gemm_within_peak("integer GEMM, 8-bit dot peak", isa, cpu::measure_int8_gops(isa, 1, 3), 2.0 * T * N * K,
                           [&] { gemm(q.data(), N, K, p, out.data(), 0, N); });
 
   const std::string q4 = test::temp_dir("bench-int8") + "/q.gguf";
@@ -299,7 +301,7 @@ TEST(BenchProbes, Bf16DotPeakBoundsTheBf16Gemm) {
   p.N = N;
   p.K = K;
   ThreadPool pool(1);
-  expect_gemm_within_peak("bf16 GEMM, bf16 pair-dot peak", cpu::measure_bf16_dot_gflops(1, 3),
+  expect_gemm_within_peak("bf16 GEMM, bf16 pair-dot peak", cpu::Isa::Avx512, cpu::measure_bf16_dot_gflops(1, 3),
                           2.0 * T * N * K, [&] { cpu::gemm_bf16_dot(xb.data(), p, pool); });
 
   const std::string bf = test::temp_dir("bench-bf16") + "/b.gguf";

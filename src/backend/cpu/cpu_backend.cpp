@@ -121,8 +121,8 @@ class CpuBackend final : public Backend {
   // highest peak among its instructions bounds it.
   std::vector<double> peak_gflops(int passes, std::string* source) override {
     if (int8_gemm_) {
-      if (source) *source = int8_probe_source(pool_.size(), passes);
-      return measure_int8_gops(pool_.size(), passes);
+      if (source) *source = int8_probe_source(isa_, pool_.size(), passes);
+      return measure_int8_gops(isa_, pool_.size(), passes);
     }
     if (bf16_gemm_) {
       if (source) *source = bf16_dot_probe_source(pool_.size(), passes);

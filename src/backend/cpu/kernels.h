@@ -75,7 +75,7 @@ using QGemvFn = void (*)(const void* W, int64_t K, const ActQ8& a, float* y, int
 /// nullptr when (isa, dtype) has no integer kernel.
 QGemvFn qgemv_kernel(Isa isa, DType dtype);
 
-/// Tokens per panel of the integer GEMM (qgemm.cpp): the 16 lanes of one zmm.
+/// Tokens per panel of the integer GEMM (qgemm.cpp): the 16 lanes of one zmm, two ymm.
 constexpr int kPanel = 16;
 /// T tokens' 8-bit activations (each quantized by quantize_act_q8 in the weights' block, so
 /// its codes are a decode step's) in panels of kPanel tokens, the tokens in the lanes; tokens
@@ -97,9 +97,9 @@ using QGemmFn = void (*)(const void* W, int64_t N, int64_t K, const ActQ8Panels&
 /// Weight rows per output tile of the integer GEMM (a 64-byte line of out per token): splits
 /// of the rows at its multiples keep the tiles whole.
 constexpr int kQGemmRows = 16;
-/// The integer GEMM of rows of K elements, nullptr when (isa, dtype, K) has none: only
-/// AVX512-VNNI has one (Q4_K, Q5_K, Q6_K, Q8_0), for K a multiple of 256 (x quantized in
-/// act_q8_block(dtype)).
+/// The integer GEMM of rows of K elements, nullptr when (isa, dtype, K) has none: AVX2 and
+/// AVX512-VNNI have one (Q4_K, Q5_K, Q6_K, Q8_0), for K a multiple of 256 (x quantized in
+/// act_q8_block(dtype)); both give the same bits.
 QGemmFn qgemm_kernel(Isa isa, DType dtype, int64_t K);
 
 /// dst[n] = src[n] widened to f32 (exactly, or rounded once for the block formats with a min;

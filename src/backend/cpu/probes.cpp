@@ -148,6 +148,26 @@ float dpbusd_loop(int64_t iters) {
 }
 #endif
 
+#ifdef ARBITER_CPU_AVX2
+// AVX2's integer GEMM (qgemm.cpp IAvx2): 32 u8 x s8 multiply-adds per vpmaddubsw + vpmaddwd
+// pair. Each chain runs through both (x <- madd(maddubs(a, x), 1)), so that neither can be
+// hoisted; the values wrap or saturate harmlessly. 12 chains of two 3-cycle steps keep both
+// multiply pipes busy.
+float maddubs_loop(int64_t iters) {
+  static volatile int32_t va = 0x01010101;
+  const __m256i a = _mm256_set1_epi32(va), one = _mm256_set1_epi16(1);
+  __m256i x[kFmaAccumulators];
+  for (int i = 0; i < kFmaAccumulators; ++i) x[i] = _mm256_set1_epi32(i);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kFmaAccumulators; ++i) x[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(a, x[i]), one);
+  }
+  __m256i s = x[0];
+  for (int i = 1; i < kFmaAccumulators; ++i) s = _mm256_add_epi32(s, x[i]);
+  return float(_mm_cvtsi128_si32(_mm256_castsi256_si128(s)));
+}
+#endif
+
 #if defined(ARBITER_CPU_AVX512) && defined(__AVX512BF16__)
 // gemm_bf16_dot's instruction: chains of vdpbf16ps, 32 bf16 multiply-adds each.
 float dpbf16_loop(int64_t iters) {
@@ -238,15 +258,17 @@ std::vector<double> measure_fma_gflops(Isa isa, int threads, int passes) {
   return loop_rates(loop, 2.0 * lanes * kFmaAccumulators, threads, passes);
 }
 
-std::vector<double> measure_int8_gops(int threads, int passes) {
+std::vector<double> measure_int8_gops(Isa isa, int threads, int passes) {
   threads = resolve_threads(threads);
   ARB_CHECK(passes >= 1, "[cpu] int8 probe: bad passes %d", passes);
 #if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
-  return loop_rates(dpbusd_loop, 2.0 * 64 * kFmaAccumulators, threads, passes);
-#else
-  ARB_CHECK(false, "[cpu] int8 probe: this build has no AVX512-VNNI");
-  return {};
+  if (isa == Isa::Avx512) return loop_rates(dpbusd_loop, 2.0 * 64 * kFmaAccumulators, threads, passes);
 #endif
+#ifdef ARBITER_CPU_AVX2
+  if (isa == Isa::Avx2) return loop_rates(maddubs_loop, 2.0 * 32 * kFmaAccumulators, threads, passes);
+#endif
+  ARB_CHECK(false, "[cpu] int8 probe: no integer GEMM for %s in this build", isa_name(isa));
+  return {};
 }
 
 std::vector<double> measure_bf16_dot_gflops(int threads, int passes) {
@@ -266,9 +288,10 @@ std::string bf16_dot_probe_source(int threads, int passes) {
                    resolve_threads(threads), kFmaAccumulators, passes);
 }
 
-std::string int8_probe_source(int threads, int passes) {
-  return strformat("8-bit dot peak of avx512 (vpdpbusd, 2 ops per multiply-add), %d threads released together, "
+std::string int8_probe_source(Isa isa, int threads, int passes) {
+  return strformat("8-bit dot peak of %s (%s, 2 ops per multiply-add), %d threads released together, "
                    "%d register chains each, %d passes per rep",
+                   isa_name(isa), isa == Isa::Avx512 ? "vpdpbusd" : "vpmaddubsw + vpmaddwd",
                    resolve_threads(threads), kFmaAccumulators, passes);
 }
 

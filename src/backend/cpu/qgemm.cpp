@@ -1,9 +1,10 @@
 // The integer GEMM: T > 1 matmuls of k-quant weights (Q4_K, Q5_K, Q6_K) and Q8_0 on 8-bit
 // activation codes, as the decode GEMV's (qdot.cpp) but for many tokens at once, on
-// AVX512-VNNI.
+// AVX512-VNNI and on AVX2.
 //
 // Why: an f32 GEMM of these weights does 16 multiply-adds an instruction (an FMA) after
-// widening every weight to f32; vpdpbusd does 64 on the codes as stored. llama.cpp's CPU
+// widening every weight to f32; vpdpbusd does 64 on the codes as stored (AVX2's vpmaddubsw +
+// vpmaddwd 32 per two multiplier slots, IAvx2). llama.cpp's CPU
 // prefill runs this way, and an f32 GEMM could not keep up with it on Q4_K_M
 // (docs/performance.md).
 //
@@ -30,6 +31,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -69,8 +71,71 @@ void pack_act_q8(const ActQ8* rows, int64_t T, ActQ8Panels& p) {
   }
 }
 
-#if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
+#ifdef ARBITER_CPU_AVX2
 namespace {
+
+// The integer instructions of one ISA. A panel of kPanel tokens is kVecs vectors of int32
+// lanes (a token a lane); dot adds to each lane the 4 products of u8 codes (w) with the
+// token's s8 codes (x); dot2 adds the 2 products of 16-bit words.
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
+// AVX512-VNNI: vpdpbusd, 64 multiply-adds an instruction. Q8_0's signed codes are offset by
+// 128 (vpdpbusd's unsigned side), the offset taken back by vpdpwssd of the sums of x.
+struct IVnni {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kVecs = 1;
+  static constexpr int kPanelsPerTile = 2;  // 4 rows x 2 panels: 8 + 8 accumulators
+  static constexpr bool kSignedQ8 = false;
+  static constexpr bool kOuterInMemory = false;
+  static I zero() { return _mm512_setzero_si512(); }
+  static I load(const void* p) { return _mm512_loadu_si512(p); }
+  static I set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I dot(I acc, I w, I x) { return _mm512_dpbusd_epi32(acc, w, x); }
+  static I dot2(I acc, I w, I x) { return _mm512_dpwssd_epi32(acc, w, x); }
+  static F loadf(const float* p) { return _mm512_loadu_ps(p); }
+  static F set1f(float v) { return _mm512_set1_ps(v); }
+  static F cvt(I v) { return _mm512_cvtepi32_ps(v); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static void storef(float* p, F v) { _mm512_storeu_ps(p, v); }
+};
+#endif
+
+// AVX2: vpmaddubsw (pairs of u8 x s8 products into 16 bits) then vpmaddwd by ones (pairs into
+// 32), 32 multiply-adds per two multiplier slots, twice the FMA's 8 (Zen 3: both run on the
+// two multiply pipes). The pairs do not saturate: codes u <= 63 (Q6_K) times |x| <= 127
+// twice is 16,002, and Q8_0 runs on |q| <= 128 against x with q's sign (vpsignb; x's codes
+// are within +-127, quantize_act_q8), 32,512 < 32,767. The same integers as vpdpbusd, and
+// the same f32 steps after them: the same bits as the AVX-512 kernel.
+struct IAvx2 {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int kVecs = kPanel / 8;
+  static constexpr int kPanelsPerTile = 1;  // 4 rows x 2 vectors: 8 accumulators
+  static constexpr bool kSignedQ8 = true;
+  // A sub-block's 8 accumulators and its temporaries take the 16 ymm registers: the sums
+  // across sub-blocks stay in memory (y, a stack array), or GCC spilled inside the dots'
+  // loop (Q8_0's prefill no faster than the f32 GEMM's, perf annotate).
+  static constexpr bool kOuterInMemory = true;
+  static I zero() { return _mm256_setzero_si256(); }
+  static I load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  static I set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I dot(I acc, I w, I x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+  }
+  static I dot2(I acc, I w, I x) { return _mm256_add_epi32(acc, _mm256_madd_epi16(w, x)); }
+  static F loadf(const float* p) { return _mm256_loadu_ps(p); }
+  static F set1f(float v) { return _mm256_set1_ps(v); }
+  static F cvt(I v) { return _mm256_cvtepi32_ps(v); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static void storef(float* p, F v) { _mm256_storeu_ps(p, v); }
+};
+constexpr int kLanes = 8;  // int32 lanes of a 256-bit vector: vector v of a panel at 8 v
 
 // One super-block of one weight row (256 values), unpacked for the tile: the codes (0..255),
 // per sub-block its integer scale, the b term's 8 words (two 16-bit factors each, against the
@@ -84,7 +149,6 @@ struct RowBlock {
   float a, b;
   float ds[8];
 };
-
 // Q4_K / Q5_K: value d sc_j u - dmin m_j over sub-blocks j of 32; a = d, b = -dmin, b words
 // (m_j, m_j). |isum| <= 8 * 63 * 32 * 31 * 127 < 2^31, |bsum| <= 8 * 63 * 32 * 127.
 template <DType T>
@@ -132,9 +196,11 @@ struct KQ6 {
   }
 };
 
-// Q8_0, 8 blocks at a time: value d_j q, q signed; codes u = q + 128 for vpdpbusd's unsigned
-// side (block_tile_f32_scales takes the offset back), so each block's sum of q x is exact
-// (|.| <= 32 * 255 * 127 + 128 * 32 * 127); ds_j = d_j.
+// Q8_0, 8 blocks at a time: value d_j q, q signed; ds_j = d_j. kSigned: the codes as stored
+// (IAvx2's sign trick); else u = q + 128 for vpdpbusd's unsigned side (block_tile_f32_scales
+// takes the offset back). Either way each block's sum of q x is exact (|.| <= 32 * 255 * 127
+// + 128 * 32 * 127).
+template <bool kSigned>
 struct KQ8_0 {
   struct Block {
     BlockQ8_0 b[kQK_K / kQK];
@@ -143,7 +209,7 @@ struct KQ8_0 {
   static constexpr int G = 32;
   static constexpr bool kF32Scales = true;
   static void unpack(const uint8_t* p, RowBlock& r) {
-    const __m256i flip = _mm256_set1_epi8(int8_t(0x80));
+    const __m256i flip = _mm256_set1_epi8(kSigned ? 0 : int8_t(0x80));
     for (int j = 0; j < kQK_K / kQK; ++j) {
       const uint8_t* b = p + j * sizeof(BlockQ8_0);
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + offsetof(BlockQ8_0, qs)));
@@ -153,90 +219,130 @@ struct KQ8_0 {
   }
 };
 
-// acc[r][p] = the integer dots of sub-block s (values [s G, s G + G)) of MR rows with NP
-// panels: per 4 values of k, NP panel vectors against MR broadcasts of 4 codes.
-template <int G, int MR, int NP>
-inline void subblock_dots(const RowBlock* rb, const int8_t* const* xq, int s, __m512i (&acc)[MR][NP]) {
+// acc[r][p * kVecs + v] = the integer dots of sub-block s (values [s G, s G + G)) of MR
+// rows with vector v of NP panels: per 4 values of k, the panels' vectors against MR
+// broadcasts of 4 codes (kSigned: signed codes, IAvx2's sign trick).
+template <class V, int G, int MR, int NP, bool kSigned>
+inline void subblock_dots(const RowBlock* rb, const int8_t* const* xq, int s,
+                          typename V::I (&acc)[MR][NP * V::kVecs]) {
+  using I = typename V::I;
+  constexpr int NV = NP * V::kVecs;
   for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_si512();
+    for (int p = 0; p < NV; ++p) acc[r][p] = V::zero();
 #pragma GCC unroll 8
   for (int g = 0; g < G / 4; ++g) {
     const int k = s * G + 4 * g;
-    __m512i xv[NP];
-    for (int p = 0; p < NP; ++p) {
-      xv[p] = _mm512_loadu_si512(xq[p] + k * kPanel);
-      // One load per panel vector: without this GCC folds it into each row's vpdpbusd,
-      // MR loads of it, and the loads, not the dot products, bound the loop.
+    I xv[NV];
+    for (int p = 0; p < NV; ++p) {
+      xv[p] = V::load(xq[p / V::kVecs] + k * kPanel + p % V::kVecs * 4 * kLanes);
+      // One load per panel vector: without this GCC folds it into each row's dot, MR loads
+      // of it, and the loads, not the dot products, bound the loop.
       asm("" : "+v"(xv[p]));
     }
     for (int r = 0; r < MR; ++r) {
       int32_t w;
       std::memcpy(&w, rb[r].u + k, 4);
-      const __m512i wv = _mm512_set1_epi32(w);
-      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], wv, xv[p]);
+      const I wv = V::set1(w);
+      if constexpr (kSigned) {
+        const __m256i wa = _mm256_abs_epi8(wv);
+        for (int p = 0; p < NV; ++p) acc[r][p] = V::dot(acc[r][p], wa, _mm256_sign_epi8(xv[p], wv));
+      } else {
+        for (int p = 0; p < NV; ++p) acc[r][p] = V::dot(acc[r][p], wv, xv[p]);
+      }
     }
   }
 }
 
+// Vector v of panel p's lanes at offset o of a [..][kPanel] array.
+template <class V>
+inline int lane0(int pv) { return pv / V::kVecs * kPanel + pv % V::kVecs * kLanes; }
+
 // block_tile for f32 scales per block of 32 (Q8_0): xd[p] holds the panel's 8 block scales.
-// The codes' offset of 128 comes back as -128 times the block's pair of sums of x.
-template <int MR, int NP>
+// Unsigned codes: their offset of 128 comes back as -128 times the block's pair of sums of x.
+template <class V, int MR, int NP>
 inline void block_tile_f32_scales(const RowBlock* rb, const int8_t* const* xq, const int32_t* const* xs,
                                   const float* const* xd, float* y, int64_t ys) {
-  const __m512i offset = _mm512_set1_epi32(pair16(-128, -128));
-  __m512 yv[MR][NP];
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) yv[r][p] = _mm512_loadu_ps(y + r * ys + p * kPanel);
-  for (int s = 0; s < kQK_K / kQK; ++s) {
-    __m512i acc[MR][NP];
-    subblock_dots<kQK, MR, NP>(rb, xq, s, acc);
+  using I = typename V::I;
+  using F = typename V::F;
+  constexpr int NV = NP * V::kVecs;
+  const I offset = V::set1(pair16(-128, -128));
+  F yv[MR][NV];
+  if constexpr (!V::kOuterInMemory)
     for (int r = 0; r < MR; ++r)
-      for (int p = 0; p < NP; ++p) {
-        const __m512i isum = _mm512_dpwssd_epi32(acc[r][p], offset, _mm512_loadu_si512(xs[p] + s * kPanel));
-        const __m512 f = _mm512_mul_ps(_mm512_set1_ps(rb[r].ds[s]), _mm512_loadu_ps(xd[p] + s * kPanel));
-        yv[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), f, yv[r][p]);
+      for (int p = 0; p < NV; ++p) yv[r][p] = V::loadf(y + r * ys + lane0<V>(p));
+  for (int s = 0; s < kQK_K / kQK; ++s) {
+    I acc[MR][NV];
+    subblock_dots<V, kQK, MR, NP, V::kSignedQ8>(rb, xq, s, acc);
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NV; ++p) {
+        const int pp = p / V::kVecs, o = p % V::kVecs * kLanes;
+        I isum = acc[r][p];
+        if constexpr (!V::kSignedQ8) isum = V::dot2(isum, offset, V::load(xs[pp] + s * kPanel + o));
+        const F f = V::mul(V::set1f(rb[r].ds[s]), V::loadf(xd[pp] + s * kPanel + o));
+        if constexpr (V::kOuterInMemory) {
+          float* yp = y + r * ys + lane0<V>(p);
+          V::storef(yp, V::fmadd(V::cvt(isum), f, V::loadf(yp)));
+        } else {
+          yv[r][p] = V::fmadd(V::cvt(isum), f, yv[r][p]);
+        }
       }
   }
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(y + r * ys + p * kPanel, yv[r][p]);
+  if constexpr (!V::kOuterInMemory)
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NV; ++p) V::storef(y + r * ys + lane0<V>(p), yv[r][p]);
 }
 
 // One super-block of MR rows against NP panels: y[r][p * 16 + lane] (row stride ys) += the
 // block's contribution. xq, xs, xd: panel p's codes, sum words and scales of this block.
-template <int G, int MR, int NP>
+template <class V, int G, int MR, int NP>
 inline void block_tile(const RowBlock* rb, const int8_t* const* xq, const int32_t* const* xs,
                        const float* const* xd, float* y, int64_t ys) {
-  __m512i isum[MR][NP];
+  using I = typename V::I;
+  using F = typename V::F;
+  constexpr int NV = NP * V::kVecs;
+  I isum[MR][NV];
+  alignas(64) int32_t im[V::kOuterInMemory ? MR * NV * kLanes : 1];  // isum in memory
   for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) isum[r][p] = _mm512_setzero_si512();
+    for (int p = 0; p < NV; ++p) isum[r][p] = V::zero();
   for (int s = 0; s < kQK_K / G; ++s) {
-    __m512i acc[MR][NP];
-    subblock_dots<G, MR, NP>(rb, xq, s, acc);
+    I acc[MR][NV];
+    subblock_dots<V, G, MR, NP, false>(rb, xq, s, acc);
     for (int r = 0; r < MR; ++r) {
-      const __m512i sc = _mm512_set1_epi32(rb[r].sc[s]);
-      for (int p = 0; p < NP; ++p) isum[r][p] = _mm512_add_epi32(isum[r][p], _mm512_mullo_epi32(acc[r][p], sc));
+      const I sc = V::set1(rb[r].sc[s]);
+      for (int p = 0; p < NV; ++p) {
+        if constexpr (V::kOuterInMemory) {
+          int32_t* m = im + (r * NV + p) * kLanes;
+          const I prev = s == 0 ? V::zero() : V::load(m);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(m), V::add(prev, V::mullo(acc[r][p], sc)));
+        } else {
+          isum[r][p] = V::add(isum[r][p], V::mullo(acc[r][p], sc));
+        }
+      }
     }
   }
+  if constexpr (V::kOuterInMemory)
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NV; ++p) isum[r][p] = V::load(im + (r * NV + p) * kLanes);
   for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) {
-      __m512i bsum = _mm512_setzero_si512();
-      for (int i = 0; i < 8; ++i)
-        bsum = _mm512_dpwssd_epi32(bsum, _mm512_set1_epi32(rb[r].bw[i]), _mm512_loadu_si512(xs[p] + i * kPanel));
-      const __m512 dx = _mm512_loadu_ps(xd[p]);
-      float* yp = y + r * ys + p * kPanel;
-      __m512 acc = _mm512_loadu_ps(yp);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][p]), _mm512_mul_ps(_mm512_set1_ps(rb[r].a), dx), acc);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(bsum), _mm512_mul_ps(_mm512_set1_ps(rb[r].b), dx), acc);
-      _mm512_storeu_ps(yp, acc);
+    for (int p = 0; p < NV; ++p) {
+      const int pp = p / V::kVecs, o = p % V::kVecs * kLanes;
+      I bsum = V::zero();
+      for (int i = 0; i < 8; ++i) bsum = V::dot2(bsum, V::set1(rb[r].bw[i]), V::load(xs[pp] + i * kPanel + o));
+      const F dx = V::loadf(xd[pp] + o);
+      float* yp = y + r * ys + lane0<V>(p);
+      F acc = V::loadf(yp);
+      acc = V::fmadd(V::cvt(isum[r][p]), V::mul(V::set1f(rb[r].a), dx), acc);
+      acc = V::fmadd(V::cvt(bsum), V::mul(V::set1f(rb[r].b), dx), acc);
+      V::storef(yp, acc);
     }
 }
 
 // MR rows share the panels' loads: 4 rows x 2 panels hold 8 + 8 int32 accumulators.
 constexpr int kMR = 4;
 
-// Every panel of one super-block for mr <= kMR unpacked rows: pairs of panels, then the odd
-// one (FS: the format's scales are f32 per block of 32).
-template <int G, bool FS, int MR>
+// Every panel of one super-block for mr <= kMR unpacked rows: in tiles of V's panels, then
+// the odd one (FS: the format's scales are f32 per block of 32).
+template <class V, int G, bool FS, int MR>
 void block_rows(const RowBlock* rb, const ActQ8Panels& x, int64_t b, float* y, int64_t ys) {
   const int64_t K = x.K, nd = K / x.block;
   auto at = [&](int64_t p, const int8_t*& q, const int32_t*& s, const float*& d) {
@@ -244,30 +350,25 @@ void block_rows(const RowBlock* rb, const ActQ8Panels& x, int64_t b, float* y, i
     s = x.sums.data() + (p * (K / 32) + b * (kQK_K / 32)) * kPanel;
     d = x.d.data() + (p * nd + b * (kQK_K / x.block)) * kPanel;
   };
+  auto tile = [&](int64_t p, auto np) {
+    constexpr int NP = decltype(np)::value;
+    const int8_t* q[NP];
+    const int32_t* s[NP];
+    const float* d[NP];
+    for (int i = 0; i < NP; ++i) at(p + i, q[i], s[i], d[i]);
+    if constexpr (FS) block_tile_f32_scales<V, MR, NP>(rb, q, s, d, y + p * kPanel, ys);
+    else block_tile<V, G, MR, NP>(rb, q, s, d, y + p * kPanel, ys);
+  };
+  constexpr int NP = V::kPanelsPerTile;
   int64_t p = 0;
-  for (; p + 2 <= x.panels; p += 2) {
-    const int8_t* q[2];
-    const int32_t* s[2];
-    const float* d[2];
-    at(p, q[0], s[0], d[0]);
-    at(p + 1, q[1], s[1], d[1]);
-    if constexpr (FS) block_tile_f32_scales<MR, 2>(rb, q, s, d, y + p * kPanel, ys);
-    else block_tile<G, MR, 2>(rb, q, s, d, y + p * kPanel, ys);
-  }
-  if (p < x.panels) {
-    const int8_t* q[1];
-    const int32_t* s[1];
-    const float* d[1];
-    at(p, q[0], s[0], d[0]);
-    if constexpr (FS) block_tile_f32_scales<MR, 1>(rb, q, s, d, y + p * kPanel, ys);
-    else block_tile<G, MR, 1>(rb, q, s, d, y + p * kPanel, ys);
-  }
+  for (; p + NP <= x.panels; p += NP) tile(p, std::integral_constant<int, NP>());
+  if (p < x.panels) tile(p, std::integral_constant<int, 1>());
 }
 
 // Rows come in output tiles of kQGemmRows (16: one 64-byte line of out per token, written
 // whole; 4-row tiles wrote a quarter line per token and the strided stores took two thirds
 // of the time outside block_tile), each computed as register tiles of kMR rows.
-template <class F>
+template <class V, class F>
 void qgemm_k(const void* Wv, int64_t N, int64_t K, const ActQ8Panels& x, float* out, int64_t n0, int64_t n1) {
   using B = typename F::Block;
   ARB_ASSERT(x.K == K && K % kQK_K == 0 && x.block == act_q8_block(F::kType));
@@ -285,9 +386,9 @@ void qgemm_k(const void* Wv, int64_t N, int64_t K, const ActQ8Panels& x, float* 
           F::unpack(static_cast<const uint8_t*>(Wv) + size_t((n + r0 + r) * nb + b) * sizeof(B), rb[r]);
         float* y = ybuf.data() + r0 * ys;
         if (mr == kMR) {
-          block_rows<F::G, F::kF32Scales, kMR>(rb, x, b, y, ys);
+          block_rows<V, F::G, F::kF32Scales, kMR>(rb, x, b, y, ys);
         } else {
-          for (int r = 0; r < mr; ++r) block_rows<F::G, F::kF32Scales, 1>(rb + r, x, b, y + r * ys, ys);
+          for (int r = 0; r < mr; ++r) block_rows<V, F::G, F::kF32Scales, 1>(rb + r, x, b, y + r * ys, ys);
         }
       }
     for (int64_t t = 0; t < x.T; ++t)
@@ -295,17 +396,26 @@ void qgemm_k(const void* Wv, int64_t N, int64_t K, const ActQ8Panels& x, float* 
   }
 }
 
+template <class V>
+QGemmFn qgemm_for(DType dtype) {
+  switch (dtype) {
+    case DType::Q4_K: return qgemm_k<V, KQ45<DType::Q4_K>>;
+    case DType::Q5_K: return qgemm_k<V, KQ45<DType::Q5_K>>;
+    case DType::Q6_K: return qgemm_k<V, KQ6>;
+    case DType::Q8_0: return qgemm_k<V, KQ8_0<V::kSignedQ8>>;
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 
 QGemmFn qgemm_kernel(Isa isa, DType dtype, int64_t K) {
-  if (isa != Isa::Avx512 || K % kQK_K != 0) return nullptr;
-  switch (dtype) {
-    case DType::Q4_K: return qgemm_k<KQ45<DType::Q4_K>>;
-    case DType::Q5_K: return qgemm_k<KQ45<DType::Q5_K>>;
-    case DType::Q6_K: return qgemm_k<KQ6>;
-    case DType::Q8_0: return qgemm_k<KQ8_0>;
-    default: return nullptr;
-  }
+  if (K % kQK_K != 0) return nullptr;
+#if defined(ARBITER_CPU_AVX512) && defined(__AVX512VNNI__)
+  if (isa == Isa::Avx512) return qgemm_for<IVnni>(dtype);
+#endif
+  if (isa == Isa::Avx2) return qgemm_for<IAvx2>(dtype);
+  return nullptr;
 }
 #else
 QGemmFn qgemm_kernel(Isa, DType, int64_t) { return nullptr; }
