@@ -8,6 +8,8 @@
 //   qgemv_hot/... the same on one matrix that stays in L2 (256 x 2048), one thread: the
 //                 kernel's own rate, which the DRAM runs above only show when it is the bound
 //   gemm/...      T = 512 and T = 64 GEMMs, own kernel vs OpenBLAS on widened panels (FLOP/s)
+//   qgemm/...     the same shapes through the integer GEMM of the k-quants and Q8_0 (AVX2,
+//                 AVX512-VNNI), x's quantization and packing included as the tier runs them
 //   gemm_bf16_dot/...  the same shapes on bf16 weights with x rounded to bf16 (AVX512-BF16
 //                 builds), x's rounding included as the tier runs it
 // Run: build-<name>/bench/arbiter_bench --benchmark_filter=... (see bench/README.md).
@@ -16,6 +18,7 @@
 #include <cblas.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -160,6 +163,33 @@ void gemm(benchmark::State& state, GemmImpl impl, DType dt, Isa isa, int threads
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The integer GEMM as the tier runs it: each token quantized and the panels packed, then the
+// rows split over the threads at multiples of kQGemmRows.
+void qgemm(benchmark::State& state, DType dt, Isa isa, int threads, int64_t T, int64_t N, int64_t K) {
+  HugeBuffer w(dtype_bytes(dt, N * K)), out(size_t(T * N) * 4);
+  {
+    std::vector<float> wf(static_cast<size_t>(N * K));
+    fill_random(DType::F32, wf.data(), N * K, 3, 0.05f);
+    quantize_blocks(dt, wf.data(), N * K / block_elems(dt), w.as<uint8_t>());
+  }
+  std::vector<float> x(static_cast<size_t>(T * K));
+  fill_random(DType::F32, x.data(), T * K, 5, 1);
+  const cpu::QGemmFn fn = cpu::qgemm_kernel(isa, dt, K);
+  std::vector<cpu::ActQ8> xa(static_cast<size_t>(T));
+  cpu::ActQ8Panels panels;
+  const int64_t tiles = (N + cpu::kQGemmRows - 1) / cpu::kQGemmRows;
+  for (auto _ : state) {
+    for (int64_t t = 0; t < T; ++t)
+      cpu::quantize_act_q8(x.data() + t * K, K, cpu::act_q8_block(dt), xa[size_t(t)]);
+    cpu::pack_act_q8(xa.data(), T, panels);
+    pool(threads).parallel_for(tiles, [&](int64_t t0, int64_t t1) {
+      fn(w.ptr, N, K, panels, out.as<float>(), t0 * cpu::kQGemmRows, std::min(N, t1 * cpu::kQGemmRows));
+    });
+  }
+  benchmark::DoNotOptimize(out.ptr);
+  state.counters["OP/s"] = benchmark::Counter(2.0 * T * N * K, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void gemm_bf16_dot(benchmark::State& state, int threads, int64_t T, int64_t N, int64_t K) {
   HugeBuffer w(dtype_bytes(DType::BF16, N * K)), x(size_t(T * K) * 4), out(size_t(T * N) * 4);
   fill_random(DType::BF16, w.ptr, N * K, 4, 0.05f);
@@ -256,6 +286,19 @@ void register_all() {
               gemm(s, impl, dt, isa, th, c.T, c.sh.N, c.sh.K);
             })->UseRealTime()->Unit(benchmark::kMillisecond);
           }
+  for (DType dt : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (Isa isa : cpu::available_isas())
+      for (int th : {1, 2})
+        for (const GemmCase& c : gemm_cases) {
+          if (!cpu::qgemm_kernel(isa, dt, c.sh.K)) continue;
+          benchmark::RegisterBenchmark(
+              (std::string("qgemm/") + dtype_name(dt) + "/" + cpu::isa_name(isa) + "/threads:" +
+               std::to_string(th) + "/T:" + std::to_string(c.T) + "/N:" + std::to_string(c.sh.N) +
+               "/K:" + std::to_string(c.sh.K)).c_str(),
+              [=](benchmark::State& s) { qgemm(s, dt, isa, th, c.T, c.sh.N, c.sh.K); })
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
   if (cpu::bf16_dot(Isa::Avx512))
     for (int th : {1, 2})
       for (const GemmCase& c : gemm_cases)

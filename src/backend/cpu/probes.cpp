@@ -149,21 +149,28 @@ float dpbusd_loop(int64_t iters) {
 #endif
 
 #ifdef ARBITER_CPU_AVX2
-// AVX2's integer GEMM (qgemm.cpp IAvx2): 32 u8 x s8 multiply-adds per vpmaddubsw + vpmaddwd
-// pair. Each chain runs through both (x <- madd(maddubs(a, x), 1)), so that neither can be
-// hoisted; the values wrap or saturate harmlessly. 12 chains of two 3-cycle steps keep both
-// multiply pipes busy.
+// AVX2's integer GEMM (qgemm.cpp IAvx2): vpmaddubsw, 32 u8 x s8 multiply-adds an instruction
+// into 16-bit pairs (the GEMM adds several before one vpmaddwd widens them). Products of fresh
+// operands (a is "changed" every iteration, so none can be hoisted) into kInt8Chains chains
+// of one 16-bit add each; the sums wrap harmlessly. Chains through the multiplies (x <-
+// maddubs(a, x)) were latency-bound and spilled (Zen 3, session 44).
+constexpr int kInt8Chains = 4;
 float maddubs_loop(int64_t iters) {
   static volatile int32_t va = 0x01010101;
-  const __m256i a = _mm256_set1_epi32(va), one = _mm256_set1_epi16(1);
-  __m256i x[kFmaAccumulators];
-  for (int i = 0; i < kFmaAccumulators; ++i) x[i] = _mm256_set1_epi32(i);
+  alignas(32) static const int8_t b[kInt8Chains][32] = {{1}, {2}, {3}, {4}};
+  __m256i a = _mm256_set1_epi32(va);
+  __m256i acc[kInt8Chains];
+  for (int i = 0; i < kInt8Chains; ++i) acc[i] = _mm256_setzero_si256();
   for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kFmaAccumulators; ++i) x[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(a, x[i]), one);
+    asm volatile("" : "+x"(a));
+#pragma GCC unroll 8
+    for (int i = 0; i < kInt8Chains; ++i) {
+      const __m256i bi = _mm256_load_si256(reinterpret_cast<const __m256i*>(b[i]));
+      acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(a, bi));
+    }
   }
-  __m256i s = x[0];
-  for (int i = 1; i < kFmaAccumulators; ++i) s = _mm256_add_epi32(s, x[i]);
+  __m256i s = acc[0];
+  for (int i = 1; i < kInt8Chains; ++i) s = _mm256_add_epi16(s, acc[i]);
   return float(_mm_cvtsi128_si32(_mm256_castsi256_si128(s)));
 }
 #endif
@@ -265,7 +272,7 @@ std::vector<double> measure_int8_gops(Isa isa, int threads, int passes) {
   if (isa == Isa::Avx512) return loop_rates(dpbusd_loop, 2.0 * 64 * kFmaAccumulators, threads, passes);
 #endif
 #ifdef ARBITER_CPU_AVX2
-  if (isa == Isa::Avx2) return loop_rates(maddubs_loop, 2.0 * 32 * kFmaAccumulators, threads, passes);
+  if (isa == Isa::Avx2) return loop_rates(maddubs_loop, 2.0 * 32 * kInt8Chains, threads, passes);
 #endif
   ARB_CHECK(false, "[cpu] int8 probe: no integer GEMM for %s in this build", isa_name(isa));
   return {};
@@ -291,8 +298,8 @@ std::string bf16_dot_probe_source(int threads, int passes) {
 std::string int8_probe_source(Isa isa, int threads, int passes) {
   return strformat("8-bit dot peak of %s (%s, 2 ops per multiply-add), %d threads released together, "
                    "%d register chains each, %d passes per rep",
-                   isa_name(isa), isa == Isa::Avx512 ? "vpdpbusd" : "vpmaddubsw + vpmaddwd",
-                   resolve_threads(threads), kFmaAccumulators, passes);
+                   isa_name(isa), isa == Isa::Avx512 ? "vpdpbusd" : "vpmaddubsw",
+                   resolve_threads(threads), isa == Isa::Avx512 ? kFmaAccumulators : kInt8Chains, passes);
 }
 
 std::string fma_probe_source(Isa isa, int threads, int passes) {

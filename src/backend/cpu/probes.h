@@ -26,11 +26,11 @@ std::vector<double> measure_fma_gflops(Isa isa, int threads, int passes);
 /// One line naming that probe and its arguments, for reports.
 std::string fma_probe_source(Isa isa, int threads, int passes);
 
-/// The 8-bit dot peak of the integer GEMM's instructions on `isa` (AVX512-VNNI vpdpbusd, 64
-/// multiply-adds; AVX2 vpmaddubsw + vpmaddwd, 32; counted 2 operations each as a FLOP is),
-/// measured as measure_fma_gflops measures its peak: GOP/s of each of `passes` passes. It
-/// exceeds the f32 FMA peak on paper (4x, 2x), and bounds a prefill whose matmuls run partly
-/// on it and partly on FMAs. Throws where qgemm_kernel(isa, ...) is nullptr for every type.
+/// The 8-bit dot peak of the integer GEMM's multiply on `isa` (AVX512-VNNI vpdpbusd, 64
+/// multiply-adds; AVX2 vpmaddubsw, 32; counted 2 operations each as a FLOP is), measured as
+/// measure_fma_gflops measures its peak: GOP/s of each of `passes` passes. It exceeds the f32
+/// FMA peak 4x on paper, and bounds a prefill whose matmuls run partly on it and partly on
+/// FMAs. Throws where qgemm_kernel(isa, ...) is nullptr for every type.
 std::vector<double> measure_int8_gops(Isa isa, int threads, int passes);
 std::string int8_probe_source(Isa isa, int threads, int passes);
 

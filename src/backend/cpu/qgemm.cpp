@@ -157,6 +157,9 @@ struct KQ45 {
   static constexpr DType kType = T;
   static constexpr int G = 32;
   static constexpr bool kF32Scales = false;
+  // Groups of 4 codes whose vpmaddubsw pairs (|.| <= 2 * 127 u_max) add up in 16 bits:
+  // Q4_K 8 * 2 * 127 * 15 = 30,480, Q5_K 4 * 2 * 127 * 31 = 31,496 (IAvx2).
+  static constexpr int kSum16 = T == DType::Q5_K ? 4 : 8;
   static void unpack(const uint8_t* p, RowBlock& r) {
     using B = Block;
     uint64_t sc8, m8;
@@ -182,6 +185,7 @@ struct KQ6 {
   static constexpr DType kType = DType::Q6_K;
   static constexpr int G = 16;
   static constexpr bool kF32Scales = false;
+  static constexpr int kSum16 = 2;  // 2 * 2 * 127 * 63 = 32,004 (KQ45)
   static void unpack(const uint8_t* p, RowBlock& r) {
     using B = Block;
     for (int h = 0; h < 2; ++h) {
@@ -208,6 +212,7 @@ struct KQ8_0 {
   static constexpr DType kType = DType::Q8_0;
   static constexpr int G = 32;
   static constexpr bool kF32Scales = true;
+  static constexpr int kSum16 = 1;  // the sign trick's pairs reach 2 * 128 * 127 = 32,512
   static void unpack(const uint8_t* p, RowBlock& r) {
     const __m256i flip = _mm256_set1_epi8(kSigned ? 0 : int8_t(0x80));
     for (int j = 0; j < kQK_K / kQK; ++j) {
@@ -248,6 +253,47 @@ inline void subblock_dots(const RowBlock* rb, const int8_t* const* xq, int s,
         for (int p = 0; p < NV; ++p) acc[r][p] = V::dot(acc[r][p], wa, _mm256_sign_epi8(xv[p], wv));
       } else {
         for (int p = 0; p < NV; ++p) acc[r][p] = V::dot(acc[r][p], wv, xv[p]);
+      }
+    }
+  }
+}
+
+// IAvx2, the k-quants: im[r][p] (8 int32 lanes each; first: set, else added to) += sub-block
+// s's integer dots of MR rows with the panels' vectors times the row's sub-scale. C groups
+// of 4 codes add up in the 16-bit lanes of vpmaddubsw (the format's kSum16: no overflow),
+// then vpmaddwd by the sub-scale widens them: sc (p0 + p1) per int32 lane, the integer
+// mullo(madd(p, 1), sc) gives, so the same bits with fewer multiplies (one vpmaddwd per C
+// groups, and no vpmulld).
+template <int G, int C, int MR, int NV>
+inline void subblock_scaled_avx2(const RowBlock* rb, const int8_t* const* xq, int s, int32_t* im, bool first) {
+  static_assert((G / 4) % C == 0, "whole chunks of groups");
+  for (int c0 = 0; c0 < G / 4; c0 += C) {
+    __m256i p16[MR][NV];
+#pragma GCC unroll 8
+    for (int g = c0; g < c0 + C; ++g) {
+      const int k = s * G + 4 * g;
+      __m256i xv[NV];
+      for (int p = 0; p < NV; ++p) {
+        xv[p] = IAvx2::load(xq[p / IAvx2::kVecs] + k * kPanel + p % IAvx2::kVecs * 4 * kLanes);
+        asm("" : "+v"(xv[p]));  // one load per panel vector (subblock_dots)
+      }
+      for (int r = 0; r < MR; ++r) {
+        int32_t w;
+        std::memcpy(&w, rb[r].u + k, 4);
+        const __m256i wv = _mm256_set1_epi32(w);
+        for (int p = 0; p < NV; ++p) {
+          const __m256i m = _mm256_maddubs_epi16(wv, xv[p]);
+          p16[r][p] = g == c0 ? m : _mm256_add_epi16(p16[r][p], m);
+        }
+      }
+    }
+    for (int r = 0; r < MR; ++r) {
+      const __m256i sc = _mm256_set1_epi16(int16_t(rb[r].sc[s]));
+      for (int p = 0; p < NV; ++p) {
+        int32_t* m = im + (r * NV + p) * kLanes;
+        const __m256i v = _mm256_madd_epi16(p16[r][p], sc);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(m),
+                           first && c0 == 0 ? v : _mm256_add_epi32(IAvx2::load(m), v));
       }
     }
   }
@@ -294,7 +340,7 @@ inline void block_tile_f32_scales(const RowBlock* rb, const int8_t* const* xq, c
 
 // One super-block of MR rows against NP panels: y[r][p * 16 + lane] (row stride ys) += the
 // block's contribution. xq, xs, xd: panel p's codes, sum words and scales of this block.
-template <class V, int G, int MR, int NP>
+template <class V, int G, int C, int MR, int NP>
 inline void block_tile(const RowBlock* rb, const int8_t* const* xq, const int32_t* const* xs,
                        const float* const* xd, float* y, int64_t ys) {
   using I = typename V::I;
@@ -305,18 +351,15 @@ inline void block_tile(const RowBlock* rb, const int8_t* const* xq, const int32_
   for (int r = 0; r < MR; ++r)
     for (int p = 0; p < NV; ++p) isum[r][p] = V::zero();
   for (int s = 0; s < kQK_K / G; ++s) {
-    I acc[MR][NV];
-    subblock_dots<V, G, MR, NP, false>(rb, xq, s, acc);
-    for (int r = 0; r < MR; ++r) {
-      const I sc = V::set1(rb[r].sc[s]);
-      for (int p = 0; p < NV; ++p) {
-        if constexpr (V::kOuterInMemory) {
-          int32_t* m = im + (r * NV + p) * kLanes;
-          const I prev = s == 0 ? V::zero() : V::load(m);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(m), V::add(prev, V::mullo(acc[r][p], sc)));
-        } else {
-          isum[r][p] = V::add(isum[r][p], V::mullo(acc[r][p], sc));
-        }
+    if constexpr (V::kOuterInMemory) {
+      subblock_scaled_avx2<G, C, MR, NV>(rb, xq, s, im, s == 0);
+      continue;
+    } else {
+      I acc[MR][NV];
+      subblock_dots<V, G, MR, NP, false>(rb, xq, s, acc);
+      for (int r = 0; r < MR; ++r) {
+        const I sc = V::set1(rb[r].sc[s]);
+        for (int p = 0; p < NV; ++p) isum[r][p] = V::add(isum[r][p], V::mullo(acc[r][p], sc));
       }
     }
   }
@@ -341,8 +384,8 @@ inline void block_tile(const RowBlock* rb, const int8_t* const* xq, const int32_
 constexpr int kMR = 4;
 
 // Every panel of one super-block for mr <= kMR unpacked rows: in tiles of V's panels, then
-// the odd one (FS: the format's scales are f32 per block of 32).
-template <class V, int G, bool FS, int MR>
+// the odd one (F: the format).
+template <class V, class F, int MR>
 void block_rows(const RowBlock* rb, const ActQ8Panels& x, int64_t b, float* y, int64_t ys) {
   const int64_t K = x.K, nd = K / x.block;
   auto at = [&](int64_t p, const int8_t*& q, const int32_t*& s, const float*& d) {
@@ -356,8 +399,8 @@ void block_rows(const RowBlock* rb, const ActQ8Panels& x, int64_t b, float* y, i
     const int32_t* s[NP];
     const float* d[NP];
     for (int i = 0; i < NP; ++i) at(p + i, q[i], s[i], d[i]);
-    if constexpr (FS) block_tile_f32_scales<V, MR, NP>(rb, q, s, d, y + p * kPanel, ys);
-    else block_tile<V, G, MR, NP>(rb, q, s, d, y + p * kPanel, ys);
+    if constexpr (F::kF32Scales) block_tile_f32_scales<V, MR, NP>(rb, q, s, d, y + p * kPanel, ys);
+    else block_tile<V, F::G, F::kSum16, MR, NP>(rb, q, s, d, y + p * kPanel, ys);
   };
   constexpr int NP = V::kPanelsPerTile;
   int64_t p = 0;
@@ -386,9 +429,9 @@ void qgemm_k(const void* Wv, int64_t N, int64_t K, const ActQ8Panels& x, float* 
           F::unpack(static_cast<const uint8_t*>(Wv) + size_t((n + r0 + r) * nb + b) * sizeof(B), rb[r]);
         float* y = ybuf.data() + r0 * ys;
         if (mr == kMR) {
-          block_rows<V, F::G, F::kF32Scales, kMR>(rb, x, b, y, ys);
+          block_rows<V, F, kMR>(rb, x, b, y, ys);
         } else {
-          for (int r = 0; r < mr; ++r) block_rows<V, F::G, F::kF32Scales, 1>(rb + r, x, b, y + r * ys, ys);
+          for (int r = 0; r < mr; ++r) block_rows<V, F, 1>(rb + r, x, b, y + r * ys, ys);
         }
       }
     for (int64_t t = 0; t < x.T; ++t)
