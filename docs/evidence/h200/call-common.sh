@@ -4,6 +4,9 @@
 # and /work/main, and opens the summary: s MESSAGE appends a timed line to $S, and on exit
 # the results under /tmp/r go to $OUT/r.tgz and the summary is printed.
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+# .carry/ is git-ignored: it travels only when the run names it in `carry` (session 44 lost a
+# start to a run without it). Say so at once rather than run every step without binaries.
+[ -f "$CARRY/bin.tar.xz" ] || { echo "no $CARRY/bin.tar.xz here: pass carry [\"$CARRY\"] to run" >&2; exit 2; }
 T0=$(date +%s)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; R=/tmp/r; mkdir -p $R
 tar -C "$CARRY" -xJf "$CARRY/bin.tar.xz"
