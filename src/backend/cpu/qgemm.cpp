@@ -122,8 +122,6 @@ struct IAvx2 {
   static I zero() { return _mm256_setzero_si256(); }
   static I load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
   static I set1(int32_t v) { return _mm256_set1_epi32(v); }
-  static I add(I a, I b) { return _mm256_add_epi32(a, b); }
-  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
   static I dot(I acc, I w, I x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
   }
@@ -224,6 +222,17 @@ struct KQ8_0 {
   }
 };
 
+// The NV panel vectors of x at value k (vector v of panel p at p * kVecs + v), loaded once:
+// without the barrier GCC folds each load into every row's dot, MR loads of it, and the
+// loads, not the dot products, bound the loop.
+template <class V, int NV>
+inline void panel_vectors(const int8_t* const* xq, int k, typename V::I (&xv)[NV]) {
+  for (int p = 0; p < NV; ++p) {
+    xv[p] = V::load(xq[p / V::kVecs] + k * kPanel + p % V::kVecs * 4 * kLanes);
+    asm("" : "+v"(xv[p]));
+  }
+}
+
 // acc[r][p * kVecs + v] = the integer dots of sub-block s (values [s G, s G + G)) of MR
 // rows with vector v of NP panels: per 4 values of k, the panels' vectors against MR
 // broadcasts of 4 codes (kSigned: signed codes, IAvx2's sign trick).
@@ -238,12 +247,7 @@ inline void subblock_dots(const RowBlock* rb, const int8_t* const* xq, int s,
   for (int g = 0; g < G / 4; ++g) {
     const int k = s * G + 4 * g;
     I xv[NV];
-    for (int p = 0; p < NV; ++p) {
-      xv[p] = V::load(xq[p / V::kVecs] + k * kPanel + p % V::kVecs * 4 * kLanes);
-      // One load per panel vector: without this GCC folds it into each row's dot, MR loads
-      // of it, and the loads, not the dot products, bound the loop.
-      asm("" : "+v"(xv[p]));
-    }
+    panel_vectors<V>(xq, k, xv);
     for (int r = 0; r < MR; ++r) {
       int32_t w;
       std::memcpy(&w, rb[r].u + k, 4);
@@ -273,10 +277,7 @@ inline void subblock_scaled_avx2(const RowBlock* rb, const int8_t* const* xq, in
     for (int g = c0; g < c0 + C; ++g) {
       const int k = s * G + 4 * g;
       __m256i xv[NV];
-      for (int p = 0; p < NV; ++p) {
-        xv[p] = IAvx2::load(xq[p / IAvx2::kVecs] + k * kPanel + p % IAvx2::kVecs * 4 * kLanes);
-        asm("" : "+v"(xv[p]));  // one load per panel vector (subblock_dots)
-      }
+      panel_vectors<IAvx2>(xq, k, xv);
       for (int r = 0; r < MR; ++r) {
         int32_t w;
         std::memcpy(&w, rb[r].u + k, 4);
@@ -353,7 +354,6 @@ inline void block_tile(const RowBlock* rb, const int8_t* const* xq, const int32_
   for (int s = 0; s < kQK_K / G; ++s) {
     if constexpr (V::kOuterInMemory) {
       subblock_scaled_avx2<G, C, MR, NV>(rb, xq, s, im, s == 0);
-      continue;
     } else {
       I acc[MR][NV];
       subblock_dots<V, G, MR, NP, false>(rb, xq, s, acc);
